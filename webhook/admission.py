@@ -1,0 +1,127 @@
+"""AdmissionReview in -> policy -> AdmissionReview out. Transport-agnostic: no Flask here.
+
+Handles what every policy shares: envelope validation (admission.k8s.io/v1 and v1beta1), echoing
+apiVersion, kind and request.uid, the mode (enforce / warn / audit, like ValidatingAdmissionPolicy's
+validationActions Deny / Warn / Audit), warnings, auditAnnotations, JSON Patch encoding, dry run
+(same answer, nothing but the answer happens) and a policy's failure mode when it raises.
+Source: Kubernetes "Dynamic Admission Control", AdmissionReview request/response fields.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook import metrics
+from webhook.config import PolicyConfig
+from webhook.policies import Decision, short
+
+log = logging.getLogger("dra_guard.admission")
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+
+PolicyFunc = Callable[[Mapping[str, Any]], Decision]
+
+
+class BadRequest(ValueError):
+    """The body is not a usable AdmissionReview; answered with HTTP 400 and this message."""
+
+
+def parse_review(body: bytes) -> dict[str, Any]:
+    """Parse and check an AdmissionReview body (bytes of JSON).
+
+    Returns the review dict. Raises BadRequest naming the problem: not UTF-8 JSON, not an object,
+    kind not AdmissionReview, unknown apiVersion, no request, no request.uid.
+    """
+    try:
+        review = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"body is not valid JSON: {str(exc)[:200]}") from None
+    if not isinstance(review, dict):
+        raise BadRequest(f"body must be a JSON object (an AdmissionReview), got {type(review).__name__}")
+    if review.get("kind") != "AdmissionReview":
+        raise BadRequest(f"kind must be AdmissionReview, got {short(repr(review.get('kind')), 80)}")
+    if review.get("apiVersion") not in API_VERSIONS:
+        raise BadRequest(f"apiVersion must be one of {', '.join(API_VERSIONS)}, "
+                         f"got {short(repr(review.get('apiVersion')), 80)}")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadRequest("request is missing or not an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadRequest("request.uid is missing or not a non-empty string")
+    return review
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"code": code, "reason": reason, "message": message, "status": "Failure" if code >= 400 else "Success"}
+
+
+def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, settings: PolicyConfig) -> dict[str, Any]:
+    """Answer a parsed AdmissionReview (from parse_review) with policy `policy`.
+
+    evaluate: the policy, request dict -> Decision (enforce-mode verdict).
+    settings: the policy's mode and failureMode.
+    Returns the response AdmissionReview dict with the request's apiVersion and uid echoed.
+    Never raises for a policy error: the policy's failureMode answers instead.
+    """
+    started = time.perf_counter()
+    request = review["request"]
+    uid = request["uid"]
+    operation = request.get("operation") if isinstance(request.get("operation"), str) else ""
+    mode = settings.mode
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    try:
+        decision = evaluate(request)
+    except Exception:
+        metrics.POLICY_ERRORS.labels(policy=policy).inc()
+        log.exception("policy raised; answering with its failureMode",
+                      extra={"uid": uid, "policy": policy, "failureMode": settings.failure_mode})
+        text = f"dra-guard: internal error in policy {policy} (request uid {uid}); see the dra-guard logs"
+        if settings.failure_mode == "deny":
+            response.update(allowed=False, status=_status(500, "InternalError", text))
+        else:
+            response["warnings"] = [short(text)]
+        outcome = "error"
+    else:
+        outcome = _apply_mode(decision, mode=mode, policy=policy, response=response)
+        if decision.findings:
+            metrics.VIOLATIONS.labels(policy=policy, mode=mode).inc(len(decision.findings))
+            log.info("finding", extra={
+                "uid": uid, "policy": policy, "mode": mode, "decision": outcome, "operation": operation,
+                "dryRun": bool(request.get("dryRun")), "user": (request.get("userInfo") or {}).get("username"),
+                "findings": [f.as_dict(mode=mode) for f in decision.findings]})
+    metrics.ADMISSION_REQUESTS.labels(policy=policy, operation=operation, decision=outcome, mode=mode).inc()
+    metrics.ADMISSION_DURATION.labels(policy=policy).observe(time.perf_counter() - started)
+    return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
+
+
+def _apply_mode(decision: Decision, *, mode: str, policy: str, response: dict[str, Any]) -> str:
+    """Fill `response` from `decision` under `mode`; return the outcome label for metrics."""
+    warnings = list(decision.warnings) if mode != "audit" else []
+    annotations = dict(decision.audit_annotations)
+    outcome = "allow"
+    if decision.findings:
+        annotations[f"{policy}-mode"] = mode
+        annotations[f"{policy}-finding"] = " | ".join(f.message for f in decision.findings)[:4000]
+        if mode == "enforce":
+            first = decision.findings[0]
+            message = " ".join(f.message for f in decision.findings)
+            response.update(allowed=False, status=_status(first.code, first.reason, message))
+            outcome = "deny"
+        elif mode == "warn":
+            warnings.extend(f.summary for f in decision.findings)
+            outcome = "warn"
+        else:
+            outcome = "audit"
+    if decision.patch and mode == "enforce" and response["allowed"]:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(list(decision.patch)).encode()).decode()
+    if warnings:
+        response["warnings"] = [short(w) for w in warnings]
+    if annotations:
+        response["auditAnnotations"] = annotations
+    return outcome

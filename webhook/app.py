@@ -1,0 +1,112 @@
+"""Flask app factory: routes, body limits, JSON errors, metrics. Nothing else.
+
+Routes:
+  POST /validate/rbac     the RBAC guard (ClusterRoles, ClusterRoleBindings, RoleBindings)
+  GET  /healthz           the process is alive (200 always while it serves)
+  GET  /readyz            200 when the serving certificate is loaded and the caches have synced
+  GET  /metrics           Prometheus metrics
+
+A body that is not a usable AdmissionReview gets HTTP 400 with {"error": "..."}; every other
+error is JSON too (404, 405, 500): never an HTML page, never a traceback.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from webhook import admission, metrics
+from webhook.cluster import ClusterState
+from webhook.config import Config
+from webhook.policies import Decision, rbac
+
+log = logging.getLogger("dra_guard.app")
+
+
+@dataclasses.dataclass
+class Readiness:
+    """What /readyz reports. `certificate` is a callable returning (ok, reason) for the TLS files."""
+
+    cluster: ClusterState
+    certificate: Callable[[], tuple[bool, str]] = lambda: (True, "")
+
+    def check(self) -> tuple[bool, list[str]]:
+        """(ready, reasons it is not)."""
+        reasons = []
+        ok, why = self.certificate()
+        if not ok:
+            reasons.append(why)
+        ok, why = self.cluster.synced()
+        if not ok:
+            reasons.append(why)
+        return not reasons, reasons
+
+
+def policy_routes(config: Config, cluster: ClusterState) -> dict[str, tuple[str, Callable[[Mapping[str, Any]], Decision]]]:
+    """URL path -> (policy name, request -> Decision) for every admission endpoint."""
+    return {
+        "/validate/rbac": ("rbac", lambda req: rbac.review(req, index=cluster.rbac, config=config.rbac)),
+    }
+
+
+def create_app(*, config: Config, cluster: ClusterState, readiness: Readiness | None = None) -> Flask:
+    """Build the Flask app serving the admission endpoints for `config` over `cluster`'s caches."""
+    app = Flask("dra_guard")
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes
+    ready = readiness or Readiness(cluster=cluster)
+
+    def make_view(path: str, policy: str, evaluate: Callable[[Mapping[str, Any]], Decision]) -> Callable[[], Response]:
+        def view() -> Response:
+            mimetype = request.mimetype
+            if mimetype != "application/json":
+                return _bad_request(path, f"Content-Type must be application/json, got {mimetype or 'none'!r}")
+            try:
+                review = admission.parse_review(request.get_data(cache=False))
+            except admission.BadRequest as exc:
+                return _bad_request(path, str(exc))
+            return jsonify(admission.respond(review, policy=policy, evaluate=evaluate, settings=config.policy(policy)))
+        view.__name__ = f"review_{policy}"
+        return view
+
+    for path, (policy, evaluate) in policy_routes(config, cluster).items():
+        app.add_url_rule(path, view_func=make_view(path, policy, evaluate), methods=["POST"])
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return jsonify(status="ok")
+
+    @app.get("/readyz")
+    def readyz() -> tuple[Response, int]:
+        ok, reasons = ready.check()
+        return jsonify(ready=ok, reasons=reasons), 200 if ok else 503
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        return Response(generate_latest(), mimetype=CONTENT_TYPE_LATEST)
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def too_large(_: RequestEntityTooLarge) -> Response:
+        return _bad_request(request.path, f"body is larger than server.maxRequestBytes ({config.server.max_request_bytes} bytes)")
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> tuple[Response, int]:
+        return jsonify(error=f"{exc.name}: {exc.description}"), exc.code or 500
+
+    @app.errorhandler(Exception)
+    def internal_error(exc: Exception) -> tuple[Response, int]:
+        log.exception("unhandled error", extra={"path": request.path})
+        return jsonify(error="internal error; see the dra-guard logs"), 500
+
+    return app
+
+
+def _bad_request(path: str, message: str) -> Response:
+    metrics.BAD_REQUESTS.labels(path=path).inc()
+    resp = jsonify(error=message)
+    resp.status_code = 400
+    return resp

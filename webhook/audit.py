@@ -1,0 +1,127 @@
+"""`dra-guard audit`: the admission policies run over manifests (and, with --cluster, live objects).
+
+The same policy code as admission decides; roles and bindings are resolved among the objects
+given (files first, then the live cluster's, a file's object replacing the live one of the same
+kind and name: the audit answers "what if I applied these files").
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from webhook.config import CONFIG_KIND, Config, ConfigError, from_mapping
+from webhook.policies import Finding, rbac
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class InputError(ValueError):
+    """A manifest could not be read or parsed; the message names the file (and line)."""
+
+
+def _files(paths: Iterable[str]) -> list[pathlib.Path]:
+    out: list[pathlib.Path] = []
+    for raw in paths:
+        path = pathlib.Path(raw)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in MANIFEST_SUFFIXES)
+            if not found:
+                raise InputError(f"{path}: folder holds no .yaml, .yml or .json file")
+            out.extend(found)
+        elif path.is_file():
+            out.append(path)
+        else:
+            raise InputError(f"{path}: no such file or folder")
+    return out
+
+
+def _expand(doc: Any, *, where: str) -> list[dict[str, Any]]:
+    if doc is None:
+        return []
+    if not isinstance(doc, dict):
+        raise InputError(f"{where}: expected a Kubernetes object (a mapping), got {type(doc).__name__}")
+    kind = doc.get("kind")
+    if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
+        return [obj for item in doc["items"] for obj in _expand(item, where=where)]
+    if not isinstance(kind, str) or not kind:
+        raise InputError(f"{where}: object has no kind")
+    return [doc]
+
+
+def load_manifests(paths: Iterable[str]) -> list[dict[str, Any]]:
+    """Kubernetes objects from files or folders of YAML/JSON (multi-document files and *List kinds).
+
+    Raises InputError naming the file and, for invalid YAML, the line.
+    """
+    objects: list[dict[str, Any]] = []
+    for path in _files(paths):
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: cannot read: {exc}") from exc
+        try:
+            docs = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f" line {mark.line + 1}" if mark is not None else ""
+            raise InputError(f"{path}{line}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from exc
+        for i, doc in enumerate(docs, 1):
+            objects.extend(_expand(doc, where=f"{path} document {i}"))
+    return objects
+
+
+def config_from(objects: list[dict[str, Any]]) -> Config:
+    """The DraGuardConfiguration among `objects` (at most one), else the defaults.
+
+    Raises InputError when there are several or the one found is invalid.
+    """
+    found = [o for o in objects if o.get("kind") == CONFIG_KIND]
+    if len(found) > 1:
+        raise InputError(f"{len(found)} {CONFIG_KIND} documents among the manifests; keep one or pass --config")
+    try:
+        return from_mapping(found[0] if found else None)
+    except ConfigError as exc:
+        raise InputError(f"{CONFIG_KIND} among the manifests: {exc}") from exc
+
+
+def merge(files: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Live objects overlaid with the files' (same kind, namespace and name: the file's wins)."""
+    def key(o: Mapping[str, Any]) -> tuple[str, str, str]:
+        meta = o.get("metadata") if isinstance(o.get("metadata"), Mapping) else {}
+        return str(o.get("kind")), str(meta.get("namespace", "")), str(meta.get("name", ""))
+    merged = {key(o): o for o in live}
+    merged.update({key(o): o for o in files})
+    return list(merged.values())
+
+
+def run(objects: list[dict[str, Any]], config: Config) -> list[tuple[Finding, str]]:
+    """Every finding over `objects`, each with the mode its policy is configured in."""
+    findings: list[tuple[Finding, str]] = []
+    index = rbac.RbacIndex.from_objects(objects)
+    findings += [(f, config.policy("rbac").mode) for f in rbac.audit(index, config.rbac)]
+    return findings
+
+
+def render_table(findings: list[tuple[Finding, str]]) -> str:
+    """A plain-text table: POLICY MODE KIND NAMESPACE NAME, the message on the next line."""
+    if not findings:
+        return "No findings: nothing here would be refused.\n"
+    lines = []
+    rows = [("POLICY", "MODE", "KIND", "NAMESPACE", "NAME")] + [
+        (f.policy, mode, f.kind, f.namespace or "-", f.name) for f, mode in findings]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(rows[0], widths)).rstrip())
+    for (f, _), row in zip(findings, rows[1:]):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        lines.append(f"    {f.message}")
+    lines.append(f"\n{len(findings)} finding(s); each would be refused in enforce mode.")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(findings: list[tuple[Finding, str]]) -> str:
+    """A JSON array of findings (policy, kind, namespace, name, mode, message, details)."""
+    return json.dumps([f.as_dict(mode=mode) for f, mode in findings], indent=2) + "\n"

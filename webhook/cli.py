@@ -1,0 +1,161 @@
+"""The `dra-guard` command: serve | audit | certs.
+
+Exit codes: 0 success (audit: no finding), 1 audit found something enforce mode would refuse,
+2 usage, configuration or input errors (the message names the file, line or config key).
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import textwrap
+
+from webhook.config import ConfigError, load_config
+
+EXAMPLES = textwrap.dedent("""\
+    examples:
+      dra-guard audit -f examples/                      check manifests offline (exit 1 if any finding)
+      dra-guard audit -f team-rbac.yaml --cluster       check files against the live cluster's roles
+      dra-guard serve --self-signed /tmp/dra-guard      run locally over TLS with a development CA
+      dra-guard serve --config /etc/dra-guard/config.yaml \\
+          --tls-cert-file tls.crt --tls-key-file tls.key
+      dra-guard certs generate --service dra-guard --namespace dra-guard --out ./tls
+
+    The config file (--config) is YAML; see README.md "Configuration" for every key.
+    Modes: enforce refuses, warn allows with a kubectl warning, audit allows and only records.
+    """)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dra-guard",
+        description="Admission webhook enforcing the Kubernetes good practices for Dynamic Resource "
+                    "Allocation (DRA) as a cluster admin.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the admission webhook server (gunicorn over TLS)",
+                           description="Serve /validate/rbac, /healthz, /readyz and /metrics over HTTPS.",
+                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
+    serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=None, help="HTTPS port (default: server.port from config, 8443)")
+    serve.add_argument("--tls-cert-file", metavar="FILE", help="serving certificate (PEM)")
+    serve.add_argument("--tls-key-file", metavar="FILE", help="serving certificate's private key (PEM)")
+    serve.add_argument("--self-signed", metavar="DIR",
+                       help="development: create (or reuse) a CA and a certificate for localhost and 127.0.0.1 in DIR")
+    serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config, else ~/.kube/config)")
+    serve.add_argument("--no-cluster", action="store_true",
+                       help="do not use the Kubernetes API: caches stay empty, policies see an empty cluster")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+    audit = sub.add_parser("audit", help="run the policies over manifests and/or the live cluster",
+                           description="Report what dra-guard would refuse. Exit 0 when clean, 1 when a finding "
+                                       "would be refused in enforce mode, 2 on usage or input errors.",
+                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    audit.add_argument("-f", "--filename", dest="paths", action="append", default=[], metavar="PATH",
+                       help="file or folder of YAML/JSON manifests (repeatable; multi-document files and List kinds)")
+    audit.add_argument("--cluster", action="store_true", help="include the live cluster's objects")
+    audit.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
+    audit.add_argument("--config", metavar="FILE",
+                       help="the same YAML config file `serve` reads (default: a DraGuardConfiguration found among "
+                            "the manifests, else the built-in defaults)")
+    audit.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format (default: table)")
+
+    certs_p = sub.add_parser("certs", help="certificate helpers")
+    certs_sub = certs_p.add_subparsers(dest="certs_command", metavar="ACTION")
+    gen = certs_sub.add_parser("generate", help="write a CA and a serving certificate for a Service")
+    gen.add_argument("--service", required=True, help="the webhook Service name")
+    gen.add_argument("--namespace", required=True, help="the Service's namespace")
+    gen.add_argument("--out", required=True, metavar="DIR", help="folder for ca.crt, ca.key, tls.crt, tls.key")
+    gen.add_argument("--dns", action="append", default=[], metavar="NAME", help="extra DNS SAN (repeatable)")
+    gen.add_argument("--ip", action="append", default=[], metavar="IP", help="extra IP SAN (repeatable)")
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"dra-guard: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import certs
+    from webhook import cluster, server
+
+    config = load_config(args.config)
+    for line in config.ignored:
+        print(f"dra-guard: warning: {line}", file=sys.stderr)
+    if args.self_signed:
+        if args.tls_cert_file or args.tls_key_file:
+            return _fail("--self-signed and --tls-cert-file/--tls-key-file exclude each other")
+        directory = pathlib.Path(args.self_signed)
+        ca = certs.ensure_self_signed(directory, dns_names=["localhost"], ip_addresses=["127.0.0.1", "::1"])
+        print(f"dra-guard: development CA: {ca} (give it as caBundle / --cacert)", file=sys.stderr, flush=True)
+        cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    elif args.tls_cert_file and args.tls_key_file:
+        cert_file, key_file = pathlib.Path(args.tls_cert_file), pathlib.Path(args.tls_key_file)
+        ok, why = server.certificate_status(cert_file, key_file)
+        if not ok:
+            return _fail(why)
+    else:
+        return _fail("TLS is required: give --tls-cert-file and --tls-key-file, or --self-signed DIR for development")
+    if not args.no_cluster:
+        cluster.api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)  # fail fast
+    server.run(server.ServeOptions(
+        config=config, host=args.host, port=args.port or config.server.port, cert_file=cert_file, key_file=key_file,
+        kubeconfig=args.kubeconfig, no_cluster=args.no_cluster, log_level=args.log_level))
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from webhook import audit, cluster
+
+    if not args.paths and not args.cluster:
+        return _fail("audit needs -f PATH (files or folders of manifests) and/or --cluster")
+    try:
+        objects = audit.load_manifests(args.paths)
+        config = load_config(args.config) if args.config else audit.config_from(objects)
+    except audit.InputError as exc:
+        return _fail(str(exc))
+    for line in config.ignored:
+        print(f"dra-guard: warning: {line}", file=sys.stderr)
+    if args.cluster:
+        client = cluster.api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
+        objects = audit.merge(objects, cluster.list_rbac_objects(client))
+    findings = audit.run(objects, config)
+    sys.stdout.write(audit.render_json(findings) if args.output == "json" else audit.render_table(findings))
+    return 1 if findings else 0
+
+
+def _certs(args: argparse.Namespace) -> int:
+    import certs
+
+    if args.certs_command != "generate":
+        return _fail("certs needs an action: generate")
+    ca = certs.generate_ca()
+    serving = certs.generate_serving(ca, dns_names=[*certs.service_dns_names(args.service, args.namespace), *args.dns],
+                                     ip_addresses=args.ip)
+    certs.write_bundle(pathlib.Path(args.out), ca=ca, serving=serving)
+    print(f"wrote ca.crt, ca.key, tls.crt, tls.key to {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `dra-guard` console script; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from webhook.cluster import ClusterError
+
+    try:
+        return {"serve": _serve, "audit": _audit, "certs": _certs}[args.command](args)
+    except (ConfigError, ClusterError) as exc:
+        return _fail(str(exc))
+    except ValueError as exc:  # certs.CertificateError and bad --ip values
+        return _fail(str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

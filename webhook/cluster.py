@@ -1,0 +1,242 @@
+"""The one place that talks to the Kubernetes API: watch-based caches with indexes, and readiness.
+
+Each cache is an Informer: a paged LIST followed by a WATCH from the list's resourceVersion
+(``kubernetes.watch.Watch``), relisting when the watch expires (HTTP 410 "resource version too
+old") and backing off on errors. Admission requests read the resulting indexes only; in steady
+state they never cause an API request. Every API request made here is counted in the metric
+``dra_guard_kube_api_requests_total{verb,resource}``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from webhook import metrics
+from webhook.policies.rbac import RbacIndex
+
+log = logging.getLogger("dra_guard.cluster")
+
+LIST_PAGE_SIZE = 500
+WATCH_TIMEOUT_SECONDS = 300  # server-side watch timeout; the informer re-watches from the last resourceVersion
+
+
+class ClusterError(RuntimeError):
+    """The Kubernetes API could not be configured or reached; the message says why."""
+
+
+def api_client(kubeconfig: str | None, *, timeout_seconds: float) -> kubernetes.client.ApiClient:
+    """An ApiClient from `kubeconfig` if given, else in-cluster config, else ~/.kube/config.
+
+    Raises ClusterError when none of them is usable.
+    """
+    configuration = kubernetes.client.Configuration()
+    try:
+        if kubeconfig:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        else:
+            default = pathlib.Path.home() / ".kube" / "config"
+            if not default.exists():
+                raise ClusterError("no --kubeconfig given, not running in a cluster, and ~/.kube/config does not "
+                                   "exist; pass --kubeconfig FILE, or --no-cluster to run without the Kubernetes API")
+            kubernetes.config.load_kube_config(config_file=str(default), client_configuration=configuration)
+    except ClusterError:
+        raise
+    except Exception as exc:  # the kubernetes config loaders raise several unrelated types
+        raise ClusterError(f"cannot load Kubernetes client configuration ({kubeconfig or 'default'}): {exc}") from exc
+    configuration.retries = 0
+    client = kubernetes.client.ApiClient(configuration)
+    client.dra_guard_timeout = timeout_seconds  # type: ignore[attr-defined]
+    return client
+
+
+class Informer:
+    """List-then-watch one resource into callbacks, in a daemon thread.
+
+    list_func: a kubernetes client list function (e.g. RbacAuthorizationV1Api.list_cluster_role).
+    on_replace(objects): called with every object (plain dicts) after each (re)list.
+    on_event(type, object): called for each ADDED / MODIFIED / DELETED watch event (plain dict).
+    """
+
+    def __init__(self, *, name: str, list_func: Callable[..., Any], on_replace: Callable[[list[dict[str, Any]]], None],
+                 on_event: Callable[[str, dict[str, Any]], None], timeout_seconds: float) -> None:
+        self.name = name
+        self._list = list_func
+        self._on_replace = on_replace
+        self._on_event = on_event
+        self._timeout = timeout_seconds
+        self._stop = threading.Event()
+        self._watch: kubernetes.watch.Watch | None = None
+        self.synced = threading.Event()
+        self.last_sync = 0.0  # time.monotonic() of the last successful list or watch event
+        self.thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
+
+    def start(self) -> None:
+        """Start the list/watch thread."""
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (returns at once; the thread ends at the next event or timeout)."""
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+
+    def _count(self, verb: str) -> None:
+        metrics.KUBE_API_REQUESTS.labels(verb=verb, resource=self.name).inc()
+
+    def _list_all(self) -> tuple[list[dict[str, Any]], str]:
+        import json
+        items: list[dict[str, Any]] = []
+        cont: str | None = None
+        while True:
+            self._count("list")
+            kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False, "_request_timeout": max(self._timeout, 10)}
+            if cont:
+                kwargs["_continue"] = cont
+            resp = self._list(**kwargs)
+            page = json.loads(resp.data)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue")
+            if not cont:
+                return items, str(meta.get("resourceVersion", ""))
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                items, rv = self._list_all()
+                self._on_replace(items)
+                self.last_sync = time.monotonic()
+                self.synced.set()
+                metrics.CACHE_SYNCED.labels(cache=self.name).set(1)
+                backoff = 0.5
+                self._watch_from(rv)
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("watch expired, relisting", extra={"cache": self.name})
+                    continue
+                self._failed(f"API error {exc.status} {exc.reason}")
+            except Exception as exc:  # network errors come in many urllib3 types
+                self._failed(f"{type(exc).__name__}: {exc}")
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, 5.0)
+
+    def _failed(self, why: str) -> None:
+        metrics.CACHE_SYNCED.labels(cache=self.name).set(0)
+        metrics.KUBE_API_ERRORS.labels(resource=self.name).inc()
+        self.synced.clear()
+        log.warning("cache lost its watch, will relist: %s", why, extra={"cache": self.name})
+
+    def _watch_from(self, rv: str) -> None:
+        while not self._stop.is_set():
+            self._watch = kubernetes.watch.Watch()
+            self._count("watch")
+            for event in self._watch.stream(self._list, resource_version=rv, timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                                            allow_watch_bookmarks=True, _request_timeout=WATCH_TIMEOUT_SECONDS + 30):
+                kind, obj = event.get("type"), event.get("raw_object") or {}
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self._on_event(kind, obj)
+                self.last_sync = time.monotonic()
+                if self._stop.is_set():
+                    return
+
+
+class ClusterState:
+    """The caches dra-guard keeps of the cluster, and what readiness needs to know about them.
+
+    With `client` None (``--no-cluster``) nothing is watched, the indexes stay empty and the
+    state counts as synced: policies then see an empty cluster.
+    """
+
+    def __init__(self, client: kubernetes.client.ApiClient | None, *, timeout_seconds: float = 2.0) -> None:
+        self.client = client
+        self.rbac = RbacIndex()
+        self.informers: list[Informer] = []
+        if client is None:
+            return
+        rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
+        self.informers = [
+            Informer(name="clusterroles", list_func=rbac_api.list_cluster_role, on_replace=self.rbac.replace_roles,
+                     on_event=self._role_event, timeout_seconds=timeout_seconds),
+            Informer(name="clusterrolebindings", list_func=rbac_api.list_cluster_role_binding,
+                     on_replace=self.rbac.replace_bindings, on_event=self._binding_event, timeout_seconds=timeout_seconds),
+        ]
+
+    def _role_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if kind == "DELETED":
+            self.rbac.delete_role(str((obj.get("metadata") or {}).get("name", "")))
+        else:
+            self.rbac.upsert_role(obj)
+
+    def _binding_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if kind == "DELETED":
+            self.rbac.delete_binding(str((obj.get("metadata") or {}).get("name", "")))
+        else:
+            self.rbac.upsert_binding(obj)
+
+    def start(self) -> None:
+        """Start every informer (non-blocking)."""
+        for informer in self.informers:
+            informer.start()
+
+    def stop(self) -> None:
+        """Stop every informer."""
+        for informer in self.informers:
+            informer.stop()
+
+    def synced(self) -> tuple[bool, str]:
+        """(True, "") when every cache has synced and keeps its watch, else (False, which caches not)."""
+        missing = [i.name for i in self.informers if not i.synced.is_set()]
+        return (not missing, "caches not synced: " + ", ".join(missing) if missing else "")
+
+    def wait_synced(self, timeout_seconds: float) -> bool:
+        """Block until every cache has synced or `timeout_seconds` pass; True when synced."""
+        deadline = time.monotonic() + timeout_seconds
+        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.informers)
+
+
+def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout_seconds: float = 30.0) -> list[dict[str, Any]]:
+    """Every object of one resource as plain dicts, LISTed in pages of LIST_PAGE_SIZE (for audits).
+
+    `kind` is set on each item (list items carry none). Raises ClusterError on API errors.
+    """
+    import json
+
+    items: list[dict[str, Any]] = []
+    cont: str | None = None
+    while True:
+        metrics.KUBE_API_REQUESTS.labels(verb="list", resource=resource).inc()
+        kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False, "_request_timeout": timeout_seconds}
+        if cont:
+            kwargs["_continue"] = cont
+        try:
+            page = json.loads(list_func(**kwargs).data)
+        except ApiException as exc:
+            raise ClusterError(f"listing {resource} failed: HTTP {exc.status} {exc.reason}") from exc
+        except Exception as exc:
+            raise ClusterError(f"listing {resource} failed: {type(exc).__name__}: {exc}") from exc
+        for item in page.get("items") or []:
+            item.setdefault("kind", kind)
+            items.append(item)
+        cont = (page.get("metadata") or {}).get("continue")
+        if not cont:
+            return items
+
+
+def list_rbac_objects(client: kubernetes.client.ApiClient) -> list[dict[str, Any]]:
+    """All ClusterRoles and ClusterRoleBindings of the cluster (plain dicts, with kind set)."""
+    api = kubernetes.client.RbacAuthorizationV1Api(client)
+    return (list_all(api.list_cluster_role, resource="clusterroles", kind="ClusterRole")
+            + list_all(api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding"))

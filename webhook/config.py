@@ -1,0 +1,315 @@
+"""dra-guard configuration: one YAML file, loaded and validated once at start-up.
+
+The same file is read by ``dra-guard serve --config`` and ``dra-guard audit --config``, and the
+Helm chart renders it into a ConfigMap. Every key is optional; an unknown key, a wrong type or an
+unknown mode stops start-up with a ConfigError that names the key (``policies.rbac.mode: ...``).
+
+The file may carry ``apiVersion: dra-guard.io/v1alpha1`` and ``kind: DraGuardConfiguration``
+(like KubeSchedulerConfiguration); `dra-guard audit` then also finds it among manifest files.
+
+Example (all defaults shown)::
+
+    apiVersion: dra-guard.io/v1alpha1
+    kind: DraGuardConfiguration
+    mode: enforce                 # enforce | warn | audit, like validationActions Deny/Warn/Audit
+    policies:
+      rbac: {mode: enforce, failureMode: deny}
+    rbac:
+      apiGroup: resource.k8s.io
+      adminOnlyResources: [deviceclasses]          # only adminSubjects may write these
+      driverResources: [resourceslices]            # adminSubjects and driverSubjects may write these
+      writeVerbs: [create, update, patch, delete, deletecollection]
+      adminSubjects:
+        groups: [system:masters]
+        users: []
+        serviceAccounts: []       # "namespace:name" or "namespace:*"
+      driverSubjects:
+        groups: []
+        users: []
+        serviceAccounts: []
+    server:
+      port: 8443
+      maxRequestBytes: 8388608
+      workers: 1
+      threads: 8
+    cluster:
+      requestTimeoutSeconds: 2
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import yaml
+
+Mode = Literal["enforce", "warn", "audit"]
+FailureMode = Literal["deny", "allow"]
+
+MODES: Final = ("enforce", "warn", "audit")
+FAILURE_MODES: Final = ("deny", "allow")
+POLICY_NAMES: Final = ("rbac",)
+CONFIG_API_VERSION: Final = "dra-guard.io/v1alpha1"
+CONFIG_KIND: Final = "DraGuardConfiguration"
+
+# Identities that are never admins or drivers, whatever the config says: they stand for everyone
+# (or every ServiceAccount), so granting them DRA write would grant it to the whole cluster.
+# Source: Kubernetes RBAC docs, "Default roles and role bindings" / "Referring to subjects".
+NEVER_PRIVILEGED_GROUPS: Final = frozenset({"system:authenticated", "system:unauthenticated", "system:serviceaccounts"})
+NEVER_PRIVILEGED_GROUP_PREFIXES: Final = ("system:serviceaccounts:",)
+NEVER_PRIVILEGED_USERS: Final = frozenset({"system:anonymous"})
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message starts with the offending key's dotted path."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SubjectSet:
+    """A set of RBAC identities: user names, group names and ServiceAccounts ("ns:name" / "ns:*")."""
+
+    users: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
+    service_accounts: frozenset[str] = frozenset()
+
+    def contains(self, *, kind: str, name: str, namespace: str = "") -> bool:
+        """Whether an RBAC subject belongs to the set.
+
+        kind is "User", "Group" or "ServiceAccount" (rbac.authorization.k8s.io/v1 Subject.kind).
+        A User named ``system:serviceaccount:<ns>:<name>`` is the ServiceAccount <ns>/<name>, as the
+        apiserver authenticates it. Never-privileged identities (system:authenticated, ...) are
+        never members.
+        """
+        if kind == "Group":
+            if name in NEVER_PRIVILEGED_GROUPS or name.startswith(NEVER_PRIVILEGED_GROUP_PREFIXES):
+                return False
+            return name in self.groups
+        if kind == "User":
+            if name in NEVER_PRIVILEGED_USERS:
+                return False
+            if name.startswith("system:serviceaccount:") and name.count(":") == 3:
+                _, _, ns, sa = name.split(":")
+                if self._has_service_account(ns, sa):
+                    return True
+            return name in self.users
+        if kind == "ServiceAccount":
+            return self._has_service_account(namespace, name)
+        return False
+
+    def _has_service_account(self, namespace: str, name: str) -> bool:
+        return f"{namespace}:{name}" in self.service_accounts or f"{namespace}:*" in self.service_accounts
+
+    def contains_requester(self, *, username: str, groups: list[str] | tuple[str, ...]) -> bool:
+        """Whether an authenticated requester (AdmissionReview request.userInfo) is in the set."""
+        if self.contains(kind="User", name=username):
+            return True
+        return any(self.contains(kind="Group", name=g) for g in groups)
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig:
+    """Per-policy settings: the mode its findings are enforced in, and what an internal error answers."""
+
+    mode: Mode
+    failure_mode: FailureMode
+
+
+@dataclasses.dataclass(frozen=True)
+class RbacConfig:
+    """Settings of the RBAC guard (policy ``rbac``)."""
+
+    api_group: str = "resource.k8s.io"
+    admin_only_resources: frozenset[str] = frozenset({"deviceclasses"})
+    driver_resources: frozenset[str] = frozenset({"resourceslices"})
+    write_verbs: frozenset[str] = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+    admin_subjects: SubjectSet = SubjectSet(groups=frozenset({"system:masters"}))
+    driver_subjects: SubjectSet = SubjectSet()
+
+    @property
+    def protected_resources(self) -> frozenset[str]:
+        """Every resource the guard protects (admin-only plus driver resources)."""
+        return self.admin_only_resources | self.driver_resources
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """HTTP server settings (gunicorn). Sizes in bytes, times in seconds."""
+
+    port: int = 8443
+    max_request_bytes: int = 8 * 1024 * 1024
+    workers: int = 1
+    threads: int = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterConfig:
+    """Kubernetes API access settings. Times in seconds."""
+
+    request_timeout_seconds: float = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The whole validated configuration. Build it with load_config() or from_mapping()."""
+
+    mode: Mode = "enforce"
+    policies: Mapping[str, PolicyConfig] = dataclasses.field(default_factory=dict)
+    rbac: RbacConfig = RbacConfig()
+    server: ServerConfig = ServerConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    ignored: tuple[str, ...] = ()  # "key: reason" lines for entries that were accepted but have no effect
+
+    def policy(self, name: str) -> PolicyConfig:
+        """The settings of policy `name` (one of POLICY_NAMES), falling back to the global mode."""
+        return self.policies.get(name) or PolicyConfig(mode=self.mode, failure_mode="deny")
+
+
+class _Reader:
+    """Walks a mapping, taking typed keys and reporting unknown ones with their dotted path."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path or '<top level>'}: expected a mapping, got {type(data).__name__}")
+        self.data = data
+        self.path = path
+        self.seen: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def take(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        self.seen.add(name)
+        if name not in self.data or self.data[name] is None:
+            return default
+        value = self.data[name]
+        if isinstance(value, bool) and kind in (int, float, (int, float)):
+            raise ConfigError(f"{self.key(name)}: expected a number, got a boolean")
+        if not isinstance(value, kind):
+            want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise ConfigError(f"{self.key(name)}: expected {want}, got {type(value).__name__} {value!r}")
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.take(name, str, default)
+        if value not in choices:
+            raise ConfigError(f"{self.key(name)}: must be one of {', '.join(choices)}; got {value!r}")
+        return value
+
+    def strings(self, name: str, default: frozenset[str]) -> frozenset[str]:
+        value = self.take(name, list, None)
+        if value is None:
+            return default
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or not item:
+                raise ConfigError(f"{self.key(name)}[{i}]: expected a non-empty string, got {item!r}")
+        return frozenset(value)
+
+    def integer(self, name: str, default: int, lo: int, hi: int) -> int:
+        value = self.take(name, int, default)
+        if not lo <= value <= hi:
+            raise ConfigError(f"{self.key(name)}: must be between {lo} and {hi}; got {value}")
+        return value
+
+    def sub(self, name: str) -> _Reader:
+        self.seen.add(name)
+        return _Reader(self.data.get(name), self.key(name))
+
+    def done(self) -> None:
+        unknown = sorted(str(k) for k in self.data if k not in self.seen)
+        if unknown:
+            raise ConfigError(f"{self.key(unknown[0])}: unknown key (known here: {', '.join(sorted(self.seen))})")
+
+
+def _subjects(reader: _Reader, default: SubjectSet, ignored: list[str]) -> SubjectSet:
+    users = reader.strings("users", default.users)
+    groups = reader.strings("groups", default.groups)
+    sas = reader.strings("serviceAccounts", default.service_accounts)
+    for sa in sas:
+        ns, sep, name = sa.partition(":")
+        if not sep or not ns or not name or ":" in name:
+            raise ConfigError(f"{reader.key('serviceAccounts')}: {sa!r} must be 'namespace:name' or 'namespace:*'")
+    for g in sorted(groups):
+        if g in NEVER_PRIVILEGED_GROUPS or g.startswith(NEVER_PRIVILEGED_GROUP_PREFIXES):
+            ignored.append(f"{reader.key('groups')}: {g} stands for many identities and is never trusted")
+    for u in sorted(users):
+        if u in NEVER_PRIVILEGED_USERS:
+            ignored.append(f"{reader.key('users')}: {u} is never trusted")
+    reader.done()
+    return SubjectSet(users=users, groups=groups, service_accounts=sas)
+
+
+def from_mapping(data: Any) -> Config:
+    """Validate a parsed config document (a dict, or None for all defaults) into a Config.
+
+    Raises ConfigError naming the first offending key.
+    """
+    top = _Reader(data, "")
+    ignored: list[str] = []
+    top.choice("apiVersion", (CONFIG_API_VERSION,), CONFIG_API_VERSION)
+    top.choice("kind", (CONFIG_KIND,), CONFIG_KIND)
+    mode = top.choice("mode", MODES, "enforce")
+
+    pol_reader = top.sub("policies")
+    policies: dict[str, PolicyConfig] = {}
+    for name in POLICY_NAMES:
+        r = pol_reader.sub(name)
+        policies[name] = PolicyConfig(mode=r.choice("mode", MODES, mode), failure_mode=r.choice("failureMode", FAILURE_MODES, "deny"))
+        r.done()
+    pol_reader.done()
+
+    rr = top.sub("rbac")
+    d = RbacConfig()
+    rbac = RbacConfig(
+        api_group=rr.take("apiGroup", str, d.api_group),
+        admin_only_resources=rr.strings("adminOnlyResources", d.admin_only_resources),
+        driver_resources=rr.strings("driverResources", d.driver_resources),
+        write_verbs=rr.strings("writeVerbs", d.write_verbs),
+        admin_subjects=_subjects(rr.sub("adminSubjects"), d.admin_subjects, ignored),
+        driver_subjects=_subjects(rr.sub("driverSubjects"), d.driver_subjects, ignored),
+    )
+    rr.done()
+
+    sr = top.sub("server")
+    ds = ServerConfig()
+    server = ServerConfig(
+        port=sr.integer("port", ds.port, 1, 65535),
+        max_request_bytes=sr.integer("maxRequestBytes", ds.max_request_bytes, 1024, 64 * 1024 * 1024),
+        workers=sr.integer("workers", ds.workers, 1, 64),
+        threads=sr.integer("threads", ds.threads, 1, 256),
+    )
+    sr.done()
+
+    cr = top.sub("cluster")
+    timeout = cr.take("requestTimeoutSeconds", (int, float), ClusterConfig().request_timeout_seconds)
+    if not 0 < timeout <= 30:
+        raise ConfigError(f"cluster.requestTimeoutSeconds: must be > 0 and <= 30; got {timeout}")
+    cr.done()
+    top.done()
+    return Config(mode=mode, policies=policies, rbac=rbac, server=server,
+                  cluster=ClusterConfig(request_timeout_seconds=float(timeout)), ignored=tuple(ignored))
+
+
+def load_config(path: str | pathlib.Path | None) -> Config:
+    """Read and validate a YAML config file; None gives the defaults.
+
+    Raises ConfigError (file unreadable, invalid YAML with its line, or an invalid key).
+    """
+    if path is None:
+        return from_mapping(None)
+    try:
+        text = pathlib.Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    try:
+        return from_mapping(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc

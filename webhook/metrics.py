@@ -1,0 +1,51 @@
+"""Prometheus metrics of dra-guard (prometheus-client), defined once for the whole process.
+
+Names follow anchors.md: dra_guard_admission_requests_total{policy,operation,decision,mode},
+dra_guard_admission_duration_seconds{policy} (buckets up to 10 s, above any webhook timeout),
+dra_guard_violations_total{policy,mode}, cache and Kubernetes API counters.
+"""
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+ADMISSION_REQUESTS = Counter(
+    "dra_guard_admission_requests_total",
+    "AdmissionReviews answered, by policy, operation, decision (allow, deny, warn, audit, error) and mode.",
+    ["policy", "operation", "decision", "mode"],
+)
+ADMISSION_DURATION = Histogram(
+    "dra_guard_admission_duration_seconds",
+    "Time to answer one AdmissionReview (parse, policy, serialise), in seconds.",
+    ["policy"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+VIOLATIONS = Counter(
+    "dra_guard_violations_total",
+    "Findings decided at admission, by policy and the mode they were decided under.",
+    ["policy", "mode"],
+)
+BAD_REQUESTS = Counter(
+    "dra_guard_bad_requests_total",
+    "Requests answered with HTTP 400 because the body was not a usable AdmissionReview.",
+    ["path"],
+)
+POLICY_ERRORS = Counter(
+    "dra_guard_policy_errors_total",
+    "Internal errors inside a policy (answered by the policy's failureMode).",
+    ["policy"],
+)
+KUBE_API_REQUESTS = Counter(
+    "dra_guard_kube_api_requests_total",
+    "Requests dra-guard made to the Kubernetes API, by verb and resource.",
+    ["verb", "resource"],
+)
+KUBE_API_ERRORS = Counter(
+    "dra_guard_kube_api_errors_total",
+    "Failed list/watch requests to the Kubernetes API, by resource.",
+    ["resource"],
+)
+CACHE_SYNCED = Gauge(
+    "dra_guard_cache_synced",
+    "1 when the cache has listed and keeps its watch, 0 otherwise.",
+    ["cache"],
+)
