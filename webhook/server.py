@@ -89,6 +89,9 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
             "errorlog": "-",
             "loglevel": o.log_level,
             "proc_name": "dra-guard",
+            # no gunicornc control socket: it would live in $HOME (read-only in the chart's pod) and
+            # two servers on one machine would fight over it
+            "control_socket_disable": True,
         }
         for key, value in settings.items():
             self.cfg.set(key, value)

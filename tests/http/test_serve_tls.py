@@ -1,0 +1,87 @@
+"""The real `dra-guard serve`: gunicorn's threaded worker over TLS, verified against the CA."""
+from __future__ import annotations
+
+import socket
+import ssl
+
+import pytest
+import requests
+
+from tests.reviews import binding, review, subject
+from tests.serve import DraGuardProcess
+
+pytestmark = pytest.mark.http
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    proc = DraGuardProcess(tmp_path_factory.mktemp("serve"), "--no-cluster")
+    try:
+        proc.wait("/readyz")
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_health_and_readiness(server):
+    s = server.session()
+    assert s.get(server.url + "/healthz").json() == {"status": "ok"}
+    assert s.get(server.url + "/readyz").json()["ready"] is True
+
+
+def test_review_over_tls_refuses_unknown_role_binding_with_warning(server):
+    # --no-cluster: the role is unknown, so the binding is allowed with a warning naming it
+    body = review(binding("b", "missing-role", [subject("Group", "team-a")]))
+    out = server.session().post(server.url + "/validate/rbac", json=body).json()
+    assert out["response"]["uid"] == body["request"]["uid"]
+    assert out["response"]["allowed"] is True and "missing-role" in out["response"]["warnings"][0]
+
+
+def test_malformed_body_gets_400_json_through_gunicorn(server):
+    rv = server.session().post(server.url + "/validate/rbac", data=b"{", headers={"Content-Type": "application/json"})
+    assert rv.status_code == 400 and "error" in rv.json()
+
+
+def test_self_signed_ca_is_reused_on_restart(server, tmp_path):
+    first = server.ca_file.read_bytes()
+    again = DraGuardProcess(server.workdir, "--no-cluster")
+    try:
+        again.wait()
+        assert again.ca_file.read_bytes() == first
+    finally:
+        again.stop()
+
+
+def test_client_not_trusting_the_ca_is_refused(server):
+    with pytest.raises(requests.exceptions.SSLError):
+        requests.get(server.url + "/healthz", timeout=5)
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1])
+def test_old_tls_versions_are_refused(server, version):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(server.ca_file)
+    try:
+        ctx.minimum_version = version
+        ctx.maximum_version = version
+        ctx.set_ciphers("ALL:@SECLEVEL=0")
+    except (ValueError, ssl.SSLError):
+        pytest.skip(f"this OpenSSL cannot even offer {version.name}")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        with pytest.raises(ssl.SSLError):
+            with ctx.wrap_socket(sock, server_hostname="localhost"):
+                pass
+
+
+def test_start_without_tls_is_a_clear_usage_error(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "webhook.cli", "serve", "--no-cluster"], capture_output=True, text=True)
+    assert out.returncode == 2 and "--tls-cert-file" in out.stderr
+
+
+def test_bad_config_stops_startup_naming_the_key(tmp_path):
+    proc = DraGuardProcess(tmp_path, "--no-cluster", config="policies:\n  rbac:\n    mode: sometimes\n")
+    assert proc.proc.wait(30) == 2
+    proc.stop()
+    assert "policies.rbac.mode" in proc.log()

@@ -1,0 +1,89 @@
+"""`dra-guard audit` over manifest files: findings, output formats, exit codes, input errors."""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from webhook.cli import main
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+def run_cli(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_examples_non_compliant_findings_and_exit_1(capsys):
+    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES))
+    assert code == 1
+    for name in ("team-gpu", "ci-deployer-everything", "team-b-edit"):
+        assert name in out
+    # the compliant examples (and the configured driver ServiceAccount) produce nothing
+    for name in ("team-a-dra-users", "dra-example-driver-role-binding", "platform-admins-device-classes"):
+        assert name not in out
+
+
+def test_compliant_examples_exit_0(capsys):
+    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "compliant"), "-f", str(EXAMPLES / "dra-guard-config.yaml"))
+    assert code == 0 and "No findings" in out
+
+
+def test_json_output_shape(capsys):
+    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES), "--output", "json")
+    findings = json.loads(out)
+    assert code == 1 and len(findings) == 3
+    for f in findings:
+        assert {"policy", "kind", "namespace", "name", "message", "mode"} <= f.keys()
+
+
+def test_list_kind_and_json_files(tmp_path, capsys):
+    items = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "w"},
+         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "b"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "w"},
+         "subjects": [{"kind": "User", "name": "eve"}]},
+    ]
+    (tmp_path / "list.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "list.json"))
+    assert code == 1 and "User eve" in out
+
+
+def test_config_flag_overrides_found_config(tmp_path, capsys):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("rbac:\n  adminSubjects:\n    groups: [team-a, team-b]\n    serviceAccounts: ['ci:deployer']\n")
+    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "non-compliant"), "--config", str(cfg))
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("kind: ClusterRole\nmetadata: {name: x\n", "line"),
+    ("- just\n- a list\n", "expected a Kubernetes object"),
+    ("metadata: {name: x}\n", "has no kind"),
+])
+def test_input_errors_exit_2_and_name_the_file(tmp_path, capsys, content, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    code, _, err = run_cli(capsys, "audit", "-f", str(path))
+    assert code == 2
+    assert "bad.yaml" in err and needle in err
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert run_cli(capsys, "audit")[0] == 2
+    assert run_cli(capsys, "audit", "-f", str(tmp_path / "missing"))[0] == 2
+    (tmp_path / "c.yaml").write_text("mode: nope\n")
+    code, _, err = run_cli(capsys, "audit", "-f", str(EXAMPLES), "--config", str(tmp_path / "c.yaml"))
+    assert code == 2 and "mode" in err
+
+
+def test_console_script_help():
+    out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--output" in out.stdout and "exit" in out.stdout.lower()
