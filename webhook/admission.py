@@ -89,7 +89,11 @@ def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, set
     else:
         outcome = _apply_mode(decision, mode=mode, policy=policy, response=response)
         if decision.findings:
-            metrics.VIOLATIONS.labels(policy=policy, mode=mode).inc(len(decision.findings))
+            refused = sum(1 for f in decision.findings if f.enforced)
+            if refused:
+                metrics.VIOLATIONS.labels(policy=policy, mode=mode).inc(refused)
+            for f in decision.findings:
+                metrics.FINDINGS.labels(policy=policy, check=f.check, mode=mode).inc()
             log.info("finding", extra={
                 "uid": uid, "policy": policy, "mode": mode, "decision": outcome, "operation": operation,
                 "dryRun": bool(request.get("dryRun")), "user": (request.get("userInfo") or {}).get("username"),
@@ -100,26 +104,34 @@ def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, set
 
 
 def _apply_mode(decision: Decision, *, mode: str, policy: str, response: dict[str, Any]) -> str:
-    """Fill `response` from `decision` under `mode`; return the outcome label for metrics."""
+    """Fill `response` from `decision` under `mode`; return the outcome label for metrics.
+
+    enforce: refuse on an enforced finding (its code and reason), apply the patch, show advisory
+    findings as warnings (except those the patch fixes). warn: allow, no patch, every finding
+    as a warning. audit: allow, no patch, no warning. Every mode records findings as audit annotations.
+    """
     warnings = list(decision.warnings) if mode != "audit" else []
     annotations = dict(decision.audit_annotations)
+    refusals = [f for f in decision.findings if f.enforced]
     outcome = "allow"
     if decision.findings:
         annotations[f"{policy}-mode"] = mode
         annotations[f"{policy}-finding"] = " | ".join(f.message for f in decision.findings)[:4000]
-        if mode == "enforce":
-            first = decision.findings[0]
-            message = " ".join(f.message for f in decision.findings)
-            response.update(allowed=False, status=_status(first.code, first.reason, message))
-            outcome = "deny"
-        elif mode == "warn":
-            warnings.extend(f.summary for f in decision.findings)
-            outcome = "warn"
-        else:
-            outcome = "audit"
-    if decision.patch and mode == "enforce" and response["allowed"]:
-        response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(list(decision.patch)).encode()).decode()
+        outcome = {"enforce": "deny" if refusals else "allow", "warn": "warn", "audit": "audit"}[mode]
+    if mode == "enforce":
+        if refusals:
+            message = " ".join(f.message for f in refusals)
+            response.update(allowed=False, status=_status(refusals[0].code, refusals[0].reason, message))
+        patched = bool(decision.patch) and response["allowed"]
+        if patched:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(list(decision.patch)).encode()).decode()
+            annotations[f"{policy}-patched"] = " | ".join(f.summary for f in decision.findings if f.fixed_by_patch)[:4000]
+            metrics.PATCHES.labels(policy=policy).inc()
+            outcome = "patch"
+        warnings.extend(f.summary for f in decision.findings if not f.enforced and not (patched and f.fixed_by_patch))
+    elif mode == "warn":
+        warnings.extend(f.summary for f in decision.findings)
     if warnings:
         response["warnings"] = [short(w) for w in warnings]
     if annotations:

@@ -2,6 +2,7 @@
 
 Routes:
   POST /validate/rbac     the RBAC guard (ClusterRoles, ClusterRoleBindings, RoleBindings)
+  POST /mutate/daemonsets the driver liveness probes (apps/v1 DaemonSets)
   GET  /healthz           the process is alive (200 always while it serves)
   GET  /readyz            200 when the serving certificate is loaded and the caches have synced
   GET  /metrics           Prometheus metrics
@@ -23,7 +24,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from webhook import admission, metrics
 from webhook.cluster import ClusterState
 from webhook.config import Config
-from webhook.policies import Decision, rbac
+from webhook.policies import Decision, probes, rbac
 
 log = logging.getLogger("dra_guard.app")
 
@@ -49,8 +50,13 @@ class Readiness:
 
 def policy_routes(config: Config, cluster: ClusterState) -> dict[str, tuple[str, Callable[[Mapping[str, Any]], Decision]]]:
     """URL path -> (policy name, request -> Decision) for every admission endpoint."""
+    def can_write_slices(namespace: str, name: str) -> bool:
+        return cluster.rbac.service_account_may_write(namespace, name, "resourceslices", config.rbac)
+
     return {
         "/validate/rbac": ("rbac", lambda req: rbac.review(req, index=cluster.rbac, config=config.rbac)),
+        "/mutate/daemonsets": ("probes", lambda req: probes.review(req, detection=config.detection, config=config.probes,
+                                                                   can_write_slices=can_write_slices)),
     }
 
 

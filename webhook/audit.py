@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from webhook.config import CONFIG_KIND, Config, ConfigError, from_mapping
-from webhook.policies import Finding, rbac
+from webhook.policies import Finding, probes, rbac
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -103,22 +103,37 @@ def run(objects: list[dict[str, Any]], config: Config) -> list[tuple[Finding, st
     findings: list[tuple[Finding, str]] = []
     index = rbac.RbacIndex.from_objects(objects)
     findings += [(f, config.policy("rbac").mode) for f in rbac.audit(index, config.rbac)]
+
+    def can_write_slices(namespace: str, name: str) -> bool:
+        return index.service_account_may_write(namespace, name, "resourceslices", config.rbac)
+
+    for obj in objects:
+        if obj.get("kind") == "DaemonSet":
+            findings += [(f, config.policy("probes").mode) for f in probes.audit(
+                obj, detection=config.detection, config=config.probes, can_write_slices=can_write_slices)]
     return findings
 
 
+def exit_code(findings: list[tuple[Finding, str]]) -> int:
+    """1 when enforce mode would refuse or patch something, else 0 (advisories alone do not fail)."""
+    return 1 if any(f.enforced or f.fixed_by_patch for f, _ in findings) else 0
+
+
 def render_table(findings: list[tuple[Finding, str]]) -> str:
-    """A plain-text table: POLICY MODE KIND NAMESPACE NAME, the message on the next line."""
+    """A plain-text table: POLICY CHECK MODE KIND NAMESPACE NAME, the message on the next line."""
     if not findings:
         return "No findings: nothing here would be refused.\n"
     lines = []
-    rows = [("POLICY", "MODE", "KIND", "NAMESPACE", "NAME")] + [
-        (f.policy, mode, f.kind, f.namespace or "-", f.name) for f, mode in findings]
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    rows = [("POLICY", "CHECK", "MODE", "KIND", "NAMESPACE", "NAME")] + [
+        (f.policy, f.check, mode, f.kind, f.namespace or "-", f.name) for f, mode in findings]
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(rows[0], widths)).rstrip())
     for (f, _), row in zip(findings, rows[1:]):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
         lines.append(f"    {f.message}")
-    lines.append(f"\n{len(findings)} finding(s); each would be refused in enforce mode.")
+    acting = sum(1 for f, _ in findings if f.enforced or f.fixed_by_patch)
+    lines.append(f"\n{len(findings)} finding(s): {acting} that enforce mode would refuse or patch, "
+                 f"{len(findings) - acting} advisory.")
     return "\n".join(lines) + "\n"
 
 

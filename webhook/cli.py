@@ -50,8 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
     audit = sub.add_parser("audit", help="run the policies over manifests and/or the live cluster",
-                           description="Report what dra-guard would refuse. Exit 0 when clean, 1 when a finding "
-                                       "would be refused in enforce mode, 2 on usage or input errors.",
+                           description="Report what dra-guard would refuse or patch. Exit 0 when clean (advisory "
+                                       "findings alone do not fail), 1 when enforce mode would refuse or patch "
+                                       "something, 2 on usage or input errors.",
                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     audit.add_argument("-f", "--filename", dest="paths", action="append", default=[], metavar="PATH",
                        help="file or folder of YAML/JSON manifests (repeatable; multi-document files and List kinds)")
@@ -121,10 +122,10 @@ def _audit(args: argparse.Namespace) -> int:
         print(f"dra-guard: warning: {line}", file=sys.stderr)
     if args.cluster:
         client = cluster.api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
-        objects = audit.merge(objects, cluster.list_rbac_objects(client))
+        objects = audit.merge(objects, cluster.list_audit_objects(client))
     findings = audit.run(objects, config)
     sys.stdout.write(audit.render_json(findings) if args.output == "json" else audit.render_table(findings))
-    return 1 if findings else 0
+    return audit.exit_code(findings)
 
 
 def _certs(args: argparse.Namespace) -> int:

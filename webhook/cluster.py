@@ -235,8 +235,11 @@ def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout
             return items
 
 
-def list_rbac_objects(client: kubernetes.client.ApiClient) -> list[dict[str, Any]]:
-    """All ClusterRoles and ClusterRoleBindings of the cluster (plain dicts, with kind set)."""
-    api = kubernetes.client.RbacAuthorizationV1Api(client)
-    return (list_all(api.list_cluster_role, resource="clusterroles", kind="ClusterRole")
-            + list_all(api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding"))
+def list_audit_objects(client: kubernetes.client.ApiClient) -> list[dict[str, Any]]:
+    """What `dra-guard audit --cluster` judges: ClusterRoles, ClusterRoleBindings and DaemonSets
+    (plain dicts, with kind set), in paged lists."""
+    rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
+    apps_api = kubernetes.client.AppsV1Api(client)
+    return (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole")
+            + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding")
+            + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet"))

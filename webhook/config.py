@@ -14,6 +14,18 @@ Example (all defaults shown)::
     mode: enforce                 # enforce | warn | audit, like validationActions Deny/Warn/Audit
     policies:
       rbac: {mode: enforce, failureMode: deny}
+      probes: {mode: enforce, failureMode: allow}
+    drivers:                      # how DRA driver DaemonSets are recognised
+      autoDetect: true
+      selectors: []               # [{namespace: gpu, matchLabels: {app: gpu-driver}, driverName: gpu.example.com}]
+    probes:                       # the gRPC liveness probe added to driver containers
+      periodSeconds: 10
+      timeoutSeconds: 10
+      failureThreshold: 3
+      service: liveness
+      defaultPort: 51515
+      assumeDefaultPort: false    # use defaultPort when a driver declares no health port
+      startupProbe: {enabled: false, periodSeconds: 1, failureThreshold: 600}
     rbac:
       apiGroup: resource.k8s.io
       adminOnlyResources: [deviceclasses]          # only adminSubjects may write these
@@ -49,7 +61,11 @@ FailureMode = Literal["deny", "allow"]
 
 MODES: Final = ("enforce", "warn", "audit")
 FAILURE_MODES: Final = ("deny", "allow")
-POLICY_NAMES: Final = ("rbac",)
+POLICY_NAMES: Final = ("rbac", "probes")
+# What a policy answers when it fails internally: the RBAC guard fails closed (like its
+# failurePolicy: Fail); the probes mutation fails open (a missing probe is not worth blocking a
+# driver's rollout; `dra-guard audit` is the backstop).
+DEFAULT_FAILURE_MODES: Final = {"rbac": "deny", "probes": "allow"}
 CONFIG_API_VERSION: Final = "dra-guard.io/v1alpha1"
 CONFIG_KIND: Final = "DraGuardConfiguration"
 
@@ -133,6 +149,38 @@ class RbacConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class DriverSelector:
+    """A configured way to recognise a driver: DaemonSets in `namespace` whose labels include `match_labels`."""
+
+    namespace: str
+    match_labels: Mapping[str, str]
+    driver_name: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DetectionConfig:
+    """How drivers are recognised: configured selectors, and whether auto-detection runs."""
+
+    selectors: tuple[DriverSelector, ...] = ()
+    auto_detect: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeConfig:
+    """The probe dra-guard adds (seconds for periods and timeouts) and where its port comes from."""
+
+    period_seconds: int = 10
+    timeout_seconds: int = 10
+    failure_threshold: int = 3
+    service: str = "liveness"
+    default_port: int = 51515
+    assume_default_port: bool = False
+    startup_probe: bool = False
+    startup_period_seconds: int = 1
+    startup_failure_threshold: int = 600
+
+
+@dataclasses.dataclass(frozen=True)
 class ServerConfig:
     """HTTP server settings (gunicorn). Sizes in bytes, times in seconds."""
 
@@ -156,13 +204,15 @@ class Config:
     mode: Mode = "enforce"
     policies: Mapping[str, PolicyConfig] = dataclasses.field(default_factory=dict)
     rbac: RbacConfig = RbacConfig()
+    detection: DetectionConfig = DetectionConfig()
+    probes: ProbeConfig = ProbeConfig()
     server: ServerConfig = ServerConfig()
     cluster: ClusterConfig = ClusterConfig()
     ignored: tuple[str, ...] = ()  # "key: reason" lines for entries that were accepted but have no effect
 
     def policy(self, name: str) -> PolicyConfig:
         """The settings of policy `name` (one of POLICY_NAMES), falling back to the global mode."""
-        return self.policies.get(name) or PolicyConfig(mode=self.mode, failure_mode="deny")
+        return self.policies.get(name) or PolicyConfig(mode=self.mode, failure_mode=DEFAULT_FAILURE_MODES.get(name, "deny"))
 
 
 class _Reader:
@@ -256,7 +306,8 @@ def from_mapping(data: Any) -> Config:
     policies: dict[str, PolicyConfig] = {}
     for name in POLICY_NAMES:
         r = pol_reader.sub(name)
-        policies[name] = PolicyConfig(mode=r.choice("mode", MODES, mode), failure_mode=r.choice("failureMode", FAILURE_MODES, "deny"))
+        policies[name] = PolicyConfig(mode=r.choice("mode", MODES, mode),
+                                      failure_mode=r.choice("failureMode", FAILURE_MODES, DEFAULT_FAILURE_MODES[name]))
         r.done()
     pol_reader.done()
 
@@ -271,6 +322,39 @@ def from_mapping(data: Any) -> Config:
         driver_subjects=_subjects(rr.sub("driverSubjects"), d.driver_subjects, ignored),
     )
     rr.done()
+
+    dr = top.sub("drivers")
+    selectors = []
+    for i, raw in enumerate(dr.take("selectors", list, [])):
+        r = _Reader(raw, f"drivers.selectors[{i}]")
+        ns = r.take("namespace", str, "")
+        if not ns:
+            raise ConfigError(f"drivers.selectors[{i}].namespace: required")
+        labels = r.take("matchLabels", dict, {})
+        for k, v in labels.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise ConfigError(f"drivers.selectors[{i}].matchLabels: keys and values must be strings; got {k!r}: {v!r}")
+        selectors.append(DriverSelector(namespace=ns, match_labels=dict(labels), driver_name=r.take("driverName", str, "")))
+        r.done()
+    detection = DetectionConfig(selectors=tuple(selectors), auto_detect=dr.take("autoDetect", bool, True))
+    dr.done()
+
+    pr = top.sub("probes")
+    dp = ProbeConfig()
+    st = pr.sub("startupProbe")
+    probes = ProbeConfig(
+        period_seconds=pr.integer("periodSeconds", dp.period_seconds, 1, 3600),
+        timeout_seconds=pr.integer("timeoutSeconds", dp.timeout_seconds, 1, 3600),
+        failure_threshold=pr.integer("failureThreshold", dp.failure_threshold, 1, 1000),
+        service=pr.take("service", str, dp.service),
+        default_port=pr.integer("defaultPort", dp.default_port, 1, 65535),
+        assume_default_port=pr.take("assumeDefaultPort", bool, dp.assume_default_port),
+        startup_probe=st.take("enabled", bool, dp.startup_probe),
+        startup_period_seconds=st.integer("periodSeconds", dp.startup_period_seconds, 1, 3600),
+        startup_failure_threshold=st.integer("failureThreshold", dp.startup_failure_threshold, 1, 100000),
+    )
+    st.done()
+    pr.done()
 
     sr = top.sub("server")
     ds = ServerConfig()
@@ -288,7 +372,7 @@ def from_mapping(data: Any) -> Config:
         raise ConfigError(f"cluster.requestTimeoutSeconds: must be > 0 and <= 30; got {timeout}")
     cr.done()
     top.done()
-    return Config(mode=mode, policies=policies, rbac=rbac, server=server,
+    return Config(mode=mode, policies=policies, rbac=rbac, detection=detection, probes=probes, server=server,
                   cluster=ClusterConfig(request_timeout_seconds=float(timeout)), ignored=tuple(ignored))
 
 

@@ -21,8 +21,18 @@ ADMISSION_DURATION = Histogram(
 )
 VIOLATIONS = Counter(
     "dra_guard_violations_total",
-    "Findings decided at admission, by policy and the mode they were decided under.",
+    "Findings at admission that enforce mode refuses, by policy and the mode they were decided under.",
     ["policy", "mode"],
+)
+FINDINGS = Counter(
+    "dra_guard_findings_total",
+    "Every finding at admission (refusals and advisories), by policy, check and mode.",
+    ["policy", "check", "mode"],
+)
+PATCHES = Counter(
+    "dra_guard_patches_total",
+    "Reviews answered with a JSON patch (enforce mode of mutating policies), by policy.",
+    ["policy"],
 )
 BAD_REQUESTS = Counter(
     "dra_guard_bad_requests_total",

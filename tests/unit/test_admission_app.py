@@ -181,3 +181,37 @@ def test_finding_code_and_reason_reach_the_status():
     out = admission.respond(review(BAD_BINDING), policy="x", evaluate=lambda _r: Decision(findings=(f,)),
                             settings=PolicyConfig("enforce", "deny"))
     assert out["response"]["status"] == {"code": 429, "reason": "TooManyRequests", "message": "wait", "status": "Failure"}
+
+
+# ------------------------------------------------------------------ /mutate/daemonsets through the app
+def _ds_review():
+    from tests.unit.test_probes_policy import driver_daemonset
+    body = review(binding("x", "y", []))  # reuse the envelope, replace the object
+    req = body["request"]
+    req["kind"] = {"group": "apps", "version": "v1", "kind": "DaemonSet"}
+    req["resource"] = {"group": "apps", "version": "v1", "resource": "daemonsets"}
+    req["object"] = driver_daemonset()
+    return body
+
+
+@pytest.mark.parametrize("mode", ["enforce", "warn", "audit"])
+def test_probe_modes(mode):
+    resp = post(make_client(mode), _ds_review(), path="/mutate/daemonsets").get_json()["response"]
+    assert resp["allowed"] is True
+    if mode == "enforce":
+        ops = json.loads(base64.b64decode(resp["patch"]))
+        assert any(op["path"].endswith("/livenessProbe") for op in ops)
+        assert "warnings" not in resp and "probes-patched" in resp["auditAnnotations"]
+    elif mode == "warn":
+        assert "patch" not in resp
+        assert any(w.startswith("dra-guard would add") for w in resp["warnings"])
+    else:
+        assert "patch" not in resp and "warnings" not in resp
+        assert "livenessProbe" in resp["auditAnnotations"]["probes-finding"]
+
+
+def test_probe_policy_error_fails_open_by_default(monkeypatch):
+    from webhook.policies import probes
+    monkeypatch.setattr(probes, "evaluate", lambda *a, **k: 1 / 0)
+    resp = post(make_client(), _ds_review(), path="/mutate/daemonsets").get_json()["response"]
+    assert resp["allowed"] is True and "internal error" in resp["warnings"][0]

@@ -38,9 +38,11 @@ def test_compliant_examples_exit_0(capsys):
 def test_json_output_shape(capsys):
     code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES), "--output", "json")
     findings = json.loads(out)
-    assert code == 1 and len(findings) == 3
+    assert code == 1
+    assert sorted((f["policy"], f["name"]) for f in findings) == [
+        ("probes", "gpu-example-driver"), ("rbac", "ci-deployer-everything"), ("rbac", "team-b-edit"), ("rbac", "team-gpu")]
     for f in findings:
-        assert {"policy", "kind", "namespace", "name", "message", "mode"} <= f.keys()
+        assert {"policy", "kind", "namespace", "name", "message", "mode", "check"} <= f.keys()
 
 
 def test_list_kind_and_json_files(tmp_path, capsys):
@@ -59,7 +61,7 @@ def test_list_kind_and_json_files(tmp_path, capsys):
 def test_config_flag_overrides_found_config(tmp_path, capsys):
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("rbac:\n  adminSubjects:\n    groups: [team-a, team-b]\n    serviceAccounts: ['ci:deployer']\n")
-    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "non-compliant"), "--config", str(cfg))
+    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "non-compliant" / "rbac.yaml"), "--config", str(cfg))
     assert code == 0, out
 
 
@@ -87,3 +89,19 @@ def test_usage_errors_exit_2(tmp_path, capsys):
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--output" in out.stdout and "exit" in out.stdout.lower()
+
+
+def test_driver_daemonset_without_probe_is_reported(capsys):
+    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "non-compliant" / "driver-daemonset.yaml"))
+    assert code == 1
+    assert "missing-liveness-probe" in out and "gpu-example-driver" in out
+
+
+def test_advisory_findings_alone_exit_0(tmp_path, capsys):
+    import yaml
+    ds = yaml.safe_load((EXAMPLES / "compliant" / "driver-daemonset.yaml").read_text())
+    ds["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
+    code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"))
+    assert code == 0
+    assert "seamless-upgrade" in out and "1 advisory" in out

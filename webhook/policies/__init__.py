@@ -27,6 +27,9 @@ class Finding:
     code/reason become the AdmissionResponse status when the finding is enforced (403 Forbidden
     for RBAC; 429 TooManyRequests where the client should retry). `summary` is under 120
     characters for kubectl warnings; `message` is the full, actionable text.
+    check: a stable id of the rule that found it (e.g. "rbac-write", "missing-liveness-probe").
+    enforced: False for advisory findings, which enforce mode shows as warnings but never refuses.
+    fixed_by_patch: the Decision's patch resolves it (enforce mode applies the patch and stays quiet).
     """
 
     policy: str
@@ -38,6 +41,9 @@ class Finding:
     code: int = 403
     reason: str = "Forbidden"
     details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    check: str = ""
+    enforced: bool = True
+    fixed_by_patch: bool = False
 
     def as_dict(self, *, mode: str) -> dict[str, Any]:
         """The JSON form used by `dra-guard audit --output json` and structured logs."""
@@ -47,6 +53,8 @@ class Finding:
             "namespace": self.namespace,
             "name": self.name,
             "mode": mode,
+            "check": self.check,
+            "enforced": self.enforced,
             "message": self.message,
             **({"details": dict(self.details)} if self.details else {}),
         }
@@ -56,7 +64,7 @@ class Finding:
 class Decision:
     """A policy's verdict on one admission request, as enforce mode would answer it.
 
-    findings: violations (allowed is False when there are any).
+    findings: violations (allowed is False when any is enforced) and advisory findings.
     warnings: informational messages (each under 120 characters) shown in enforce and warn modes.
     patch: JSON Patch operations (RFC 6902 dicts) for mutating policies, empty otherwise.
     audit_annotations: extra AdmissionResponse.auditAnnotations (key without prefix -> value).
@@ -69,8 +77,8 @@ class Decision:
 
     @property
     def allowed(self) -> bool:
-        """True when there is no finding."""
-        return not self.findings
+        """True when no finding is enforced."""
+        return not any(f.enforced for f in self.findings)
 
 
 ALLOW = Decision()

@@ -178,7 +178,13 @@ class RbacIndex:
         self._aggregators: set[str] = set()
         self._bindings: dict[str, dict[str, Any]] = {}
         self._by_role: dict[str, set[str]] = {}
-        self._grants_memo: dict[str, tuple[Grant, ...]] = {}
+        self._grants_memo: dict[str, tuple[Grant, ...]] = {}  # role name -> effective grants
+        self._sa_memo: dict[tuple[str, str, str], bool] = {}  # (namespace, name, resource) -> may write
+
+    def _changed(self) -> None:
+        """Drop memoised answers after any RBAC change (caller holds the lock)."""
+        self._grants_memo.clear()
+        self._sa_memo.clear()
 
     # -- updates (from watches or manifest files)
     def upsert_role(self, obj: Mapping[str, Any]) -> None:
@@ -191,14 +197,14 @@ class RbacIndex:
                 self._aggregators.add(name)
             else:
                 self._aggregators.discard(name)
-            self._grants_memo.clear()
+            self._changed()
 
     def delete_role(self, name: str) -> None:
         """Forget a ClusterRole by name (no error when unknown)."""
         with self._lock:
             self._roles.pop(name, None)
             self._aggregators.discard(name)
-            self._grants_memo.clear()
+            self._changed()
 
     def upsert_binding(self, obj: Mapping[str, Any]) -> None:
         """Add or replace a ClusterRoleBinding (rbac.authorization.k8s.io/v1 dict)."""
@@ -206,6 +212,7 @@ class RbacIndex:
         name = slim["metadata"]["name"]
         with self._lock:
             self.delete_binding(name)
+            self._changed()
             self._bindings[name] = slim
             self._by_role.setdefault(_str(slim["roleRef"].get("name")), set()).add(name)
 
@@ -214,6 +221,7 @@ class RbacIndex:
         with self._lock:
             old = self._bindings.pop(name, None)
             if old is not None:
+                self._changed()
                 role = _str(old["roleRef"].get("name"))
                 names = self._by_role.get(role)
                 if names is not None:
@@ -227,13 +235,14 @@ class RbacIndex:
         with self._lock:
             self._roles = {s["metadata"]["name"]: s for s in slims}
             self._aggregators = {n for n, s in self._roles.items() if "aggregationRule" in s}
-            self._grants_memo.clear()
+            self._changed()
 
     def replace_bindings(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Replace every ClusterRoleBinding with `objects` (after a relist)."""
         with self._lock:
             self._bindings.clear()
             self._by_role.clear()
+            self._changed()
             for obj in objects:
                 self.upsert_binding(obj)
 
@@ -304,6 +313,32 @@ class RbacIndex:
             result = tuple(sorted(grants))
             if indexed:
                 self._grants_memo[name] = result
+            return result
+
+    def service_account_may_write(self, namespace: str, name: str, resource: str, config: RbacConfig) -> bool:
+        """Whether ClusterRoleBindings give ServiceAccount namespace/name write on `resource`.
+
+        Counts subjects that name the ServiceAccount (kind ServiceAccount or its User form) and the
+        groups every ServiceAccount is in (system:serviceaccounts, system:serviceaccounts:<ns>,
+        system:authenticated). Memoised until the next RBAC change.
+        """
+        key = (namespace, name, resource)
+        with self._lock:
+            if key in self._sa_memo:
+                return self._sa_memo[key]
+            groups = {"system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"}
+            user = f"system:serviceaccount:{namespace}:{name}"
+            result = False
+            for binding in self._bindings.values():
+                if not any((s.kind == "ServiceAccount" and s.namespace == namespace and s.name == name)
+                           or (s.kind == "User" and s.name == user) or (s.kind == "Group" and s.name in groups)
+                           for s in subjects_of(binding)):
+                    continue
+                role = self._roles.get(_str(_map(binding.get("roleRef")).get("name")))
+                if role is not None and any(g.resource == resource for g in self.effective_grants(role, config)):
+                    result = True
+                    break
+            self._sa_memo[key] = result
             return result
 
     @classmethod
@@ -410,7 +445,7 @@ def _finding(v: Violation, config: RbacConfig, *, kind: str, name: str) -> Findi
     if kind == "ClusterRole":
         message = f"ClusterRole {name}: " + message
     return Finding(
-        policy=POLICY, kind=kind, name=name, message=message, summary=summary,
+        policy=POLICY, kind=kind, name=name, message=message, summary=summary, check="rbac-write",
         details={"binding": v.binding, "subject": str(v.subject), "roleRef": v.via,
                  "resources": sorted({g.resource for g in v.grants}), "verbs": sorted({g.verb for g in v.grants}),
                  "roles": sorted({g.role for g in v.grants})},

@@ -1,0 +1,244 @@
+"""Driver detection and the liveness-probe mutation as pure functions."""
+from __future__ import annotations
+
+import copy
+
+import jsonpatch
+import pytest
+
+from webhook.config import from_mapping
+from webhook.policies import drivers, probes
+
+CONFIG = from_mapping(None)
+
+
+def driver_daemonset(*, name="gpu-driver", namespace="gpu", containers=None, cdi=True, plugin_subdir="gpu.example.com",
+                     annotations=None, labels=None, strategy=None, sa="gpu-driver"):
+    """A DRA driver DaemonSet shaped like dra-example-driver's chart."""
+    volumes = [{"name": "plugins-registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry"}},
+               {"name": "plugins", "hostPath": {"path": f"/var/lib/kubelet/plugins/{plugin_subdir}".rstrip("/")}}]
+    if cdi:
+        volumes.append({"name": "cdi", "hostPath": {"path": "/var/run/cdi"}})
+    if containers is None:
+        containers = [plugin_container("plugin", args=["--healthcheck-port=51515"])]
+    meta = {"name": name, "namespace": namespace}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    if labels is not None:
+        meta["labels"] = labels
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta,
+          "spec": {"selector": {"matchLabels": {"app": name}},
+                   "template": {"metadata": {"labels": {"app": name}},
+                                "spec": {"serviceAccountName": sa, "containers": containers, "volumes": volumes}}}}
+    if strategy is not None:
+        ds["spec"]["updateStrategy"] = strategy
+    return ds
+
+
+def plugin_container(name, *, args=None, env=None, ports=None, mounts=("plugins-registry", "plugins", "cdi"), **extra):
+    c = {"name": name, "image": "registry.example/driver:v1",
+         "volumeMounts": [{"name": m, "mountPath": f"/mnt/{m}"} for m in mounts], **extra}
+    if args is not None:
+        c["args"] = args
+    if env is not None:
+        c["env"] = env
+    if ports is not None:
+        c["ports"] = ports
+    return c
+
+
+def request(obj, *, operation="CREATE", old=None):
+    return {"uid": "u", "operation": operation, "object": obj, "oldObject": old,
+            "kind": {"group": "apps", "version": "v1", "kind": "DaemonSet"}}
+
+
+def decide(obj, config=CONFIG, **kw):
+    return probes.review(request(obj, **kw), detection=config.detection, config=config.probes,
+                         can_write_slices=kw.pop("can_write", lambda ns, sa: False))
+
+
+def apply(obj, decision):
+    return jsonpatch.apply_patch(obj, list(decision.patch))
+
+
+# ------------------------------------------------------------------ detection
+def test_dra_driver_is_detected_with_name_from_plugin_dir():
+    d = drivers.detect(driver_daemonset(), config=CONFIG.detection)
+    assert d is not None and d.name == "gpu.example.com" and d.plugin_containers == (0,)
+
+
+def test_csi_node_plugin_is_not_a_driver():
+    csi = driver_daemonset(cdi=False, plugin_subdir="csi.example.com")
+    assert drivers.detect(csi, config=CONFIG.detection) is None
+
+
+def test_service_account_that_writes_slices_is_a_dra_sign():
+    ds = driver_daemonset(cdi=False)
+    d = drivers.detect(ds, config=CONFIG.detection, can_write_slices=lambda ns, sa: (ns, sa) == ("gpu", "gpu-driver"))
+    assert d is not None and "ResourceSlices" in d.evidence
+
+
+def test_explicit_annotation_wins_and_auto_detection_can_be_off():
+    cfg = from_mapping({"drivers": {"autoDetect": False}})
+    assert drivers.detect(driver_daemonset(), config=cfg.detection) is None
+    ds = driver_daemonset(cdi=False, annotations={drivers.DRIVER_KEY: "net.example.com"})
+    d = drivers.detect(ds, config=cfg.detection)
+    assert d is not None and d.name == "net.example.com"
+
+
+def test_configured_selector():
+    cfg = from_mapping({"drivers": {"autoDetect": False,
+                                    "selectors": [{"namespace": "gpu", "matchLabels": {"team": "x"}, "driverName": "d.example.com"}]}})
+    assert drivers.detect(driver_daemonset(labels={"team": "x"}), config=cfg.detection).name == "d.example.com"
+    assert drivers.detect(driver_daemonset(labels={"team": "y"}), config=cfg.detection) is None
+
+
+@pytest.mark.parametrize("container, expected", [
+    ({"args": ["--driver-name=a.example.com"]}, "a.example.com"),
+    ({"args": ["--driver-name", "b.example.com"]}, "b.example.com"),
+    ({"command": ["plugin", "-driver-name=c.example.com"]}, "c.example.com"),
+    ({"env": [{"name": "DRIVER_NAME", "value": "d.example.com"}]}, "d.example.com"),
+    ({"args": ["--other"]}, ""),
+])
+def test_driver_name_from_container(container, expected):
+    assert drivers.name_from_container(container) == expected
+
+
+# ------------------------------------------------------------------ acceptance 1: one add, idempotent
+def test_probe_is_added_and_patch_is_idempotent():
+    ds = driver_daemonset()
+    d = decide(ds)
+    probe_ops = [op for op in d.patch if op["path"] == "/spec/template/spec/containers/0/livenessProbe"]
+    assert len(probe_ops) == 1 and probe_ops[0]["op"] == "add"
+    assert probe_ops[0]["value"] == {"grpc": {"port": 51515, "service": "liveness"}, "periodSeconds": 10,
+                                     "timeoutSeconds": 10, "failureThreshold": 3}
+    assert all(op["op"] == "add" for op in d.patch)
+    patched = apply(ds, d)
+    again = decide(patched)
+    assert again.patch == ()
+
+
+# ------------------------------------------------------------------ acceptance 2: existing probe untouched
+def test_container_with_exec_probe_is_left_alone():
+    ds = driver_daemonset(containers=[
+        plugin_container("a", args=["--healthcheck-port=51515"], livenessProbe={"exec": {"command": ["true"]}}),
+        plugin_container("b", env=[{"name": "HEALTHCHECK_PORT", "value": "51516"}]),
+    ])
+    d = decide(ds)
+    paths = {op["path"] for op in d.patch}
+    assert "/spec/template/spec/containers/1/livenessProbe" in paths
+    assert not any(p.startswith("/spec/template/spec/containers/0") for p in paths)
+    assert apply(ds, d)["spec"]["template"]["spec"]["containers"][1]["livenessProbe"]["grpc"]["port"] == 51516
+
+
+def test_each_plugin_container_gets_its_own_port():
+    ds = driver_daemonset(containers=[
+        plugin_container("gpus", args=["--healthcheck-port", "51515"]),
+        plugin_container("cd", ports=[{"name": "healthcheck", "containerPort": 51516}]),
+        plugin_container("sidecar", mounts=()),
+    ])
+    out = apply(ds, decide(ds))["spec"]["template"]["spec"]["containers"]
+    assert [c.get("livenessProbe", {}).get("grpc", {}).get("port") for c in out] == [51515, 51516, None]
+
+
+# ------------------------------------------------------------------ acceptance 3: CSI untouched, no port -> warning
+def test_csi_plugin_daemonset_is_untouched():
+    d = decide(driver_daemonset(cdi=False, plugin_subdir="csi.example.com"))
+    assert d.patch == () and d.findings == ()
+
+
+def test_driver_without_declared_port_gets_no_patch_but_a_finding():
+    ds = driver_daemonset(containers=[plugin_container("plugin")])
+    d = decide(ds)
+    assert d.patch == ()
+    assert d.allowed
+    assert [f.check for f in d.findings] == ["no-healthcheck-port"]
+    assert probes.PORT_ANNOTATION in d.findings[0].message
+
+
+def test_assume_default_port():
+    cfg = from_mapping({"probes": {"assumeDefaultPort": True, "defaultPort": 9000}})
+    d = decide(driver_daemonset(containers=[plugin_container("plugin")]), config=cfg)
+    assert d.patch and any(op.get("value", {}).get("grpc", {}).get("port") == 9000 for op in d.patch)
+
+
+@pytest.mark.parametrize("annotation, ports", [("6000", [6000, 6000]), ("a=7001,b=7002", [7001, 7002])])
+def test_port_annotation(annotation, ports):
+    ds = driver_daemonset(containers=[plugin_container("a"), plugin_container("b")],
+                          annotations={probes.PORT_ANNOTATION: annotation})
+    out = apply(ds, decide(ds))["spec"]["template"]["spec"]["containers"]
+    assert [c["livenessProbe"]["grpc"]["port"] for c in out] == ports
+
+
+# ------------------------------------------------------------------ acceptance 4: escaping, no annotations
+def test_annotations_with_slash_and_tilde_round_trip():
+    ann = {"example.com/a~b": "1", "x/y/z": "2"}
+    ds = driver_daemonset(annotations=dict(ann))
+    patched = apply(copy.deepcopy(ds), decide(ds))
+    assert {k: v for k, v in patched["metadata"]["annotations"].items() if k != probes.ADDED_ANNOTATION} == ann
+    assert patched["metadata"]["annotations"][probes.ADDED_ANNOTATION] == "plugin"
+    assert any("~1" in op["path"] for op in decide(ds).patch)  # the new key's "/" is escaped
+
+
+def test_daemonset_without_annotations_gets_the_map_created():
+    ds = driver_daemonset()
+    assert "annotations" not in ds["metadata"]
+    patched = apply(ds, decide(ds))
+    assert patched["metadata"]["annotations"] == {probes.ADDED_ANNOTATION: "plugin"}
+
+
+# ------------------------------------------------------------------ opt-out, update, upgrade strategy, startup
+def test_opt_out_annotation():
+    assert decide(driver_daemonset(annotations={probes.OPT_OUT: "off"})).patch == ()
+
+
+def test_update_with_unchanged_template_warns_instead_of_patching():
+    ds = driver_daemonset()
+    changed = copy.deepcopy(ds)
+    changed["metadata"]["labels"] = {"new": "label"}
+    d = decide(changed, operation="UPDATE", old=ds)
+    assert d.patch == ()
+    assert [f.check for f in d.findings] == ["missing-liveness-probe"] and not d.findings[0].fixed_by_patch
+
+
+def test_update_with_template_change_patches():
+    ds = driver_daemonset()
+    changed = copy.deepcopy(ds)
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "registry.example/driver:v2"
+    assert decide(changed, operation="UPDATE", old=ds).patch
+
+
+def test_startup_probe_when_enabled():
+    cfg = from_mapping({"probes": {"startupProbe": {"enabled": True}}})
+    out = apply(driver_daemonset(), decide(driver_daemonset(), config=cfg))["spec"]["template"]["spec"]["containers"][0]
+    assert out["startupProbe"] == {"grpc": {"port": 51515, "service": "liveness"}, "periodSeconds": 1, "failureThreshold": 600}
+
+
+SEAMLESS_ENV = [{"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
+
+
+@pytest.mark.parametrize("env, strategy, expected", [
+    (SEAMLESS_ENV, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}, "maxSurge: 1"),
+    (SEAMLESS_ENV, None, "maxSurge: 1"),  # the default maxSurge is 0
+    (SEAMLESS_ENV, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, None),
+    (None, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "10%", "maxUnavailable": 0}}, "fight over one"),
+    (None, {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}, None),
+    (None, {"type": "OnDelete"}, None),
+])
+def test_seamless_upgrade_findings(env, strategy, expected):
+    ds = driver_daemonset(containers=[plugin_container("plugin", args=["--healthcheck-port=51515"], env=env)], strategy=strategy)
+    found = [f for f in decide(ds).findings if f.check == "seamless-upgrade"]
+    if expected is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and expected in found[0].message and not found[0].enforced
+
+
+@pytest.mark.parametrize("obj", [
+    {"kind": "DaemonSet"},
+    {"kind": "DaemonSet", "spec": {"template": {"spec": {"containers": "nope", "volumes": [None, 3]}}}},
+    {"kind": "DaemonSet", "metadata": {"annotations": {drivers.DRIVER_KEY: "x"}},
+     "spec": {"template": {"spec": {"containers": [None]}}}},
+])
+def test_malformed_daemonsets_do_not_crash(obj):
+    assert decide(obj).allowed

@@ -1,0 +1,242 @@
+"""Driver liveness probes: give every DRA driver's kubelet plugin container a gRPC liveness probe.
+
+Source: "Good practices for DRA as a Cluster Admin", section "Ensure your DRA driver exposes a
+liveness probe and utilize it": drivers may serve the gRPC health protocol (grpc.health.v1.Health);
+use it as the DaemonSet's liveness probe so a hung driver is restarted. dra-example-driver and the
+NVIDIA GPU driver serve it on --healthcheck-port / HEALTHCHECK_PORT (51515) for service "liveness";
+probe shape as in their charts (core/v1 Probe with a GRPCAction). Also "Prefer DRA drivers that
+support seamless upgrade": a driver that supports it (POD_UID from metadata.uid, kubelet >= 1.33)
+needs updateStrategy.rollingUpdate maxSurge 1 / maxUnavailable 0; one that does not must keep
+maxSurge 0.
+
+Rules: never touch a container that has a livenessProbe of any handler type (a container has at
+most one handler); add a probe only where the health port is known (a probe on a port the driver
+does not serve would crash-loop it); patch with `add` only, idempotently; on UPDATE, do not start a
+rollout of every driver pod on our own: when the pod template is otherwise unchanged, warn instead.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jsonpatch
+
+from webhook.config import ProbeConfig
+from webhook.policies import ALLOW, Decision, Finding, short
+from webhook.policies import drivers as drivers_mod
+
+POLICY = "probes"
+OPT_OUT = "dra-guard.io/probes"
+PORT_ANNOTATION = "dra-guard.io/healthcheck-port"
+ADDED_ANNOTATION = "dra-guard.io/probes-added"
+PORT_NAMES = ("healthcheck", "health", "grpc-health")
+_PORT_FLAG = re.compile(r"^--?healthcheck-port(?:=(.*))?$")
+
+
+def _map(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _port(value: Any) -> int | None:
+    try:
+        port = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return port if 1 <= port <= 65535 else None
+
+
+def health_port(container: Mapping[str, Any], *, annotation: str, config: ProbeConfig) -> tuple[int | None, str]:
+    """(port, where it came from) of a container's gRPC health service, (None, "") when unknown.
+
+    Order: the DaemonSet annotation dra-guard.io/healthcheck-port ("51515", or per container
+    "plugin=51515,gpus=51516"), a containerPort named healthcheck/health/grpc-health, a
+    --healthcheck-port argument or HEALTHCHECK_PORT env of the container, and only with
+    assumeDefaultPort the configured default.
+    """
+    name = container.get("name")
+    if annotation:
+        if "=" in annotation:
+            for part in annotation.split(","):
+                key, _, value = part.partition("=")
+                if key.strip() == name and _port(value):
+                    return _port(value), f"annotation {PORT_ANNOTATION}"
+        elif _port(annotation):
+            return _port(annotation), f"annotation {PORT_ANNOTATION}"
+    for p in map(_map, _list(container.get("ports"))):
+        if p.get("name") in PORT_NAMES and _port(p.get("containerPort")):
+            return _port(p.get("containerPort")), f"containerPort {p.get('name')}"
+    words = [w for w in _list(container.get("command")) + _list(container.get("args")) if isinstance(w, str)]
+    for i, word in enumerate(words):
+        m = _PORT_FLAG.match(word)
+        if m:
+            value = m.group(1) if m.group(1) is not None else (words[i + 1] if i + 1 < len(words) else "")
+            if _port(value):
+                return _port(value), "--healthcheck-port"
+    for env in map(_map, _list(container.get("env"))):
+        if env.get("name") == "HEALTHCHECK_PORT" and _port(env.get("value")):
+            return _port(env.get("value")), "HEALTHCHECK_PORT"
+    if config.assume_default_port:
+        return config.default_port, "probes.defaultPort"
+    return None, ""
+
+
+def grpc_probe(port: int, config: ProbeConfig, *, startup: bool = False) -> dict[str, Any]:
+    """A core/v1 Probe dict with a gRPC handler on `port` for the configured service."""
+    if startup:
+        return {"grpc": {"port": port, "service": config.service},
+                "periodSeconds": config.startup_period_seconds, "failureThreshold": config.startup_failure_threshold}
+    return {"grpc": {"port": port, "service": config.service}, "periodSeconds": config.period_seconds,
+            "timeoutSeconds": config.timeout_seconds, "failureThreshold": config.failure_threshold}
+
+
+def _ref(daemonset: Mapping[str, Any]) -> tuple[str, str]:
+    meta = _map(daemonset.get("metadata"))
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _finding(daemonset: Mapping[str, Any], check: str, message: str, summary: str, *, fixed_by_patch: bool = False,
+             **details: Any) -> Finding:
+    ns, name = _ref(daemonset)
+    return Finding(policy=POLICY, kind="DaemonSet", namespace=ns, name=name, message=message, summary=short(summary),
+                   enforced=False, check=check, fixed_by_patch=fixed_by_patch, details=details)
+
+
+def _surge(strategy: Mapping[str, Any]) -> int | None:
+    """maxSurge of a RollingUpdate DaemonSet strategy as a number (percent counts as > 0), None for OnDelete."""
+    if strategy.get("type") == "OnDelete":
+        return None
+    value = _map(strategy.get("rollingUpdate")).get("maxSurge", 0)
+    text = str(value).strip().rstrip("%")
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def _supports_seamless_upgrade(spec: Mapping[str, Any]) -> bool:
+    for c in map(_map, _list(spec.get("containers"))):
+        for env in map(_map, _list(c.get("env"))):
+            field = _map(_map(env.get("valueFrom")).get("fieldRef")).get("fieldPath")
+            if env.get("name") == "POD_UID" and field == "metadata.uid":
+                return True
+    return False
+
+
+def upgrade_findings(daemonset: Mapping[str, Any]) -> list[Finding]:
+    """Advisory findings about the DaemonSet's updateStrategy and seamless-upgrade support."""
+    spec = drivers_mod.pod_spec(daemonset)
+    surge = _surge(_map(_map(daemonset.get("spec")).get("updateStrategy")))
+    if surge is None:
+        return []
+    ns, name = _ref(daemonset)
+    if _supports_seamless_upgrade(spec) and surge == 0:
+        return [_finding(daemonset, "seamless-upgrade",
+                         f"DaemonSet {ns}/{name} runs a DRA driver that supports seamless upgrade (POD_UID from "
+                         f"metadata.uid) but its updateStrategy has maxSurge 0, so every upgrade leaves a gap in which "
+                         f"pods cannot start and claims cannot be cleaned up. Set updateStrategy.rollingUpdate "
+                         f"maxSurge: 1, maxUnavailable: 0.",
+                         f"dra-guard: DaemonSet {name} supports seamless upgrade: set maxSurge: 1, maxUnavailable: 0")]
+    if not _supports_seamless_upgrade(spec) and surge > 0:
+        return [_finding(daemonset, "seamless-upgrade",
+                         f"DaemonSet {ns}/{name} runs a DRA driver without seamless-upgrade support (no POD_UID from "
+                         f"metadata.uid) but its updateStrategy has maxSurge > 0: two driver pods on one node will "
+                         f"fight over one kubelet plugin socket. Set maxSurge: 0, or use a driver version that "
+                         f"supports seamless upgrade (kubelet >= 1.33).",
+                         f"dra-guard: DaemonSet {name}: maxSurge > 0 without seamless upgrade; two driver pods will fight over one socket")]
+    return []
+
+
+def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config: ProbeConfig) -> tuple[dict[str, Any], list[Finding]]:
+    """The DaemonSet with probes added (a modified deep copy) and the findings about it."""
+    modified = copy.deepcopy(dict(daemonset))
+    ns, name = _ref(daemonset)
+    meta = _map(daemonset.get("metadata"))
+    annotation = str(_map(meta.get("annotations")).get(PORT_ANNOTATION) or "")
+    containers = _list(drivers_mod.pod_spec(modified).get("containers"))
+    findings: list[Finding] = []
+    added: list[str] = []
+    for i in driver.plugin_containers:
+        container = containers[i]
+        if not isinstance(container, dict) or "livenessProbe" in container:
+            continue
+        cname = container.get("name", str(i))
+        port, source = health_port(container, annotation=annotation, config=config)
+        if port is None:
+            findings.append(_finding(
+                daemonset, "no-healthcheck-port",
+                f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe, "
+                f"and dra-guard cannot tell its gRPC health port, so a hung driver will not be restarted. Declare the "
+                f"port: annotation {PORT_ANNOTATION}: \"<port>\", a containerPort named healthcheck, or "
+                f"--healthcheck-port=<port>; or add a livenessProbe yourself.",
+                f"dra-guard: driver container {cname} has no livenessProbe and no known health port; see {PORT_ANNOTATION}",
+                container=cname))
+            continue
+        container["livenessProbe"] = grpc_probe(port, config)
+        if config.startup_probe and "startupProbe" not in container:
+            container["startupProbe"] = grpc_probe(port, config, startup=True)
+        added.append(cname)
+        findings.append(_finding(
+            daemonset, "missing-liveness-probe",
+            f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe; "
+            f"dra-guard adds grpc port {port} service {config.service} (port from {source}).",
+            f"dra-guard would add a gRPC livenessProbe (port {port}) to driver container {cname}",
+            fixed_by_patch=True, container=cname, port=port))
+    if added:
+        annotations = modified.setdefault("metadata", {}).setdefault("annotations", {})
+        if not isinstance(annotations, dict):
+            return dict(daemonset), findings  # metadata.annotations of the wrong type: leave the object alone
+        annotations[ADDED_ANNOTATION] = ",".join(added)
+    return modified, findings + upgrade_findings(daemonset)
+
+
+def review(request: Mapping[str, Any], *, detection: drivers_mod.DetectionConfig, config: ProbeConfig,
+           can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False) -> Decision:
+    """Judge one AdmissionReview request for an apps/v1 DaemonSet (CREATE or UPDATE).
+
+    Returns a Decision whose patch adds the missing probes (only `add` operations), with advisory
+    findings for drivers whose health port is unknown and for their update strategy.
+    """
+    operation = request.get("operation")
+    obj = request.get("object")
+    if operation not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping):
+        return ALLOW
+    if str(_map(_map(obj.get("metadata")).get("annotations")).get(OPT_OUT, "")).lower() == "off":
+        return ALLOW
+    driver = drivers_mod.detect(obj, config=detection, can_write_slices=can_write_slices)
+    if driver is None:
+        return ALLOW
+    modified, findings = evaluate(obj, driver=driver, config=config)
+    old = request.get("oldObject")
+    if (operation == "UPDATE" and isinstance(old, Mapping)
+            and _map(_map(old.get("spec")).get("template")) == _map(_map(obj.get("spec")).get("template"))):
+        # adding a probe now would change the pod template and roll every driver pod on every node
+        findings = [dataclasses.replace(
+            f, fixed_by_patch=False,
+            message=f.message.replace("dra-guard adds", "dra-guard will add it at the next change of the pod template,") ,
+            summary=short(f"dra-guard: driver container {f.details.get('container')} has no livenessProbe; "
+                          f"added at the next pod template change")) if f.check == "missing-liveness-probe" else f
+            for f in findings]
+        return Decision(findings=tuple(findings))
+    patch = tuple(op for op in jsonpatch.make_patch(dict(obj), modified).patch)
+    if any(op["op"] != "add" for op in patch):
+        raise ValueError(f"probe patch would contain non-add operations: {[op['op'] for op in patch]}")
+    return Decision(findings=tuple(findings), patch=patch)
+
+
+def audit(daemonset: Mapping[str, Any], *, detection: drivers_mod.DetectionConfig, config: ProbeConfig,
+          can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False) -> list[Finding]:
+    """Findings for one existing DaemonSet dict: driver containers without a liveness probe, and
+    update-strategy findings. Empty for DaemonSets that are not DRA drivers or opted out."""
+    if str(_map(_map(daemonset.get("metadata")).get("annotations")).get(OPT_OUT, "")).lower() == "off":
+        return []
+    driver = drivers_mod.detect(daemonset, config=detection, can_write_slices=can_write_slices)
+    if driver is None:
+        return []
+    return evaluate(daemonset, driver=driver, config=config)[1]
