@@ -3,6 +3,7 @@
 Routes:
   POST /validate/rbac     the RBAC guard (ClusterRoles, ClusterRoleBindings, RoleBindings)
   POST /mutate/daemonsets the driver liveness probes (apps/v1 DaemonSets)
+  POST /validate/evictions drain order (pods/eviction; pods DELETE when eviction.guardDeletes)
   GET  /healthz           the process is alive (200 always while it serves)
   GET  /readyz            200 when the serving certificate is loaded and the caches have synced
   GET  /metrics           Prometheus metrics
@@ -24,7 +25,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from webhook import admission, metrics
 from webhook.cluster import ClusterState
 from webhook.config import Config
-from webhook.policies import Decision, probes, rbac
+from webhook.policies import Decision, eviction, probes, rbac
 
 log = logging.getLogger("dra_guard.app")
 
@@ -50,14 +51,34 @@ class Readiness:
 
 def policy_routes(config: Config, cluster: ClusterState) -> dict[str, tuple[str, Callable[[Mapping[str, Any]], Decision]]]:
     """URL path -> (policy name, request -> Decision) for every admission endpoint."""
-    def can_write_slices(namespace: str, name: str) -> bool:
-        return cluster.rbac.service_account_may_write(namespace, name, "resourceslices", config.rbac)
+    def judge_eviction(req: Mapping[str, Any]) -> Decision:
+        decision = eviction.review(req, index=cluster.claims, config=config.eviction,
+                                   synced=cluster.fresh(config.eviction.max_cache_age_seconds))
+        record_eviction(req, decision, cluster)
+        return decision
 
     return {
         "/validate/rbac": ("rbac", lambda req: rbac.review(req, index=cluster.rbac, config=config.rbac)),
         "/mutate/daemonsets": ("probes", lambda req: probes.review(req, detection=config.detection, config=config.probes,
-                                                                   can_write_slices=can_write_slices)),
+                                                                   can_write_slices=cluster.service_account_writes_slices)),
+        "/validate/evictions": ("eviction", judge_eviction),
     }
+
+
+def record_eviction(request: Mapping[str, Any], decision: Decision, cluster: ClusterState) -> None:
+    """Metrics of the drain-order guard: driver pod evictions refused and allowed by driver, and
+    the claims blocking a node's driver at its last refused eviction."""
+    refused = [f for f in decision.findings if f.check == "driver-still-needed"]
+    for f in refused:
+        metrics.DRIVER_EVICTIONS.labels(driver=f.details["driver"], decision="refused").inc()
+        metrics.BLOCKING_CLAIMS.labels(node=f.details["node"]).set(len(f.details["claims"]))
+    if not decision.findings:
+        found = cluster.claims.driver_of_pod(str(request.get("namespace") or ""), str(request.get("name") or ""))
+        if found is not None:
+            pod, driver = found
+            metrics.DRIVER_EVICTIONS.labels(driver=driver.name or "unknown", decision="allowed").inc()
+            if pod.node:
+                metrics.BLOCKING_CLAIMS.labels(node=pod.node).set(0)
 
 
 def create_app(*, config: Config, cluster: ClusterState, readiness: Readiness | None = None) -> Flask:

@@ -20,6 +20,8 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from webhook import metrics
+from webhook.config import Config
+from webhook.policies.eviction import ClaimIndex
 from webhook.policies.rbac import RbacIndex
 
 log = logging.getLogger("dra_guard.cluster")
@@ -138,53 +140,148 @@ class Informer:
         self.synced.clear()
         log.warning("cache lost its watch, will relist: %s", why, extra={"cache": self.name})
 
+    def age(self) -> float:
+        """Seconds since the cache last heard from the apiserver (list, watch start, event or bookmark)."""
+        return time.monotonic() - self.last_sync if self.last_sync else float("inf")
+
     def _watch_from(self, rv: str) -> None:
         while not self._stop.is_set():
-            self._watch = kubernetes.watch.Watch()
+            # return_type given and deserialize=False: events stay plain dicts (no model objects)
+            self._watch = kubernetes.watch.Watch(return_type="object")
             self._count("watch")
-            for event in self._watch.stream(self._list, resource_version=rv, timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                                            allow_watch_bookmarks=True, _request_timeout=WATCH_TIMEOUT_SECONDS + 30):
-                kind, obj = event.get("type"), event.get("raw_object") or {}
-                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._on_event(kind, obj)
-                self.last_sync = time.monotonic()
-                if self._stop.is_set():
-                    return
+            self.last_sync = time.monotonic()
+            try:
+                for event in self._watch.stream(self._list, resource_version=rv, timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                                                allow_watch_bookmarks=True, deserialize=False,
+                                                _request_timeout=WATCH_TIMEOUT_SECONDS + 30):
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("message")))
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self._on_event(kind, obj)
+                    self.last_sync = time.monotonic()
+                    if self._stop.is_set():
+                        return
+            except KeyError as exc:
+                # kubernetes.watch with deserialize=False reads event["raw_object"] on ERROR events
+                # (a 410 "too old resource version", usually): relist
+                raise ApiException(status=410, reason="watch error event") from exc
+
+
+RESOURCE_GROUP = "resource.k8s.io"
+RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first
+
+
+def served_resource_versions(client: kubernetes.client.ApiClient) -> list[str]:
+    """The resource.k8s.io versions the apiserver serves, preferred first ([] when none)."""
+    metrics.KUBE_API_REQUESTS.labels(verb="get", resource="apis").inc()
+    groups = kubernetes.client.ApisApi(client).get_api_versions(_request_timeout=10)
+    for group in groups.groups or []:
+        if group.name == RESOURCE_GROUP:
+            served = [v.version for v in group.versions or []]
+            preferred = group.preferred_version.version if group.preferred_version else ""
+            return sorted(served, key=lambda v: (v != preferred, RESOURCE_VERSIONS.index(v) if v in RESOURCE_VERSIONS else 99))
+    return []
 
 
 class ClusterState:
     """The caches dra-guard keeps of the cluster, and what readiness needs to know about them.
 
+    rbac: ClusterRoles and ClusterRoleBindings (RBAC guard; driver detection by ServiceAccount).
+    claims: DaemonSets, DaemonSet-owned and claim-using Pods, and allocated ResourceClaims
+    (drain order), read through the newest resource.k8s.io version the cluster serves.
+
     With `client` None (``--no-cluster``) nothing is watched, the indexes stay empty and the
     state counts as synced: policies then see an empty cluster.
     """
 
-    def __init__(self, client: kubernetes.client.ApiClient | None, *, timeout_seconds: float = 2.0) -> None:
+    def __init__(self, client: kubernetes.client.ApiClient | None, *, config: Config | None = None) -> None:
+        config = config or Config()
         self.client = client
+        self.config = config
         self.rbac = RbacIndex()
+        self.claims = ClaimIndex(config.detection, self.service_account_writes_slices)
         self.informers: list[Informer] = []
+        self.resource_version = ""
         if client is None:
             return
+        timeout = config.cluster.request_timeout_seconds
         rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
+        apps_api = kubernetes.client.AppsV1Api(client)
+        core_api = kubernetes.client.CoreV1Api(client)
         self.informers = [
-            Informer(name="clusterroles", list_func=rbac_api.list_cluster_role, on_replace=self.rbac.replace_roles,
-                     on_event=self._role_event, timeout_seconds=timeout_seconds),
+            Informer(name="clusterroles", list_func=rbac_api.list_cluster_role, on_replace=self._roles_replaced,
+                     on_event=self._role_event, timeout_seconds=timeout),
             Informer(name="clusterrolebindings", list_func=rbac_api.list_cluster_role_binding,
-                     on_replace=self.rbac.replace_bindings, on_event=self._binding_event, timeout_seconds=timeout_seconds),
+                     on_replace=self._bindings_replaced, on_event=self._binding_event, timeout_seconds=timeout),
+            Informer(name="daemonsets", list_func=apps_api.list_daemon_set_for_all_namespaces,
+                     on_replace=self.claims.replace_daemonsets, on_event=self._daemonset_event, timeout_seconds=timeout),
+            Informer(name="pods", list_func=core_api.list_pod_for_all_namespaces,
+                     on_replace=self.claims.replace_pods, on_event=self._pod_event, timeout_seconds=timeout),
+            Informer(name="resourceclaims", list_func=self._list_claims,
+                     on_replace=self.claims.replace_claims, on_event=self._claim_event, timeout_seconds=timeout),
         ]
+
+    def service_account_writes_slices(self, namespace: str, name: str) -> bool:
+        """Whether RBAC lets ServiceAccount namespace/name write ResourceSlices (a DRA driver sign)."""
+        return self.rbac.service_account_may_write(namespace, name, "resourceslices", self.config.rbac)
+
+    def _list_claims(self, **kwargs: Any) -> Any:
+        """list/watch ResourceClaims in the newest served resource.k8s.io version (found on first use)."""
+        assert self.client is not None
+        if not self.resource_version or (not kwargs.get("watch") and not kwargs.get("_continue")):
+            versions = served_resource_versions(self.client)
+            if not versions:
+                raise ClusterError("the cluster serves no resource.k8s.io version (DRA is not enabled)")
+            self.resource_version = versions[0]
+        api = kubernetes.client.CustomObjectsApi(self.client)
+        return api.list_cluster_custom_object(RESOURCE_GROUP, self.resource_version, "resourceclaims", **kwargs)
+
+    @staticmethod
+    def _name(obj: Mapping[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+    def _roles_replaced(self, items: list[dict[str, Any]]) -> None:
+        self.rbac.replace_roles(items)
+        self.claims.redetect()
+
+    def _bindings_replaced(self, items: list[dict[str, Any]]) -> None:
+        self.rbac.replace_bindings(items)
+        self.claims.redetect()
 
     def _role_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":
-            self.rbac.delete_role(str((obj.get("metadata") or {}).get("name", "")))
+            self.rbac.delete_role(self._name(obj)[1])
         else:
             self.rbac.upsert_role(obj)
+        self.claims.redetect()
 
     def _binding_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":
-            self.rbac.delete_binding(str((obj.get("metadata") or {}).get("name", "")))
+            self.rbac.delete_binding(self._name(obj)[1])
         else:
             self.rbac.upsert_binding(obj)
+        self.claims.redetect()
+
+    def _daemonset_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if kind == "DELETED":
+            self.claims.delete_daemonset(*self._name(obj))
+        else:
+            self.claims.upsert_daemonset(obj)
+
+    def _pod_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if kind == "DELETED":
+            self.claims.delete_pod(*self._name(obj))
+        else:
+            self.claims.upsert_pod(obj)
+
+    def _claim_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if kind == "DELETED":
+            self.claims.delete_claim(*self._name(obj))
+        else:
+            self.claims.upsert_claim(obj)
 
     def start(self) -> None:
         """Start every informer (non-blocking)."""
@@ -200,6 +297,14 @@ class ClusterState:
         """(True, "") when every cache has synced and keeps its watch, else (False, which caches not)."""
         missing = [i.name for i in self.informers if not i.synced.is_set()]
         return (not missing, "caches not synced: " + ", ".join(missing) if missing else "")
+
+    def fresh(self, max_age_seconds: float) -> tuple[bool, str]:
+        """synced(), and no cache has been without news from the apiserver for more than max_age_seconds."""
+        ok, why = self.synced()
+        if not ok:
+            return ok, why
+        stale = [f"{i.name} ({i.age():.0f} s)" for i in self.informers if i.age() > max_age_seconds]
+        return (not stale, "caches without news: " + ", ".join(stale) if stale else "")
 
     def wait_synced(self, timeout_seconds: float) -> bool:
         """Block until every cache has synced or `timeout_seconds` pass; True when synced."""

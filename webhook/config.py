@@ -15,6 +15,7 @@ Example (all defaults shown)::
     policies:
       rbac: {mode: enforce, failureMode: deny}
       probes: {mode: enforce, failureMode: allow}
+      eviction: {mode: enforce, failureMode: allow}
     drivers:                      # how DRA driver DaemonSets are recognised
       autoDetect: true
       selectors: []               # [{namespace: gpu, matchLabels: {app: gpu-driver}, driverName: gpu.example.com}]
@@ -26,6 +27,11 @@ Example (all defaults shown)::
       defaultPort: 51515
       assumeDefaultPort: false    # use defaultPort when a driver declares no health port
       startupProbe: {enabled: false, periodSeconds: 1, failureThreshold: 600}
+    eviction:                     # drain order: the DRA driver leaves a node last
+      maxCacheAgeSeconds: 180     # caches without news for longer answer 429 "not ready, retry"
+      maxListedClaims: 10         # claims named in a refusal, then "and N more"
+      guardDeletes: false         # also guard DELETE of driver pods (DaemonSet controller exempt)
+      daemonSetControllerUsers: [system:serviceaccount:kube-system:daemon-set-controller, system:kube-controller-manager]
     rbac:
       apiGroup: resource.k8s.io
       adminOnlyResources: [deviceclasses]          # only adminSubjects may write these
@@ -61,11 +67,13 @@ FailureMode = Literal["deny", "allow"]
 
 MODES: Final = ("enforce", "warn", "audit")
 FAILURE_MODES: Final = ("deny", "allow")
-POLICY_NAMES: Final = ("rbac", "probes")
+POLICY_NAMES: Final = ("rbac", "probes", "eviction")
 # What a policy answers when it fails internally: the RBAC guard fails closed (like its
 # failurePolicy: Fail); the probes mutation fails open (a missing probe is not worth blocking a
 # driver's rollout; `dra-guard audit` is the backstop).
-DEFAULT_FAILURE_MODES: Final = {"rbac": "deny", "probes": "allow"}
+# The eviction guard fails open too (its chart failurePolicy is Ignore): a broken guard must never
+# wedge every drain in the cluster; stale caches are handled separately (429, retry).
+DEFAULT_FAILURE_MODES: Final = {"rbac": "deny", "probes": "allow", "eviction": "allow"}
 CONFIG_API_VERSION: Final = "dra-guard.io/v1alpha1"
 CONFIG_KIND: Final = "DraGuardConfiguration"
 
@@ -181,6 +189,17 @@ class ProbeConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvictionConfig:
+    """Settings of the drain-order guard (policy ``eviction``). Times in seconds."""
+
+    max_cache_age_seconds: int = 180
+    max_listed_claims: int = 10
+    guard_deletes: bool = False
+    daemonset_controller_users: frozenset[str] = frozenset({
+        "system:serviceaccount:kube-system:daemon-set-controller", "system:kube-controller-manager"})
+
+
+@dataclasses.dataclass(frozen=True)
 class ServerConfig:
     """HTTP server settings (gunicorn). Sizes in bytes, times in seconds."""
 
@@ -206,6 +225,7 @@ class Config:
     rbac: RbacConfig = RbacConfig()
     detection: DetectionConfig = DetectionConfig()
     probes: ProbeConfig = ProbeConfig()
+    eviction: EvictionConfig = EvictionConfig()
     server: ServerConfig = ServerConfig()
     cluster: ClusterConfig = ClusterConfig()
     ignored: tuple[str, ...] = ()  # "key: reason" lines for entries that were accepted but have no effect
@@ -356,6 +376,16 @@ def from_mapping(data: Any) -> Config:
     st.done()
     pr.done()
 
+    er = top.sub("eviction")
+    de = EvictionConfig()
+    eviction = EvictionConfig(
+        max_cache_age_seconds=er.integer("maxCacheAgeSeconds", de.max_cache_age_seconds, 10, 86400),
+        max_listed_claims=er.integer("maxListedClaims", de.max_listed_claims, 1, 1000),
+        guard_deletes=er.take("guardDeletes", bool, de.guard_deletes),
+        daemonset_controller_users=er.strings("daemonSetControllerUsers", de.daemonset_controller_users),
+    )
+    er.done()
+
     sr = top.sub("server")
     ds = ServerConfig()
     server = ServerConfig(
@@ -372,7 +402,8 @@ def from_mapping(data: Any) -> Config:
         raise ConfigError(f"cluster.requestTimeoutSeconds: must be > 0 and <= 30; got {timeout}")
     cr.done()
     top.done()
-    return Config(mode=mode, policies=policies, rbac=rbac, detection=detection, probes=probes, server=server,
+    return Config(mode=mode, policies=policies, rbac=rbac, detection=detection, probes=probes, eviction=eviction,
+                  server=server,
                   cluster=ClusterConfig(request_timeout_seconds=float(timeout)), ignored=tuple(ignored))
 
 

@@ -59,3 +59,13 @@ CACHE_SYNCED = Gauge(
     "1 when the cache has listed and keeps its watch, 0 otherwise.",
     ["cache"],
 )
+DRIVER_EVICTIONS = Counter(
+    "dra_guard_driver_evictions_total",
+    "Evictions of DRA driver pods, by driver and decision (refused with 429 while claims need the driver, or allowed).",
+    ["driver", "decision"],
+)
+BLOCKING_CLAIMS = Gauge(
+    "dra_guard_blocking_claims",
+    "ResourceClaims that held a node's DRA driver at the last refused eviction there, by node.",
+    ["node"],
+)

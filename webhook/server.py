@@ -100,7 +100,7 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
         o = self.options
         logs.setup(o.log_level)
         client = None if o.no_cluster else cluster_mod.api_client(o.kubeconfig, timeout_seconds=o.config.cluster.request_timeout_seconds)
-        state = cluster_mod.ClusterState(client, timeout_seconds=o.config.cluster.request_timeout_seconds)
+        state = cluster_mod.ClusterState(client, config=o.config)
         state.start()
         readiness = Readiness(cluster=state, certificate=lambda: certificate_status(o.cert_file, o.key_file))
         log.info("worker ready to serve", extra={"port": o.port, "cluster": not o.no_cluster})

@@ -1,0 +1,158 @@
+"""Drain order as a pure function over the ClaimIndex (issue acceptance 1-4)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_probes_policy import driver_daemonset
+from webhook.config import from_mapping
+from webhook.policies import eviction
+
+CONFIG = from_mapping(None)
+DRIVER = "gpu.example.com"
+
+
+def pod(name, node, *, namespace="work", claims=("gpu",), phase="Running", terminating=False, ds=None, uid=None):
+    meta = {"name": name, "namespace": namespace, "uid": uid or f"uid-{namespace}-{name}"}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-11-30T10:00:00Z"
+    if ds:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds, "uid": "x", "controller": True}]
+    spec = {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}
+    if claims and not ds:
+        spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def claim(name, *, driver=DRIVER, node="node-a", reserved=("consumer",), namespace="work", api="resource.k8s.io/v1"):
+    alloc = {"devices": {"results": [{"request": "gpu", "driver": driver, "pool": node or "net", "device": "gpu-0"}]}}
+    if node:
+        alloc["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+    return {"apiVersion": api, "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
+            "status": {"allocation": alloc, "reservedFor": [
+                {"resource": "pods", "name": r, "uid": f"uid-{namespace}-{r}"} for r in reserved]}}
+
+
+def eviction_request(name, namespace="gpu", *, api="policy/v1", dry_run=False, operation="CREATE"):
+    return {"uid": "u", "operation": operation, "subResource": "eviction" if operation == "CREATE" else "",
+            "kind": {"group": "policy", "version": api.split("/")[1], "kind": "Eviction"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": name, "namespace": namespace, "dryRun": dry_run,
+            "userInfo": {"username": "admin", "groups": []},
+            "object": {"apiVersion": api, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}}
+
+
+def index_with(*objects):
+    idx = eviction.ClaimIndex(CONFIG.detection)
+    idx.upsert_daemonset(driver_daemonset(name="gpu-driver", namespace="gpu"))
+    idx.upsert_pod(pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"))
+    idx.upsert_pod(pod("gpu-driver-b", "node-b", namespace="gpu", ds="gpu-driver"))
+    for obj in objects:
+        {"Pod": idx.upsert_pod, "ResourceClaim": idx.upsert_claim}[obj["kind"]](obj)
+    return idx
+
+
+def decide(idx, req=None, **kw):
+    return eviction.review(req or eviction_request("gpu-driver-a"), index=idx, config=CONFIG.eviction, **kw)
+
+
+def test_driver_pod_held_by_a_running_consumer_is_refused_with_429():
+    d = decide(index_with(pod("consumer", "node-a"), claim("gpu")))
+    assert not d.allowed
+    f = d.findings[0]
+    assert (f.code, f.reason) == (429, "TooManyRequests")
+    assert "work/gpu -> pod work/consumer" in f.message and "node-a" in f.message
+
+
+def test_terminating_consumer_still_holds_the_driver():
+    d = decide(index_with(pod("consumer", "node-a", terminating=True), claim("gpu")))
+    assert not d.allowed and "(Terminating)" in d.findings[0].message
+
+
+@pytest.mark.parametrize("name, objects", [
+    ("consumer finished, reservedFor empty", [pod("consumer", "node-a", phase="Succeeded"), claim("gpu", reserved=())]),
+    ("consumer finished, reservedFor not yet cleaned", [pod("consumer", "node-a", phase="Failed"), claim("gpu")]),
+    ("claim on node-b", [pod("consumer", "node-b"), claim("gpu", node="node-b")]),
+    ("claim of another driver", [pod("consumer", "node-a"), claim("gpu", driver="net.example.com")]),
+    ("claim not allocated", [pod("consumer", "node-a"),
+                             {"kind": "ResourceClaim", "metadata": {"name": "gpu", "namespace": "work"}, "status": {}}]),
+])
+def test_allowed_cases(name, objects):
+    assert decide(index_with(*objects)).allowed, name
+
+
+def test_network_attached_claim_follows_the_reserving_pods_node():
+    idx = index_with(claim("net", node=None, reserved=("consumer",)))
+    assert decide(idx).allowed  # consumer not seen yet: node unknown
+    idx.upsert_pod(pod("consumer", "node-a"))
+    assert not decide(idx).allowed
+    idx.upsert_pod(pod("consumer", "node-b"))  # (a new pod of the same name elsewhere)
+    assert decide(idx).allowed
+    assert not decide(idx, eviction_request("gpu-driver-b")).allowed
+
+
+def test_ordinary_pod_is_allowed():
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    assert decide(idx, eviction_request("consumer", namespace="work")).allowed
+    assert decide(idx, eviction_request("never-seen", namespace="x")).allowed
+
+
+def test_non_driver_daemonset_pod_is_allowed():
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    idx.upsert_daemonset(driver_daemonset(name="csi", namespace="gpu", cdi=False, plugin_subdir="csi.example.com"))
+    idx.upsert_pod(pod("csi-a", "node-a", namespace="gpu", ds="csi"))
+    assert decide(idx, eviction_request("csi-a")).allowed
+
+
+@pytest.mark.parametrize("api", ["policy/v1", "policy/v1beta1"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_eviction_versions_and_dry_run_same_answer(api, dry_run):
+    d = decide(index_with(pod("consumer", "node-a"), claim("gpu")), eviction_request("gpu-driver-a", api=api, dry_run=dry_run))
+    assert not d.allowed and d.findings[0].code == 429
+
+
+@pytest.mark.parametrize("api", ["resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1"])
+def test_claim_api_versions(api):
+    assert not decide(index_with(pod("consumer", "node-a"), claim("gpu", api=api))).allowed
+
+
+def test_unsynced_caches_answer_429_retry():
+    d = decide(index_with(), synced=(False, "caches not synced: resourceclaims"))
+    assert not d.allowed and d.findings[0].code == 429 and "retry" in d.findings[0].message
+
+
+def test_at_most_ten_claims_are_listed():
+    objs = [pod("consumer", "node-a")] + [claim(f"c{i:02}") for i in range(13)]
+    msg = decide(index_with(*objs)).findings[0].message
+    assert "work/c09" in msg and "work/c10" not in msg and "and 3 more" in msg
+
+
+def test_delete_guard_is_off_by_default_and_lets_the_daemonset_controller_through():
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    req = eviction_request("gpu-driver-a", operation="DELETE")
+    assert decide(idx, req).allowed  # off by default
+    cfg = from_mapping({"eviction": {"guardDeletes": True}}).eviction
+    assert not eviction.review(req, index=idx, config=cfg).allowed
+    req["userInfo"]["username"] = "system:serviceaccount:kube-system:daemon-set-controller"
+    assert eviction.review(req, index=idx, config=cfg).allowed
+
+
+def test_index_deletes_and_relists():
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    idx.delete_claim("work", "gpu")
+    assert decide(idx).allowed
+    idx.replace_claims([claim("gpu")])
+    assert not decide(idx).allowed
+    idx.delete_pod("gpu", "gpu-driver-a")
+    assert decide(idx).allowed
+    idx.replace_pods([pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"), pod("consumer", "node-a"),
+                      pod("unrelated", "node-a", claims=())])
+    assert not decide(idx).allowed
+    assert idx.counts() == {"pods": 2, "daemonsets": 1, "drivers": 1, "claims": 1}  # the unrelated pod is not kept
+
+
+def test_malformed_requests_do_not_crash():
+    idx = index_with()
+    for req in ({}, {"operation": "CREATE", "resource": "pods"}, {"operation": "CREATE", "subResource": "eviction",
+                                                                   "resource": {"resource": "pods"}, "name": None}):
+        assert decide(idx, req).allowed
