@@ -1,4 +1,4 @@
-"""The `dra-guard` command: serve | audit | certs.
+"""The `dra-guard` command: serve | audit | drain-plan | certs.
 
 Exit codes: 0 success (audit: no finding), 1 audit found something enforce mode would refuse,
 2 usage, configuration or input errors (the message names the file, line or config key).
@@ -19,6 +19,7 @@ EXAMPLES = textwrap.dedent("""\
       dra-guard serve --self-signed /tmp/dra-guard      run locally over TLS with a development CA
       dra-guard serve --config /etc/dra-guard/config.yaml \\
           --tls-cert-file tls.crt --tls-key-file tls.key
+      dra-guard drain-plan node-a                       which pods must leave node-a before its DRA drivers
       dra-guard certs generate --service dra-guard --namespace dra-guard --out ./tls
 
     The config file (--config) is YAML; see README.md "Configuration" for every key.
@@ -62,6 +63,16 @@ def _parser() -> argparse.ArgumentParser:
                        help="the same YAML config file `serve` reads (default: a DraGuardConfiguration found among "
                             "the manifests, else the built-in defaults)")
     audit.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format (default: table)")
+
+    drain = sub.add_parser("drain-plan", help="what a drain of NODE must wait for (DRA drivers last)",
+                           description="List NODE's DRA driver pods and, for each, the ResourceClaims still "
+                                       "allocated to its driver there and the pods holding them: the order a drain "
+                                       "must take. Exit 0 when every driver pod can be evicted now, 1 when some "
+                                       "must wait, 2 on errors.")
+    drain.add_argument("node", metavar="NODE")
+    drain.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+    drain.add_argument("--config", metavar="FILE", help="the YAML config file `serve` reads (driver detection)")
+    drain.add_argument("-o", "--output", choices=["text", "json"], default="text")
 
     certs_p = sub.add_parser("certs", help="certificate helpers")
     certs_sub = certs_p.add_subparsers(dest="certs_command", metavar="ACTION")
@@ -128,6 +139,17 @@ def _audit(args: argparse.Namespace) -> int:
     return audit.exit_code(findings)
 
 
+def _drain_plan(args: argparse.Namespace) -> int:
+    from webhook import cluster, drainplan
+
+    config = load_config(args.config)
+    client = cluster.api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
+    index = drainplan.build_index(cluster.list_drain_objects(client, args.node), config)
+    result = drainplan.plan(index, args.node)
+    sys.stdout.write(drainplan.render_json(result) if args.output == "json" else drainplan.render_text(result))
+    return 0 if result["ready"] else 1
+
+
 def _certs(args: argparse.Namespace) -> int:
     import certs
 
@@ -151,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     from webhook.cluster import ClusterError
 
     try:
-        return {"serve": _serve, "audit": _audit, "certs": _certs}[args.command](args)
+        return {"serve": _serve, "audit": _audit, "drain-plan": _drain_plan, "certs": _certs}[args.command](args)
     except (ConfigError, ClusterError) as exc:
         return _fail(str(exc))
     except ValueError as exc:  # certs.CertificateError and bad --ip values

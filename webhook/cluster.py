@@ -348,3 +348,27 @@ def list_audit_objects(client: kubernetes.client.ApiClient) -> list[dict[str, An
     return (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole")
             + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding")
             + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet"))
+
+
+def list_drain_objects(client: kubernetes.client.ApiClient, node: str) -> list[dict[str, Any]]:
+    """What `dra-guard drain-plan NODE` needs: RBAC (driver detection), DaemonSets, the node's Pods
+    (field selector spec.nodeName) and every ResourceClaim, in paged lists."""
+    rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
+    apps_api = kubernetes.client.AppsV1Api(client)
+    core_api = kubernetes.client.CoreV1Api(client)
+    versions = served_resource_versions(client)
+    if not versions:
+        raise ClusterError("the cluster serves no resource.k8s.io version (DRA is not enabled)")
+    custom = kubernetes.client.CustomObjectsApi(client)
+
+    def claims(**kwargs: Any) -> Any:
+        return custom.list_cluster_custom_object(RESOURCE_GROUP, versions[0], "resourceclaims", **kwargs)
+
+    def node_pods(**kwargs: Any) -> Any:
+        return core_api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", **kwargs)
+
+    return (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole")
+            + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding")
+            + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet")
+            + list_all(node_pods, resource="pods", kind="Pod")
+            + list_all(claims, resource="resourceclaims", kind="ResourceClaim"))

@@ -156,3 +156,17 @@ def test_malformed_requests_do_not_crash():
     for req in ({}, {"operation": "CREATE", "resource": "pods"}, {"operation": "CREATE", "subResource": "eviction",
                                                                    "resource": {"resource": "pods"}, "name": None}):
         assert decide(idx, req).allowed
+
+
+def test_drain_plan_lists_what_holds_each_driver():
+    from webhook import drainplan
+    from webhook.config import from_mapping as fm
+    objs = [driver_daemonset(name="gpu-driver", namespace="gpu"),
+            pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"),
+            pod("consumer", "node-a"), claim("gpu")]
+    result = drainplan.plan(drainplan.build_index(objs, fm(None)), "node-a")
+    assert result["ready"] is False and result["evictFirst"] == ["work/consumer"]
+    assert result["driverPods"][0]["heldBy"] == [{"claim": "work/gpu", "pods": ["work/consumer"]}]
+    assert "gpu-driver-a" in drainplan.render_text(result)
+    empty = drainplan.plan(drainplan.build_index(objs, fm(None)), "node-b")
+    assert empty["ready"] is True and "no DRA driver pods" in drainplan.render_text(empty)
