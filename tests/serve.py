@@ -25,10 +25,11 @@ class DraGuardProcess:
     url: https://127.0.0.1:PORT; ca_file: the development CA to verify it with; log_file: its stderr.
     """
 
-    def __init__(self, workdir: pathlib.Path, *args: str, config: str | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(self, workdir: pathlib.Path, *args: str, config: str | None = None, env: dict[str, str] | None = None,
+                 port: int | None = None) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.ca_file = workdir / "tls" / "ca.crt"
         self.log_file = workdir / "dra-guard.log"

@@ -21,6 +21,7 @@ Files under the work folder::
     kubeconfigs/<user>.kubeconfig   ':' in a user name becomes '-' (KUBECONFIG splits on ':')
     logs/<component>.log   stdout+stderr of each process
     tokens.csv, audit-policy.yaml, audit.log (with audit_log=True)
+    kubectl-cache/, helm/, flexvolume/   caches and a folder the controller-manager insists on
 
 Command line (stays in the foreground until Ctrl-C or SIGTERM, then stops everything)::
 
@@ -96,6 +97,33 @@ class KubectlError(subprocess.CalledProcessError):
         return f"{super().__str__()}\nstderr:\n{self.stderr}"
 
 
+#: Tolerations that let a Pod be scheduled onto a fake Node whatever taints the apiserver
+#: (TaintNodesByCondition adds node.kubernetes.io/not-ready:NoSchedule to new Nodes) or the node
+#: lifecycle controller (unreachable, once the grace period without kubelet heartbeats is over) put on it.
+TOLERATE_ALL: list[dict[str, str]] = [{"operator": "Exists"}]
+
+
+def fake_node(name: str, *, labels: Mapping[str, str] | None = None, cpu: str = "4", memory: str = "16Gi",
+              pods: str = "110") -> dict[str, Any]:
+    """A Node manifest for a node without kubelet: capacity/allocatable so the scheduler can bind
+    Pods to it (cpu in cores, memory as a Kubernetes quantity, pods = max Pod count).
+
+    Create it with POST /api/v1/nodes (status is kept on create). Nothing ever runs there: bound
+    Pods stay Pending, so delete them with gracePeriodSeconds=0 and give them TOLERATE_ALL.
+    """
+    resources = {"cpu": cpu, "memory": memory, "pods": pods}
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "status": {
+            "capacity": resources, "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "FakeNode", "message": "no kubelet",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        },
+    }
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (bound and released by the kernel's choice)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -104,14 +132,18 @@ def free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """preexec_fn: ask Linux to send SIGTERM to the child when the thread that started it dies.
+    """preexec_fn: ask Linux to SIGKILL the child when the thread that started it dies.
 
     This is the last line of defence against orphans when the Python process is killed with
-    SIGKILL (atexit and finalizers do not run then). Harmless no-op where prctl is missing.
+    SIGKILL (atexit and finalizers do not run then). SIGKILL, not SIGTERM: all components get
+    the signal at once, and a kube-apiserver whose etcd is already gone hangs in its graceful
+    shutdown for minutes (measured). Killing etcd loses nothing a process exit would not
+    (--unsafe-no-fsync only matters for a machine crash). Harmless no-op where prctl is missing.
+    Start ControlPlane from a thread that outlives it (normally the main thread).
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 
@@ -215,7 +247,6 @@ class ControlPlane:
         self.apiserver_port = 0
         self._tokens: dict[str, str] = {}
         self._procs: dict[str, _Proc] = {}
-        self._health: dict[str, str] = {}  # component -> https URL of its /healthz
         self._started = False
 
     # ------------------------------------------------------------------ public API
@@ -284,7 +315,9 @@ class ControlPlane:
         Returns when /readyz answers ok again; raises ControlPlaneError otherwise. etcd and the
         controllers keep running (the controllers reconnect by themselves).
         """
-        proc = self._procs["kube-apiserver"]
+        proc = self._procs.get("kube-apiserver")
+        if proc is None or not self._started:
+            raise ControlPlaneError("restart_apiserver() needs a started control plane")
         proc.stop()
         proc.start()
         self._wait_apiserver_ready()
@@ -311,12 +344,15 @@ class ControlPlane:
                     HELM_DATA_HOME=str(helm / "data"))
 
     def kubectl(self, user: str, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+                timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         """Run the real kubectl as `user`; return the CompletedProcess (text stdout/stderr captured).
 
         `input` is fed to stdin (e.g. a manifest for ``apply -f -``). With check=True a non-zero
-        exit raises KubectlError, whose message includes stderr. `timeout` is in seconds
-        (subprocess.TimeoutExpired when exceeded).
+        exit raises KubectlError, whose message includes stderr. `timeout` is in seconds (default
+        none; subprocess.TimeoutExpired when exceeded). Mind kubectl's client-side throttling
+        (about 5 requests/s for per-object GETs): deleting 200 objects by name, or with the
+        default ``--wait=true``, took 38-76 s here, while ``delete -l LABEL --wait=false`` or
+        ``delete -f FILE --wait=false`` took under a second.
         """
         argv = [str(self.tools_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig(user)),
                 "--cache-dir", str(self.workdir / "kubectl-cache"), *args]
@@ -330,8 +366,10 @@ class ControlPlane:
         """A requests.Session that authenticates as `user` and verifies the apiserver's CA.
 
         Paths are not prefixed: ``cp.session("alice").get(cp.url + "/api/v1/namespaces")``.
+        The session ignores the environment (trust_env=False): otherwise REQUESTS_CA_BUNDLE would
+        silently replace the CA, and proxy variables could route loopback traffic.
         """
-        sess = requests.Session()
+        sess = _session()
         sess.headers["Authorization"] = f"Bearer {self.token(user)}"
         sess.verify = str(self.ca_file)
         return sess
@@ -340,8 +378,8 @@ class ControlPlane:
         """Parsed audit events (newest last), optionally only those of `user` and of `stage`.
 
         stage=None returns every stage. Raises ControlPlaneError when audit_log was not enabled.
-        Events are written synchronously (``--audit-log-mode=blocking``), so a request is in the
-        log by the time its response has arrived.
+        Events are written synchronously (``--audit-log-mode=blocking``), but the ResponseComplete
+        event may land just after the client got its response: poll briefly rather than reading once.
         """
         if self.audit_log_path is None:
             raise ControlPlaneError("ControlPlane was created with audit_log=False")
@@ -375,7 +413,7 @@ class ControlPlane:
     def _prepare(self) -> None:
         if self.etcd_dir.exists() and any(self.etcd_dir.iterdir()):
             raise ControlPlaneError(f"{self.workdir} already holds a cluster's etcd data; use an empty folder "
-                                    "(or `python -m tests.e2e.cluster up --clean`)")
+                                    f"(or `python -m tests.e2e.cluster up --clean --dir {self.workdir}`)")
         missing = [str(self.bin_dir / n) for n in binaries.CONTROL_PLANE if not (self.bin_dir / n).exists()]
         missing += [str(self.tools_dir / n) for n in ("kubectl",) if not (self.tools_dir / n).exists()]
         if missing:
@@ -423,7 +461,7 @@ class ControlPlane:
             f"--initial-cluster=default=http://127.0.0.1:{peer}", "--unsafe-no-fsync",
             "--listen-metrics-urls=", "--log-level=warn",
         ])
-        self._wait("etcd", lambda: requests.get(f"{self.etcd_url}/health", timeout=2).json().get("health") == "true")
+        self._wait("etcd", lambda: _session().get(f"{self.etcd_url}/health", timeout=2).json().get("health") == "true")
 
     def _start_apiserver(self) -> None:
         argv = [
@@ -440,9 +478,14 @@ class ControlPlane:
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
             "--disable-admission-plugins=ServiceAccount",
             "--allow-privileged=true",
-            # The apiserver would publish 127.0.0.1 as the endpoint of the `kubernetes` Service,
-            # which Endpoints validation rejects (loopback) every 10 s; nothing here needs it.
+            # Required with --advertise-address=127.0.0.1: otherwise the apiserver exits with "cannot
+            # use public IP 127.0.0.1 with endpoint reconciler: ... may not be in the loopback range".
+            # (Without --advertise-address it would advertise the host's first non-loopback address.)
+            # The `kubernetes` Service then has no endpoints; nothing here needs them.
             "--endpoint-reconciler-type=none",
+            # Without it, SIGTERM with the controllers' watches open left the apiserver waiting
+            # until our SIGKILL 10 s later (restart_apiserver() took 12 s instead of 3 s).
+            "--shutdown-watch-termination-grace-period=1s",
         ]
         if self.audit_log_path is not None:
             argv += [f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
@@ -462,6 +505,8 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--bind-address=127.0.0.1", f"--secure-port={kcm_port}", f"--cert-dir={self.pki_dir / 'kcm'}",
             "--kube-api-qps=75", "--kube-api-burst=150",
+            # default /usr/libexec/kubernetes/kubelet-plugins/volume/exec/, which it would create on the host
+            f"--flex-volume-plugin-dir={self.workdir / 'flexvolume'}",
         ])
         self._spawn("kube-scheduler", [
             str(self.bin_dir / "kube-scheduler"),
@@ -482,9 +527,8 @@ class ControlPlane:
         proc.start()
 
     def _wait_apiserver_ready(self) -> None:
-        headers = {"Authorization": f"Bearer {self._tokens['admin']}"}
-        self._wait("kube-apiserver", lambda: requests.get(f"{self.url}/readyz", headers=headers, timeout=5,
-                                                         verify=str(self.ca_file)).text == "ok")
+        sess = self.session("admin")
+        self._wait("kube-apiserver", lambda: sess.get(f"{self.url}/readyz", timeout=5).text == "ok")
 
     def _wait(self, name: str, probe: Any, timeout: float = READY_TIMEOUT) -> None:
         """Call probe() every 0.2 s until it returns True; raise ControlPlaneError with the log tail
@@ -516,15 +560,23 @@ class ControlPlane:
             fh.write(data)
 
 
+def _session() -> requests.Session:
+    """A requests.Session that ignores environment variables (CA bundle, proxies, netrc)."""
+    sess = requests.Session()
+    sess.trust_env = False
+    return sess
+
+
 def _get_insecure(url: str) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-        return requests.get(url, timeout=2, verify=False).text
+        with _session() as sess:
+            return sess.get(url, timeout=2, verify=False).text
 
 
 # ---------------------------------------------------------------------- command line
 
-_OWN_ENTRIES = ("etcd", "pki", "kubeconfigs", "logs", "helm", "kubectl-cache", "tokens.csv",
+_OWN_ENTRIES = ("etcd", "pki", "kubeconfigs", "logs", "helm", "kubectl-cache", "flexvolume", "tokens.csv",
                 "audit-policy.yaml", "audit.log")
 
 
@@ -567,16 +619,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.clean:
         _clean(args.dir.resolve())
+    cp = ControlPlane(args.dir, controllers=args.controllers, audit_log=args.audit_log)
     stop_requested = threading.Event()
+    running = False
 
     def on_signal(signum: int, _frame: object) -> None:
-        if not cp.url or not cp.check_alive_quiet():
+        if not running:
             raise KeyboardInterrupt  # still starting: abort start(), which stops what it began
         stop_requested.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    cp = ControlPlane(args.dir, controllers=args.controllers, audit_log=args.audit_log)
     started = time.monotonic()
     try:
         try:
@@ -584,11 +637,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ControlPlaneError, binaries.BinariesError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            print("interrupted during start-up", file=sys.stderr)
+            return 130
+        running = True
         print(f"control plane ready in {time.monotonic() - started:.1f} s", flush=True)
         print(f"URL:        {cp.url}")
         print(f"CA:         {cp.ca_file}")
         print(f"kubectl:    {cp.tools_dir / 'kubectl'}   (not /usr/bin/kubectl)")
         print(f"admin:      export KUBECONFIG={cp.kubeconfig('admin')}")
+        print("kubeconfigs:")
         for user in cp.users:
             print(f"  {user:32} {cp.kubeconfig(user)}")
         print(f"logs:       {cp.logs_dir}")
@@ -604,7 +662,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("stopping ...", flush=True)
         return 0
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # let stop() finish
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         cp.stop()
+        if running:
+            print("stopped", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ def driver_daemonset(*, name="gpu-driver", namespace="gpu", containers=None, cdi
     if cdi:
         volumes.append({"name": "cdi", "hostPath": {"path": "/var/run/cdi"}})
     if containers is None:
-        containers = [plugin_container("plugin", args=["--healthcheck-port=51515"])]
+        mounts = ("plugins-registry", "plugins", "cdi") if cdi else ("plugins-registry", "plugins")
+        containers = [plugin_container("plugin", args=["--healthcheck-port=51515"], mounts=mounts)]
     meta = {"name": name, "namespace": namespace}
     if annotations is not None:
         meta["annotations"] = annotations

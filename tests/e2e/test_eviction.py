@@ -1,0 +1,171 @@
+"""Drain order on the real control plane: real scheduler allocates and reserves a claim, the real
+ResourceClaim controller creates it from a template and releases it (issue acceptance 5 and 6)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import TOLERATE_ALL, fake_node
+from tests.e2e.guard import Guard
+from tests.unit.test_probes_policy import driver_daemonset
+
+NODE = "e2e-node-a"
+DRIVER = "gpu.example.com"
+
+DRA_OBJECTS = f"""
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {{name: e2e-gpu}}
+spec:
+  selectors:
+    - cel: {{expression: "device.driver == '{DRIVER}'"}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: {NODE}-gpu}}
+spec:
+  driver: {DRIVER}
+  nodeName: {NODE}
+  pool: {{name: {NODE}, generation: 1, resourceSliceCount: 1}}
+  devices:
+    - name: gpu-0
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: work}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: gpu, namespace: work}}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: gpu
+          exactly: {{deviceClassName: e2e-gpu}}
+"""
+
+
+def consumer_pod(name):
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "work"},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE}, "tolerations": TOLERATE_ALL,
+                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+                     "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}]}}
+
+
+def wait_for(what, fn, timeout=60.0, interval=0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def get_json(cp, *args):
+    out = cp.kubectl("admin", "get", *args, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def evict(cp, namespace, name, *, grace=None):
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    if grace is not None:
+        body["deleteOptions"] = {"gracePeriodSeconds": grace}
+    return cp.session("admin").post(f"{cp.url}/api/v1/namespaces/{namespace}/pods/{name}/eviction", json=body, timeout=10)
+
+
+@pytest.fixture(scope="module")
+def scenario(control_plane, tmp_path_factory):
+    cp = control_plane
+    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE), timeout=10).raise_for_status()
+    cp.kubectl("admin", "apply", "-f", "-", input=DRA_OBJECTS)
+    cp.kubectl("admin", "create", "namespace", "gpu", check=False)
+    ds = driver_daemonset(name="e2e-gpu-driver", namespace="gpu")
+    ds["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-eviction"))
+    g.start(mode="enforce")
+    g.register()
+    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(ds))
+    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod("consumer")))
+    try:
+        yield g
+    finally:
+        g.stop()
+        cp.kubectl("admin", "delete", "pod", "-n", "work", "--all", "--grace-period=0", "--force", check=False)
+        cp.kubectl("admin", "delete", "daemonset", "-n", "gpu", "e2e-gpu-driver", check=False)
+        cp.kubectl("admin", "delete", "pod", "-n", "gpu", "--all", "--grace-period=0", "--force", check=False)
+        cp.kubectl("admin", "delete", "-f", "-", input=DRA_OBJECTS, check=False)
+        cp.kubectl("admin", "delete", "node", NODE, check=False)
+
+
+def driver_pod_name(cp):
+    pods = get_json(cp, "pods", "-n", "gpu", "-l", "app=e2e-gpu-driver") or {"items": []}
+    running = [p for p in pods["items"] if p["spec"].get("nodeName") == NODE and not p["metadata"].get("deletionTimestamp")]
+    return running[0]["metadata"]["name"] if running else None
+
+
+def claim_reserved(cp):
+    claims = get_json(cp, "resourceclaims", "-n", "work") or {"items": []}
+    return [c for c in claims["items"] if (c.get("status") or {}).get("reservedFor")]
+
+
+def test_drain_waits_for_the_claim_then_evicts_the_driver(control_plane, scenario, tmp_path):
+    cp = control_plane
+    driver_pod = wait_for("the DaemonSet controller and scheduler to place the driver pod", lambda: driver_pod_name(cp))
+    claims = wait_for("the scheduler to allocate and reserve the claim", lambda: claim_reserved(cp))
+    claim_name = claims[0]["metadata"]["name"]
+    assert claims[0]["status"]["allocation"]["devices"]["results"][0]["driver"] == DRIVER
+
+    # the eviction API answers 429 with our message, once dra-guard's caches have the claim
+    last = []
+
+    def refused():
+        r = evict(cp, "gpu", driver_pod)
+        last[:] = [r.status_code, r.text]
+        return [r] if r.status_code == 429 and "dra-guard" in r.text else None  # a 429 Response is falsy
+
+    try:
+        resp = wait_for("dra-guard to refuse the driver eviction", refused)[0]
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last answer {last}; dra-guard log:\n{scenario.proc.log()}") from None
+    assert f"work/{claim_name}" in resp.text and "work/consumer" in resp.text
+
+    # acceptance 6: drain-plan names the blocking claim
+    kubeconfig = str(cp.kubeconfig("admin"))
+    plan = subprocess.run([sys.executable, "-m", "webhook.cli", "drain-plan", NODE, "--kubeconfig", kubeconfig,
+                           "--output", "json"], capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 1, plan.stderr
+    result = json.loads(plan.stdout)
+    assert result["evictFirst"] == ["work/consumer"]
+    assert result["driverPods"][0]["heldBy"][0]["claim"] == f"work/{claim_name}"
+
+    # a drain loop that retries on 429 like kubectl drain: driver first in its list, but it must go last.
+    # No kubelet runs on the node, so evictions use gracePeriodSeconds 0 (the pod is gone at once).
+    pending = [("gpu", driver_pod), ("work", "consumer")]
+    order = []
+    deadline = time.monotonic() + 90
+    while pending and time.monotonic() < deadline:
+        for ns, name in list(pending):
+            r = evict(cp, ns, name, grace=0)
+            if r.status_code in (200, 201):
+                order.append(name)
+                pending.remove((ns, name))
+            else:
+                assert r.status_code == 429, r.text
+        time.sleep(1)
+    assert order == ["consumer", driver_pod]
+    assert not claim_reserved(cp)
+
+
+def test_ordinary_pod_eviction_is_untouched(control_plane, scenario):
+    cp = control_plane
+    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": "work"},
+        "spec": {"nodeName": NODE, "tolerations": TOLERATE_ALL, "containers": [{"name": "c", "image": "x"}]}}))
+    assert evict(cp, "work", "plain", grace=0).status_code in (200, 201)

@@ -1,0 +1,195 @@
+"""The RBAC guard through a real kube-apiserver, driven by the real kubectl (issue scenarios 1-6)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.e2e.guard import Guard
+
+
+@pytest.fixture(scope="module")
+def guard(control_plane, tmp_path_factory):
+    g = Guard(control_plane, tmp_path_factory.mktemp("dra-guard"))
+    g.start(mode="enforce")
+    g.register()
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
+@pytest.fixture
+def enforce(guard):
+    if guard.mode != "enforce" or guard.proc is None:
+        guard.start(mode="enforce")
+        guard.wait_called()
+    return guard
+
+
+def role_yaml(name, resources, verbs, labels=None):
+    doc = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+           "rules": [{"apiGroups": ["resource.k8s.io"], "resources": resources, "verbs": verbs}]}
+    if labels:
+        doc["metadata"]["labels"] = labels
+    return json.dumps(doc)
+
+
+def binding_yaml(name, role, group):
+    return json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+                       "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
+                       "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": "rbac.authorization.k8s.io"}})
+
+
+def exists(cp, kind, name):
+    return cp.kubectl("admin", "get", kind, name, "--ignore-not-found", "-o", "name").stdout.strip() != ""
+
+
+def apply(cp, user, doc, *args):
+    return cp.kubectl(user, "apply", *args, "-f", "-", input=doc, check=False)
+
+
+def metric(guard, name, labels):
+    text = guard.proc.session().get(guard.url + "/metrics").text
+    want = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+# ---------------------------------------------------------------- scenarios 1 and 2
+def test_binding_with_slice_write_is_refused_and_not_stored(control_plane, enforce):
+    cp = control_plane
+    assert apply(cp, "admin", role_yaml("e2e-slice-writer", ["resourceslices"], ["create", "patch"])).returncode == 0
+    out = apply(cp, "alice", binding_yaml("e2e-team-a-slices", "e2e-slice-writer", "team-a"))
+    assert out.returncode != 0
+    assert "dra-guard" in out.stderr and "Group team-a" in out.stderr and "resourceslices" in out.stderr
+    assert not exists(cp, "clusterrolebinding", "e2e-team-a-slices")
+
+
+def test_server_side_dry_run_gets_the_same_refusal(control_plane, enforce):
+    cp = control_plane
+    apply(cp, "admin", role_yaml("e2e-slice-writer", ["resourceslices"], ["create", "patch"]))
+    real = apply(cp, "alice", binding_yaml("e2e-dry", "e2e-slice-writer", "team-a"))
+    dry = apply(cp, "alice", binding_yaml("e2e-dry", "e2e-slice-writer", "team-a"), "--dry-run=server")
+    assert dry.returncode != 0 and real.returncode != 0
+    assert "Group team-a" in dry.stderr
+    assert dry.stderr.split("denied the request:")[-1] == real.stderr.split("denied the request:")[-1]
+
+
+def test_warn_mode_prints_warning_and_stores(control_plane, guard):
+    cp = control_plane
+    guard.start(mode="warn")
+    guard.wait_called()
+    apply(cp, "admin", role_yaml("e2e-slice-writer", ["resourceslices"], ["create", "patch"]))
+    out = apply(cp, "alice", binding_yaml("e2e-warned", "e2e-slice-writer", "team-a"))
+    assert out.returncode == 0, out.stderr
+    assert "Warning:" in out.stderr and "team-a" in out.stderr
+    assert exists(cp, "clusterrolebinding", "e2e-warned")
+    cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-warned")
+
+
+def test_audit_mode_stores_silently_and_counts_the_finding(control_plane, guard):
+    cp = control_plane
+    guard.start(mode="audit")
+    guard.wait_called()
+    before = metric(guard, "dra_guard_violations_total", {"policy": "rbac", "mode": "audit"})
+    apply(cp, "admin", role_yaml("e2e-slice-writer", ["resourceslices"], ["create", "patch"]))
+    out = apply(cp, "alice", binding_yaml("e2e-audited", "e2e-slice-writer", "team-a"))
+    assert out.returncode == 0, out.stderr
+    assert "Warning" not in out.stderr
+    assert exists(cp, "clusterrolebinding", "e2e-audited")
+    assert metric(guard, "dra_guard_violations_total", {"policy": "rbac", "mode": "audit"}) == before + 1
+    cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-audited")
+
+
+# ---------------------------------------------------------------- scenarios 3 and 4
+def test_member_role_aggregated_into_bound_edit_is_refused(control_plane, enforce):
+    cp = control_plane
+    assert apply(cp, "admin", binding_yaml("e2e-devs-edit", "edit", "devs")).returncode == 0
+    try:
+        out = apply(cp, "alice", role_yaml("e2e-edit-slices", ["resourceslices"], ["patch"],
+                                           labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}))
+        assert out.returncode != 0
+        assert "Group devs" in out.stderr and "e2e-devs-edit" in out.stderr
+        assert not exists(cp, "clusterrole", "e2e-edit-slices")
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-devs-edit")
+
+
+def test_role_created_after_its_binding_is_refused(control_plane, enforce):
+    cp = control_plane
+    first = apply(cp, "alice", binding_yaml("e2e-early", "e2e-later", "team-a"))
+    assert first.returncode == 0 and "does not exist yet" in first.stderr
+    # the watch must have delivered the binding to dra-guard's cache before the role arrives
+    deadline = time.monotonic() + 10
+    while True:
+        second = apply(cp, "alice", role_yaml("e2e-later", ["deviceclasses"], ["create"]))
+        if second.returncode != 0 or time.monotonic() > deadline:
+            break
+        cp.kubectl("admin", "delete", "clusterrole", "e2e-later")
+        time.sleep(0.2)
+    assert second.returncode != 0
+    assert "e2e-early" in second.stderr and "deviceclasses" in second.stderr
+    cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-early")
+
+
+# ---------------------------------------------------------------- scenario 5
+def test_fail_policy_with_dra_guard_down_and_break_glass(control_plane, guard):
+    cp = control_plane
+    guard.stop_server()
+    try:
+        out = apply(cp, "alice", binding_yaml("e2e-while-down", "view", "team-a"))
+        assert out.returncode != 0
+        assert "failed calling webhook" in out.stderr and "rbac.dra-guard.io" in out.stderr
+        guard.unregister()  # break-glass: delete the configuration
+        out = apply(cp, "alice", binding_yaml("e2e-while-down", "view", "team-a"))
+        assert out.returncode == 0, out.stderr
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-while-down", "--ignore-not-found")
+        guard.start(mode="enforce")
+        guard.register()
+
+
+# ---------------------------------------------------------------- scenario 6 and issue 2 acceptance 6
+def _guard_requests(cp, since_ids):
+    """dra-guard's requests (one entry per auditID, any stage) not among `since_ids`."""
+    seen = {}
+    for ev in cp.audit_events("dra-guard", stage=None):
+        if ev["auditID"] not in since_ids:
+            seen.setdefault(ev["auditID"], ev)
+    return list(seen.values())
+
+
+def test_no_api_requests_per_review(control_plane, enforce):
+    """200 kubectl creates through the apiserver and 10,000 direct reviews over TLS: dra-guard
+    makes no Kubernetes API request (its lists and watches were made before)."""
+    cp = control_plane
+    before_ids = {ev["auditID"] for ev in cp.audit_events("dra-guard", stage=None)}
+    assert before_ids, "the audit log shows none of dra-guard's initial lists and watches"
+    api_before = sum(metric(enforce, "dra_guard_kube_api_requests_total", {"verb": v, "resource": r})
+                     for v in ("list", "watch") for r in ("clusterroles", "clusterrolebindings"))
+    items = [json.loads(binding_yaml(f"e2e-harmless-{i}", "view", f"team-{i}")) for i in range(200)]
+    for item in items:
+        item["metadata"]["labels"] = {"e2e": "harmless"}
+    out = cp.kubectl("alice", "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    assert out.stdout.count("created") == 200
+
+    from tests.reviews import binding, review, subject
+    session = enforce.proc.session()
+    body = review(binding("direct", "e2e-slice-writer", [subject("Group", "team-a")]))
+    for i in range(10_000):
+        body["request"]["uid"] = f"uid-{i}"
+        resp = session.post(enforce.url + "/validate/rbac", json=body)
+        assert resp.status_code == 200
+    assert resp.json()["response"]["allowed"] is False
+
+    time.sleep(1.5)  # let the audit backend flush
+    calls = [(e["verb"], e.get("objectRef", {}).get("resource")) for e in _guard_requests(cp, before_ids)]
+    assert all(verb == "watch" for verb, _ in calls), calls  # at most a watch renewal, never a get/list per review
+    api_after = sum(metric(enforce, "dra_guard_kube_api_requests_total", {"verb": v, "resource": r})
+                    for v in ("list", "watch") for r in ("clusterroles", "clusterrolebindings"))
+    assert api_after - api_before <= len(calls)
+    cp.kubectl("admin", "delete", "clusterrolebinding", "-l", "e2e=harmless", "--wait=false")
