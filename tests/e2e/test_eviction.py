@@ -164,8 +164,13 @@ def test_drain_waits_for_the_claim_then_evicts_the_driver(control_plane, scenari
 
 
 def test_ordinary_pod_eviction_is_untouched(control_plane, scenario):
+    """Acceptance 3 end to end: allowed from the cache, and dra-guard makes no API request for it."""
     cp = control_plane
+    before = {ev["auditID"] for ev in cp.audit_events("dra-guard", stage=None)}
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": "work"},
         "spec": {"nodeName": NODE, "tolerations": TOLERATE_ALL, "containers": [{"name": "c", "image": "x"}]}}))
     assert evict(cp, "work", "plain", grace=0).status_code in (200, 201)
+    time.sleep(0.5)
+    new = [ev for ev in cp.audit_events("dra-guard", stage=None) if ev["auditID"] not in before]
+    assert all(ev["verb"] == "watch" for ev in new), [(ev["verb"], ev["requestURI"]) for ev in new]

@@ -60,3 +60,26 @@ def test_load_config_file_errors(tmp_path):
     good = tmp_path / "ok.yaml"
     good.write_text("apiVersion: dra-guard.io/v1alpha1\nkind: DraGuardConfiguration\nmode: warn\n")
     assert load_config(good).mode == "warn"
+
+
+def test_readme_configuration_block_is_valid_and_equals_the_defaults():
+    """The documented config (README "Configuration") must load, and it documents the defaults."""
+    import pathlib
+    import re
+
+    import yaml
+
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"## Configuration.*?```yaml\n(.*?)```", readme, re.S).group(1)
+    assert from_mapping(yaml.safe_load(block)) == from_mapping(None)
+
+
+def test_config_module_docstring_example_equals_the_defaults():
+    import re
+
+    import yaml
+
+    from webhook import config as config_mod
+    text = config_mod.__doc__.split("Example (all defaults shown)::", 1)[1]
+    block = "\n".join(line[4:] for line in text.splitlines() if line.startswith("    ") or not line.strip())
+    assert from_mapping(yaml.safe_load(block)) == from_mapping(None)
