@@ -56,11 +56,11 @@ def service_dns_names(service: str, namespace: str) -> list[str]:
     return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
 
 
-def generate_ca(*, common_name: str = "dra-guard-ca", days: int = CA_DAYS) -> KeyPair:
-    """A new self-signed CA (basicConstraints CA:TRUE, keyCertSign) valid for `days` days."""
+def generate_ca(*, common_name: str = "dra-guard-ca", days: int = CA_DAYS, now: datetime.datetime | None = None) -> KeyPair:
+    """A new self-signed CA (basicConstraints CA:TRUE, keyCertSign) valid for `days` days from `now`."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = _now()
+    now = now or _now()
     cert = (
         x509.CertificateBuilder()
         .subject_name(name).issuer_name(name).public_key(key.public_key())
@@ -76,7 +76,8 @@ def generate_ca(*, common_name: str = "dra-guard-ca", days: int = CA_DAYS) -> Ke
     return KeyPair(cert=cert, key=key)
 
 
-def generate_serving(ca: KeyPair, *, dns_names: Iterable[str], ip_addresses: Iterable[str] = (), days: int = SERVING_DAYS) -> KeyPair:
+def generate_serving(ca: KeyPair, *, dns_names: Iterable[str], ip_addresses: Iterable[str] = (), days: int = SERVING_DAYS,
+                     now: datetime.datetime | None = None) -> KeyPair:
     """A serving certificate signed by `ca` with SANs for `dns_names` and `ip_addresses`.
 
     Raises CertificateError when no name is given (a certificate without SANs is useless to Go clients).
@@ -86,7 +87,7 @@ def generate_serving(ca: KeyPair, *, dns_names: Iterable[str], ip_addresses: Ite
     if not dns and not ips:
         raise CertificateError("a serving certificate needs at least one DNS name or IP address")
     key = ec.generate_private_key(ec.SECP256R1())
-    now = _now()
+    now = now or _now()
     sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ip) for ip in ips]
     cert = (
         x509.CertificateBuilder()

@@ -104,13 +104,23 @@ def _serve(args: argparse.Namespace) -> int:
         ca = certs.ensure_self_signed(directory, dns_names=["localhost"], ip_addresses=["127.0.0.1", "::1"])
         print(f"dra-guard: development CA: {ca} (give it as caBundle / --cacert)", file=sys.stderr, flush=True)
         cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    elif config.certificates.mode == "self":
+        if args.tls_cert_file or args.tls_key_file:
+            return _fail("certificates.mode is self: dra-guard manages the certificate files itself; drop --tls-cert-file/--tls-key-file")
+        if args.no_cluster:
+            return _fail("certificates.mode self keeps the certificates in a Secret and needs the Kubernetes API; drop --no-cluster")
+        config = server.resolve_namespace(config)
+        reconciler = server.self_managed_reconciler(config, args.kubeconfig, identity=server.identity(args.port or config.server.port))
+        reconciler.reconcile()  # the serving files exist before gunicorn starts
+        cert_file, key_file = reconciler.dir / "tls.crt", reconciler.dir / "tls.key"
     elif args.tls_cert_file and args.tls_key_file:
         cert_file, key_file = pathlib.Path(args.tls_cert_file), pathlib.Path(args.tls_key_file)
         ok, why = server.certificate_status(cert_file, key_file)
         if not ok:
             return _fail(why)
     else:
-        return _fail("TLS is required: give --tls-cert-file and --tls-key-file, or --self-signed DIR for development")
+        return _fail("TLS is required: give --tls-cert-file and --tls-key-file (certificates.mode files or cert-manager), "
+                     "set certificates.mode: self in --config, or use --self-signed DIR for development")
     if not args.no_cluster:
         cluster.api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)  # fail fast
     server.run(server.ServeOptions(

@@ -45,6 +45,22 @@ Example (all defaults shown)::
         groups: []
         users: []
         serviceAccounts: []
+    certificates:                 # the serving certificate
+      mode: files                 # self | cert-manager | files
+      namespace: ""               # self mode: "" = $POD_NAMESPACE, else dra-guard
+      service: dra-guard          # the Service whose DNS names the certificate carries
+      extraDnsNames: []
+      extraIpAddresses: []        # e.g. 127.0.0.1 for a webhook registered by url
+      secretName: dra-guard-tls   # self mode: CA and serving certificate, shared by every replica
+      leaseName: dra-guard-certs  # self mode: one replica at a time writes
+      validatingWebhookConfiguration: dra-guard   # self mode: whose caBundle is kept right
+      mutatingWebhookConfiguration: dra-guard
+      dir: /tmp/dra-guard-certs   # self mode: where the serving files are written
+      caValidityDays: 3650
+      leafValidityDays: 365
+      renewAfterShare: 0.6666666666666666   # renew once this share of the lifetime has passed
+      checkIntervalSeconds: 60    # self mode: reconcile period
+      reloadIntervalSeconds: 10   # how often the serving files' digest is checked
     server:
       port: 8443
       maxRequestBytes: 8388608
@@ -56,6 +72,7 @@ Example (all defaults shown)::
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import pathlib
 from collections.abc import Mapping
 from typing import Any, Final, Literal
@@ -200,6 +217,34 @@ class EvictionConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CertificatesConfig:
+    """How the serving certificate is obtained (times in seconds, validity in days).
+
+    mode "files": the user provides tls.crt/tls.key (serve --tls-cert-file/--tls-key-file);
+    "cert-manager": the same files, written by cert-manager into a mounted Secret (its CA
+    injector fills caBundle); "self": dra-guard keeps a CA and a serving certificate in the Secret
+    `secret_name` of `namespace`, writes them to `dir`, and keeps every caBundle of its webhook
+    configurations equal to its CA. In every mode the files are reloaded when their digest changes.
+    """
+
+    mode: Literal["self", "cert-manager", "files"] = "files"
+    namespace: str = ""             # "" = $POD_NAMESPACE, else "dra-guard"
+    service: str = "dra-guard"
+    extra_dns_names: tuple[str, ...] = ()
+    extra_ip_addresses: tuple[str, ...] = ()
+    secret_name: str = "dra-guard-tls"
+    lease_name: str = "dra-guard-certs"
+    validating_webhook: str = "dra-guard"
+    mutating_webhook: str = "dra-guard"
+    dir: str = "/tmp/dra-guard-certs"
+    ca_validity_days: int = 3650
+    leaf_validity_days: int = 365
+    renew_after_share: float = 2 / 3
+    check_interval_seconds: int = 60
+    reload_interval_seconds: int = 10
+
+
+@dataclasses.dataclass(frozen=True)
 class ServerConfig:
     """HTTP server settings (gunicorn). Sizes in bytes, times in seconds."""
 
@@ -226,6 +271,7 @@ class Config:
     detection: DetectionConfig = DetectionConfig()
     probes: ProbeConfig = ProbeConfig()
     eviction: EvictionConfig = EvictionConfig()
+    certificates: CertificatesConfig = CertificatesConfig()
     server: ServerConfig = ServerConfig()
     cluster: ClusterConfig = ClusterConfig()
     ignored: tuple[str, ...] = ()  # "key: reason" lines for entries that were accepted but have no effect
@@ -386,6 +432,39 @@ def from_mapping(data: Any) -> Config:
     )
     er.done()
 
+    cr_ = top.sub("certificates")
+    dc = CertificatesConfig()
+    share = cr_.take("renewAfterShare", (int, float), dc.renew_after_share)
+    if not 0.1 <= share <= 0.95:
+        raise ConfigError(f"certificates.renewAfterShare: must be between 0.1 and 0.95; got {share}")
+    extra = cr_.strings("extraDnsNames", frozenset())
+    extra_ips = cr_.strings("extraIpAddresses", frozenset())
+    for ip in extra_ips:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise ConfigError(f"certificates.extraIpAddresses: {ip!r} is not an IP address") from None
+    certificates = CertificatesConfig(
+        mode=cr_.choice("mode", ("self", "cert-manager", "files"), dc.mode),  # type: ignore[arg-type]
+        namespace=cr_.take("namespace", str, dc.namespace),
+        service=cr_.take("service", str, dc.service),
+        extra_dns_names=tuple(sorted(extra)),
+        extra_ip_addresses=tuple(sorted(extra_ips)),
+        secret_name=cr_.take("secretName", str, dc.secret_name),
+        lease_name=cr_.take("leaseName", str, dc.lease_name),
+        validating_webhook=cr_.take("validatingWebhookConfiguration", str, dc.validating_webhook),
+        mutating_webhook=cr_.take("mutatingWebhookConfiguration", str, dc.mutating_webhook),
+        dir=cr_.take("dir", str, dc.dir),
+        ca_validity_days=cr_.integer("caValidityDays", dc.ca_validity_days, 1, 36500),
+        leaf_validity_days=cr_.integer("leafValidityDays", dc.leaf_validity_days, 1, 3650),
+        renew_after_share=float(share),
+        check_interval_seconds=cr_.integer("checkIntervalSeconds", dc.check_interval_seconds, 1, 86400),
+        reload_interval_seconds=cr_.integer("reloadIntervalSeconds", dc.reload_interval_seconds, 1, 3600),
+    )
+    if certificates.leaf_validity_days >= certificates.ca_validity_days:
+        raise ConfigError("certificates.leafValidityDays: must be shorter than certificates.caValidityDays")
+    cr_.done()
+
     sr = top.sub("server")
     ds = ServerConfig()
     server = ServerConfig(
@@ -403,7 +482,7 @@ def from_mapping(data: Any) -> Config:
     cr.done()
     top.done()
     return Config(mode=mode, policies=policies, rbac=rbac, detection=detection, probes=probes, eviction=eviction,
-                  server=server,
+                  certificates=certificates, server=server,
                   cluster=ClusterConfig(request_timeout_seconds=float(timeout)), ignored=tuple(ignored))
 
 

@@ -69,3 +69,13 @@ BLOCKING_CLAIMS = Gauge(
     "ResourceClaims that held a node's DRA driver at the last refused eviction there, by node.",
     ["node"],
 )
+CERT_EXPIRY = Gauge(
+    "dra_guard_certificate_expiry_timestamp_seconds",
+    "When a certificate dra-guard serves or manages expires (Unix time, seconds), by cert (serving, ca).",
+    ["cert"],
+)
+CERT_RECONCILE = Counter(
+    "dra_guard_certificate_reconciles_total",
+    "Rounds of the self-managed certificate reconciler (certificates.mode self), by result (ok, error).",
+    ["result"],
+)

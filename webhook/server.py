@@ -15,14 +15,18 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
+import os
 import pathlib
-import ssl
+import socket
+import threading
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+import certs
+from certs.reload import ReloadingContext
 from webhook import cluster as cluster_mod
-from webhook import logs
+from webhook import logs, metrics
 from webhook.app import Readiness, create_app
 from webhook.config import Config
 
@@ -43,6 +47,42 @@ class ServeOptions:
     log_level: str = "info"
 
 
+def resolve_namespace(config: Config) -> Config:
+    """The config with certificates.namespace filled from $POD_NAMESPACE (else "dra-guard") when empty."""
+    certs_cfg = config.certificates
+    if certs_cfg.namespace:
+        return config
+    namespace = os.environ.get("POD_NAMESPACE") or "dra-guard"
+    return dataclasses.replace(config, certificates=dataclasses.replace(certs_cfg, namespace=namespace))
+
+
+def identity(port: int) -> str:
+    """This replica's name for Leases: $POD_NAME, else <hostname>-<port>."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{port}"
+
+
+def self_managed_reconciler(config: Config, kubeconfig: str | None, *, identity: str) -> Any:
+    """A certs.selfmanaged.Reconciler for `config` (namespace resolved) over the Kubernetes API."""
+    from certs.selfmanaged import Reconciler
+
+    client = cluster_mod.api_client(kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
+    reconciler = Reconciler(cluster_mod.KubeCertApi(client, config.certificates.namespace), config.certificates,
+                            identity=identity)
+    reconciler.on_bundle = lambda bundle: metrics.CERT_EXPIRY.labels(cert="ca").set(bundle.ca.cert.not_valid_after_utc.timestamp())
+    return reconciler
+
+
+def run_reconciler(reconciler: Any, *, interval_seconds: float, stop: threading.Event) -> None:
+    """Call reconciler.reconcile() every interval_seconds until `stop` is set; errors are logged and retried."""
+    while not stop.wait(interval_seconds):
+        try:
+            reconciler.reconcile()
+            metrics.CERT_RECONCILE.labels(result="ok").inc()
+        except Exception:
+            metrics.CERT_RECONCILE.labels(result="error").inc()
+            log.exception("certificate reconcile failed; retrying next period")
+
+
 def certificate_status(cert_file: pathlib.Path, key_file: pathlib.Path) -> tuple[bool, str]:
     """(True, "") when the serving certificate and key load and the certificate is within its validity."""
     import certs
@@ -57,10 +97,25 @@ def certificate_status(cert_file: pathlib.Path, key_file: pathlib.Path) -> tuple
     return True, ""
 
 
-def _ssl_context(conf: Any, default_factory: Any) -> ssl.SSLContext:
-    context: ssl.SSLContext = default_factory()
-    context.minimum_version = ssl.TLSVersion.TLSv1_2  # TLS 1.0/1.1 are refused
-    return context
+_RELOADERS: dict[int, ReloadingContext] = {}
+
+
+def reloader(options: ServeOptions) -> ReloadingContext:
+    """This process's ReloadingContext for the serving files (one per gunicorn worker, made after the fork)."""
+    pid = os.getpid()
+    found = _RELOADERS.get(pid)
+    if found is None:
+        share = options.config.certificates.renew_after_share
+
+        def loaded(cert: Any) -> None:
+            metrics.CERT_EXPIRY.labels(cert="serving").set(cert.not_valid_after_utc.timestamp())
+            if certs.needs_renewal(cert, share=share):
+                log.warning("serving certificate is inside its renewal window",
+                            extra={"notAfter": cert.not_valid_after_utc.isoformat()})
+
+        found = _RELOADERS[pid] = ReloadingContext(options.cert_file, options.key_file, on_load=loaded,
+                                                    interval_seconds=options.config.certificates.reload_interval_seconds)
+    return found
 
 
 class DraGuardServer(BaseApplication):  # type: ignore[misc]
@@ -79,7 +134,9 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
             "threads": o.config.server.threads,
             "certfile": str(o.cert_file),
             "keyfile": str(o.key_file),
-            "ssl_context": _ssl_context,
+            # every new connection asks for the context: the reloader hands out the current one and
+            # swaps in a new one when the files' digest changes (TLS 1.2+, no restart)
+            "ssl_context": lambda conf, default_factory: reloader(o).context(),
             "timeout": 30,
             "graceful_timeout": 20,
             "keepalive": 75,
@@ -102,7 +159,12 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
         client = None if o.no_cluster else cluster_mod.api_client(o.kubeconfig, timeout_seconds=o.config.cluster.request_timeout_seconds)
         state = cluster_mod.ClusterState(client, config=o.config)
         state.start()
-        readiness = Readiness(cluster=state, certificate=lambda: certificate_status(o.cert_file, o.key_file))
+        if o.config.certificates.mode == "self" and not o.no_cluster:
+            reconciler = self_managed_reconciler(o.config, o.kubeconfig, identity=identity(o.port))
+            threading.Thread(target=run_reconciler, name="cert-reconciler", daemon=True, kwargs={
+                "reconciler": reconciler, "interval_seconds": o.config.certificates.check_interval_seconds,
+                "stop": threading.Event()}).start()
+        readiness = Readiness(cluster=state, certificate=lambda: reloader(o).status())
         log.info("worker ready to serve", extra={"port": o.port, "cluster": not o.no_cluster})
         return create_app(config=o.config, cluster=state, readiness=readiness)
 

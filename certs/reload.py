@@ -1,0 +1,116 @@
+"""Serve the current certificate: an SSLContext that follows changes of the certificate files.
+
+Mounted Secrets send no file events (the kubelet swaps a symlink), so the files' SHA-256 digest
+is polled, at most once every `interval_seconds`, when a connection asks for the context. A
+change builds a new SSLContext (TLS 1.2 minimum) and swaps it in: connections already open keep
+their session, new handshakes get the new certificate; no restart, no dropped connection. A
+broken or half-written pair of files is not loaded: the previous context keeps serving and the
+error is logged (once per digest).
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import pathlib
+import ssl
+import threading
+import time
+from collections.abc import Callable
+
+from cryptography import x509
+
+log = logging.getLogger("dra_guard.certs")
+
+
+def _digest(*paths: pathlib.Path) -> str | None:
+    h = hashlib.sha256()
+    try:
+        for path in paths:
+            h.update(path.read_bytes())
+            h.update(b"\0")
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def server_context(cert_file: pathlib.Path, key_file: pathlib.Path) -> ssl.SSLContext:
+    """A server SSLContext for the PEM pair, TLS 1.2 or newer. Raises ssl.SSLError / OSError."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile=str(cert_file), keyfile=str(key_file))
+    return context
+
+
+class ReloadingContext:
+    """The SSLContext for a certificate/key pair, reloaded when the files change.
+
+    cert_file, key_file: PEM paths. interval_seconds: the longest time a change goes unnoticed.
+    on_load(certificate): called after each successful (re)load with the leaf certificate
+    (cryptography x509.Certificate), e.g. to set the expiry metric.
+    """
+
+    def __init__(self, cert_file: pathlib.Path, key_file: pathlib.Path, *, interval_seconds: float = 10.0,
+                 on_load: Callable[[x509.Certificate], None] | None = None) -> None:
+        self.cert_file = pathlib.Path(cert_file)
+        self.key_file = pathlib.Path(key_file)
+        self.interval = interval_seconds
+        self._on_load = on_load
+        self._lock = threading.Lock()
+        self._context: ssl.SSLContext | None = None
+        self._digest: str | None = None
+        self._failed_digest: str | None = None
+        self._checked = 0.0
+        self.certificate: x509.Certificate | None = None
+        self.error = ""
+
+    def context(self) -> ssl.SSLContext:
+        """The current SSLContext (checking the files if `interval_seconds` have passed).
+
+        Raises ssl.SSLError when no certificate could ever be loaded.
+        """
+        now = time.monotonic()
+        if self._context is None or now - self._checked >= self.interval:
+            with self._lock:
+                if self._context is None or now - self._checked >= self.interval:
+                    self._checked = now
+                    self._reload()
+        if self._context is None:
+            raise ssl.SSLError(f"no serving certificate loaded: {self.error}")
+        return self._context
+
+    def _reload(self) -> None:
+        digest = _digest(self.cert_file, self.key_file)
+        if digest is None:
+            self.error = f"cannot read {self.cert_file} / {self.key_file}"
+            return
+        if digest == self._digest or digest == self._failed_digest:
+            return
+        try:
+            context = server_context(self.cert_file, self.key_file)
+            cert = x509.load_pem_x509_certificate(self.cert_file.read_bytes())
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            self._failed_digest = digest
+            self.error = f"{self.cert_file}: {exc}"
+            log.error("serving certificate not loaded; keeping the previous one", extra={"error": str(exc)})
+            return
+        first = self._context is None
+        self._context, self._digest, self.certificate, self.error = context, digest, cert, ""
+        log.info("serving certificate loaded" if first else "serving certificate reloaded",
+                 extra={"subject": cert.subject.rfc4514_string(), "notAfter": cert.not_valid_after_utc.isoformat(),
+                        "serial": format(cert.serial_number, "x")})
+        if self._on_load is not None:
+            self._on_load(cert)
+
+    def status(self) -> tuple[bool, str]:
+        """(True, "") when a certificate is loaded and valid now; else (False, why) — for /readyz."""
+        try:
+            self.context()
+        except ssl.SSLError as exc:
+            return False, str(exc)
+        cert = self.certificate
+        assert cert is not None
+        now = datetime.datetime.now(datetime.timezone.utc)
+        if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+            return False, f"serving certificate not valid now (valid until {cert.not_valid_after_utc.isoformat()})"
+        return True, ""

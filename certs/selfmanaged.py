@@ -1,0 +1,349 @@
+"""`certificates.mode: self`: dra-guard keeps its own CA, serving certificate and caBundles right.
+
+Everything lives in one Secret in dra-guard's namespace (keys ca.crt, ca.key, tls.crt, tls.key and
+ca-bundle.crt, the CAs the apiserver must trust, current first), so every replica serves a
+certificate from the same CA. The first replica creates it; a 409 on create means another replica
+won the race, and its Secret is read back (create-or-get). Later writes — renewal, CA rotation,
+caBundle patches — are made by one replica at a time, the holder of a coordination.k8s.io Lease.
+
+CA rotation is done in three reconcile steps so that the apiserver never sees a certificate it
+does not trust:
+  A. the CA is due: a new CA becomes current, the trust bundle is [new, old]; the serving
+     certificate stays (it chains to the old CA, still trusted); caBundles are patched;
+  B. once every webhook's caBundle holds the new CA, a serving certificate from the new CA is issued;
+  C. once every live replica reports (through its own "serving" Lease) that it has served a leaf
+     from the new CA for at least one reload interval, the old CA is dropped from the bundle.
+A serving certificate is also re-issued when it is due (configurable share of its lifetime,
+default 2/3) or lacks a required name. caBundles are set whenever they differ from the bundle,
+not only when empty.
+
+The Kubernetes calls go through a CertApi (webhook.cluster.KubeCertApi in production), so this
+module holds the decisions only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import logging
+import pathlib
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+import certs
+from webhook.config import CertificatesConfig
+
+log = logging.getLogger("dra_guard.certs")
+
+SERVING_LABEL = "dra-guard.io/serving-lease-of"
+SERVING_CA_ANNOTATION = "dra-guard.io/serving-ca"
+SERVING_SINCE_ANNOTATION = "dra-guard.io/serving-since"
+
+
+class Conflict(Exception):
+    """The object exists already (409 on create) or changed since it was read (409 on update)."""
+
+
+class CertApi(Protocol):
+    """The Kubernetes calls the reconciler needs, all in dra-guard's namespace unless noted.
+
+    Secrets: {"data": {key: bytes}, "resourceVersion": str}. Leases: {"spec": {...}, "metadata":
+    {...}} as coordination.k8s.io/v1 dicts. Raises Conflict on 409, other errors as they come.
+    """
+
+    def get_secret(self, name: str) -> dict[str, Any] | None: ...
+    def create_secret(self, name: str, data: Mapping[str, bytes]) -> None: ...
+    def update_secret(self, name: str, data: Mapping[str, bytes], resource_version: str) -> None: ...
+    def get_lease(self, name: str) -> dict[str, Any] | None: ...
+    def create_lease(self, lease: Mapping[str, Any]) -> None: ...
+    def update_lease(self, lease: Mapping[str, Any]) -> None: ...
+    def list_leases(self, label_selector: str) -> list[dict[str, Any]]: ...
+    def delete_lease(self, name: str) -> None: ...
+    def webhook_ca_bundles(self, kind: str, name: str) -> list[bytes] | None: ...
+    def set_webhook_ca_bundles(self, kind: str, name: str, bundle: bytes) -> None: ...
+
+
+def fingerprint(cert: x509.Certificate) -> str:
+    """SHA-256 of the certificate's DER, hex."""
+    return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+
+
+def _pem_certs(data: bytes) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(data) if data else []
+    except ValueError:
+        return []
+
+
+def _issued_by(leaf: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        leaf.verify_directly_issued_by(ca)
+        return True
+    except Exception:  # ValueError, TypeError or cryptography's InvalidSignature
+        return False
+
+
+def _micro(t: datetime.datetime) -> str:
+    return t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(value: Any) -> datetime.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclasses.dataclass
+class Bundle:
+    """The parsed Secret: current CA pair, trusted CAs (current first) and the serving pair."""
+
+    ca: certs.KeyPair
+    trusted: list[x509.Certificate]
+    serving: certs.KeyPair | None
+    resource_version: str = ""
+
+    def data(self) -> dict[str, bytes]:
+        """The Secret's data for this bundle."""
+        out = {"ca.crt": self.ca.cert_pem(), "ca.key": self.ca.key_pem(), "ca-bundle.crt": self.trust_pem()}
+        if self.serving is not None:
+            out["tls.crt"] = self.serving.cert_pem()
+            out["tls.key"] = self.serving.key_pem()
+        return out
+
+    def trust_pem(self) -> bytes:
+        """The PEM caBundle: every trusted CA, current first."""
+        return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in self.trusted)
+
+    @classmethod
+    def from_secret(cls, secret: Mapping[str, Any]) -> Bundle | None:
+        """Parse a Secret dict; None when the CA pair is missing or unreadable."""
+        data = secret.get("data") or {}
+        try:
+            ca_cert = x509.load_pem_x509_certificate(data.get("ca.crt", b""))
+            ca_key = serialization.load_pem_private_key(data.get("ca.key", b""), password=None)
+        except (ValueError, TypeError):
+            return None
+        ca = certs.KeyPair(cert=ca_cert, key=ca_key)  # type: ignore[arg-type]
+        trusted = _pem_certs(data.get("ca-bundle.crt", b"")) or [ca_cert]
+        if fingerprint(trusted[0]) != fingerprint(ca_cert):
+            trusted = [ca_cert] + [c for c in trusted if fingerprint(c) != fingerprint(ca_cert)]
+        serving = None
+        try:
+            serving = certs.KeyPair(cert=x509.load_pem_x509_certificate(data.get("tls.crt", b"")),
+                                    key=serialization.load_pem_private_key(data.get("tls.key", b""), password=None))  # type: ignore[arg-type]
+        except (ValueError, TypeError):
+            serving = None
+        return cls(ca=ca, trusted=trusted, serving=serving, resource_version=str(secret.get("resourceVersion", "")))
+
+
+class Reconciler:
+    """One replica's view of `certificates.mode: self`; call reconcile() every checkIntervalSeconds.
+
+    api: a CertApi. config: CertificatesConfig (namespace already resolved). identity: this
+    replica's name (pod name; unique per process). now: a clock, for tests.
+    """
+
+    def __init__(self, api: CertApi, config: CertificatesConfig, *, identity: str,
+                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)) -> None:
+        self.api = api
+        self.config = config
+        self.identity = identity
+        self.now = now
+        self.dir = pathlib.Path(config.dir)
+        self.dns_names = [*certs.service_dns_names(config.service, config.namespace), *config.extra_dns_names]
+        self.ip_addresses = list(config.extra_ip_addresses)
+        self._serving_fp = ""
+        self._serving_since = ""
+        self.on_bundle: Callable[[Bundle], None] | None = None
+
+    # ------------------------------------------------------------------ building blocks
+    def _new_serving(self, ca: certs.KeyPair) -> certs.KeyPair:
+        return certs.generate_serving(ca, dns_names=self.dns_names, ip_addresses=self.ip_addresses,
+                                      days=self.config.leaf_validity_days, now=self.now())
+
+    def _fresh_bundle(self) -> Bundle:
+        ca = certs.generate_ca(common_name=f"dra-guard-ca-{self.config.namespace}", days=self.config.ca_validity_days,
+                                   now=self.now())
+        return Bundle(ca=ca, trusted=[ca.cert], serving=self._new_serving(ca))
+
+    def get_or_create(self) -> Bundle:
+        """Read the Secret, creating it when missing (a 409 means another replica did: read it back)."""
+        secret = self.api.get_secret(self.config.secret_name)
+        if secret is None:
+            fresh = self._fresh_bundle()
+            try:
+                self.api.create_secret(self.config.secret_name, fresh.data())
+                log.info("created the CA and serving certificate Secret", extra={"secret": self.config.secret_name})
+            except Conflict:
+                log.info("another replica created the certificate Secret first; using it")
+            secret = self.api.get_secret(self.config.secret_name)
+            if secret is None:
+                raise RuntimeError(f"Secret {self.config.secret_name} vanished right after it was created")
+        bundle = Bundle.from_secret(secret)
+        if bundle is None:
+            raise RuntimeError(f"Secret {self.config.secret_name} holds no readable ca.crt/ca.key; delete it to start over")
+        return bundle
+
+    def holds_lease(self) -> bool:
+        """Take or renew the writers' Lease; True when this replica may write now."""
+        now = self.now()
+        duration = max(15, 2 * self.config.check_interval_seconds)
+        lease = self.api.get_lease(self.config.lease_name)
+        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": duration, "renewTime": _micro(now)}
+        try:
+            if lease is None:
+                self.api.create_lease({"metadata": {"name": self.config.lease_name},
+                                       "spec": {**spec, "acquireTime": _micro(now)}})
+                return True
+            current = lease.get("spec") or {}
+            renewed = _parse_time(current.get("renewTime"))
+            expired = renewed is None or renewed + datetime.timedelta(
+                seconds=int(current.get("leaseDurationSeconds") or duration)) < now
+            if current.get("holderIdentity") not in (self.identity, None, "") and not expired:
+                return False
+            acquire = current.get("acquireTime") if current.get("holderIdentity") == self.identity else _micro(now)
+            self.api.update_lease({**lease, "spec": {**current, **spec, "acquireTime": acquire}})
+            return True
+        except Conflict:
+            return False
+
+    def _cluster_bundles(self) -> list[list[bytes]]:
+        out = []
+        for kind, name in (("validating", self.config.validating_webhook), ("mutating", self.config.mutating_webhook)):
+            bundles = self.api.webhook_ca_bundles(kind, name)
+            if bundles is not None:
+                out.append(bundles)
+        return out
+
+    def _all_webhooks_trust(self, ca: x509.Certificate) -> bool:
+        for bundles in self._cluster_bundles():
+            for raw in bundles:
+                if fingerprint(ca) not in {fingerprint(c) for c in _pem_certs(raw)}:
+                    return False
+        return True
+
+    def _replicas_serve(self, ca: x509.Certificate) -> bool:
+        now = self.now()
+        want = fingerprint(ca)
+        settle = datetime.timedelta(seconds=self.config.reload_interval_seconds)
+        live = 0
+        for lease in self.api.list_leases(f"{SERVING_LABEL}={self.config.lease_name}"):
+            spec, meta = lease.get("spec") or {}, lease.get("metadata") or {}
+            renewed = _parse_time(spec.get("renewTime"))
+            if renewed is None or renewed + datetime.timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0)) < now:
+                continue
+            live += 1
+            annotations = meta.get("annotations") or {}
+            since = _parse_time(annotations.get(SERVING_SINCE_ANNOTATION))
+            if annotations.get(SERVING_CA_ANNOTATION) != want or since is None or since + settle > now:
+                return False
+        return live > 0
+
+    # ------------------------------------------------------------------ the loop body
+    def plan(self, bundle: Bundle) -> tuple[Bundle, str] | None:
+        """The next change to the Secret, as (new bundle, reason), or None when nothing is due."""
+        share = self.config.renew_after_share
+        leaf = bundle.serving
+        if len(bundle.trusted) == 1 and certs.needs_renewal(bundle.ca.cert, share=share, now=self.now()):
+            new_ca = certs.generate_ca(common_name=f"dra-guard-ca-{self.config.namespace}", days=self.config.ca_validity_days,
+                                   now=self.now())
+            return Bundle(ca=new_ca, trusted=[new_ca.cert, bundle.ca.cert], serving=leaf), "CA rotation step A: new CA trusted"
+        if leaf is None or not _issued_by(leaf.cert, bundle.ca.cert):
+            if leaf is not None and not self._all_webhooks_trust(bundle.ca.cert):
+                return None  # wait for the caBundles to carry the new CA (patched below)
+            return dataclasses.replace(bundle, serving=self._new_serving(bundle.ca)), "serving certificate from the current CA"
+        have_dns, have_ips = certs.sans_of(leaf.cert)
+        if (certs.needs_renewal(leaf.cert, share=share, now=self.now())
+                or not set(self.dns_names) <= have_dns or not set(self.ip_addresses) <= have_ips):
+            return dataclasses.replace(bundle, serving=self._new_serving(bundle.ca)), "serving certificate renewal"
+        if len(bundle.trusted) > 1 and self._replicas_serve(bundle.ca.cert):
+            return dataclasses.replace(bundle, trusted=[bundle.ca.cert]), "CA rotation step C: old CA dropped"
+        return None
+
+    def reconcile(self) -> Bundle:
+        """One round: get-or-create, planned Secret change and caBundle patches (under the Lease),
+        write the serving files, report what this replica serves. Returns the bundle in force."""
+        bundle = self.get_or_create()
+        change = self.plan(bundle)
+        leader = self.holds_lease()
+        if leader:
+            self.prune_serving_leases()
+        if change is not None:
+            if leader:
+                new, reason = change
+                try:
+                    self.api.update_secret(self.config.secret_name, new.data(), bundle.resource_version)
+                    log.info("certificate Secret updated", extra={"reason": reason, "secret": self.config.secret_name})
+                except Conflict:
+                    log.info("certificate Secret changed meanwhile; next round", extra={"reason": reason})
+                bundle = self.get_or_create()
+        wanted = bundle.trust_pem()
+        stale = any(raw != wanted for bundles in self._cluster_bundles() for raw in bundles)
+        if stale:
+            if leader:
+                for kind, name in (("validating", self.config.validating_webhook), ("mutating", self.config.mutating_webhook)):
+                    if self.api.webhook_ca_bundles(kind, name) is not None:
+                        self.api.set_webhook_ca_bundles(kind, name, wanted)
+                log.info("caBundle set on the webhook configurations")
+        self.write_files(bundle)
+        self.report_serving()
+        if self.on_bundle is not None:
+            self.on_bundle(bundle)
+        return bundle
+
+    def write_files(self, bundle: Bundle) -> bool:
+        """Write tls.crt, tls.key and ca.crt (the trust bundle) to config.dir when they differ."""
+        if bundle.serving is None:
+            return False
+        files = {"tls.crt": bundle.serving.cert_pem(), "tls.key": bundle.serving.key_pem(), "ca.crt": bundle.trust_pem()}
+        self.dir.mkdir(parents=True, exist_ok=True)
+        changed = False
+        # key before certificate: a reader never sees a new certificate with an old key for long,
+        # and ReloadingContext refuses a mismatched pair anyway
+        for name in ("tls.key", "tls.crt", "ca.crt"):
+            path = self.dir / name
+            try:
+                same = path.read_bytes() == files[name]
+            except OSError:
+                same = False
+            if not same:
+                certs._write(path, files[name], private=name.endswith(".key"))
+                changed = True
+        issuer = next((c for c in bundle.trusted if _issued_by(bundle.serving.cert, c)), None)
+        fp = fingerprint(issuer) if issuer is not None else ""
+        if fp != self._serving_fp:
+            self._serving_fp, self._serving_since = fp, _micro(self.now())
+        return changed
+
+    def prune_serving_leases(self) -> None:
+        """Delete serving Leases of replicas gone for more than their lease duration (pod churn)."""
+        now = self.now()
+        for lease in self.api.list_leases(f"{SERVING_LABEL}={self.config.lease_name}"):
+            spec = lease.get("spec") or {}
+            renewed = _parse_time(spec.get("renewTime"))
+            if renewed is None or renewed + datetime.timedelta(seconds=2 * int(spec.get("leaseDurationSeconds") or 0)) < now:
+                self.api.delete_lease(str((lease.get("metadata") or {}).get("name")))
+
+    def report_serving(self) -> None:
+        """Renew this replica's serving Lease with the fingerprint of the CA its leaf chains to."""
+        name = f"{self.config.lease_name}-serving-{self.identity}"[:253]
+        now = self.now()
+        body = {"metadata": {"name": name, "labels": {SERVING_LABEL: self.config.lease_name},
+                             "annotations": {SERVING_CA_ANNOTATION: self._serving_fp, SERVING_SINCE_ANNOTATION: self._serving_since}},
+                "spec": {"holderIdentity": self.identity, "renewTime": _micro(now),
+                         "leaseDurationSeconds": 3 * self.config.check_interval_seconds}}
+        try:
+            lease = self.api.get_lease(name)
+            if lease is None:
+                self.api.create_lease(body)
+            else:
+                self.api.update_lease({**lease, "metadata": {**(lease.get("metadata") or {}), **body["metadata"]},
+                                       "spec": body["spec"]})
+        except Conflict:
+            pass
