@@ -123,6 +123,15 @@ def sans_of(cert: x509.Certificate) -> tuple[set[str], set[str]]:
     return set(ext.get_values_for_type(x509.DNSName)), {str(ip) for ip in ext.get_values_for_type(x509.IPAddress)}
 
 
+def issued_by(leaf: x509.Certificate, ca: x509.Certificate) -> bool:
+    """Whether `leaf` is signed by `ca` (signature and issuer name)."""
+    try:
+        leaf.verify_directly_issued_by(ca)
+        return True
+    except Exception:  # ValueError, TypeError or cryptography's InvalidSignature
+        return False
+
+
 def _write(path: pathlib.Path, data: bytes, *, private: bool) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)

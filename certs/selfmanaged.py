@@ -78,14 +78,6 @@ def _pem_certs(data: bytes) -> list[x509.Certificate]:
         return []
 
 
-def _issued_by(leaf: x509.Certificate, ca: x509.Certificate) -> bool:
-    try:
-        leaf.verify_directly_issued_by(ca)
-        return True
-    except Exception:  # ValueError, TypeError or cryptography's InvalidSignature
-        return False
-
-
 def _micro(t: datetime.datetime) -> str:
     return t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -254,7 +246,7 @@ class Reconciler:
             new_ca = certs.generate_ca(common_name=f"dra-guard-ca-{self.config.namespace}", days=self.config.ca_validity_days,
                                    now=self.now())
             return Bundle(ca=new_ca, trusted=[new_ca.cert, bundle.ca.cert], serving=leaf), "CA rotation step A: new CA trusted"
-        if leaf is None or not _issued_by(leaf.cert, bundle.ca.cert):
+        if leaf is None or not certs.issued_by(leaf.cert, bundle.ca.cert):
             if leaf is not None and not self._all_webhooks_trust(bundle.ca.cert):
                 return None  # wait for the caBundles to carry the new CA (patched below)
             return dataclasses.replace(bundle, serving=self._new_serving(bundle.ca)), "serving certificate from the current CA"
@@ -315,7 +307,7 @@ class Reconciler:
             if not same:
                 certs._write(path, files[name], private=name.endswith(".key"))
                 changed = True
-        issuer = next((c for c in bundle.trusted if _issued_by(bundle.serving.cert, c)), None)
+        issuer = next((c for c in bundle.trusted if certs.issued_by(bundle.serving.cert, c)), None)
         fp = fingerprint(issuer) if issuer is not None else ""
         if fp != self._serving_fp:
             self._serving_fp, self._serving_since = fp, _micro(self.now())

@@ -82,6 +82,18 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", required=True, metavar="DIR", help="folder for ca.crt, ca.key, tls.crt, tls.key")
     gen.add_argument("--dns", action="append", default=[], metavar="NAME", help="extra DNS SAN (repeatable)")
     gen.add_argument("--ip", action="append", default=[], metavar="IP", help="extra IP SAN (repeatable)")
+    insp = certs_sub.add_parser(
+        "inspect", help="show a serving certificate's names and expiry, and whether the cluster's caBundles trust it",
+        description="Print subject, SANs, validity and issuer of a serving certificate (--cert-file, or the one "
+                    "dra-guard serves at --url), and with --cluster whether every webhook of dra-guard's "
+                    "Validating/MutatingWebhookConfiguration (names from --config) has a caBundle that verifies it. "
+                    "Exit 0 when all is well, 1 when a caBundle does not match or the certificate is due for renewal, "
+                    "2 on errors.")
+    insp.add_argument("--cert-file", metavar="FILE", help="PEM serving certificate")
+    insp.add_argument("--url", metavar="HOST:PORT", help="fetch the certificate a running server presents instead")
+    insp.add_argument("--config", metavar="FILE", help="the config file (webhook configuration names, renewal share)")
+    insp.add_argument("--cluster", action="store_true", help="compare with the caBundles in the cluster")
+    insp.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
     return parser
 
 
@@ -163,14 +175,70 @@ def _drain_plan(args: argparse.Namespace) -> int:
 def _certs(args: argparse.Namespace) -> int:
     import certs
 
+    if args.certs_command == "inspect":
+        return _certs_inspect(args)
     if args.certs_command != "generate":
-        return _fail("certs needs an action: generate")
+        return _fail("certs needs an action: generate or inspect")
     ca = certs.generate_ca()
     serving = certs.generate_serving(ca, dns_names=[*certs.service_dns_names(args.service, args.namespace), *args.dns],
                                      ip_addresses=args.ip)
     certs.write_bundle(pathlib.Path(args.out), ca=ca, serving=serving)
     print(f"wrote ca.crt, ca.key, tls.crt, tls.key to {args.out}")
     return 0
+
+
+def _certs_inspect(args: argparse.Namespace) -> int:
+    import socket
+    import ssl
+
+    from cryptography import x509
+
+    import certs
+    from webhook import cluster
+
+    config = load_config(args.config)
+    if bool(args.cert_file) == bool(args.url):
+        return _fail("certs inspect needs exactly one of --cert-file FILE or --url HOST:PORT")
+    if args.cert_file:
+        try:
+            cert = x509.load_pem_x509_certificate(pathlib.Path(args.cert_file).read_bytes())
+        except (OSError, ValueError) as exc:
+            return _fail(f"{args.cert_file}: not a readable PEM certificate ({exc})")
+    else:
+        host, _, port = args.url.rpartition(":")
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # we only read what it presents
+        try:
+            with socket.create_connection((host, int(port)), timeout=5) as sock, ctx.wrap_socket(sock) as tls:
+                cert = x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+        except (OSError, ValueError) as exc:
+            return _fail(f"cannot fetch the certificate from {args.url}: {exc}")
+    dns, ips = certs.sans_of(cert)
+    due = certs.needs_renewal(cert, share=config.certificates.renew_after_share)
+    print(f"subject:    {cert.subject.rfc4514_string()}")
+    print(f"issuer:     {cert.issuer.rfc4514_string()}")
+    print(f"DNS names:  {', '.join(sorted(dns)) or '(none)'}")
+    print(f"IPs:        {', '.join(sorted(ips)) or '(none)'}")
+    print(f"valid:      {cert.not_valid_before_utc.isoformat()} .. {cert.not_valid_after_utc.isoformat()}")
+    print(f"renewal:    {'DUE (inside the renewal window)' if due else 'not due'}")
+    problems = int(due)
+    if args.cluster:
+        api = cluster.KubeCertApi(cluster.api_client(args.kubeconfig, timeout_seconds=5), namespace="")
+        for kind, name in (("validating", config.certificates.validating_webhook),
+                           ("mutating", config.certificates.mutating_webhook)):
+            bundles = api.webhook_ca_bundles(kind, name)
+            if bundles is None:
+                print(f"{kind} webhook configuration {name}: not found")
+                continue
+            for i, raw in enumerate(bundles):
+                try:
+                    cas = x509.load_pem_x509_certificates(raw) if raw else []
+                except ValueError:
+                    cas = []
+                ok = any(certs.issued_by(cert, ca) for ca in cas)
+                problems += not ok
+                print(f"{kind} {name} webhook #{i}: caBundle {'trusts' if ok else 'DOES NOT trust'} this certificate")
+    return 1 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -186,3 +186,14 @@ def test_expiry_metric(files_server, tmp_path):
     text = s.get(f"https://127.0.0.1:{server.port}/metrics", verify=str(tmp_path / "tls" / "ca.crt"), timeout=5).text
     line = next(l for l in text.splitlines() if l.startswith('dra_guard_certificate_expiry_timestamp_seconds{cert="serving"}'))
     assert float(line.split()[-1]) > time.time() + 300 * 86400
+
+
+def test_certs_inspect_reads_a_file_and_a_running_server(files_server, tmp_path):
+    server, _ = files_server
+    by_file = subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "inspect", "--cert-file",
+                              str(server.dir / "tls.crt")], capture_output=True, text=True)
+    by_url = subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "inspect", "--url", f"127.0.0.1:{server.port}"],
+                            capture_output=True, text=True)
+    assert by_file.returncode == 0 and by_url.returncode == 0, by_file.stderr + by_url.stderr
+    assert "dra-guard.dra-guard.svc" in by_file.stdout and "not due" in by_file.stdout
+    assert by_file.stdout == by_url.stdout
