@@ -132,7 +132,8 @@ def issued_by(leaf: x509.Certificate, ca: x509.Certificate) -> bool:
         return False
 
 
-def _write(path: pathlib.Path, data: bytes, *, private: bool) -> None:
+def write_file(path: pathlib.Path, data: bytes, *, private: bool) -> None:
+    """Write `data` to `path` atomically (temporary file + rename); mode 0600 when private, else 0644."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
     with os.fdopen(fd, "wb") as fh:
@@ -143,10 +144,10 @@ def _write(path: pathlib.Path, data: bytes, *, private: bool) -> None:
 def write_bundle(directory: pathlib.Path, *, ca: KeyPair, serving: KeyPair) -> None:
     """Write ca.crt, ca.key, tls.crt, tls.key into `directory` (created if needed), atomically per file."""
     directory.mkdir(parents=True, exist_ok=True)
-    _write(directory / "ca.key", ca.key_pem(), private=True)
-    _write(directory / "ca.crt", ca.cert_pem(), private=False)
-    _write(directory / "tls.key", serving.key_pem(), private=True)
-    _write(directory / "tls.crt", serving.cert_pem(), private=False)
+    write_file(directory / "ca.key", ca.key_pem(), private=True)
+    write_file(directory / "ca.crt", ca.cert_pem(), private=False)
+    write_file(directory / "tls.key", serving.key_pem(), private=True)
+    write_file(directory / "tls.crt", serving.cert_pem(), private=False)
 
 
 def load_pair(cert_path: pathlib.Path, key_path: pathlib.Path) -> KeyPair:

@@ -290,28 +290,38 @@ class Reconciler:
         return bundle
 
     def write_files(self, bundle: Bundle) -> bool:
-        """Write tls.crt, tls.key and ca.crt (the trust bundle) to config.dir when they differ."""
+        """Write tls.crt, tls.key and ca.crt (the trust bundle) to config.dir when they differ.
+
+        A serving certificate whose CA the webhooks' caBundles do not trust yet is not served (the
+        writer replica patches the caBundles first); the files in place keep serving meanwhile.
+        Returns True when files changed.
+        """
         if bundle.serving is None:
             return False
+        issuer = next((c for c in bundle.trusted if certs.issued_by(bundle.serving.cert, c)), None)
         files = {"tls.crt": bundle.serving.cert_pem(), "tls.key": bundle.serving.key_pem(), "ca.crt": bundle.trust_pem()}
         self.dir.mkdir(parents=True, exist_ok=True)
-        changed = False
-        # key before certificate: a reader never sees a new certificate with an old key for long,
-        # and ReloadingContext refuses a mismatched pair anyway
-        for name in ("tls.key", "tls.crt", "ca.crt"):
-            path = self.dir / name
+        current = {}
+        for name in files:
             try:
-                same = path.read_bytes() == files[name]
+                current[name] = (self.dir / name).read_bytes()
             except OSError:
-                same = False
-            if not same:
-                certs._write(path, files[name], private=name.endswith(".key"))
-                changed = True
-        issuer = next((c for c in bundle.trusted if certs.issued_by(bundle.serving.cert, c)), None)
+                current[name] = b""
+        if current == files:
+            return False
+        if current["tls.crt"] and current["tls.crt"] != files["tls.crt"] and (
+                issuer is None or not self._all_webhooks_trust(issuer)):
+            log.info("new serving certificate held back until every caBundle trusts its CA")
+            return False
+        # key before certificate: ReloadingContext refuses a mismatched pair, so a reader in
+        # between keeps the previous certificate
+        for name in ("tls.key", "tls.crt", "ca.crt"):
+            if current[name] != files[name]:
+                certs.write_file(self.dir / name, files[name], private=name.endswith(".key"))
         fp = fingerprint(issuer) if issuer is not None else ""
         if fp != self._serving_fp:
             self._serving_fp, self._serving_since = fp, _micro(self.now())
-        return changed
+        return True
 
     def prune_serving_leases(self) -> None:
         """Delete serving Leases of replicas gone for more than their lease duration (pod churn)."""

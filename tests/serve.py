@@ -26,15 +26,17 @@ class DraGuardProcess:
     """
 
     def __init__(self, workdir: pathlib.Path, *args: str, config: str | None = None, env: dict[str, str] | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, ca_file: pathlib.Path | None = None) -> None:
+        """args: extra `serve` arguments. ca_file: given when the server is not run with --self-signed
+        (e.g. certificates.mode self): the CA bundle to verify it with; --self-signed is then left out."""
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.url = f"https://127.0.0.1:{self.port}"
-        self.ca_file = workdir / "tls" / "ca.crt"
+        self.ca_file = ca_file or workdir / "tls" / "ca.crt"
         self.log_file = workdir / "dra-guard.log"
-        cmd = [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--self-signed", str(workdir / "tls"), *args]
+        tls = [] if ca_file else ["--self-signed", str(workdir / "tls")]
+        cmd = [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), *tls, *args]
         if config is not None:
             cfg = workdir / "config.yaml"
             cfg.write_text(config)

@@ -226,3 +226,23 @@ def test_expired_serving_leases_are_pruned(tmp_path):
     clock.t += datetime.timedelta(seconds=7 * CONFIG.check_interval_seconds)  # b is gone
     a.reconcile()
     assert "dra-guard-certs-serving-b" not in api.leases and "dra-guard-certs-serving-a" in api.leases
+
+
+def test_a_leaf_from_an_untrusted_ca_is_not_served_until_the_ca_bundles_trust_it(tmp_path):
+    api, clock = FakeCertApi(), Clock()
+    a, b = replica(api, tmp_path, "a", clock), replica(api, tmp_path, "b", clock)
+    a.reconcile()
+    b.reconcile()
+    before = served(b)
+    # someone (a restore, another tool) puts a leaf from an unknown CA into the Secret
+    other = certs.generate_ca(now=clock.t)
+    data = dict(api.secrets["dra-guard-tls"]["data"])
+    leaf = certs.generate_serving(other, dns_names=["dra-guard.dra-guard.svc"], now=clock.t)
+    data.update({"ca.crt": other.cert_pem(), "ca.key": other.key_pem(), "ca-bundle.crt": other.cert_pem(),
+                 "tls.crt": leaf.cert_pem(), "tls.key": leaf.key_pem()})
+    api.secrets["dra-guard-tls"] = {"data": data, "resourceVersion": api._next()}
+    b.reconcile()  # b does not hold the lease: cannot patch the caBundles, must not serve the new leaf
+    assert served(b).serial_number == before.serial_number
+    a.reconcile()  # the writer patches the caBundles (and renews the leaf: it lacks names)
+    b.reconcile()
+    served(b).verify_directly_issued_by(other.cert)

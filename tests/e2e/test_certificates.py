@@ -1,0 +1,225 @@
+"""certificates.mode self against the real apiserver (issue 6 acceptance 2, 3 and 5): two replicas
+share one Secret and CA, a stale caBundle is corrected, and the webhook keeps being called while
+the CA rotates."""
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from cryptography import x509
+
+import certs
+from tests.serve import DraGuardProcess
+
+NS = "dra-guard-certs"
+CONFIG_NAME = "e2e-certs"
+CHECK = 2  # seconds between reconcile rounds in this test
+
+RBAC = f"""
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {NS}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: dra-guard-certs, namespace: {NS}}}
+rules:
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, create, update]
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [get, list, create, update, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: dra-guard-certs, namespace: {NS}}}
+subjects: [{{kind: User, name: dra-guard, apiGroup: rbac.authorization.k8s.io}}]
+roleRef: {{kind: Role, name: dra-guard-certs, apiGroup: rbac.authorization.k8s.io}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: dra-guard-certs-e2e}}
+rules:
+  - apiGroups: [admissionregistration.k8s.io]
+    resources: [validatingwebhookconfigurations, mutatingwebhookconfigurations]
+    resourceNames: [{CONFIG_NAME}]
+    verbs: [get, patch]
+  - apiGroups: [rbac.authorization.k8s.io]
+    resources: [clusterroles, clusterrolebindings]
+    verbs: [list, watch]
+  - apiGroups: [apps]
+    resources: [daemonsets]
+    verbs: [list, watch]
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [list, watch]
+  - apiGroups: [resource.k8s.io]
+    resources: [resourceclaims]
+    verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: dra-guard-certs-e2e}}
+subjects: [{{kind: User, name: dra-guard, apiGroup: rbac.authorization.k8s.io}}]
+roleRef: {{kind: ClusterRole, name: dra-guard-certs-e2e, apiGroup: rbac.authorization.k8s.io}}
+"""
+
+PROBE = json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": "e2e-certs-probe"},
+                    "subjects": [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}],
+                    "roleRef": {"kind": "ClusterRole", "name": "cluster-admin", "apiGroup": "rbac.authorization.k8s.io"}})
+
+
+def webhook_config(url: str, ca_bundle: bytes) -> str:
+    # only the probe objects of this module reach these replicas
+    return json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": CONFIG_NAME},
+        "webhooks": [{"name": "rbac.e2e-certs.dra-guard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                      "failurePolicy": "Fail", "timeoutSeconds": 5,
+                      "clientConfig": {"url": f"{url}/validate/rbac", "caBundle": base64.b64encode(ca_bundle).decode()},
+                      "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["v1"],
+                                 "operations": ["CREATE"], "resources": ["clusterrolebindings"]}],
+                      "matchConditions": [{"name": "probe-only", "expression": "object.metadata.name.startsWith('e2e-certs-')"}]}]})
+
+
+def config(workdir, name):
+    return f"""
+certificates:
+  mode: self
+  namespace: {NS}
+  service: dra-guard
+  extraIpAddresses: [127.0.0.1]
+  validatingWebhookConfiguration: {CONFIG_NAME}
+  mutatingWebhookConfiguration: {CONFIG_NAME}
+  dir: {workdir / name / "certs"}
+  checkIntervalSeconds: {CHECK}
+  reloadIntervalSeconds: 1
+"""
+
+
+def secret(cp):
+    out = json.loads(cp.kubectl("admin", "get", "secret", "-n", NS, "dra-guard-tls", "-o", "json").stdout)
+    return {k: base64.b64decode(v) for k, v in out["data"].items()}
+
+
+def cluster_bundle(cp):
+    out = json.loads(cp.kubectl("admin", "get", "validatingwebhookconfiguration", CONFIG_NAME, "-o", "json").stdout)
+    return base64.b64decode(out["webhooks"][0]["clientConfig"]["caBundle"])
+
+
+def wait_for(what, fn, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def replicas(control_plane, tmp_path_factory):
+    cp = control_plane
+    workdir = tmp_path_factory.mktemp("certs-self")
+    cp.kubectl("admin", "apply", "-f", "-", input=RBAC)
+    stale = certs.generate_ca(common_name="stale").cert_pem()
+    procs = []
+    for name in ("replica-a", "replica-b"):  # both start at once
+        procs.append(DraGuardProcess(workdir / name, "--kubeconfig", str(cp.kubeconfig("dra-guard")),
+                                     config=config(workdir, name), env={"POD_NAME": name},
+                                     ca_file=workdir / name / "certs" / "ca.crt"))
+    cp.kubectl("admin", "apply", "-f", "-", input=webhook_config(procs[0].url, stale))
+    try:
+        for p in procs:
+            p.wait("/readyz", timeout=60)
+        yield procs
+    finally:
+        cp.kubectl("admin", "delete", "validatingwebhookconfiguration", CONFIG_NAME, "--ignore-not-found")
+        for p in procs:
+            p.stop()
+        cp.kubectl("admin", "delete", "namespace", NS, "--wait=false", check=False)
+
+
+def test_two_replicas_share_one_secret_and_ca(control_plane, replicas):
+    cp = control_plane
+    secrets = json.loads(cp.kubectl("admin", "get", "secrets", "-n", NS, "-o", "json").stdout)["items"]
+    assert [s["metadata"]["name"] for s in secrets] == ["dra-guard-tls"]
+    ca = x509.load_pem_x509_certificate(secret(cp)["ca.crt"])
+    for p in replicas:
+        leaf = x509.load_pem_x509_certificate((p.ca_file.parent / "tls.crt").read_bytes())
+        leaf.verify_directly_issued_by(ca)
+        # and that is what the server presents, with the Service's DNS name
+        presented = subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "inspect", "--url", f"127.0.0.1:{p.port}"],
+                                   capture_output=True, text=True).stdout
+        assert "dra-guard.dra-guard-certs.svc" in presented and ca.subject.rfc4514_string() in presented
+
+
+def test_stale_ca_bundle_is_corrected_within_a_reconcile_period(control_plane, replicas):
+    cp = control_plane
+    wanted = secret(cp)["ca-bundle.crt"]
+    wait_for("the initial stale caBundle to be replaced", lambda: cluster_bundle(cp) == wanted, 3 * CHECK + 5)
+    stale = base64.b64encode(certs.generate_ca(common_name="stale-again").cert_pem()).decode()
+    cp.kubectl("admin", "patch", "validatingwebhookconfiguration", CONFIG_NAME, "--type=json",
+               "-p", json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": stale}]))
+    started = time.monotonic()
+    wait_for("the stale caBundle to be corrected", lambda: cluster_bundle(cp) == wanted, 2 * CHECK + 5)
+    assert time.monotonic() - started <= 2 * CHECK + 5
+    # certs inspect --cluster agrees
+    out = subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "inspect", "--url", f"127.0.0.1:{replicas[0].port}",
+                          "--cluster", "--kubeconfig", str(cp.kubeconfig("admin")), "--config",
+                          str(replicas[0].workdir / "config.yaml")], capture_output=True, text=True)
+    assert out.returncode == 0 and "caBundle trusts" in out.stdout, out.stdout + out.stderr
+
+
+def test_webhook_keeps_being_called_across_a_ca_rotation(control_plane, replicas):
+    cp = control_plane
+    wait_for("caBundle in place", lambda: cluster_bundle(cp) == secret(cp)["ca-bundle.crt"], 3 * CHECK + 5)
+    results: list[str] = []
+    stop = threading.Event()
+
+    def call_webhook():
+        while not stop.is_set():
+            out = cp.kubectl("admin", "create", "--dry-run=server", "-f", "-", input=PROBE, check=False)
+            results.append("ok" if "rbac.e2e-certs.dra-guard.io" in out.stderr and "denied the request" in out.stderr
+                           else out.stderr.strip()[-300:])
+            time.sleep(0.2)
+
+    caller = threading.Thread(target=call_webhook)
+    caller.start()
+    try:
+        time.sleep(1)
+        # make the CA due: replace it with one issued 9 of its 10 years ago (and a leaf from it)
+        old_now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=9 * 365)
+        old_ca = certs.generate_ca(common_name="old-ca", now=old_now)
+        old_leaf = certs.generate_serving(old_ca, dns_names=certs.service_dns_names("dra-guard", NS),
+                                          ip_addresses=["127.0.0.1"], now=datetime.datetime.now(datetime.timezone.utc))
+        data = {"ca.crt": old_ca.cert_pem(), "ca.key": old_ca.key_pem(), "ca-bundle.crt": old_ca.cert_pem(),
+                "tls.crt": old_leaf.cert_pem(), "tls.key": old_leaf.key_pem()}
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "dra-guard-tls", "namespace": NS},
+                "type": "Opaque", "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+        cp.kubectl("admin", "replace", "-f", "-", input=json.dumps(body))
+
+        def rotated():
+            s = secret(cp)
+            bundle = x509.load_pem_x509_certificates(s["ca-bundle.crt"])
+            ca = x509.load_pem_x509_certificate(s["ca.crt"])
+            return (len(bundle) == 1 and ca.subject.rfc4514_string() != "CN=old-ca"
+                    and cluster_bundle(cp) == s["ca-bundle.crt"] and ca)
+        new_ca = wait_for("the CA rotation to finish (steps A, B, C)", rotated, 60)
+        time.sleep(2)
+    finally:
+        stop.set()
+        caller.join(30)
+    failures = [r for r in results if r != "ok"]
+    assert not failures, failures[:3]
+    assert len(results) >= 10
+    for p in replicas:
+        x509.load_pem_x509_certificate((p.ca_file.parent / "tls.crt").read_bytes()).verify_directly_issued_by(new_ca)
