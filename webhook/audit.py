@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 
 from webhook.config import CONFIG_KIND, Config, ConfigError, from_mapping
-from webhook.policies import Finding, probes, rbac
+from webhook import drainplan
+from webhook.policies import Finding, controlplane, probes, rbac
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -98,8 +99,16 @@ def merge(files: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[dict[
     return list(merged.values())
 
 
-def run(objects: list[dict[str, Any]], config: Config) -> list[tuple[Finding, str]]:
-    """Every finding over `objects`, each with the mode its policy is configured in."""
+def run(objects: list[dict[str, Any]], config: Config, *, served_versions: list[str] | None = None) -> list[tuple[Finding, str]]:
+    """Every finding over `objects`, each with the mode its policy is configured in.
+
+    objects: plain Kubernetes object dicts with `kind` set: ClusterRoles, ClusterRoleBindings and
+    DaemonSets are judged by the admission policies; with a live cluster also Pods, Nodes,
+    ConfigMaps, ResourceSlices and ResourceClaims for the control-plane checks.
+    served_versions: resource.k8s.io versions the cluster serves (preferred first); None offline,
+    where only checks whose objects are among the files run (e.g. a kubeadm static pod manifest of
+    kube-controller-manager).
+    """
     findings: list[tuple[Finding, str]] = []
     index = rbac.RbacIndex.from_objects(objects)
     findings += [(f, config.policy("rbac").mode) for f in rbac.audit(index, config.rbac)]
@@ -107,10 +116,30 @@ def run(objects: list[dict[str, Any]], config: Config) -> list[tuple[Finding, st
     def can_write_slices(namespace: str, name: str) -> bool:
         return index.service_account_may_write(namespace, name, "resourceslices", config.rbac)
 
+    by_kind: dict[str, list[dict[str, Any]]] = {}
     for obj in objects:
-        if obj.get("kind") == "DaemonSet":
-            findings += [(f, config.policy("probes").mode) for f in probes.audit(
-                obj, detection=config.detection, config=config.probes, can_write_slices=can_write_slices)]
+        by_kind.setdefault(str(obj.get("kind")), []).append(obj)
+    for ds in by_kind.get("DaemonSet", []):
+        findings += [(f, config.policy("probes").mode) for f in probes.audit(
+            ds, detection=config.detection, config=config.probes, can_write_slices=can_write_slices)]
+
+    pods = by_kind.get("Pod", [])
+    system_pods = [p for p in pods if (p.get("metadata") or {}).get("namespace") == "kube-system"]
+    advisory = "audit"
+    if served_versions is not None:
+        claims = drainplan.build_index(objects, config)
+        nodes = [str((n.get("metadata") or {}).get("name")) for n in by_kind.get("Node", [])]
+        seamless = {((ds.get("metadata") or {}).get("namespace", ""), (ds.get("metadata") or {}).get("name", "")):
+                    probes.supports_seamless_upgrade(ds) for ds in by_kind.get("DaemonSet", [])}
+        checks = (controlplane.controller_manager(system_pods)
+                  + controlplane.scheduler(system_pods, [c for c in by_kind.get("ConfigMap", [])
+                                                         if (c.get("metadata") or {}).get("namespace") == "kube-system"])
+                  + controlplane.api_versions(served_versions, by_kind.get("ResourceSlice", []))
+                  + controlplane.old_kubelets(by_kind.get("Node", []), claims, seamless)
+                  + controlplane.drain_holds(claims, nodes))
+        findings += [(f, advisory) for f in checks]
+    elif any(controlplane._component_pods(system_pods, "kube-controller-manager")):
+        findings += [(f, advisory) for f in controlplane.controller_manager(system_pods)]
     return findings
 
 
@@ -140,3 +169,36 @@ def render_table(findings: list[tuple[Finding, str]]) -> str:
 def render_json(findings: list[tuple[Finding, str]]) -> str:
     """A JSON array of findings (policy, kind, namespace, name, mode, message, details)."""
     return json.dumps([f.as_dict(mode=mode) for f, mode in findings], indent=2) + "\n"
+
+
+def policy_reports(findings: list[tuple[Finding, str]], *, now: float | None = None) -> list[dict[str, Any]]:
+    """The findings as wgpolicyk8s.io/v1alpha2 reports: one ClusterPolicyReport "dra-guard" for
+    cluster-scoped objects and one PolicyReport "dra-guard" per namespace (the shape Kyverno and
+    the Policy Reporter UI read). Findings enforce mode would refuse or patch are "fail",
+    advisories "warn"."""
+    import time
+
+    seconds = int(now if now is not None else time.time())
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for f, mode in findings:
+        result = "fail" if (f.enforced or f.fixed_by_patch) else "warn"
+        resource = {"kind": f.kind, "name": f.name, **({"namespace": f.namespace} if f.namespace else {})}
+        groups.setdefault(f.namespace, []).append({
+            "source": "dra-guard", "policy": f.policy, "rule": f.check or f.policy, "result": result,
+            "severity": "high" if result == "fail" else "medium", "scored": True, "message": f.message[:1024],
+            "properties": {"mode": mode}, "resources": [resource], "timestamp": {"seconds": seconds, "nanos": 0}})
+    reports = []
+    for namespace in sorted(groups):
+        results = groups[namespace]
+        summary = {k: sum(1 for r in results if r["result"] == k) for k in ("pass", "fail", "warn", "error", "skip")}
+        meta: dict[str, Any] = {"name": "dra-guard", "labels": {"app.kubernetes.io/managed-by": "dra-guard"}}
+        if namespace:
+            meta["namespace"] = namespace
+        reports.append({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport" if namespace else "ClusterPolicyReport",
+                        "metadata": meta, "summary": summary, "results": results})
+    return reports
+
+
+def render_policyreport(findings: list[tuple[Finding, str]]) -> str:
+    """The reports of policy_reports() as one YAML stream (kubectl apply -f - takes it)."""
+    return yaml.safe_dump_all(policy_reports(findings), sort_keys=False)

@@ -51,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
     audit = sub.add_parser("audit", help="run the policies over manifests and/or the live cluster",
-                           description="Report what dra-guard would refuse or patch. Exit 0 when clean (advisory "
+                           description="Report what dra-guard would refuse or patch; with --cluster also the control plane's DRA tuning "
+                                       "(kube-controller-manager QPS/Burst, served resource.k8s.io versions, old kubelets) "
+                                       "and the driver pods a drain would have to leave last. Exit 0 when clean (advisory "
                                        "findings alone do not fail), 1 when enforce mode would refuse or patch "
                                        "something, 2 on usage or input errors.",
                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,10 +61,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="file or folder of YAML/JSON manifests (repeatable; multi-document files and List kinds)")
     audit.add_argument("--cluster", action="store_true", help="include the live cluster's objects")
     audit.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
+    audit.add_argument("--qps", type=float, default=10.0, help="--cluster: API requests per second at most (default: %(default)s)")
+    audit.add_argument("--burst", type=int, default=20, help="--cluster: requests allowed in a burst (default: %(default)s)")
     audit.add_argument("--config", metavar="FILE",
                        help="the same YAML config file `serve` reads (default: a DraGuardConfiguration found among "
                             "the manifests, else the built-in defaults)")
-    audit.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format (default: table)")
+    audit.add_argument("-o", "--output", choices=["table", "json", "policyreport"], default="table",
+                       help="table (default), json (an array of findings), or policyreport (wgpolicyk8s.io/v1alpha2 "
+                            "ClusterPolicyReport/PolicyReports as YAML)")
 
     drain = sub.add_parser("drain-plan", help="what a drain of NODE must wait for (DRA drivers last)",
                            description="List NODE's DRA driver pods and, for each, the ResourceClaims still "
@@ -153,11 +159,15 @@ def _audit(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     for line in config.ignored:
         print(f"dra-guard: warning: {line}", file=sys.stderr)
+    served = None
     if args.cluster:
         client = cluster.api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
-        objects = audit.merge(objects, cluster.list_audit_objects(client))
-    findings = audit.run(objects, config)
-    sys.stdout.write(audit.render_json(findings) if args.output == "json" else audit.render_table(findings))
+        limiter = cluster.RateLimiter(qps=args.qps, burst=args.burst)
+        served = cluster.served_resource_versions(client)
+        objects = audit.merge(objects, cluster.list_audit_objects(client, served_versions=served, limiter=limiter))
+    findings = audit.run(objects, config, served_versions=served)
+    render = {"json": audit.render_json, "policyreport": audit.render_policyreport}.get(args.output, audit.render_table)
+    sys.stdout.write(render(findings))
     return audit.exit_code(findings)
 
 

@@ -312,16 +312,44 @@ class ClusterState:
         return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.informers)
 
 
-def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout_seconds: float = 30.0) -> list[dict[str, Any]]:
+class RateLimiter:
+    """A token bucket for client-side API rate limits: `qps` requests per second, `burst` at once
+    (like client-go's QPS/Burst). wait() blocks until a request may go."""
+
+    def __init__(self, *, qps: float, burst: int) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError("qps must be > 0 and burst >= 1")
+        self.qps, self.burst = qps, burst
+        self._tokens = float(burst)
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        """Take one token, sleeping until one is available."""
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            delay = 0.0 if self._tokens >= 1 else (1 - self._tokens) / self.qps
+            self._tokens -= 1
+        if delay:
+            time.sleep(delay)
+
+
+def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout_seconds: float = 30.0,
+             limiter: RateLimiter | None = None) -> list[dict[str, Any]]:
     """Every object of one resource as plain dicts, LISTed in pages of LIST_PAGE_SIZE (for audits).
 
-    `kind` is set on each item (list items carry none). Raises ClusterError on API errors.
+    `kind` is set on each item (list items carry none). limiter: client-side rate limit per page.
+    Raises ClusterError on API errors.
     """
     import json
 
     items: list[dict[str, Any]] = []
     cont: str | None = None
     while True:
+        if limiter is not None:
+            limiter.wait()
         metrics.KUBE_API_REQUESTS.labels(verb="list", resource=resource).inc()
         kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False, "_request_timeout": timeout_seconds}
         if cont:
@@ -340,14 +368,32 @@ def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout
             return items
 
 
-def list_audit_objects(client: kubernetes.client.ApiClient) -> list[dict[str, Any]]:
-    """What `dra-guard audit --cluster` judges: ClusterRoles, ClusterRoleBindings and DaemonSets
-    (plain dicts, with kind set), in paged lists."""
+def list_audit_objects(client: kubernetes.client.ApiClient, *, served_versions: list[str] | None = None,
+                       limiter: RateLimiter | None = None) -> list[dict[str, Any]]:
+    """What `dra-guard audit --cluster` judges, as plain dicts with kind set, in paged lists:
+    ClusterRoles, ClusterRoleBindings, DaemonSets, Pods, Nodes, kube-system ConfigMaps and, when
+    resource.k8s.io is served, ResourceSlices and ResourceClaims."""
     rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
     apps_api = kubernetes.client.AppsV1Api(client)
-    return (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole")
-            + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding")
-            + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet"))
+    core_api = kubernetes.client.CoreV1Api(client)
+
+    def system_configmaps(**kwargs: Any) -> Any:
+        return core_api.list_namespaced_config_map("kube-system", **kwargs)
+
+    out = (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole", limiter=limiter)
+           + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding",
+                      limiter=limiter)
+           + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet", limiter=limiter)
+           + list_all(core_api.list_pod_for_all_namespaces, resource="pods", kind="Pod", limiter=limiter)
+           + list_all(core_api.list_node, resource="nodes", kind="Node", limiter=limiter)
+           + list_all(system_configmaps, resource="configmaps", kind="ConfigMap", limiter=limiter))
+    if served_versions:
+        custom = kubernetes.client.CustomObjectsApi(client)
+        for plural, kind in (("resourceslices", "ResourceSlice"), ("resourceclaims", "ResourceClaim")):
+            def lister(plural: str = plural, **kwargs: Any) -> Any:
+                return custom.list_cluster_custom_object(RESOURCE_GROUP, served_versions[0], plural, **kwargs)
+            out += list_all(lister, resource=plural, kind=kind, limiter=limiter)
+    return out
 
 
 def list_drain_objects(client: kubernetes.client.ApiClient, node: str) -> list[dict[str, Any]]:

@@ -120,6 +120,11 @@ def _surge(strategy: Mapping[str, Any]) -> int | None:
         return 0
 
 
+def supports_seamless_upgrade(daemonset: Mapping[str, Any]) -> bool:
+    """Whether a DaemonSet's pods get POD_UID from metadata.uid (kubeletplugin.RollingUpdate drivers)."""
+    return _supports_seamless_upgrade(drivers_mod.pod_spec(daemonset))
+
+
 def _supports_seamless_upgrade(spec: Mapping[str, Any]) -> bool:
     for c in map(_map, _list(spec.get("containers"))):
         for env in map(_map, _list(c.get("env"))):
