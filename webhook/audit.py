@@ -199,6 +199,13 @@ def policy_reports(findings: list[tuple[Finding, str]], *, now: float | None = N
     return reports
 
 
+def empty_cluster_report() -> dict[str, Any]:
+    """dra-guard's ClusterPolicyReport with no result (the periodic audit ran and found nothing cluster-wide)."""
+    return {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "ClusterPolicyReport",
+            "metadata": {"name": "dra-guard", "labels": {"app.kubernetes.io/managed-by": "dra-guard"}},
+            "summary": {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}, "results": []}
+
+
 def render_policyreport(findings: list[tuple[Finding, str]]) -> str:
     """The reports of policy_reports() as one YAML stream (kubectl apply -f - takes it)."""
     return yaml.safe_dump_all(policy_reports(findings), sort_keys=False)

@@ -61,6 +61,11 @@ Example (all defaults shown)::
       renewAfterShare: 0.6666666666666666   # renew once this share of the lifetime has passed
       checkIntervalSeconds: 60    # self mode: reconcile period
       reloadIntervalSeconds: 10   # how often the serving files' digest is checked
+    audit:                        # the in-server periodic audit (one replica at a time)
+      intervalSeconds: 600        # 0 turns it off
+      qps: 10.0                   # its own client-side API rate limit
+      burst: 20
+      policyReports: true         # write (Cluster)PolicyReports when wgpolicyk8s.io/v1alpha2 is served
     server:
       port: 8443
       maxRequestBytes: 8388608
@@ -245,6 +250,16 @@ class CertificatesConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class AuditConfig:
+    """The in-server periodic audit (times in seconds; qps/burst limit its own API requests)."""
+
+    interval_seconds: int = 600
+    qps: float = 10.0
+    burst: int = 20
+    policy_reports: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
 class ServerConfig:
     """HTTP server settings (gunicorn). Sizes in bytes, times in seconds."""
 
@@ -272,6 +287,7 @@ class Config:
     probes: ProbeConfig = ProbeConfig()
     eviction: EvictionConfig = EvictionConfig()
     certificates: CertificatesConfig = CertificatesConfig()
+    audit: AuditConfig = AuditConfig()
     server: ServerConfig = ServerConfig()
     cluster: ClusterConfig = ClusterConfig()
     ignored: tuple[str, ...] = ()  # "key: reason" lines for entries that were accepted but have no effect
@@ -465,6 +481,16 @@ def from_mapping(data: Any) -> Config:
         raise ConfigError("certificates.leafValidityDays: must be shorter than certificates.caValidityDays")
     cr_.done()
 
+    ar = top.sub("audit")
+    da = AuditConfig()
+    audit_qps = ar.take("qps", (int, float), da.qps)
+    if not 0 < audit_qps <= 1000:
+        raise ConfigError(f"audit.qps: must be > 0 and <= 1000; got {audit_qps}")
+    audit = AuditConfig(interval_seconds=ar.integer("intervalSeconds", da.interval_seconds, 0, 86400),
+                        qps=float(audit_qps), burst=ar.integer("burst", da.burst, 1, 1000),
+                        policy_reports=ar.take("policyReports", bool, da.policy_reports))
+    ar.done()
+
     sr = top.sub("server")
     ds = ServerConfig()
     server = ServerConfig(
@@ -482,7 +508,7 @@ def from_mapping(data: Any) -> Config:
     cr.done()
     top.done()
     return Config(mode=mode, policies=policies, rbac=rbac, detection=detection, probes=probes, eviction=eviction,
-                  certificates=certificates, server=server,
+                  certificates=certificates, audit=audit, server=server,
                   cluster=ClusterConfig(request_timeout_seconds=float(timeout)), ignored=tuple(ignored))
 
 

@@ -2,7 +2,7 @@
 
 Names follow anchors.md: dra_guard_admission_requests_total{policy,operation,decision,mode},
 dra_guard_admission_duration_seconds{policy} (buckets up to 10 s, above any webhook timeout),
-dra_guard_violations_total{policy,mode}, cache and Kubernetes API counters.
+dra_guard_admission_violations_total{policy,mode}, cache and Kubernetes API counters.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ADMISSION_DURATION = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 VIOLATIONS = Counter(
-    "dra_guard_violations_total",
+    "dra_guard_admission_violations_total",
     "Findings at admission that enforce mode refuses, by policy and the mode they were decided under.",
     ["policy", "mode"],
 )
@@ -78,4 +78,13 @@ CERT_RECONCILE = Counter(
     "dra_guard_certificate_reconciles_total",
     "Rounds of the self-managed certificate reconciler (certificates.mode self), by result (ok, error).",
     ["result"],
+)
+AUDIT_VIOLATIONS = Gauge(
+    "dra_guard_violations",
+    "Findings of the last periodic cluster audit, by policy and mode (only on the replica that ran it).",
+    ["policy", "mode"],
+)
+AUDIT_LAST_RUN = Gauge(
+    "dra_guard_audit_last_run_timestamp_seconds",
+    "When this replica last completed the periodic cluster audit (Unix time, seconds).",
 )

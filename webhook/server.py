@@ -159,6 +159,12 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
         client = None if o.no_cluster else cluster_mod.api_client(o.kubeconfig, timeout_seconds=o.config.cluster.request_timeout_seconds)
         state = cluster_mod.ClusterState(client, config=o.config)
         state.start()
+        if client is not None and o.config.audit.interval_seconds > 0:
+            from webhook.periodic import PeriodicAudit
+
+            periodic = PeriodicAudit(client, resolve_namespace(o.config), identity=f"{identity(o.port)}-{os.getpid()}")
+            threading.Thread(target=periodic.loop, name="periodic-audit", daemon=True,
+                             kwargs={"stop": threading.Event()}).start()
         if o.config.certificates.mode == "self" and not o.no_cluster:
             reconciler = self_managed_reconciler(o.config, o.kubeconfig, identity=identity(o.port))
             threading.Thread(target=run_reconciler, name="cert-reconciler", daemon=True, kwargs={

@@ -95,13 +95,13 @@ def test_audit_mode_stores_silently_and_counts_the_finding(control_plane, guard)
     cp = control_plane
     guard.start(mode="audit")
     guard.wait_called()
-    before = metric(guard, "dra_guard_violations_total", {"policy": "rbac", "mode": "audit"})
+    before = metric(guard, "dra_guard_admission_violations_total", {"policy": "rbac", "mode": "audit"})
     apply(cp, "admin", role_yaml("e2e-slice-writer", ["resourceslices"], ["create", "patch"]))
     out = apply(cp, "alice", binding_yaml("e2e-audited", "e2e-slice-writer", "team-a"))
     assert out.returncode == 0, out.stderr
     assert "Warning" not in out.stderr
     assert exists(cp, "clusterrolebinding", "e2e-audited")
-    assert metric(guard, "dra_guard_violations_total", {"policy": "rbac", "mode": "audit"}) == before + 1
+    assert metric(guard, "dra_guard_admission_violations_total", {"policy": "rbac", "mode": "audit"}) == before + 1
     cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-audited")
 
 

@@ -51,12 +51,12 @@ def test_warn_allows_with_a_short_warning():
 
 def test_audit_allows_silently_and_records():
     from prometheus_client import REGISTRY
-    before = REGISTRY.get_sample_value("dra_guard_violations_total", {"policy": "rbac", "mode": "audit"}) or 0
+    before = REGISTRY.get_sample_value("dra_guard_admission_violations_total", {"policy": "rbac", "mode": "audit"}) or 0
     resp = post(make_client("audit"), review(BAD_BINDING)).get_json()["response"]
     assert resp["allowed"] is True
     assert "warnings" not in resp
     assert "team-a" in resp["auditAnnotations"]["rbac-finding"]
-    assert REGISTRY.get_sample_value("dra_guard_violations_total", {"policy": "rbac", "mode": "audit"}) == before + 1
+    assert REGISTRY.get_sample_value("dra_guard_admission_violations_total", {"policy": "rbac", "mode": "audit"}) == before + 1
 
 
 def test_per_policy_mode_overrides_global():

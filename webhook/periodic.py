@@ -1,0 +1,65 @@
+"""The in-server periodic audit: `dra-guard audit --cluster` every audit.intervalSeconds, run by
+one replica at a time (the holder of the Lease `<certificates.leaseName>-audit`), publishing the
+gauge dra_guard_violations{policy,mode} and, when the wgpolicyk8s.io/v1alpha2 CRDs are installed,
+dra-guard's ClusterPolicyReport and PolicyReports (replacing its previous ones).
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from typing import Any
+
+from certs.selfmanaged import hold_lease
+from webhook import audit, cluster, metrics
+from webhook.config import Config
+
+log = logging.getLogger("dra_guard.audit")
+
+
+class PeriodicAudit:
+    """One replica's periodic audit. run_once() audits if this replica holds the audit Lease."""
+
+    def __init__(self, client: Any, config: Config, *, identity: str) -> None:
+        self.client = client
+        self.config = config
+        self.identity = identity
+        self.lease_api = cluster.KubeCertApi(client, config.certificates.namespace)
+        self.reports = cluster.PolicyReportWriter(client)
+        self.lease_name = f"{config.certificates.lease_name}-audit"
+
+    def run_once(self) -> list[tuple[Any, str]] | None:
+        """Audit the live cluster now if this replica holds the Lease; the findings, or None."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        duration = int(self.config.audit.interval_seconds * 1.5) + 30
+        if not hold_lease(self.lease_api, self.lease_name, identity=self.identity, now=now, duration_seconds=duration):
+            return None
+        limiter = cluster.RateLimiter(qps=self.config.audit.qps, burst=self.config.audit.burst)
+        served = cluster.served_resource_versions(self.client)
+        objects = cluster.list_audit_objects(self.client, served_versions=served, limiter=limiter)
+        findings = audit.run(objects, self.config, served_versions=served)
+        counts: dict[tuple[str, str], int] = {}
+        for f, mode in findings:
+            counts[(f.policy, mode)] = counts.get((f.policy, mode), 0) + 1
+        metrics.AUDIT_VIOLATIONS.clear()
+        for (policy, mode), n in counts.items():
+            metrics.AUDIT_VIOLATIONS.labels(policy=policy, mode=mode).set(n)
+        metrics.AUDIT_LAST_RUN.set(now.timestamp())
+        if self.config.audit.policy_reports and self.reports.served():
+            reports = audit.policy_reports(findings)
+            if not any(r["kind"] == "ClusterPolicyReport" for r in reports):  # an empty one says the audit ran
+                reports.insert(0, audit.empty_cluster_report())
+            self.reports.apply(reports)
+        log.info("periodic audit done", extra={"findings": len(findings), "objects": len(objects)})
+        return findings
+
+    def loop(self, stop: threading.Event) -> None:
+        """run_once() now and then every interval until `stop` is set; errors are logged and retried."""
+        while True:
+            try:
+                self.run_once()
+            except Exception:
+                metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
+                log.exception("periodic audit failed; retrying next interval")
+            if stop.wait(self.config.audit.interval_seconds):
+                return
