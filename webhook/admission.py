@@ -22,6 +22,7 @@ from webhook.policies import Decision, short
 log = logging.getLogger("dra_guard.admission")
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
 PolicyFunc = Callable[[Mapping[str, Any]], Decision]
 
@@ -56,6 +57,12 @@ def parse_review(body: bytes) -> dict[str, Any]:
     return review
 
 
+def _username(request: Mapping[str, Any]) -> str:
+    info = request.get("userInfo")
+    name = info.get("username") if isinstance(info, Mapping) else None
+    return name[:256] if isinstance(name, str) else ""
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"code": code, "reason": reason, "message": message, "status": "Failure" if code >= 400 else "Success"}
 
@@ -71,7 +78,8 @@ def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, set
     started = time.perf_counter()
     request = review["request"]
     uid = request["uid"]
-    operation = request.get("operation") if isinstance(request.get("operation"), str) else ""
+    operation = request.get("operation")
+    operation = operation if operation in OPERATIONS else "other"  # bounded metric labels
     mode = settings.mode
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     try:
@@ -96,7 +104,7 @@ def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, set
                 metrics.FINDINGS.labels(policy=policy, check=f.check, mode=mode).inc()
             log.info("finding", extra={
                 "uid": uid, "policy": policy, "mode": mode, "decision": outcome, "operation": operation,
-                "dryRun": bool(request.get("dryRun")), "user": (request.get("userInfo") or {}).get("username"),
+                "dryRun": request.get("dryRun") is True, "user": _username(request),
                 "findings": [f.as_dict(mode=mode) for f in decision.findings]})
     metrics.ADMISSION_REQUESTS.labels(policy=policy, operation=operation, decision=outcome, mode=mode).inc()
     metrics.ADMISSION_DURATION.labels(policy=policy).observe(time.perf_counter() - started)

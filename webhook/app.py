@@ -58,7 +58,8 @@ def policy_routes(config: Config, cluster: ClusterState) -> dict[str, tuple[str,
         return decision
 
     return {
-        "/validate/rbac": ("rbac", lambda req: rbac.review(req, index=cluster.rbac, config=config.rbac)),
+        "/validate/rbac": ("rbac", lambda req: rbac.review(req, index=cluster.rbac, config=config.rbac,
+                                                           fetch_role=cluster.fetch_cluster_role)),
         "/mutate/daemonsets": ("probes", lambda req: probes.review(req, detection=config.detection, config=config.probes,
                                                                    can_write_slices=cluster.service_account_writes_slices)),
         "/validate/evictions": ("eviction", judge_eviction),
@@ -84,7 +85,9 @@ def record_eviction(request: Mapping[str, Any], decision: Decision, cluster: Clu
 def create_app(*, config: Config, cluster: ClusterState, readiness: Readiness | None = None) -> Flask:
     """Build the Flask app serving the admission endpoints for `config` over `cluster`'s caches."""
     app = Flask("dra_guard")
-    app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes
+    # one byte more than allowed: werkzeug caps a chunked body silently at this size, so reading
+    # limit + 1 bytes tells a body over the limit from one exactly at it
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes + 1
     ready = readiness or Readiness(cluster=cluster)
 
     def make_view(path: str, policy: str, evaluate: Callable[[Mapping[str, Any]], Decision]) -> Callable[[], Response]:
@@ -92,8 +95,17 @@ def create_app(*, config: Config, cluster: ClusterState, readiness: Readiness | 
             mimetype = request.mimetype
             if mimetype != "application/json":
                 return _bad_request(path, f"Content-Type must be application/json, got {mimetype or 'none'!r}")
+            limit = config.server.max_request_bytes
             try:
-                review = admission.parse_review(request.get_data(cache=False))
+                body = request.stream.read(limit + 1)  # chunked bodies have no Content-Length to check first
+            except RequestEntityTooLarge:
+                return _bad_request(path, f"body is larger than server.maxRequestBytes ({limit} bytes)")
+            except Exception as exc:  # gunicorn raises its own errors for malformed chunked bodies
+                return _bad_request(path, f"body could not be read: {type(exc).__name__}")
+            if len(body) > limit:
+                return _bad_request(path, f"body is larger than server.maxRequestBytes ({limit} bytes)")
+            try:
+                review = admission.parse_review(body)
             except admission.BadRequest as exc:
                 return _bad_request(path, str(exc))
             return jsonify(admission.respond(review, policy=policy, evaluate=evaluate, settings=config.policy(policy)))

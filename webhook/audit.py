@@ -66,6 +66,8 @@ def load_manifests(paths: Iterable[str]) -> list[dict[str, Any]]:
             raise InputError(f"{path}: cannot read: {exc}") from exc
         try:
             docs = list(yaml.safe_load_all(text))
+        except RecursionError:
+            raise InputError(f"{path}: invalid YAML: nested too deeply") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             line = f" line {mark.line + 1}" if mark is not None else ""
@@ -168,7 +170,7 @@ def render_table(findings: list[tuple[Finding, str]]) -> str:
 
 def render_json(findings: list[tuple[Finding, str]]) -> str:
     """A JSON array of findings (policy, kind, namespace, name, mode, message, details)."""
-    return json.dumps([f.as_dict(mode=mode) for f, mode in findings], indent=2) + "\n"
+    return json.dumps([f.as_dict(mode=mode) for f, mode in findings], indent=2, default=str) + "\n"
 
 
 def policy_reports(findings: list[tuple[Finding, str]], *, now: float | None = None) -> list[dict[str, Any]]:

@@ -223,6 +223,24 @@ class ClusterState:
                      on_replace=self.claims.replace_claims, on_event=self._claim_event, timeout_seconds=timeout),
         ]
 
+    def fetch_cluster_role(self, name: str) -> dict[str, Any] | None:
+        """GET ClusterRole `name` from the API (a role created a moment ago may not have reached the
+        watch yet) and add it to the index; None when it does not exist, on errors, or with --no-cluster.
+        Used only for a binding whose roleRef is missing from the cache: steady state makes no call."""
+        if self.client is None:
+            return None
+        import json
+
+        metrics.KUBE_API_REQUESTS.labels(verb="get", resource="clusterroles").inc()
+        try:
+            resp = kubernetes.client.RbacAuthorizationV1Api(self.client).read_cluster_role(
+                name, _preload_content=False, _request_timeout=self.config.cluster.request_timeout_seconds)
+            role = json.loads(resp.data)
+        except Exception:  # 404 means it truly does not exist; other errors: treat as unknown
+            return None
+        self.rbac.upsert_role(role)
+        return role
+
     def service_account_writes_slices(self, namespace: str, name: str) -> bool:
         """Whether RBAC lets ServiceAccount namespace/name write ResourceSlices (a DRA driver sign)."""
         return self.rbac.service_account_may_write(namespace, name, "resourceslices", self.config.rbac)

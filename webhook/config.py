@@ -45,6 +45,9 @@ Example (all defaults shown)::
         groups: []
         users: []
         serviceAccounts: []
+      aggregationControllerUsers:   # whose rule copies into aggregating roles only warn
+        - system:serviceaccount:kube-system:clusterrole-aggregation-controller
+        - system:kube-controller-manager
     certificates:                 # the serving certificate
       mode: files                 # self | cert-manager | files
       namespace: ""               # self mode: "" = $POD_NAMESPACE, else dra-guard
@@ -171,6 +174,8 @@ class RbacConfig:
     write_verbs: frozenset[str] = frozenset({"create", "update", "patch", "delete", "deletecollection"})
     admin_subjects: SubjectSet = SubjectSet(groups=frozenset({"system:masters"}))
     driver_subjects: SubjectSet = SubjectSet()
+    aggregation_controller_users: frozenset[str] = frozenset({
+        "system:serviceaccount:kube-system:clusterrole-aggregation-controller", "system:kube-controller-manager"})
 
     @property
     def protected_resources(self) -> frozenset[str]:
@@ -402,6 +407,7 @@ def from_mapping(data: Any) -> Config:
         write_verbs=rr.strings("writeVerbs", d.write_verbs),
         admin_subjects=_subjects(rr.sub("adminSubjects"), d.admin_subjects, ignored),
         driver_subjects=_subjects(rr.sub("driverSubjects"), d.driver_subjects, ignored),
+        aggregation_controller_users=rr.strings("aggregationControllerUsers", d.aggregation_controller_users),
     )
     rr.done()
 
@@ -523,8 +529,12 @@ def load_config(path: str | pathlib.Path | None) -> Config:
         text = pathlib.Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

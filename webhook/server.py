@@ -98,6 +98,25 @@ def certificate_status(cert_file: pathlib.Path, key_file: pathlib.Path) -> tuple
 
 
 _RELOADERS: dict[int, ReloadingContext] = {}
+CLIENT_SOCKET_TIMEOUT = 5.0  # seconds a client may stall a handshake, a read or a write
+
+
+class _TimeoutWrapping:
+    """What gunicorn's ssl_context hook returns: wraps each accepted socket with the current
+    SSLContext after giving it a timeout, so a client that stalls its TLS handshake, its request
+    or its reading of the answer frees the worker thread after CLIENT_SOCKET_TIMEOUT seconds
+    instead of holding it forever (gthread sockets are otherwise fully blocking)."""
+
+    def __init__(self, context: Any, timeout: float) -> None:
+        self.context = context
+        self.timeout = timeout
+
+    def wrap_socket(self, sock: Any, **kwargs: Any) -> Any:
+        sock.settimeout(self.timeout)
+        return self.context.wrap_socket(sock, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.context, name)
 
 
 def reloader(options: ServeOptions) -> ReloadingContext:
@@ -136,7 +155,7 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
             "keyfile": str(o.key_file),
             # every new connection asks for the context: the reloader hands out the current one and
             # swaps in a new one when the files' digest changes (TLS 1.2+, no restart)
-            "ssl_context": lambda conf, default_factory: reloader(o).context(),
+            "ssl_context": lambda conf, default_factory: _TimeoutWrapping(reloader(o).context(), CLIENT_SOCKET_TIMEOUT),
             "timeout": 30,
             "graceful_timeout": 20,
             "keepalive": 75,

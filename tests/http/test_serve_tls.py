@@ -85,3 +85,62 @@ def test_bad_config_stops_startup_naming_the_key(tmp_path):
     assert proc.proc.wait(30) == 2
     proc.stop()
     assert "policies.rbac.mode" in proc.log()
+
+
+def _raw(server, payload: bytes, *, read=True) -> bytes:
+    ctx = ssl.create_default_context(cafile=str(server.ca_file))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        with ctx.wrap_socket(sock, server_hostname="localhost") as tls:
+            tls.sendall(payload)
+            data = b""
+            while read and b"\r\n\r\n" not in data:
+                data += tls.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:
+                body += tls.recv(65536)
+            return head + b"\r\n\r\n" + body
+
+
+def test_malformed_chunked_body_gets_400_json(server):
+    answer = _raw(server, b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\nzz\r\n")
+    assert answer.startswith(b"HTTP/1.1 400") and b'"error"' in answer
+
+
+def test_chunked_body_over_the_limit_is_refused_not_cut(server):
+    import json as _json
+    body = _json.dumps(review(binding("b", "r", [subject("Group", "g")]))).encode()
+    body += b" " * (8 * 1024 * 1024 - len(body)) + b"GARBAGE"
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 65536]), body[i:i + 65536]) for i in range(0, len(body), 65536))
+    s = server.session()
+    rv = s.post(server.url + "/validate/rbac", data=iter([chunks[:0]] + [body[i:i + 65536] for i in range(0, len(body), 65536)]),
+                headers={"Content-Type": "application/json"})
+    assert rv.status_code == 400 and "maxRequestBytes" in rv.json()["error"]
+
+
+def test_stalled_clients_do_not_starve_the_server(server):
+    """More stalled TLS handshakes than worker threads: other clients are still answered in time."""
+    import time as _time
+    stalled = []
+    try:
+        for _ in range(12):  # server.threads is 8
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            sock.sendall(b"\x16\x03\x01")  # the start of a ClientHello, then nothing
+            stalled.append(sock)
+        _time.sleep(0.5)
+        started = _time.monotonic()
+        ok = 0
+        while _time.monotonic() - started < 12:
+            try:
+                if server.session().get(server.url + "/healthz", timeout=3).status_code == 200:
+                    ok += 1
+                    break
+            except requests.RequestException:
+                pass
+        assert ok, "no answer while 12 clients stalled their handshakes"
+        assert _time.monotonic() - started < 8  # the 5 s socket timeout frees the threads
+    finally:
+        for sock in stalled:
+            sock.close()

@@ -215,3 +215,21 @@ def test_probe_policy_error_fails_open_by_default(monkeypatch):
     monkeypatch.setattr(probes, "evaluate", lambda *a, **k: 1 / 0)
     resp = post(make_client(), _ds_review(), path="/mutate/daemonsets").get_json()["response"]
     assert resp["allowed"] is True and "internal error" in resp["warnings"][0]
+
+
+@pytest.mark.parametrize("user_info", ["x", [1], True, 3, None])
+def test_odd_user_info_with_a_finding_still_answers(user_info):
+    body = review(BAD_BINDING)
+    body["request"]["userInfo"] = user_info
+    rv = post(make_client(), body)
+    assert rv.status_code == 200 and rv.get_json()["response"]["allowed"] is False
+
+
+def test_operation_metric_label_is_bounded():
+    client = make_client()
+    for op in ("X" * 1000, "PATCH", "create"):
+        body = review(BAD_BINDING)
+        body["request"]["operation"] = op
+        assert post(client, body).status_code == 200
+    text = client.get("/metrics").get_data(as_text=True)
+    assert "X" * 100 not in text and 'operation="other"' in text

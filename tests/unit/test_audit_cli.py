@@ -105,3 +105,15 @@ def test_advisory_findings_alone_exit_0(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"))
     assert code == 0
     assert "seamless-upgrade" in out and "1 advisory" in out
+
+
+def test_deep_yaml_and_date_names(tmp_path, capsys):
+    (tmp_path / "deep.yaml").write_text("[" * 5000)
+    code, _, err = run_cli(capsys, "audit", "-f", str(tmp_path / "deep.yaml"))
+    assert code == 2 and "deep.yaml" in err
+    import yaml
+    ds = yaml.safe_load((EXAMPLES / "non-compliant" / "driver-daemonset.yaml").read_text())
+    text = yaml.safe_dump(ds).replace("name: plugin", "name: 2024-01-01")
+    (tmp_path / "ds.yaml").write_text(text)
+    code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"), "-o", "json")
+    assert code == 1 and json.loads(out)

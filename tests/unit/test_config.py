@@ -83,3 +83,14 @@ def test_config_module_docstring_example_equals_the_defaults():
     text = config_mod.__doc__.split("Example (all defaults shown)::", 1)[1]
     block = "\n".join(line[4:] for line in text.splitlines() if line.startswith("    ") or not line.strip())
     assert from_mapping(yaml.safe_load(block)) == from_mapping(None)
+
+
+def test_config_file_that_is_not_text_or_too_deep_names_the_file(tmp_path):
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError, match="bin.yaml: not UTF-8"):
+        load_config(binary)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("mode: " + "[" * 5000)
+    with pytest.raises(ConfigError, match="deep.yaml"):
+        load_config(deep)

@@ -176,8 +176,8 @@ def test_annotations_with_slash_and_tilde_round_trip():
     ann = {"example.com/a~b": "1", "x/y/z": "2"}
     ds = driver_daemonset(annotations=dict(ann))
     patched = apply(copy.deepcopy(ds), decide(ds))
-    assert {k: v for k, v in patched["metadata"]["annotations"].items() if k != probes.ADDED_ANNOTATION} == ann
-    assert patched["metadata"]["annotations"][probes.ADDED_ANNOTATION] == "plugin"
+    assert {k: v for k, v in patched["metadata"]["annotations"].items() if not k.startswith(probes.ADDED_PREFIX)} == ann
+    assert patched["metadata"]["annotations"][probes.ADDED_PREFIX + "plugin"] == "grpc:51515"
     assert any("~1" in op["path"] for op in decide(ds).patch)  # the new key's "/" is escaped
 
 
@@ -185,7 +185,7 @@ def test_daemonset_without_annotations_gets_the_map_created():
     ds = driver_daemonset()
     assert "annotations" not in ds["metadata"]
     patched = apply(ds, decide(ds))
-    assert patched["metadata"]["annotations"] == {probes.ADDED_ANNOTATION: "plugin"}
+    assert patched["metadata"]["annotations"] == {probes.ADDED_PREFIX + "plugin": "grpc:51515"}
 
 
 # ------------------------------------------------------------------ opt-out, update, upgrade strategy, startup
@@ -243,3 +243,48 @@ def test_seamless_upgrade_findings(env, strategy, expected):
 ])
 def test_malformed_daemonsets_do_not_crash(obj):
     assert decide(obj).allowed
+
+
+# ------------------------------------------------------------------ regressions found by adversarial testing
+def test_second_driver_container_added_on_update_gets_an_add_only_patch():
+    first = apply(driver_daemonset(), decide(driver_daemonset()))
+    changed = copy.deepcopy(first)
+    changed["spec"]["template"]["spec"]["containers"].append(plugin_container("plugin2", args=["--healthcheck-port=51516"]))
+    d = decide(changed, operation="UPDATE", old=first)
+    assert d.patch and all(op["op"] == "add" for op in d.patch)
+    out = apply(changed, d)
+    assert out["spec"]["template"]["spec"]["containers"][1]["livenessProbe"]["grpc"]["port"] == 51516
+    assert out["metadata"]["annotations"][probes.ADDED_PREFIX + "plugin"] == "grpc:51515"
+
+
+@pytest.mark.parametrize("name", [5, None, {"a": 1}, ["a"]])
+def test_container_names_of_any_type(name):
+    ds = driver_daemonset(containers=[plugin_container("x", args=["--healthcheck-port=51515"])],
+                          annotations={drivers.CONTAINERS_ANNOTATION: "plugin"})
+    ds["spec"]["template"]["spec"]["containers"][0]["name"] = name
+    assert decide(ds).allowed
+    ds["metadata"].pop("annotations")
+    d = decide(ds)
+    assert d.patch and all(op["op"] == "add" for op in d.patch)
+
+
+@pytest.mark.parametrize("metadata", [None, "x", {"annotations": None}])
+def test_odd_metadata(metadata):
+    ds = driver_daemonset()
+    ds["metadata"] = metadata
+    d = decide(ds)
+    assert d.allowed
+    if d.patch:
+        apply(ds, d)
+
+
+def test_deeply_nested_daemonset_is_not_deep_copied():
+    ds = driver_daemonset()
+    deep: list = []
+    cur = deep
+    for _ in range(900):
+        cur.append([])
+        cur = cur[0]
+    ds["spec"]["x"] = deep
+    d = decide(ds)
+    assert d.patch and not any(op["path"].startswith("/spec/x") for op in d.patch)

@@ -287,3 +287,38 @@ def test_index_updates_and_deletes():
     assert idx.effective_grants(idx.role("r"), CONFIG) == ()  # memo invalidated
     idx.replace_roles([])
     assert idx.role("r") is None
+
+
+# ------------------------------------------------------------------ regressions found by adversarial testing
+DRA_ADMIN = cluster_role("dra-admin", [], aggregation=[{"matchLabels": {"example.com/aggregate-to-dra": "true"}}])
+DC_WRITER = cluster_role("dc-writer", [rule(["deviceclasses"], ["create"])], labels={"example.com/aggregate-to-dra": "true"})
+
+
+def test_aggregation_label_added_to_an_aggregating_role_is_refused():
+    idx = index_of(EDIT, DRA_ADMIN, DC_WRITER, binding("devs-edit", "edit", [subject("Group", "devs")]))
+    new = cluster_role("dra-admin", [], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"},
+                       aggregation=DRA_ADMIN["aggregationRule"]["clusterRoleSelectors"])
+    d = decide(new, old=DRA_ADMIN, operation="UPDATE", index=idx,
+               user="system:serviceaccount:kube-system:clusterrole-aggregation-controller")
+    assert not d.allowed and "Group devs" in d.findings[0].message
+
+
+def test_rules_added_to_an_aggregating_role_by_someone_else_are_refused():
+    idx = index_of(EDIT, binding("devs-edit", "edit", [subject("Group", "devs")]))
+    new = cluster_role("edit", [rule(["deviceclasses"], ["create"])], labels=EDIT["metadata"]["labels"],
+                       aggregation=EDIT["aggregationRule"]["clusterRoleSelectors"])
+    assert not decide(new, old=EDIT, operation="UPDATE", index=idx, user="alice").allowed
+    assert decide(new, old=EDIT, operation="UPDATE", index=idx, user="system:kube-controller-manager").allowed
+
+
+def test_role_missing_from_the_cache_is_fetched():
+    fetched = []
+
+    def fetch(name):
+        fetched.append(name)
+        return cluster_role(name, [WILDCARD]) if name == "just-created" else None
+    req = review(binding("b", "just-created", [subject("Group", "team-a")]))["request"]
+    assert not rbac.review(req, index=rbac.RbacIndex(), config=CONFIG, fetch_role=fetch).allowed
+    req = review(binding("b", "never", [subject("Group", "team-a")]))["request"]
+    assert rbac.review(req, index=rbac.RbacIndex(), config=CONFIG, fetch_role=fetch).allowed
+    assert fetched == ["just-created", "never"]

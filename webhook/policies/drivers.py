@@ -114,7 +114,7 @@ def plugin_containers(daemonset: Mapping[str, Any]) -> tuple[int, ...]:
     named = _str(_map(_map(daemonset.get("metadata")).get("annotations")).get(CONTAINERS_ANNOTATION))
     if named:
         wanted = {n.strip() for n in named.split(",") if n.strip()}
-        return tuple(i for i, c in enumerate(containers) if c.get("name") in wanted)
+        return tuple(i for i, c in enumerate(containers) if isinstance(c.get("name"), str) and c["name"] in wanted)
     volumes = host_paths(spec)
     return tuple(i for i, c in enumerate(containers) if REGISTRY_DIR in _mounted_paths(c, volumes))
 

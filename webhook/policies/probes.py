@@ -31,7 +31,7 @@ from webhook.policies import drivers as drivers_mod
 POLICY = "probes"
 OPT_OUT = "dra-guard.io/probes"
 PORT_ANNOTATION = "dra-guard.io/healthcheck-port"
-ADDED_ANNOTATION = "dra-guard.io/probes-added"
+ADDED_PREFIX = "probes.dra-guard.io/"  # + container name: "grpc:<port>" for every probe dra-guard added
 PORT_NAMES = ("healthcheck", "health", "grpc-health")
 _PORT_FLAG = re.compile(r"^--?healthcheck-port(?:=(.*))?$")
 
@@ -158,20 +158,39 @@ def upgrade_findings(daemonset: Mapping[str, Any]) -> list[Finding]:
     return []
 
 
+def _copy_for_patch(daemonset: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the DaemonSet that shares every subtree except the ones evaluate() changes
+    (metadata, annotations, spec, template, pod spec, containers): no deep copy of arbitrary input."""
+    out = dict(daemonset)
+    if isinstance(daemonset.get("metadata"), Mapping):
+        out["metadata"] = dict(daemonset["metadata"])
+    spec = out["spec"] = dict(_map(daemonset.get("spec")))
+    template = spec["template"] = dict(_map(spec.get("template")))
+    pod = template["spec"] = dict(_map(template.get("spec")))
+    pod["containers"] = [dict(c) if isinstance(c, Mapping) else c for c in _list(pod.get("containers"))]
+    return out
+
+
+def container_name(container: Mapping[str, Any], index: int) -> str:
+    """A container's name for messages and annotation keys ("#<index>" when it has no string name)."""
+    name = container.get("name")
+    return name if isinstance(name, str) and name else f"#{index}"
+
+
 def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config: ProbeConfig) -> tuple[dict[str, Any], list[Finding]]:
-    """The DaemonSet with probes added (a modified deep copy) and the findings about it."""
-    modified = copy.deepcopy(dict(daemonset))
+    """The DaemonSet with probes added (a modified copy) and the findings about it."""
+    modified = _copy_for_patch(daemonset)
     ns, name = _ref(daemonset)
-    meta = _map(daemonset.get("metadata"))
-    annotation = str(_map(meta.get("annotations")).get(PORT_ANNOTATION) or "")
-    containers = _list(drivers_mod.pod_spec(modified).get("containers"))
+    annotations_in = _map(_map(daemonset.get("metadata")).get("annotations"))
+    annotation = str(annotations_in.get(PORT_ANNOTATION) or "")
+    containers = modified["spec"]["template"]["spec"]["containers"]
     findings: list[Finding] = []
-    added: list[str] = []
+    added: dict[str, str] = {}
     for i in driver.plugin_containers:
         container = containers[i]
         if not isinstance(container, dict) or "livenessProbe" in container:
             continue
-        cname = container.get("name", str(i))
+        cname = container_name(container, i)
         port, source = health_port(container, annotation=annotation, config=config)
         if port is None:
             findings.append(_finding(
@@ -186,18 +205,19 @@ def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config
         container["livenessProbe"] = grpc_probe(port, config)
         if config.startup_probe and "startupProbe" not in container:
             container["startupProbe"] = grpc_probe(port, config, startup=True)
-        added.append(cname)
+        added[cname] = f"grpc:{port}"
         findings.append(_finding(
             daemonset, "missing-liveness-probe",
             f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe; "
             f"dra-guard adds grpc port {port} service {config.service} (port from {source}).",
             f"dra-guard would add a gRPC livenessProbe (port {port}) to driver container {cname}",
             fixed_by_patch=True, container=cname, port=port))
-    if added:
-        annotations = modified.setdefault("metadata", {}).setdefault("annotations", {})
-        if not isinstance(annotations, dict):
-            return dict(daemonset), findings  # metadata.annotations of the wrong type: leave the object alone
-        annotations[ADDED_ANNOTATION] = ",".join(added)
+    metadata = daemonset.get("metadata")
+    if added and isinstance(metadata, Mapping) and isinstance(metadata.get("annotations", {}), Mapping):
+        # one key per container: a container added later gets a new key (an `add`), nothing is replaced;
+        # odd metadata (not a map, annotations null) is left alone rather than replaced
+        modified["metadata"]["annotations"] = {**annotations_in, **{ADDED_PREFIX + c: v for c, v in added.items()
+                                                                    if ADDED_PREFIX + c not in annotations_in}}
     return modified, findings + upgrade_findings(daemonset)
 
 
@@ -229,7 +249,7 @@ def review(request: Mapping[str, Any], *, detection: drivers_mod.DetectionConfig
                           f"added at the next pod template change")) if f.check == "missing-liveness-probe" else f
             for f in findings]
         return Decision(findings=tuple(findings))
-    patch = tuple(op for op in jsonpatch.make_patch(dict(obj), modified).patch)
+    patch = tuple(op for op in jsonpatch.make_patch(dict(obj), modified).patch)  # shares unchanged subtrees
     if any(op["op"] != "add" for op in patch):
         raise ValueError(f"probe patch would contain non-add operations: {[op['op'] for op in patch]}")
     return Decision(findings=tuple(findings), patch=patch)

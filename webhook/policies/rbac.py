@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from webhook.config import RbacConfig, SubjectSet
@@ -468,11 +468,14 @@ class _Requester:
         return admins.contains_requester(username=self.username, groups=self.groups)
 
 
-def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig) -> Decision:
+def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
+           fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None) -> Decision:
     """Judge one AdmissionReview request (the `request` dict of admission.k8s.io/v1 or v1beta1).
 
     Handles ClusterRoleBinding, RoleBinding and ClusterRole CREATE/UPDATE; DELETE and CONNECT,
     and any other kind, are allowed. Uses `index` for roleRef and aggregation lookups (no I/O).
+    fetch_role(name): asked only when a binding's roleRef is not in the index (a role created a
+    moment ago may not have reached the watch yet); returns the ClusterRole dict or None.
     Returns the decision enforce mode would give.
     """
     operation = _str(request.get("operation"))
@@ -486,7 +489,7 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig) 
     kind = _str(_map(request.get("kind")).get("kind")) or _str(obj.get("kind"))
     requester = _Requester.from_request(request)
     if kind == "ClusterRoleBinding":
-        return _review_cluster_role_binding(obj, old, index=index, config=config, requester=requester)
+        return _review_cluster_role_binding(obj, old, index=index, config=config, requester=requester, fetch_role=fetch_role)
     if kind == "ClusterRole":
         return _review_cluster_role(obj, old, index=index, config=config, requester=requester)
     if kind == "RoleBinding":
@@ -530,13 +533,16 @@ def _decide(kind: str, name: str, obj: Mapping[str, Any], added: list[Violation]
 
 
 def _review_cluster_role_binding(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index: RbacIndex,
-                                 config: RbacConfig, requester: _Requester) -> Decision:
+                                 config: RbacConfig, requester: _Requester,
+                                 fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None) -> Decision:
     name = _name(obj)
     role_ref = _map(obj.get("roleRef"))
     role_name = _str(role_ref.get("name"))
     if _str(role_ref.get("kind")) not in ("", "ClusterRole"):
         return ALLOW
     role = index.role(role_name)
+    if role is None and fetch_role is not None and role_name:
+        role = fetch_role(role_name)
     if role is None:
         return Decision(warnings=(short(f"dra-guard: ClusterRole {role_name} does not exist yet; "
                                         f"it will be checked against {name} when it is created"),))
@@ -585,9 +591,11 @@ def _review_cluster_role(obj: Mapping[str, Any], old: Mapping[str, Any] | None, 
     added, kept = _split_new(new, old_v)
     warnings: list[str] = []
     if (added and old is not None and isinstance(obj.get("aggregationRule"), Mapping)
-            and obj.get("aggregationRule") == old.get("aggregationRule")):
+            and obj.get("aggregationRule") == old.get("aggregationRule") and _labels(obj) == _labels(old)
+            and requester.username in config.aggregation_controller_users):
         # The aggregation controller copying members' rules into an aggregating role: the member
-        # role is where enforcement bites; refusing here would only wedge the controller.
+        # role is where enforcement bites; refusing here would only wedge the controller. Anyone
+        # else adding rules or labels to an aggregating role is judged like any other change.
         warnings.extend(short(f"dra-guard: aggregated rules of ClusterRole {name} give {v.subject} write on "
                               f"{', '.join(sorted({g.resource for g in v.grants}))}") for v in added)
         return Decision(warnings=tuple(warnings))
