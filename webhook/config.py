@@ -40,7 +40,7 @@ Example (all defaults shown)::
       adminSubjects:
         groups: [system:masters]
         users: []
-        serviceAccounts: []       # "namespace:name" or "namespace:*"
+        serviceAccounts: ["kube-system:*"]   # "namespace:name" or "namespace:*"; kube-system: the controllers
       driverSubjects:
         groups: []
         users: []
@@ -172,7 +172,9 @@ class RbacConfig:
     admin_only_resources: frozenset[str] = frozenset({"deviceclasses"})
     driver_resources: frozenset[str] = frozenset({"resourceslices"})
     write_verbs: frozenset[str] = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-    admin_subjects: SubjectSet = SubjectSet(groups=frozenset({"system:masters"}))
+    # kube-system's ServiceAccounts are the control plane's controllers: the garbage collector, the
+    # namespace controller and the storage version migrator hold write on every resource by design
+    admin_subjects: SubjectSet = SubjectSet(groups=frozenset({"system:masters"}), service_accounts=frozenset({"kube-system:*"}))
     driver_subjects: SubjectSet = SubjectSet()
     aggregation_controller_users: frozenset[str] = frozenset({
         "system:serviceaccount:kube-system:clusterrole-aggregation-controller", "system:kube-controller-manager"})

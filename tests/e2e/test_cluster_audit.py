@@ -1,0 +1,152 @@
+"""`dra-guard audit --cluster` and the periodic in-server audit on the real control plane (issue 10)."""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.serve import DraGuardProcess
+
+CRDS = pathlib.Path(__file__).resolve().parent / "manifests" / "policyreport-crds.yaml"
+
+BAD_BINDING = json.dumps({
+    "apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-audit-dc-writer"},
+         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-audit-devs"},
+         "subjects": [{"kind": "Group", "name": "devs", "apiGroup": "rbac.authorization.k8s.io"}],
+         "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-dc-writer", "apiGroup": "rbac.authorization.k8s.io"}}]})
+
+
+def kcm_pod(name, qps, burst):
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "kube-system", "labels": {"component": "kube-controller-manager"}},
+        "spec": {"nodeName": "no-such-node", "containers": [{
+            "name": "kube-controller-manager", "image": "registry.k8s.io/kube-controller-manager:v1.37.2",
+            "command": ["kube-controller-manager", f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"]}]}})
+
+
+def audit_cluster(cp, *args):
+    out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+                          str(cp.kubeconfig("admin")), "--output", "json", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_existing_binding_is_reported_until_removed(control_plane):
+    cp = control_plane
+    cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
+    try:
+        code, findings = audit_cluster(cp)
+        ours = [f for f in findings if f["name"] == "e2e-audit-devs"]
+        assert code == 1 and ours and "Group devs" in ours[0]["message"] and "deviceclasses" in ours[0]["message"]
+    finally:
+        cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
+    code, findings = audit_cluster(cp)
+    assert not [f for f in findings if f["name"] == "e2e-audit-devs"]
+    assert code == 0, [f for f in findings if f["enforced"]]
+
+
+@pytest.mark.parametrize("qps, burst, reported", [(20, 30, True), (100, 200, False)])
+def test_controller_manager_qps_floor(control_plane, qps, burst, reported):
+    cp = control_plane
+    name = f"kube-controller-manager-e2e-{qps}"
+    cp.kubectl("admin", "apply", "-f", "-", input=kcm_pod(name, qps, burst))
+    try:
+        _, findings = audit_cluster(cp)
+        checks = {(f["check"], f["name"]) for f in findings if f["policy"] == "controlplane"}
+        assert (("controller-manager-qps", name) in checks) is reported
+        assert ("controller-manager-qps-unknown", "kube-controller-manager") not in checks  # it is visible now
+        if reported:
+            msg = next(f["message"] for f in findings if f["name"] == name)
+            assert "--kube-api-qps=75" in msg and "--kube-api-burst=150" in msg
+    finally:
+        cp.kubectl("admin", "delete", "pod", "-n", "kube-system", name, "--grace-period=0", "--force", check=False)
+
+
+def test_policyreport_output_is_accepted_by_the_apiserver(control_plane):
+    cp = control_plane
+    cp.kubectl("admin", "apply", "-f", str(CRDS))
+    cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
+    try:
+        out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+                              str(cp.kubeconfig("admin")), "--output", "policyreport"], capture_output=True, text=True)
+        assert out.returncode == 1 and "ClusterPolicyReport" in out.stdout
+        assert cp.kubectl("admin", "apply", "--dry-run=server", "-f", "-", input=out.stdout).returncode == 0
+    finally:
+        cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
+
+
+def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_plane, tmp_path):
+    cp = control_plane
+    cp.kubectl("admin", "apply", "-f", str(CRDS))
+    cp.kubectl("admin", "create", "namespace", "dra-guard-audit", check=False)
+    cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
+    config = ("audit:\n  intervalSeconds: 2\ncertificates:\n  namespace: dra-guard-audit\n")
+    # the periodic audit lists widely and writes reports and its Lease: run it as admin here; the
+    # chart grants its ServiceAccount exactly these permissions (tests/chart checks them)
+    proc = DraGuardProcess(tmp_path, "--kubeconfig", str(cp.kubeconfig("admin")), config=config)
+    try:
+        proc.wait("/readyz", timeout=60)
+
+        def report():
+            out = cp.kubectl("admin", "get", "clusterpolicyreport", "dra-guard", "-o", "json", check=False)
+            return json.loads(out.stdout) if out.returncode == 0 else None
+
+        def has_finding():
+            r = report()
+            return r and any(res["resources"][0]["name"] == "e2e-audit-devs" for res in r["results"])
+        deadline = time.monotonic() + 30
+        while not has_finding():
+            assert time.monotonic() < deadline, proc.log()
+            time.sleep(0.5)
+        metric = proc.session().get(proc.url + "/metrics").text
+        assert 'dra_guard_violations{mode="enforce",policy="rbac"}' in metric
+
+        cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
+        deadline = time.monotonic() + 30
+        while has_finding():
+            assert time.monotonic() < deadline, proc.log()
+            time.sleep(0.5)
+        reports = json.loads(cp.kubectl("admin", "get", "clusterpolicyreports", "-o", "json").stdout)["items"]
+        assert [r["metadata"]["name"] for r in reports] == ["dra-guard"]  # replaced, never piled up
+        deadline = time.monotonic() + 10
+        while 'dra_guard_violations{mode="enforce",policy="rbac"}' in proc.session().get(proc.url + "/metrics").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    finally:
+        proc.stop()
+        cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING, check=False)
+
+
+def test_audit_of_5000_rbac_objects_is_fast_and_bounded(control_plane):
+    cp = control_plane
+    items = []
+    for i in range(2500):
+        items.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                      "metadata": {"name": f"e2e-scale-{i}", "labels": {"e2e": "scale"}},
+                      "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]})
+        items.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                      "metadata": {"name": f"e2e-scale-{i}", "labels": {"e2e": "scale"}},
+                      "subjects": [{"kind": "Group", "name": f"g{i}", "apiGroup": "rbac.authorization.k8s.io"}],
+                      "roleRef": {"kind": "ClusterRole", "name": f"e2e-scale-{i}", "apiGroup": "rbac.authorization.k8s.io"}})
+    cp.kubectl("admin", "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    try:
+        before = {e["auditID"] for e in cp.audit_events("admin", stage=None)}
+        started = time.monotonic()
+        code, _ = audit_cluster(cp, "--qps", "50", "--burst", "100")
+        elapsed = time.monotonic() - started
+        time.sleep(0.5)
+        lists = [e for e in cp.audit_events("admin", stage=None) if e["auditID"] not in before and e["verb"] == "list"]
+        assert elapsed < 30, elapsed
+        # paged by 500: about 6 pages each of ClusterRoles and ClusterRoleBindings plus one or two for
+        # every other resource; nothing per object
+        assert len({e["auditID"] for e in lists}) <= 30, len(lists)
+    finally:
+        cp.kubectl("admin", "delete", "clusterroles,clusterrolebindings", "-l", "e2e=scale", "--wait=false")
