@@ -134,6 +134,31 @@ class Bundle:
         return cls(ca=ca, trusted=trusted, serving=serving, resource_version=str(secret.get("resourceVersion", "")))
 
 
+def hold_lease(api: CertApi, name: str, *, identity: str, now: datetime.datetime, duration_seconds: int) -> bool:
+    """Take or renew the coordination.k8s.io Lease `name` for `identity`; True when it holds it now.
+
+    A Lease held by someone else and renewed within its leaseDurationSeconds is left alone; an
+    expired one is taken over. Concurrent takers are serialised by resourceVersion (409 = lost).
+    """
+    lease = api.get_lease(name)
+    spec = {"holderIdentity": identity, "leaseDurationSeconds": duration_seconds, "renewTime": _micro(now)}
+    try:
+        if lease is None:
+            api.create_lease({"metadata": {"name": name}, "spec": {**spec, "acquireTime": _micro(now)}})
+            return True
+        current = lease.get("spec") or {}
+        renewed = _parse_time(current.get("renewTime"))
+        expired = renewed is None or renewed + datetime.timedelta(
+            seconds=int(current.get("leaseDurationSeconds") or duration_seconds)) < now
+        if current.get("holderIdentity") not in (identity, None, "") and not expired:
+            return False
+        acquire = current.get("acquireTime") if current.get("holderIdentity") == identity else _micro(now)
+        api.update_lease({**lease, "spec": {**current, **spec, "acquireTime": acquire}})
+        return True
+    except Conflict:
+        return False
+
+
 class Reconciler:
     """One replica's view of `certificates.mode: self`; call reconcile() every checkIntervalSeconds.
 
@@ -184,26 +209,8 @@ class Reconciler:
 
     def holds_lease(self) -> bool:
         """Take or renew the writers' Lease; True when this replica may write now."""
-        now = self.now()
-        duration = max(15, 2 * self.config.check_interval_seconds)
-        lease = self.api.get_lease(self.config.lease_name)
-        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": duration, "renewTime": _micro(now)}
-        try:
-            if lease is None:
-                self.api.create_lease({"metadata": {"name": self.config.lease_name},
-                                       "spec": {**spec, "acquireTime": _micro(now)}})
-                return True
-            current = lease.get("spec") or {}
-            renewed = _parse_time(current.get("renewTime"))
-            expired = renewed is None or renewed + datetime.timedelta(
-                seconds=int(current.get("leaseDurationSeconds") or duration)) < now
-            if current.get("holderIdentity") not in (self.identity, None, "") and not expired:
-                return False
-            acquire = current.get("acquireTime") if current.get("holderIdentity") == self.identity else _micro(now)
-            self.api.update_lease({**lease, "spec": {**current, **spec, "acquireTime": acquire}})
-            return True
-        except Conflict:
-            return False
+        return hold_lease(self.api, self.config.lease_name, identity=self.identity, now=self.now(),
+                          duration_seconds=max(15, 2 * self.config.check_interval_seconds))
 
     def _cluster_bundles(self) -> list[list[bytes]]:
         out = []
