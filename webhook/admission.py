@@ -134,7 +134,7 @@ def _apply_mode(decision: Decision, *, mode: str, policy: str, response: dict[st
         if patched:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(list(decision.patch)).encode()).decode()
-            annotations[f"{policy}-patched"] = " | ".join(f.summary for f in decision.findings if f.fixed_by_patch)[:4000]
+            annotations[f"{policy}-patched"] = " | ".join(f.message for f in decision.findings if f.fixed_by_patch)[:4000]
             metrics.PATCHES.labels(policy=policy).inc()
             outcome = "patch"
         warnings.extend(f.summary for f in decision.findings if not f.enforced and not (patched and f.fixed_by_patch))

@@ -126,7 +126,7 @@ def create_app(*, config: Config, cluster: ClusterState, readiness: Readiness | 
 
     @app.get("/metrics")
     def prometheus() -> Response:
-        return Response(generate_latest(), mimetype=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(), content_type=CONTENT_TYPE_LATEST)
 
     @app.errorhandler(RequestEntityTooLarge)
     def too_large(_: RequestEntityTooLarge) -> Response:

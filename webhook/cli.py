@@ -14,7 +14,7 @@ from webhook.config import ConfigError, load_config
 
 EXAMPLES = textwrap.dedent("""\
     examples:
-      dra-guard audit -f examples/                      check manifests offline (exit 1 if any finding)
+      dra-guard audit -f examples/                      check manifests offline (exit 1 if something would be refused or patched)
       dra-guard audit -f team-rbac.yaml --cluster       check files against the live cluster's roles
       dra-guard serve --self-signed /tmp/dra-guard      run locally over TLS with a development CA
       dra-guard serve --config /etc/dra-guard/config.yaml \\
@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the admission webhook server (gunicorn over TLS)",
-                           description="Serve /validate/rbac, /healthz, /readyz and /metrics over HTTPS.",
+                           description="Serve /validate/rbac, /mutate/daemonsets, /validate/evictions, /healthz, "
+                                       "/readyz and /metrics over HTTPS.",
                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
@@ -44,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-cert-file", metavar="FILE", help="serving certificate (PEM)")
     serve.add_argument("--tls-key-file", metavar="FILE", help="serving certificate's private key (PEM)")
     serve.add_argument("--self-signed", metavar="DIR",
-                       help="development: create (or reuse) a CA and a certificate for localhost and 127.0.0.1 in DIR")
+                       help="development: create (or reuse) a CA and a certificate for localhost, 127.0.0.1 and ::1 in DIR")
     serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config, else ~/.kube/config)")
     serve.add_argument("--no-cluster", action="store_true",
                        help="do not use the Kubernetes API: caches stay empty, policies see an empty cluster")
@@ -88,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", required=True, metavar="DIR", help="folder for ca.crt, ca.key, tls.crt, tls.key")
     gen.add_argument("--dns", action="append", default=[], metavar="NAME", help="extra DNS SAN (repeatable)")
     gen.add_argument("--ip", action="append", default=[], metavar="IP", help="extra IP SAN (repeatable)")
+    gen.add_argument("--force", action="store_true", help="replace a CA already in --out (breaks caBundles that trust it)")
     insp = certs_sub.add_parser(
         "inspect", help="show a serving certificate's names and expiry, and whether the cluster's caBundles trust it",
         description="Print subject, SANs, validity and issuer of a serving certificate (--cert-file, or the one "
@@ -116,6 +118,8 @@ def _serve(args: argparse.Namespace) -> int:
     for line in config.ignored:
         print(f"dra-guard: warning: {line}", file=sys.stderr)
     if args.self_signed:
+        if config.certificates.mode == "self":
+            return _fail("--self-signed and certificates.mode self exclude each other (self mode keeps its CA in a Secret)")
         if args.tls_cert_file or args.tls_key_file:
             return _fail("--self-signed and --tls-cert-file/--tls-key-file exclude each other")
         directory = pathlib.Path(args.self_signed)
@@ -159,6 +163,9 @@ def _audit(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     for line in config.ignored:
         print(f"dra-guard: warning: {line}", file=sys.stderr)
+    found = [o for o in objects if o.get("kind") == "DraGuardConfiguration"]
+    source = args.config or ("the DraGuardConfiguration among the manifests" if found else "the built-in defaults")
+    print(f"dra-guard: config: {source}", file=sys.stderr)
     served = None
     if args.cluster:
         client = cluster.api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
@@ -189,6 +196,8 @@ def _certs(args: argparse.Namespace) -> int:
         return _certs_inspect(args)
     if args.certs_command != "generate":
         return _fail("certs needs an action: generate or inspect")
+    if (pathlib.Path(args.out) / "ca.crt").exists() and not args.force:
+        return _fail(f"{args.out}/ca.crt exists: a new CA would break every caBundle that trusts it; pass --force to replace it")
     ca = certs.generate_ca()
     serving = certs.generate_serving(ca, dns_names=[*certs.service_dns_names(args.service, args.namespace), *args.dns],
                                      ip_addresses=args.ip)
@@ -238,7 +247,8 @@ def _certs_inspect(args: argparse.Namespace) -> int:
                            ("mutating", config.certificates.mutating_webhook)):
             bundles = api.webhook_ca_bundles(kind, name)
             if bundles is None:
-                print(f"{kind} webhook configuration {name}: not found")
+                print(f"{kind} webhook configuration {name}: NOT FOUND")
+                problems += 1
                 continue
             for i, raw in enumerate(bundles):
                 try:

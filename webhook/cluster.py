@@ -35,7 +35,7 @@ class ClusterError(RuntimeError):
 
 
 def api_client(kubeconfig: str | None, *, timeout_seconds: float) -> kubernetes.client.ApiClient:
-    """An ApiClient from `kubeconfig` if given, else in-cluster config, else ~/.kube/config.
+    """An ApiClient from `kubeconfig` if given, else $KUBECONFIG, else in-cluster config, else ~/.kube/config.
 
     Raises ClusterError when none of them is usable.
     """
@@ -43,13 +43,16 @@ def api_client(kubeconfig: str | None, *, timeout_seconds: float) -> kubernetes.
     try:
         if kubeconfig:
             kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        elif os.environ.get("KUBECONFIG"):
+            kubernetes.config.load_kube_config(client_configuration=configuration)  # reads $KUBECONFIG
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             kubernetes.config.load_incluster_config(client_configuration=configuration)
         else:
             default = pathlib.Path.home() / ".kube" / "config"
             if not default.exists():
-                raise ClusterError("no --kubeconfig given, not running in a cluster, and ~/.kube/config does not "
-                                   "exist; pass --kubeconfig FILE, or --no-cluster to run without the Kubernetes API")
+                raise ClusterError("no --kubeconfig given, no $KUBECONFIG, not running in a cluster, and "
+                                   "~/.kube/config does not exist; pass --kubeconfig FILE (serve: or --no-cluster to "
+                                   "run without the Kubernetes API)")
             kubernetes.config.load_kube_config(config_file=str(default), client_configuration=configuration)
     except ClusterError:
         raise
@@ -420,6 +423,13 @@ def list_drain_objects(client: kubernetes.client.ApiClient, node: str) -> list[d
     rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
     apps_api = kubernetes.client.AppsV1Api(client)
     core_api = kubernetes.client.CoreV1Api(client)
+    metrics.KUBE_API_REQUESTS.labels(verb="get", resource="nodes").inc()
+    try:
+        core_api.read_node(node, _preload_content=False, _request_timeout=10)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise ClusterError(f"node {node} not found") from exc
+        raise ClusterError(f"reading node {node} failed: HTTP {exc.status} {exc.reason}") from exc
     versions = served_resource_versions(client)
     if not versions:
         raise ClusterError("the cluster serves no resource.k8s.io version (DRA is not enabled)")

@@ -164,6 +164,15 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
             "accesslog": None,
             "errorlog": "-",
             "loglevel": o.log_level,
+            # gunicorn's own lines (start, workers, errors) as JSON too, like dra-guard's
+            "logconfig_dict": {
+                "version": 1, "disable_existing_loggers": False,
+                "formatters": {"json": {"()": "webhook.logs.JsonFormatter"}},
+                "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
+                "root": {"level": "WARNING", "handlers": ["json"]},
+                "loggers": {"gunicorn.error": {"level": o.log_level.upper(), "handlers": ["json"], "propagate": False},
+                            "gunicorn.access": {"level": o.log_level.upper(), "handlers": ["json"], "propagate": False}},
+            },
             "proc_name": "dra-guard",
             # no gunicornc control socket: it would live in $HOME (read-only in the chart's pod) and
             # two servers on one machine would fight over it

@@ -117,3 +117,37 @@ def test_deep_yaml_and_date_names(tmp_path, capsys):
     (tmp_path / "ds.yaml").write_text(text)
     code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"), "-o", "json")
     assert code == 1 and json.loads(out)
+
+
+def test_json_says_which_findings_a_patch_fixes(capsys):
+    _, out, err = run_cli(capsys, "audit", "-f", str(EXAMPLES), "-o", "json")
+    by_policy = {f["policy"]: f for f in json.loads(out)}
+    assert by_policy["probes"]["patch"] is True and by_policy["rbac"]["patch"] is False
+    assert "config: the DraGuardConfiguration among the manifests" in err
+
+
+def test_kubeconfig_environment_variable_is_honoured(tmp_path, monkeypatch):
+    from webhook import cluster
+    kc = tmp_path / "kc"
+    kc.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                  "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+                  "current-context: x\n")
+    monkeypatch.setenv("KUBECONFIG", str(kc))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    client = cluster.api_client(None, timeout_seconds=1)
+    assert client.configuration.host == "https://127.0.0.1:1"
+
+
+def test_certs_generate_refuses_to_replace_a_ca(tmp_path, capsys):
+    assert run_cli(capsys, "certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path))[0] == 0
+    first = (tmp_path / "ca.crt").read_bytes()
+    code, _, err = run_cli(capsys, "certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path))
+    assert code == 2 and "--force" in err and (tmp_path / "ca.crt").read_bytes() == first
+    assert run_cli(capsys, "certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path), "--force")[0] == 0
+    assert (tmp_path / "ca.crt").read_bytes() != first
+
+
+def test_self_signed_and_self_mode_exclude_each_other(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text("certificates: {mode: self}\n")
+    code, _, err = run_cli(capsys, "serve", "--config", str(tmp_path / "c.yaml"), "--self-signed", str(tmp_path / "t"))
+    assert code == 2 and "exclude each other" in err

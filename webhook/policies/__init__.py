@@ -55,6 +55,7 @@ class Finding:
             "mode": mode,
             "check": self.check,
             "enforced": self.enforced,
+            "patch": self.fixed_by_patch,
             "message": self.message,
             **({"details": dict(self.details)} if self.details else {}),
         }
