@@ -44,7 +44,8 @@ def api_client(kubeconfig: str | None, *, timeout_seconds: float) -> kubernetes.
         if kubeconfig:
             kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         elif os.environ.get("KUBECONFIG"):
-            kubernetes.config.load_kube_config(client_configuration=configuration)  # reads $KUBECONFIG
+            # passed explicitly: the library reads $KUBECONFIG once at import; a ':'-list is merged
+            kubernetes.config.load_kube_config(config_file=os.environ["KUBECONFIG"], client_configuration=configuration)
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             kubernetes.config.load_incluster_config(client_configuration=configuration)
         else:
