@@ -180,13 +180,16 @@ class Reconciler:
         self.on_bundle: Callable[[Bundle], None] | None = None
 
     # ------------------------------------------------------------------ building blocks
+    def _ca_name(self) -> str:
+        """A CA name unique per rotation: two CAs with one subject make TLS clients try the wrong one first."""
+        return f"dra-guard-ca-{self.config.namespace}-{self.now().strftime('%Y%m%d%H%M%S')}"
+
     def _new_serving(self, ca: certs.KeyPair) -> certs.KeyPair:
         return certs.generate_serving(ca, dns_names=self.dns_names, ip_addresses=self.ip_addresses,
                                       days=self.config.leaf_validity_days, now=self.now())
 
     def _fresh_bundle(self) -> Bundle:
-        ca = certs.generate_ca(common_name=f"dra-guard-ca-{self.config.namespace}", days=self.config.ca_validity_days,
-                                   now=self.now())
+        ca = certs.generate_ca(common_name=self._ca_name(), days=self.config.ca_validity_days, now=self.now())
         return Bundle(ca=ca, trusted=[ca.cert], serving=self._new_serving(ca))
 
     def get_or_create(self) -> Bundle:
@@ -250,8 +253,7 @@ class Reconciler:
         share = self.config.renew_after_share
         leaf = bundle.serving
         if len(bundle.trusted) == 1 and certs.needs_renewal(bundle.ca.cert, share=share, now=self.now()):
-            new_ca = certs.generate_ca(common_name=f"dra-guard-ca-{self.config.namespace}", days=self.config.ca_validity_days,
-                                   now=self.now())
+            new_ca = certs.generate_ca(common_name=self._ca_name(), days=self.config.ca_validity_days, now=self.now())
             return Bundle(ca=new_ca, trusted=[new_ca.cert, bundle.ca.cert], serving=leaf), "CA rotation step A: new CA trusted"
         if leaf is None or not certs.issued_by(leaf.cert, bundle.ca.cert):
             if leaf is not None and not self._all_webhooks_trust(bundle.ca.cert):

@@ -1,20 +1,27 @@
 """dra-guard as the kube-apiserver sees it: a real `dra-guard serve` registered as a webhook.
 
-Guard starts `dra-guard serve` on loopback with the kubeconfig of its own user (whose only
-permissions are tests/e2e/manifests/dra-guard-rbac.yaml), registers the webhook configuration
-with clientConfig.url and caBundle, and waits until the apiserver really calls it (a probe
-object that only dra-guard refuses).
+Guard starts `dra-guard serve` on loopback with the kubeconfig of its own user, whose only
+permissions are the Helm chart's ClusterRole (charts/dra-guard, rendered with `helm template` and
+bound to User "dra-guard"). It registers the Validating/MutatingWebhookConfiguration the chart
+renders with its development value `webhooks.url` (clientConfig.url = this server, caBundle = its
+CA), so the chart's rules, namespaceSelectors and matchConditions are what the tests exercise,
+and waits until the apiserver really calls it (a probe object that only dra-guard refuses).
 """
 from __future__ import annotations
 
 import base64
+import json
 import pathlib
-import string
 import time
+from typing import Any
 
+from tests.chart import helm
 from tests.serve import DraGuardProcess, free_port
 
 MANIFESTS = pathlib.Path(__file__).resolve().parent / "manifests"
+#: The namespace the chart is rendered for: it is never sent to dra-guard (namespaceSelector).
+NAMESPACE = "dra-guard"
+USER = "dra-guard"
 
 BASE_CONFIG = """\
 mode: {mode}
@@ -49,7 +56,8 @@ class Guard:
         self.port = free_port()
         self.proc: DraGuardProcess | None = None
         self.mode = "enforce"
-        cp.kubectl("admin", "apply", "-f", str(MANIFESTS / "dra-guard-rbac.yaml"))
+        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                  "items": chart_rbac()}))
         cp.kubectl("admin", "apply", "-f", str(MANIFESTS / "rbac-managers.yaml"))
 
     @property
@@ -68,10 +76,9 @@ class Guard:
     def register(self, *, failure_policy: str = "Fail") -> None:
         """Apply the webhook configuration and wait until the apiserver calls dra-guard."""
         assert self.proc is not None
-        template = string.Template((MANIFESTS / "webhooks.yaml.tmpl").read_text())
-        rendered = template.substitute(URL=self.url, FAILURE_POLICY=failure_policy,
-                                       CA_BUNDLE=base64.b64encode(self.proc.ca_file.read_bytes()).decode())
-        self.cp.kubectl("admin", "apply", "-f", "-", input=rendered)
+        configs = webhook_configurations(url=self.url, ca_file=self.proc.ca_file, failure_policy=failure_policy)
+        self.cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                        "items": configs}))
         self.wait_called()
 
     def wait_called(self, timeout: float = 30.0) -> None:
@@ -102,3 +109,29 @@ class Guard:
             self.unregister()
         finally:
             self.stop_server()
+
+
+def chart_rbac() -> list[dict[str, Any]]:
+    """The chart's ClusterRole for dra-guard and a ClusterRoleBinding of it to User "dra-guard".
+
+    Rendered with certificates.mode=cert-manager: the rules dra-guard needs when it is given its
+    serving files, as this test server is (self mode would add get/patch on its webhook
+    configurations, which `serve --self-signed` never uses).
+    """
+    docs = helm.template(values={"certificates": {"mode": "cert-manager"}}, namespace=NAMESPACE,
+                         show_only=["templates/rbac.yaml"])
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": role["metadata"]["name"]},
+               "subjects": [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}],
+               "roleRef": {"kind": "ClusterRole", "name": role["metadata"]["name"], "apiGroup": "rbac.authorization.k8s.io"}}
+    return [role, binding]
+
+
+def webhook_configurations(*, url: str, ca_file: pathlib.Path, failure_policy: str = "Fail") -> list[dict[str, Any]]:
+    """The chart's ValidatingWebhookConfiguration and MutatingWebhookConfiguration (release
+    "dra-guard" in namespace NAMESPACE) pointing at `url` with `ca_file` as caBundle; the RBAC
+    webhook's failurePolicy is `failure_policy`."""
+    values = {"webhooks": {"url": url, "caBundle": base64.b64encode(ca_file.read_bytes()).decode(),
+                           "rbac": {"failurePolicy": failure_policy}}}
+    return helm.template(values=values, namespace=NAMESPACE, show_only=["templates/webhooks.yaml"])

@@ -78,8 +78,18 @@ PROBE = json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Clust
 
 
 def webhook_config(url: str, ca_bundle: bytes) -> str:
-    # only the probe objects of this module reach these replicas
-    return json.dumps({
+    # only the probe objects of this module reach these replicas; the mutating one matches nothing
+    # real (dra-guard keeps its caBundle too)
+    mutating = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": CONFIG_NAME},
+        "webhooks": [{"name": "probes.e2e-certs.dra-guard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                      "failurePolicy": "Ignore", "timeoutSeconds": 5,
+                      "clientConfig": {"url": f"{url}/mutate/daemonsets", "caBundle": base64.b64encode(ca_bundle).decode()},
+                      "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                 "resources": ["daemonsets"]}],
+                      "matchConditions": [{"name": "probe-only", "expression": "object.metadata.name.startsWith('e2e-certs-')"}]}]}
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [mutating, {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": CONFIG_NAME},
         "webhooks": [{"name": "rbac.e2e-certs.dra-guard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
@@ -87,7 +97,7 @@ def webhook_config(url: str, ca_bundle: bytes) -> str:
                       "clientConfig": {"url": f"{url}/validate/rbac", "caBundle": base64.b64encode(ca_bundle).decode()},
                       "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["v1"],
                                  "operations": ["CREATE"], "resources": ["clusterrolebindings"]}],
-                      "matchConditions": [{"name": "probe-only", "expression": "object.metadata.name.startsWith('e2e-certs-')"}]}]})
+                      "matchConditions": [{"name": "probe-only", "expression": "object.metadata.name.startsWith('e2e-certs-')"}]}]}]})
 
 
 def config(workdir, name):
@@ -142,7 +152,8 @@ def replicas(control_plane, tmp_path_factory):
             p.wait("/readyz", timeout=60)
         yield procs
     finally:
-        cp.kubectl("admin", "delete", "validatingwebhookconfiguration", CONFIG_NAME, "--ignore-not-found")
+        cp.kubectl("admin", "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", CONFIG_NAME,
+                   "--ignore-not-found")
         for p in procs:
             p.stop()
         cp.kubectl("admin", "delete", "namespace", NS, "--wait=false", check=False)
@@ -201,17 +212,21 @@ def test_webhook_keeps_being_called_across_a_ca_rotation(control_plane, replicas
         old_ca = certs.generate_ca(common_name="old-ca", now=old_now)
         old_leaf = certs.generate_serving(old_ca, dns_names=certs.service_dns_names("dra-guard", NS),
                                           ip_addresses=["127.0.0.1"], now=datetime.datetime.now(datetime.timezone.utc))
-        data = {"ca.crt": old_ca.cert_pem(), "ca.key": old_ca.key_pem(), "ca-bundle.crt": old_ca.cert_pem(),
+        # the CA in use stays trusted next to it, as after a restore of an older Secret
+        current = secret(cp)["ca.crt"]
+        data = {"ca.crt": old_ca.cert_pem(), "ca.key": old_ca.key_pem(), "ca-bundle.crt": old_ca.cert_pem() + current,
                 "tls.crt": old_leaf.cert_pem(), "tls.key": old_leaf.key_pem()}
         body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "dra-guard-tls", "namespace": NS},
                 "type": "Opaque", "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
         cp.kubectl("admin", "replace", "-f", "-", input=json.dumps(body))
 
+        first_ca = x509.load_pem_x509_certificate(current)
+
         def rotated():
             s = secret(cp)
             bundle = x509.load_pem_x509_certificates(s["ca-bundle.crt"])
             ca = x509.load_pem_x509_certificate(s["ca.crt"])
-            return (len(bundle) == 1 and ca.subject.rfc4514_string() != "CN=old-ca"
+            return (len(bundle) == 1 and ca.subject.rfc4514_string() != "CN=old-ca" and ca != first_ca
                     and cluster_bundle(cp) == s["ca-bundle.crt"] and ca)
         new_ca = wait_for("the CA rotation to finish (steps A, B, C)", rotated, 60)
         time.sleep(2)

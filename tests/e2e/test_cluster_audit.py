@@ -11,7 +11,7 @@ import pytest
 
 from tests.serve import DraGuardProcess
 
-CRDS = pathlib.Path(__file__).resolve().parent / "manifests" / "policyreport-crds.yaml"
+CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "dra-guard" / "files" / "policyreport-crds.yaml"
 
 BAD_BINDING = json.dumps({
     "apiVersion": "v1", "kind": "List", "items": [

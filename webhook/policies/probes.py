@@ -167,7 +167,8 @@ def _copy_for_patch(daemonset: Mapping[str, Any]) -> dict[str, Any]:
     spec = out["spec"] = dict(_map(daemonset.get("spec")))
     template = spec["template"] = dict(_map(spec.get("template")))
     pod = template["spec"] = dict(_map(template.get("spec")))
-    pod["containers"] = [dict(c) if isinstance(c, Mapping) else c for c in _list(pod.get("containers"))]
+    if isinstance(pod.get("containers"), list):
+        pod["containers"] = [dict(c) if isinstance(c, Mapping) else c for c in pod["containers"]]
     return out
 
 
@@ -183,7 +184,7 @@ def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config
     ns, name = _ref(daemonset)
     annotations_in = _map(_map(daemonset.get("metadata")).get("annotations"))
     annotation = str(annotations_in.get(PORT_ANNOTATION) or "")
-    containers = modified["spec"]["template"]["spec"]["containers"]
+    containers = _list(modified["spec"]["template"]["spec"].get("containers"))
     findings: list[Finding] = []
     added: dict[str, str] = {}
     for i in driver.plugin_containers:
@@ -251,7 +252,9 @@ def review(request: Mapping[str, Any], *, detection: drivers_mod.DetectionConfig
         return Decision(findings=tuple(findings))
     patch = tuple(op for op in jsonpatch.make_patch(dict(obj), modified).patch)  # shares unchanged subtrees
     if any(op["op"] != "add" for op in patch):
-        raise ValueError(f"probe patch would contain non-add operations: {[op['op'] for op in patch]}")
+        # a malformed object whose shape the copy could not keep: patch nothing rather than replace
+        findings = [dataclasses.replace(f, fixed_by_patch=False) for f in findings]
+        return Decision(findings=tuple(findings))
     return Decision(findings=tuple(findings), patch=patch)
 
 

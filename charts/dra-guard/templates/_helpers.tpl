@@ -1,0 +1,150 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "dra-guard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name of every object: the release name when it already contains the chart name, so
+`helm install dra-guard` gives objects named "dra-guard" (the names README's break-glass uses).
+*/}}
+{{- define "dra-guard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "dra-guard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "dra-guard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dra-guard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The webhook pods: what the Service, the PDB and the spreading select (hook pods carry another component). */}}
+{{- define "dra-guard.podSelectorLabels" -}}
+{{ include "dra-guard.selectorLabels" . }}
+app.kubernetes.io/component: webhook
+{{- end }}
+
+{{- define "dra-guard.labels" -}}
+helm.sh/chart: {{ include "dra-guard.chart" . }}
+{{ include "dra-guard.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: dra-guard
+{{- end }}
+
+{{- define "dra-guard.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
+{{/* Names of the objects dra-guard and its configuration refer to. */}}
+{{- define "dra-guard.tlsSecretName" -}}
+{{- if eq .Values.certificates.mode "files" -}}
+{{ .Values.certificates.files.secretName }}
+{{- else if eq .Values.certificates.mode "cert-manager" -}}
+{{ include "dra-guard.fullname" . }}-serving-cert
+{{- else -}}
+{{ include "dra-guard.fullname" . }}-tls
+{{- end -}}
+{{- end }}
+{{- define "dra-guard.leaseName" -}}{{ include "dra-guard.fullname" . }}-certs{{- end }}
+{{- define "dra-guard.certDir" -}}/var/run/dra-guard/certs{{- end }}
+{{- define "dra-guard.tlsDir" -}}/etc/dra-guard/tls{{- end }}
+
+{{/* The policy's mode: its own, else the global config.mode. */}}
+{{- define "dra-guard.policyMode" -}}
+{{- $p := index (.root.Values.config.policies | default dict) .policy | default dict -}}
+{{- $p.mode | default .root.Values.config.mode | default "enforce" -}}
+{{- end }}
+
+{{/*
+The dra-guard configuration file (webhook/config.py format): config values verbatim, plus the
+certificates section naming the objects this chart creates.
+*/}}
+{{- define "dra-guard.config" -}}
+apiVersion: dra-guard.io/v1alpha1
+kind: DraGuardConfiguration
+{{ toYaml .Values.config }}
+certificates:
+  mode: {{ .Values.certificates.mode }}
+  namespace: {{ .Release.Namespace | quote }}
+  service: {{ include "dra-guard.fullname" . | quote }}
+  {{- with .Values.certificates.extraDnsNames }}
+  extraDnsNames: {{ toYaml . | nindent 4 }}
+  {{- end }}
+  secretName: {{ include "dra-guard.tlsSecretName" . | quote }}
+  leaseName: {{ include "dra-guard.leaseName" . | quote }}
+  validatingWebhookConfiguration: {{ include "dra-guard.fullname" . | quote }}
+  mutatingWebhookConfiguration: {{ include "dra-guard.fullname" . | quote }}
+  dir: {{ include "dra-guard.certDir" . | quote }}
+  caValidityDays: {{ .Values.certificates.caValidityDays }}
+  leafValidityDays: {{ .Values.certificates.leafValidityDays }}
+  renewAfterShare: {{ .Values.certificates.renewAfterShare }}
+  checkIntervalSeconds: {{ .Values.certificates.checkIntervalSeconds }}
+  reloadIntervalSeconds: {{ .Values.certificates.reloadIntervalSeconds }}
+{{- end }}
+
+{{/* clientConfig of one webhook: the development url, else the Service. Call with (dict "root" $ "path" "/validate/rbac"). */}}
+{{- define "dra-guard.clientConfig" -}}
+clientConfig:
+  {{- if .root.Values.webhooks.url }}
+  url: {{ printf "%s%s" (trimSuffix "/" .root.Values.webhooks.url) .path | quote }}
+  {{- else }}
+  service:
+    name: {{ include "dra-guard.fullname" .root }}
+    namespace: {{ .root.Release.Namespace }}
+    path: {{ .path | quote }}
+    port: 443
+  {{- end }}
+  {{- with .root.Values.webhooks.caBundle }}
+  caBundle: {{ . }}
+  {{- end }}
+{{- end }}
+
+{{/* Namespaces never sent to dra-guard: its own (it must be able to restart itself), kube-system
+(the cluster's own start-up), and webhooks.excludedNamespaces. */}}
+{{- define "dra-guard.namespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: {{ concat (list .Release.Namespace "kube-system") .Values.webhooks.excludedNamespaces | uniq | toJson }}
+{{- end }}
+
+{{/* The restricted container securityContext (Pod Security Standard "restricted"). */}}
+{{- define "dra-guard.containerSecurityContext" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: [ALL]
+  seccompProfile:
+    type: RuntimeDefault
+{{- end }}
+
+{{- define "dra-guard.podSecurityContext" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  fsGroup: 65532
+  seccompProfile:
+    type: RuntimeDefault
+{{- end }}

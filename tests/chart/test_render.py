@@ -1,0 +1,487 @@
+"""The Helm chart rendered by the real helm v4: lint, template, schema and what the objects say.
+
+Every case of tests/chart/cases.py passes `helm lint --strict` and `helm template`; the rendered
+config validates with webhook.config.from_mapping; the schema refuses bad values with a message
+that names the key. (Acceptance 1 of issue 7.)
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import functools
+import json
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart import helm
+from tests.chart.cases import CA_BUNDLE, case_ids, cases
+from webhook.config import from_mapping
+
+pytestmark = pytest.mark.e2e  # runs the real helm (fetched by tests.e2e.binaries)
+
+CASES = dict(cases())
+
+
+@functools.lru_cache(maxsize=None)
+def rendered(case: str) -> tuple[dict[str, Any], ...]:
+    """The objects of one case (cached: each case is rendered once per session)."""
+    return tuple(helm.template(values=CASES[case]))
+
+
+def find(objs, kind: str, name: str | None = None) -> dict[str, Any]:
+    """The one object of `kind` (and `name`); fails the test when absent."""
+    found = [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"{kind} {name or ''}: found {len(found)}"
+    return found[0]
+
+
+def kinds(objs) -> list[str]:
+    return sorted(o["kind"] for o in objs)
+
+
+def config_of(objs) -> dict[str, Any]:
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and "config.yaml" in o.get("data", {}))
+    return yaml.safe_load(cm["data"]["config.yaml"])
+
+
+def webhooks(objs) -> dict[str, dict[str, Any]]:
+    """webhook name -> webhook, over both configurations."""
+    out = {}
+    for o in objs:
+        if o["kind"] in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            for w in o.get("webhooks") or []:
+                out[w["name"]] = w
+    return out
+
+
+def container(objs) -> dict[str, Any]:
+    return find(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+# ---------------------------------------------------------------- lint and template over the matrix
+@pytest.mark.parametrize("case", case_ids())
+def test_lint_strict_passes(case, tmp_path):
+    out = helm.run("lint", "--strict", str(helm.CHART), *helm.values_args(CASES[case], tmp_path), check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 chart(s) failed" in out.stdout
+
+
+@pytest.mark.parametrize("case", case_ids())
+def test_template_renders_valid_objects_and_config(case):
+    objs = rendered(case)
+    assert objs
+    for o in objs:
+        assert o.get("apiVersion") and o.get("kind") and o["metadata"].get("name"), o
+    config = from_mapping(config_of(objs))  # raises ConfigError on an unknown key or a bad value
+    values = CASES[case]
+    assert config.mode == values.get("config", {}).get("mode", "enforce")
+    for policy, settings in values.get("config", {}).get("policies", {}).items():
+        assert config.policy(policy).mode == settings["mode"]
+    assert config.certificates.mode == values.get("certificates", {}).get("mode", "self")
+    names = {o["metadata"]["name"] for o in objs if o["kind"] in ("ValidatingWebhookConfiguration",
+                                                                    "MutatingWebhookConfiguration")}
+    assert names == {config.certificates.validating_webhook, config.certificates.mutating_webhook}
+    assert config.certificates.service == find(objs, "Service")["metadata"]["name"]
+    assert config.certificates.namespace == "dra-guard"
+
+
+def test_chart_defaults_are_dra_guards_defaults():
+    """values.yaml's config renders exactly dra-guard's built-in defaults (only certificates differ:
+    the chart names its own objects), so the chart and `dra-guard serve` without --config agree."""
+    rendered_config = from_mapping(config_of(rendered("defaults")))
+    builtin = from_mapping(None)
+    fields = [f.name for f in dataclasses.fields(builtin) if f.name not in ("certificates", "ignored")]
+    assert {"mode", "policies", "rbac", "probes", "eviction", "server", "cluster"} <= set(fields)
+    for field in fields:
+        assert getattr(rendered_config, field) == getattr(builtin, field), field
+    assert rendered_config.ignored == ()
+
+
+def test_default_objects():
+    objs = rendered("defaults")
+    assert kinds([o for o in objs if "helm.sh/hook" not in (o["metadata"].get("annotations") or {})]) == sorted([
+        "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "Deployment",
+        "MutatingWebhookConfiguration", "PodDisruptionBudget", "Role", "Role", "RoleBinding", "RoleBinding", "Service",
+        "ServiceAccount", "ServiceAccount", "ValidatingWebhookConfiguration"])
+    assert {o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"} == {"dra-guard"}
+
+
+# ---------------------------------------------------------------- the Deployment
+def test_deployment_is_highly_available_and_restricted():
+    objs = rendered("defaults")
+    dep = find(objs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] == 3
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0][
+        "podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
+    assert pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = pod["containers"][0]
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
+    assert c["livenessProbe"]["httpGet"] == {"scheme": "HTTPS", "path": "/healthz", "port": "https"}
+    assert c["readinessProbe"]["httpGet"] == {"scheme": "HTTPS", "path": "/readyz", "port": "https"}
+    assert c["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert dep["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    svc = find(objs, "Service")
+    assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+
+
+def test_every_pod_is_restricted():
+    """Hook pods too: the test Pod and the pre-delete Job run under the same restrictions."""
+    objs = rendered("defaults")
+    pods = [find(objs, "Deployment")["spec"]["template"]["spec"], find(objs, "Job")["spec"]["template"]["spec"],
+            find(objs, "Pod")["spec"]]
+    for pod in pods:
+        for c in pod["containers"]:
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True
+            assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_hook_pods_are_not_behind_the_service():
+    objs = rendered("defaults")
+    selector = find(objs, "Service")["spec"]["selector"]
+    for pod_labels in (find(objs, "Job")["spec"]["template"]["metadata"]["labels"], find(objs, "Pod")["metadata"]["labels"]):
+        assert not selector.items() <= pod_labels.items(), pod_labels
+
+
+def test_config_change_rolls_the_pods():
+    before = find(rendered("defaults"), "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    after = find(rendered("global-audit"), "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    same = find(rendered("replicas-1"), "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    assert before != after and before == same
+
+
+def test_pdb_only_with_more_than_one_replica():
+    assert find(rendered("defaults"), "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    assert "PodDisruptionBudget" not in kinds(rendered("replicas-1"))
+    assert find(rendered("replicas-1"), "Deployment")["spec"]["replicas"] == 1
+
+
+# ---------------------------------------------------------------- certificate modes
+def test_self_mode_writes_to_a_memory_volume_and_renders_no_ca_bundle():
+    objs = rendered("certs-self")
+    c = container(objs)
+    assert c["args"] == ["serve", "--config=/etc/dra-guard/config.yaml"]
+    config = from_mapping(config_of(objs))
+    assert config.certificates.extra_dns_names == ("dra-guard.example.com",)
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in find(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mounts[config.certificates.dir]]["emptyDir"]["medium"] == "Memory"
+    assert volumes[mounts["/tmp"]]["emptyDir"]
+    for w in webhooks(objs).values():
+        assert "caBundle" not in w["clientConfig"]
+    role = find(objs, "Role", "dra-guard")
+    secret_rules = [r for r in role["rules"] if r["resources"] == ["secrets"]]
+    assert {"get", "update"} <= set(next(r for r in secret_rules if r.get("resourceNames"))["verbs"])
+    assert next(r for r in secret_rules if r.get("resourceNames"))["resourceNames"] == [config.certificates.secret_name]
+    assert next(r for r in secret_rules if not r.get("resourceNames"))["verbs"] == ["create"]
+    lease_rule = next(r for r in role["rules"] if r["resources"] == ["leases"])
+    assert lease_rule["apiGroups"] == ["coordination.k8s.io"]
+    patch_rule = next(r for r in find(objs, "ClusterRole", "dra-guard")["rules"]
+                      if r["apiGroups"] == ["admissionregistration.k8s.io"])
+    assert patch_rule["resourceNames"] == ["dra-guard"] and patch_rule["verbs"] == ["get", "patch"]
+
+
+def test_cert_manager_mode():
+    objs = rendered("certs-cert-manager")
+    issuers = [o for o in objs if o["kind"] == "Issuer"]
+    certs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Certificate"}
+    assert [i["spec"] for i in issuers] == [{"selfSigned": {}}, {"ca": {"secretName": "dra-guard-ca"}}]
+    assert certs["dra-guard-ca"]["spec"]["isCA"] is True
+    serving = certs["dra-guard-serving"]["spec"]
+    assert serving["dnsNames"] == ["dra-guard", "dra-guard.dra-guard", "dra-guard.dra-guard.svc",
+                                   "dra-guard.dra-guard.svc.cluster.local"]
+    assert serving["issuerRef"]["name"] == "dra-guard-ca"
+    c = container(objs)
+    assert "--tls-cert-file=/etc/dra-guard/tls/tls.crt" in c["args"] and "--tls-key-file=/etc/dra-guard/tls/tls.key" in c["args"]
+    volumes = {v["name"]: v for v in find(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == serving["secretName"]
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        assert find(objs, kind)["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "dra-guard/dra-guard-serving"
+    # no Secret access outside self mode (the Role only holds the periodic audit's Lease)
+    assert all(r["resources"] == ["leases"] for r in find(objs, "Role", "dra-guard")["rules"])
+    assert all(r["apiGroups"] != ["admissionregistration.k8s.io"] for r in find(objs, "ClusterRole", "dra-guard")["rules"])
+
+
+def test_cert_manager_with_an_existing_issuer():
+    objs = rendered("certs-cert-manager-issuer")
+    assert "Issuer" not in kinds(objs)
+    assert find(objs, "Certificate")["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
+
+
+def test_files_mode():
+    objs = rendered("certs-files")
+    volumes = {v["name"]: v for v in find(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "my-dra-guard-tls"
+    assert "--tls-cert-file=/etc/dra-guard/tls/tls.crt" in container(objs)["args"]
+    for w in webhooks(objs).values():
+        assert w["clientConfig"]["caBundle"] == CA_BUNDLE
+        assert w["clientConfig"]["service"]["name"] == "dra-guard"
+
+
+# ---------------------------------------------------------------- webhook configurations
+def test_webhooks_by_default():
+    hooks = webhooks(rendered("defaults"))
+    assert set(hooks) == {"rbac.dra-guard.io", "probes.dra-guard.io", "evictions.dra-guard.io"}
+    expected = {"rbac.dra-guard.io": ("Fail", "/validate/rbac"), "probes.dra-guard.io": ("Ignore", "/mutate/daemonsets"),
+                "evictions.dra-guard.io": ("Ignore", "/validate/evictions")}
+    for name, (policy, path) in expected.items():
+        w = hooks[name]
+        assert w["failurePolicy"] == policy and w["timeoutSeconds"] == 3
+        assert w["sideEffects"] == "None" and w["admissionReviewVersions"] == ["v1"] and w["matchPolicy"] == "Equivalent"
+        assert w["clientConfig"]["service"] == {"name": "dra-guard", "namespace": "dra-guard", "path": path, "port": 443}
+        assert w["namespaceSelector"] == {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["dra-guard", "kube-system"]}]}
+    rbac = hooks["rbac.dra-guard.io"]
+    assert rbac["rules"] == [{"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+                              "resources": ["clusterroles", "clusterrolebindings", "rolebindings"], "scope": "*"}]
+    expression = rbac["matchConditions"][0]["expression"]
+    for who in ("system:apiserver", "system:kube-controller-manager", "system:serviceaccount:kube-system:"):
+        assert who in expression
+    assert hooks["evictions.dra-guard.io"]["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                                         "resources": ["pods/eviction"], "scope": "Namespaced"}]
+    assert hooks["probes.dra-guard.io"]["rules"][0]["resources"] == ["daemonsets"]
+    assert hooks["probes.dra-guard.io"]["reinvocationPolicy"] == "Never"
+
+
+def test_dev_url_points_every_webhook_at_the_url():
+    for name, w in webhooks(rendered("dev-url")).items():
+        assert "service" not in w["clientConfig"]
+        assert w["clientConfig"]["url"].startswith("https://127.0.0.1:8443/")
+        assert w["clientConfig"]["caBundle"] == CA_BUNDLE
+    assert webhooks(rendered("dev-url"))["rbac.dra-guard.io"]["clientConfig"]["url"] == "https://127.0.0.1:8443/validate/rbac"
+
+
+def test_switches():
+    objs = rendered("switches")
+    hooks = webhooks(objs)
+    assert "probes.dra-guard.io" not in hooks
+    assert hooks["rbac.dra-guard.io"]["timeoutSeconds"] == 5
+    assert hooks["evictions.dra-guard.io"]["failurePolicy"] == "Fail"
+    assert {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"],
+            "scope": "Namespaced"} in hooks["evictions.dra-guard.io"]["rules"]
+    assert hooks["evictions.dra-guard.io"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "dra-guard", "kube-system", "gpu-operator"]
+    assert find(objs, "MutatingWebhookConfiguration", "guard").get("webhooks") is None
+    c = container(objs)
+    assert c["image"] == "dra-guard@sha256:" + "a" * 64
+    assert c["args"][-2:] == ["--log-level", "debug"]
+    assert "Job" not in kinds(objs) and "Pod" not in kinds(objs)
+    config = from_mapping(config_of(objs))
+    assert config.eviction.guard_deletes is True
+    assert config.rbac.driver_subjects.service_accounts == frozenset({"gpu-operator:nvidia-dra-driver"})
+
+
+@pytest.mark.parametrize("mode", ["enforce", "warn", "audit"])
+def test_helm_test_pod_knows_the_rbac_mode(mode):
+    pod = find(rendered(f"rbac-{mode}"), "Pod")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["RBAC_MODE"] == mode and env["FAILURE_POLICY"] == "Fail"
+
+
+# ---------------------------------------------------------------- least privilege
+CACHE_RULES = [
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]},
+]
+AUDIT_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
+]
+REPORT_RULES = [
+    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "create"]},
+    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "resourceNames": ["dra-guard"],
+     "verbs": ["get", "update", "delete"]},
+    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["clusterpolicyreports"], "verbs": ["create"]},
+    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["clusterpolicyreports"], "resourceNames": ["dra-guard"],
+     "verbs": ["get", "update"]},
+]
+SELF_RULES = [
+    {"apiGroups": ["admissionregistration.k8s.io"],
+     "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+     "resourceNames": ["dra-guard"], "verbs": ["get", "patch"]},
+]
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("audit-off-files", CACHE_RULES),
+    ("certs-files", CACHE_RULES + AUDIT_RULES + REPORT_RULES),
+    ("audit-no-reports", CACHE_RULES + AUDIT_RULES + SELF_RULES),
+    ("defaults", CACHE_RULES + AUDIT_RULES + REPORT_RULES + SELF_RULES),
+])
+def test_cluster_role_is_exactly_what_the_code_needs(case, expected):
+    """Caches: list/watch only; the periodic audit adds its lists and its PolicyReports; self mode
+    adds get/patch on its own two webhook configurations, by name."""
+    assert find(rendered(case), "ClusterRole", "dra-guard")["rules"] == expected
+
+
+def test_namespaced_roles():
+    files = rendered("audit-off-files")
+    assert "Role" not in kinds(files) and "RoleBinding" not in kinds(files)
+    own = find(rendered("certs-files"), "Role", "dra-guard")
+    assert own["metadata"]["namespace"] == "dra-guard"
+    assert own["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]
+    system = find(rendered("defaults"), "Role", "dra-guard-audit")
+    assert system["metadata"]["namespace"] == "kube-system"
+    assert system["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]
+    binding = find(rendered("defaults"), "RoleBinding", "dra-guard-audit")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "dra-guard", "namespace": "dra-guard"}]
+    config = from_mapping(config_of(rendered("audit-no-reports")))
+    assert config.audit.interval_seconds == 300 and config.audit.policy_reports is False
+
+
+def test_rbac_bindings():
+    objs = rendered("certs-files")
+    crb = find(objs, "ClusterRoleBinding", "dra-guard")
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "dra-guard", "namespace": "dra-guard"}]
+    pre_delete = find(objs, "ClusterRole", "dra-guard-pre-delete")
+    assert pre_delete["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
+                                    "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+                                    "resourceNames": ["dra-guard"], "verbs": ["delete"]}]
+
+
+def test_hooks():
+    objs = rendered("defaults")
+    job = find(objs, "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert "hook-succeeded" in job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    # its RBAC is created with the release, not at uninstall time (that would need dra-guard up)
+    for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+        assert "helm.sh/hook" not in (find(objs, kind, "dra-guard-pre-delete")["metadata"].get("annotations") or {})
+    pod = find(objs, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    tester = find(objs, "ClusterRole", "dra-guard-test")
+    assert tester["rules"] == [
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+         "resourceNames": ["dra-guard-test-slice-writer"], "verbs": ["bind"]}]
+    script = pod["spec"]["containers"][0]["args"][0]
+    assert script == (helm.CHART / "files" / "helm_test.py").read_text()
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][0] == (helm.CHART / "files" / "pre_delete.py").read_text()
+
+
+# ---------------------------------------------------------------- monitoring
+def test_monitoring_objects():
+    objs = rendered("monitoring")
+    sm = find(objs, "ServiceMonitor")
+    ep = sm["spec"]["endpoints"][0]
+    assert ep["port"] == "https" and ep["scheme"] == "https" and ep["path"] == "/metrics"
+    assert ep["tlsConfig"]["ca"]["secret"] == {"name": "dra-guard-tls", "key": "ca-bundle.crt"}
+    assert ep["tlsConfig"]["serverName"] == "dra-guard.dra-guard.svc"
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= find(objs, "Service")["metadata"]["labels"].items()
+    rule = find(objs, "PrometheusRule")
+    assert [g["name"] for g in rule["spec"]["groups"]] == ["dra-guard", "dra-control-plane"]
+    dashboard = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "dra-guard-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["dra-guard.json"])["uid"] == "dra-guard"
+    assert not {"ServiceMonitor", "PrometheusRule"} & set(kinds(rendered("defaults")))
+    cm = rendered("monitoring-cert-manager")
+    assert find(cm, "ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"]["ca"]["secret"] == {
+        "name": "dra-guard-serving-cert", "key": "ca.crt"}
+    assert [g["name"] for g in find(cm, "PrometheusRule")["spec"]["groups"]] == ["dra-guard"]
+
+
+# ---------------------------------------------------------------- schema
+BAD_VALUES = [
+    ({"config": {"mode": "sometimes"}}, "/config/mode", "value must be one of 'enforce', 'warn', 'audit'"),
+    ({"config": {"policies": {"eviction": {"mode": "sometimes"}}}}, "/config/policies/eviction/mode", "must be one of"),
+    ({"config": {"policies": {"rbac": {"failureMode": "maybe"}}}}, "/config/policies/rbac/failureMode", "'deny', 'allow'"),
+    ({"webhooks": {"rbac": {"timeoutSeconds": 40}}}, "/webhooks/rbac/timeoutSeconds", "maximum: got 40, want 30"),
+    ({"webhooks": {"eviction": {"timeoutSeconds": 0}}}, "/webhooks/eviction/timeoutSeconds", "minimum: got 0, want 1"),
+    ({"webhooks": {"probes": {"failurePolicy": "Maybe"}}}, "/webhooks/probes/failurePolicy", "'Fail', 'Ignore'"),
+    ({"certificates": {"mode": "manual"}}, "/certificates/mode", "'self', 'cert-manager', 'files'"),
+    ({"certificates": {"mode": "files"}}, "/certificates/files/secretName", "minLength"),
+    ({"replicaCount": "three"}, "/replicaCount", "got string, want integer"),
+    ({"config": {"server": {"port": "8443"}}}, "/config/server/port", "got string, want integer"),
+    ({"config": {"rbac": {"adminSubjects": {"serviceAccounts": ["no-colon"]}}}}, "/config/rbac/adminSubjects/serviceAccounts/0",
+     "does not match pattern"),
+    ({"config": {"certificates": {"mode": "self"}}}, "/config", "additional properties 'certificates' not allowed"),
+    ({"config": {"bogus": 1}}, "/config", "additional properties 'bogus' not allowed"),
+    ({"webhooks": {"url": "http://127.0.0.1:8443"}}, "/webhooks/url", "does not match pattern"),
+    ({"monitoring": {"prometheusRule": {"thresholds": {"errorRatio": "high"}}}},
+     "/monitoring/prometheusRule/thresholds/errorRatio", "got string, want number"),
+]
+
+
+@pytest.mark.parametrize("values,path,message", BAD_VALUES, ids=[p for _, p, _ in BAD_VALUES])
+def test_schema_refuses_bad_values_naming_the_key(values, path, message):
+    out = helm.template_text(values=values, check=False)
+    assert out.returncode != 0
+    assert "values don't meet the specifications of the schema" in out.stderr
+    assert f"at '{path}'" in out.stderr and message in out.stderr, out.stderr
+
+
+def test_chart_metadata():
+    chart = yaml.safe_load((helm.CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["appVersion"] == "0.1.0"
+    import tomllib
+    project = tomllib.loads((helm.REPO / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"]
+
+
+def test_values_comments_say_why():
+    """Every non-obvious value carries a comment (cert-manager's and Gatekeeper's style)."""
+    text = (helm.CHART / "values.yaml").read_text()
+    for key in ("failurePolicy: Fail", "failurePolicy: Ignore", "timeoutSeconds: 3", "replicaCount: 3",
+                "priorityClassName:", "maxUnavailable: 1", "mode: self", "url:", "caBundle:"):
+        line_no = next(i for i, line in enumerate(text.splitlines()) if line.strip().startswith(key))
+        window = text.splitlines()[max(0, line_no - 3):line_no + 1]
+        assert any("#" in line for line in window), f"{key} has no comment: {window}"
+
+
+def test_notes_say_modes_audit_to_enforce_and_break_glass(tmp_path):
+    out = helm.run("install", "dra-guard", str(helm.CHART), "--namespace", "dra-guard", "--dry-run=client",
+                   *helm.values_args({"config": {"mode": "audit", "policies": {"rbac": {"mode": "enforce"}}}}, tmp_path))
+    notes = out.stdout.split("NOTES:", 1)[1]
+    assert "rbac      mode enforce  webhook failurePolicy Fail, timeout 3s" in notes
+    assert "probes    mode audit    webhook failurePolicy Ignore, timeout 3s" in notes
+    assert "eviction  mode audit" in notes
+    assert "--set config.mode=enforce" in notes and "dra-guard audit --cluster" in notes
+    assert "kubectl delete validatingwebhookconfiguration,mutatingwebhookconfiguration dra-guard" in notes
+    assert "helm test dra-guard" in notes
+
+
+def test_every_value_in_values_yaml_is_in_the_schema():
+    schema = json.loads((helm.CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((helm.CHART / "values.yaml").read_text())
+
+    def walk(value: Any, node: dict[str, Any], path: str) -> None:
+        if isinstance(value, dict) and node.get("type") == "object" and "properties" in node:
+            for key, sub in value.items():
+                assert key in node["properties"] or node.get("additionalProperties") is not False, f"{path}.{key}"
+                if key in node["properties"]:
+                    walk(sub, node["properties"][key], f"{path}.{key}")
+
+    walk(values, schema, "")
+
+
+def test_ca_bundle_in_cases_is_base64():
+    assert base64.b64decode(CA_BUNDLE).startswith(b"-----BEGIN CERTIFICATE-----")
+
+
+def test_rendered_files_are_plain_yaml(tmp_path):
+    """The chart's own files parse (the rules file only after rendering, it is a template)."""
+    json.loads((helm.CHART / "files" / "dashboard.json").read_text())
+    yaml.safe_load((helm.CHART / "values.yaml").read_text())
+    compile((helm.CHART / "files" / "helm_test.py").read_text(), "helm_test.py", "exec")
+    compile((helm.CHART / "files" / "pre_delete.py").read_text(), "pre_delete.py", "exec")
+    assert pathlib.Path(helm.CHART / "templates" / "NOTES.txt").exists()

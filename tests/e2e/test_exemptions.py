@@ -1,0 +1,117 @@
+"""What the chart's webhook configurations never send to dra-guard (issue 7, acceptance 3).
+
+dra-guard is registered with the configurations `helm template` renders for namespace "dra-guard"
+(tests/e2e/guard.py). Nothing dra-guard or the cluster needs to start may depend on it:
+- objects in dra-guard's own namespace never reach it (namespaceSelector): a DRA driver DaemonSet
+  there gets no probe, an eviction there is not reviewed;
+- RBAC writes by kube-system's ServiceAccounts never reach it (matchConditions; ClusterRoleBindings
+  are cluster-scoped, where a namespaceSelector does nothing): a binding dra-guard would refuse is
+  stored.
+Each case is checked against a control that is sent, and against dra-guard's own /metrics.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+from tests.e2e.guard import NAMESPACE, Guard
+from tests.unit.test_probes_policy import driver_daemonset
+
+SLICE_WRITER = json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                           "metadata": {"name": "e2e-exempt-slice-writer"},
+                           "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+                                      "verbs": ["create", "patch"]}]})
+
+
+def binding(name: str) -> str:
+    return json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                       "metadata": {"name": name},
+                       "subjects": [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}],
+                       "roleRef": {"kind": "ClusterRole", "name": "e2e-exempt-slice-writer",
+                                   "apiGroup": "rbac.authorization.k8s.io"}})
+
+
+def reviews(guard: Guard, policy: str) -> float:
+    """Reviews dra-guard answered for `policy` so far (sum of dra_guard_admission_requests_total)."""
+    text = guard.proc.session().get(guard.url + "/metrics", timeout=5).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("dra_guard_admission_requests_total{") and re.search(rf'policy="{policy}"', line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.fixture(scope="module")
+def guard(control_plane, tmp_path_factory):
+    cp = control_plane
+    for ns in (NAMESPACE, "gpu", "work"):
+        cp.kubectl("admin", "create", "namespace", ns, check=False)
+    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-exemptions"))
+    g.start(mode="enforce")
+    g.register()
+    cp.kubectl("admin", "apply", "-f", "-", input=SLICE_WRITER)
+    try:
+        yield g
+    finally:
+        g.stop()
+        cp.kubectl("admin", "delete", "clusterrole", "e2e-exempt-slice-writer", "--ignore-not-found")
+
+
+def stored_probe(cp, namespace: str, name: str):
+    ds = json.loads(cp.kubectl("admin", "get", "daemonset", "-n", namespace, name, "-o", "json").stdout)
+    return ds["spec"]["template"]["spec"]["containers"][0].get("livenessProbe")
+
+
+def test_driver_daemonset_in_dra_guards_own_namespace_is_never_sent(control_plane, guard):
+    cp = control_plane
+    before = reviews(guard, "probes")
+    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(driver_daemonset(name="e2e-own-ns-driver", namespace=NAMESPACE)))
+    try:
+        assert stored_probe(cp, NAMESPACE, "e2e-own-ns-driver") is None
+        assert reviews(guard, "probes") == before
+        # control: the same driver in another namespace is sent, and patched
+        cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(driver_daemonset(name="e2e-own-ns-driver", namespace="gpu")))
+        assert stored_probe(cp, "gpu", "e2e-own-ns-driver")["grpc"]["port"] == 51515
+        assert reviews(guard, "probes") == before + 1
+    finally:
+        for ns in (NAMESPACE, "gpu"):
+            cp.kubectl("admin", "delete", "daemonset", "-n", ns, "e2e-own-ns-driver", "--ignore-not-found", "--wait=false")
+
+
+def test_eviction_in_dra_guards_own_namespace_is_never_sent(control_plane, guard):
+    cp = control_plane
+
+    def evict(namespace: str) -> int:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "e2e-exempt-pod", "namespace": namespace},
+               "spec": {"containers": [{"name": "c", "image": "registry.example/app:v1"}]}}
+        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(pod))
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "e2e-exempt-pod", "namespace": namespace}, "deleteOptions": {"gracePeriodSeconds": 0}}
+        return cp.session("admin").post(f"{cp.url}/api/v1/namespaces/{namespace}/pods/e2e-exempt-pod/eviction",
+                                        json=body, timeout=10).status_code
+
+    before = reviews(guard, "eviction")
+    assert evict(NAMESPACE) in (200, 201)
+    assert reviews(guard, "eviction") == before
+    assert evict("work") in (200, 201)  # control: reviewed (an ordinary pod: allowed)
+    assert reviews(guard, "eviction") == before + 1
+
+
+def test_rbac_write_by_a_kube_system_service_account_is_never_sent(control_plane, guard):
+    cp = control_plane
+    # control: the same binding by admin is sent and refused (it grants ResourceSlice write to team-a)
+    refused = cp.kubectl("admin", "create", "-f", "-", input=binding("e2e-exempt-by-admin"), check=False)
+    assert refused.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in refused.stderr
+    before = reviews(guard, "rbac")
+    try:
+        out = cp.kubectl("admin", "create", "-f", "-", "--as=system:serviceaccount:kube-system:x",
+                         "--as-group=system:masters", input=binding("e2e-exempt-by-kube-system"), check=False)
+        assert out.returncode == 0, out.stderr
+        assert "Warning" not in out.stderr
+        assert cp.kubectl("admin", "get", "clusterrolebinding", "e2e-exempt-by-kube-system", "-o", "name").stdout.strip()
+        assert reviews(guard, "rbac") == before
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-exempt-by-kube-system", "--ignore-not-found")
