@@ -87,6 +87,8 @@ def mutated_reviews(draw):
     body = copy.deepcopy(draw(st.sampled_from(SEEDS[path])))
     for _ in range(draw(st.integers(1, 4))):
         paths = [p for p in _paths(body) if p]
+        if not paths:
+            break
         target = draw(st.sampled_from(paths))
         parent = body
         for key in target[:-1]:
