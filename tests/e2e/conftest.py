@@ -20,3 +20,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE == item.path.parent or HERE in item.path.parents:
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="module")
+def guard(control_plane, tmp_path_factory):
+    """A dra-guard server in enforce mode registered through the chart's webhook configurations,
+    one per test module, unregistered and stopped after the module."""
+    from tests.e2e.guard import Guard
+
+    g = Guard(control_plane, tmp_path_factory.mktemp("dra-guard"))
+    g.start(mode="enforce")
+    g.register()
+    try:
+        yield g
+    finally:
+        g.stop()

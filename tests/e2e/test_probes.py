@@ -6,20 +6,12 @@ import json
 import pytest
 import yaml
 
-from tests.e2e.guard import Guard
 from tests.unit.test_probes_policy import driver_daemonset
 
 
-@pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
+@pytest.fixture(scope="module", autouse=True)
+def gpu_namespace(control_plane):
     control_plane.kubectl("admin", "create", "namespace", "gpu", check=False)
-    g = Guard(control_plane, tmp_path_factory.mktemp("dra-guard-probes"))
-    g.start(mode="enforce")
-    g.register()
-    try:
-        yield g
-    finally:
-        g.stop()
 
 
 def get_ds(cp, name):

@@ -6,18 +6,6 @@ import time
 
 import pytest
 
-from tests.e2e.guard import Guard
-
-
-@pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
-    g = Guard(control_plane, tmp_path_factory.mktemp("dra-guard"))
-    g.start(mode="enforce")
-    g.register()
-    try:
-        yield g
-    finally:
-        g.stop()
 
 
 @pytest.fixture

@@ -2,9 +2,7 @@
 of the serving certificate and of the CA under continuous load (issue 6 acceptance 1 and 4)."""
 from __future__ import annotations
 
-import json
 import pathlib
-import shutil
 import socket
 import ssl
 import subprocess

@@ -75,8 +75,6 @@ def test_readme_configuration_block_is_valid_and_equals_the_defaults():
 
 
 def test_config_module_docstring_example_equals_the_defaults():
-    import re
-
     import yaml
 
     from webhook import config as config_mod

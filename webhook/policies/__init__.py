@@ -14,6 +14,22 @@ from typing import Any
 WARNING_LIMIT = 119  # characters; the issue asks for warnings under 120 characters each
 
 
+# Readers for admission input, which may hold any JSON: a wrong type reads as empty, never raises.
+def as_map(value: Any) -> Mapping[str, Any]:
+    """`value` if it is a mapping, else {}."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """`value` if it is a list, else []."""
+    return value if isinstance(value, list) else []
+
+
+def as_str(value: Any) -> str:
+    """`value` if it is a string, else ""."""
+    return value if isinstance(value, str) else ""
+
+
 def short(text: str, limit: int = WARNING_LIMIT) -> str:
     """Cut `text` to at most `limit` characters, ending with "..." when cut (for kubectl warnings)."""
     text = " ".join(text.split())

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.policies import Finding, short
+from webhook.policies import as_map as _map, as_list as _list, Finding, short
 from webhook.policies.eviction import ClaimIndex
 
 POLICY = "controlplane"
@@ -25,14 +25,6 @@ KCM_BURST_FLOOR = 150
 REMOVED_IN = {"v1beta1": "1.38", "v1beta2": "1.39"}
 SEAMLESS_MIN_KUBELET = (1, 33)
 PAGE = "the DRA cluster-admin good practices page"
-
-
-def _map(v: Any) -> Mapping[str, Any]:
-    return v if isinstance(v, Mapping) else {}
-
-
-def _list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
 
 
 def _finding(check: str, kind: str, name: str, message: str, summary: str, *, namespace: str = "",

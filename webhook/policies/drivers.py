@@ -22,6 +22,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.config import DetectionConfig, DriverSelector  # noqa: F401  (re-exported for callers)
+from webhook.policies import as_list as _list
+from webhook.policies import as_map as _map
+from webhook.policies import as_str as _str
 
 DRIVER_KEY = "dra-guard.io/driver"
 CONTAINERS_ANNOTATION = "dra-guard.io/plugin-containers"
@@ -30,18 +33,6 @@ PLUGINS_DIR = "/var/lib/kubelet/plugins"
 CDI_DIRS = ("/var/run/cdi", "/run/cdi")
 
 _DRIVER_FLAG = re.compile(r"^--?driver-name(?:=(.*))?$")
-
-
-def _map(v: Any) -> Mapping[str, Any]:
-    return v if isinstance(v, Mapping) else {}
-
-
-def _list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
-
-def _str(v: Any) -> str:
-    return v if isinstance(v, str) else ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,21 +25,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from webhook.config import DetectionConfig, EvictionConfig
-from webhook.policies import ALLOW, Decision, Finding, drivers, short
+from webhook.policies import as_map as _map, as_list as _list, as_str as _str, ALLOW, Decision, Finding, drivers, short
 
 POLICY = "eviction"
-
-
-def _map(v: Any) -> Mapping[str, Any]:
-    return v if isinstance(v, Mapping) else {}
-
-
-def _list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
-
-
-def _str(v: Any) -> str:
-    return v if isinstance(v, str) else ""
 
 
 # --------------------------------------------------------------------------- slim records

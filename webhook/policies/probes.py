@@ -16,7 +16,6 @@ rollout of every driver pod on our own: when the pod template is otherwise uncha
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 from collections.abc import Callable, Mapping
@@ -25,7 +24,7 @@ from typing import Any
 import jsonpatch
 
 from webhook.config import ProbeConfig
-from webhook.policies import ALLOW, Decision, Finding, short
+from webhook.policies import as_map as _map, as_list as _list, ALLOW, Decision, Finding, short
 from webhook.policies import drivers as drivers_mod
 
 POLICY = "probes"
@@ -34,14 +33,6 @@ PORT_ANNOTATION = "dra-guard.io/healthcheck-port"
 ADDED_PREFIX = "probes.dra-guard.io/"  # + container name: "grpc:<port>" for every probe dra-guard added
 PORT_NAMES = ("healthcheck", "health", "grpc-health")
 _PORT_FLAG = re.compile(r"^--?healthcheck-port(?:=(.*))?$")
-
-
-def _map(v: Any) -> Mapping[str, Any]:
-    return v if isinstance(v, Mapping) else {}
-
-
-def _list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else []
 
 
 def _port(value: Any) -> int | None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from webhook.config import RbacConfig, SubjectSet
-from webhook.policies import ALLOW, Decision, Finding, short
+from webhook.policies import as_map as _map, as_list as _list, as_str as _str, ALLOW, Decision, Finding, short
 
 POLICY = "rbac"
 BREAK_GLASS_ANNOTATION = "dra-guard.io/allow-dra-write"
@@ -32,18 +32,6 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 # --------------------------------------------------------------------------- small dict helpers
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
 
 def _strings(value: Any) -> list[str]:
     return [v for v in _list(value) if isinstance(v, str)]
