@@ -229,19 +229,30 @@ class ClusterState:
 
     def fetch_cluster_role(self, name: str) -> dict[str, Any] | None:
         """GET ClusterRole `name` from the API (a role created a moment ago may not have reached the
-        watch yet) and add it to the index; None when it does not exist, on errors, or with --no-cluster.
-        Used only for a binding whose roleRef is missing from the cache: steady state makes no call."""
+        watch yet) and add it to the index; None when it does not exist or with --no-cluster.
+        Used only for a binding whose roleRef is missing from the cache: steady state makes no call.
+        Waits at most cluster.requestTimeoutSeconds; raises ClusterError on any other outcome, so the
+        policy answers with its failureMode in time instead of guessing."""
         if self.client is None:
             return None
         import json
 
-        metrics.KUBE_API_REQUESTS.labels(verb="get", resource="clusterroles").inc()
+        # a LIST by field selector: dra-guard's RBAC already allows list on ClusterRoles, not get
+        metrics.KUBE_API_REQUESTS.labels(verb="list", resource="clusterroles").inc()
         try:
-            resp = kubernetes.client.RbacAuthorizationV1Api(self.client).read_cluster_role(
-                name, _preload_content=False, _request_timeout=self.config.cluster.request_timeout_seconds)
-            role = json.loads(resp.data)
-        except Exception:  # 404 means it truly does not exist; other errors: treat as unknown
+            resp = kubernetes.client.RbacAuthorizationV1Api(self.client).list_cluster_role(
+                field_selector=f"metadata.name={name}", _preload_content=False,
+                _request_timeout=self.config.cluster.request_timeout_seconds)
+            items = json.loads(resp.data).get("items") or []
+        except ApiException as exc:
+            metrics.KUBE_API_ERRORS.labels(resource="clusterroles").inc()
+            raise ClusterError(f"reading ClusterRole {name} failed: HTTP {exc.status}") from exc
+        except Exception as exc:  # timeouts and connection errors come in many urllib3 types
+            metrics.KUBE_API_ERRORS.labels(resource="clusterroles").inc()
+            raise ClusterError(f"reading ClusterRole {name} failed: {type(exc).__name__}") from exc
+        if not items:
             return None
+        role = dict(items[0], kind="ClusterRole")
         self.rbac.upsert_role(role)
         return role
 
@@ -315,9 +326,10 @@ class ClusterState:
         for informer in self.informers:
             informer.stop()
 
-    def synced(self) -> tuple[bool, str]:
-        """(True, "") when every cache has synced and keeps its watch, else (False, which caches not)."""
-        missing = [i.name for i in self.informers if not i.synced.is_set()]
+    def synced(self, names: tuple[str, ...] | None = None) -> tuple[bool, str]:
+        """(True, "") when every cache (or those named) has synced and keeps its watch, else
+        (False, which caches not)."""
+        missing = [i.name for i in self.informers if not i.synced.is_set() and (names is None or i.name in names)]
         return (not missing, "caches not synced: " + ", ".join(missing) if missing else "")
 
     def fresh(self, max_age_seconds: float) -> tuple[bool, str]:

@@ -18,7 +18,9 @@ import logging
 import os
 import pathlib
 import socket
+import ssl
 import threading
+import time
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -98,14 +100,49 @@ def certificate_status(cert_file: pathlib.Path, key_file: pathlib.Path) -> tuple
 
 
 _RELOADERS: dict[int, ReloadingContext] = {}
-CLIENT_SOCKET_TIMEOUT = 5.0  # seconds a client may stall a handshake, a read or a write
+CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
+REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
+
+
+class DeadlineSSLSocket(ssl.SSLSocket):
+    """An SSLSocket that gives each request REQUEST_READ_LIMIT seconds to arrive in full.
+
+    The per-operation timeout alone lets a client that sends one byte every second hold a worker
+    thread forever. The clock starts at the first read after a response was sent (gthread hands a
+    keep-alive connection to a thread only once the next request's bytes are there)."""
+
+    _started: float | None = None
+
+    def _check(self) -> None:
+        now = time.monotonic()
+        if self._started is None:
+            self._started = now
+        elif now - self._started > REQUEST_READ_LIMIT:
+            raise socket.timeout(f"request not received within {REQUEST_READ_LIMIT:g} s")
+
+    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        self._check()
+        return super().recv(buflen, flags)
+
+    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        self._check()
+        return super().recv_into(buffer, nbytes, flags) if nbytes is not None else super().recv_into(buffer, flags=flags)
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        self._started = None
+        return super().send(data, flags)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self._started = None
+        super().sendall(data, flags)
 
 
 class _TimeoutWrapping:
     """What gunicorn's ssl_context hook returns: wraps each accepted socket with the current
-    SSLContext after giving it a timeout, so a client that stalls its TLS handshake, its request
-    or its reading of the answer frees the worker thread after CLIENT_SOCKET_TIMEOUT seconds
-    instead of holding it forever (gthread sockets are otherwise fully blocking)."""
+    SSLContext after giving it a timeout, so a client that stalls its TLS handshake (bounded as a
+    whole by CPython), its request or its reading of the answer frees the worker thread after
+    CLIENT_SOCKET_TIMEOUT seconds instead of holding it forever (gthread sockets are otherwise fully
+    blocking); DeadlineSSLSocket bounds a trickled request."""
 
     def __init__(self, context: Any, timeout: float) -> None:
         self.context = context
@@ -113,6 +150,7 @@ class _TimeoutWrapping:
 
     def wrap_socket(self, sock: Any, **kwargs: Any) -> Any:
         sock.settimeout(self.timeout)
+        self.context.sslsocket_class = DeadlineSSLSocket
         return self.context.wrap_socket(sock, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -171,7 +209,8 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
                 "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
                 "root": {"level": "WARNING", "handlers": ["json"]},
                 "loggers": {"gunicorn.error": {"level": o.log_level.upper(), "handlers": ["json"], "propagate": False},
-                            "gunicorn.access": {"level": o.log_level.upper(), "handlers": ["json"], "propagate": False}},
+                            # no access log: one line per review at 1,000 reviews/s is noise; findings are logged
+                            "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": False}},
             },
             "proc_name": "dra-guard",
             # no gunicornc control socket: it would live in $HOME (read-only in the chart's pod) and

@@ -144,3 +144,36 @@ def test_stalled_clients_do_not_starve_the_server(server):
     finally:
         for sock in stalled:
             sock.close()
+
+
+def test_trickling_clients_do_not_hold_threads(server):
+    """Clients sending their request one byte at a time: cut off, and others are answered."""
+    import threading
+    import time as _time
+    stop = threading.Event()
+    cut = []
+
+    def trickle():
+        ctx = ssl.create_default_context(cafile=str(server.ca_file))
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+                with ctx.wrap_socket(sock, server_hostname="localhost") as tls:
+                    for byte in b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + b" " * 100:
+                        if stop.is_set():
+                            return
+                        tls.sendall(bytes([byte]))
+                        _time.sleep(1.0)
+        except OSError:
+            cut.append(1)
+
+    threads = [threading.Thread(target=trickle, daemon=True) for _ in range(12)]
+    for t in threads:
+        t.start()
+    try:
+        _time.sleep(8)  # longer than the request read limit
+        started = _time.monotonic()
+        assert server.session().get(server.url + "/healthz", timeout=3).status_code == 200
+        assert _time.monotonic() - started < 3
+        assert len(cut) >= 8, len(cut)  # every trickler that held a worker thread was cut off
+    finally:
+        stop.set()

@@ -322,3 +322,13 @@ def test_role_missing_from_the_cache_is_fetched():
     req = review(binding("b", "never", [subject("Group", "team-a")]))["request"]
     assert rbac.review(req, index=rbac.RbacIndex(), config=CONFIG, fetch_role=fetch).allowed
     assert fetched == ["just-created", "never"]
+
+
+def test_stale_caches_refuse_in_enforce_and_say_why():
+    req = review(binding("b", "viewer", [subject("Group", "team-a")]))["request"]
+    d = rbac.review(req, index=rbac.RbacIndex(), config=CONFIG, synced=(False, "caches not synced: clusterroles"))
+    assert not d.allowed and d.findings[0].code == 503 and "not synced: clusterroles" in d.findings[0].message
+    rb = review(binding("b", "viewer", [subject("Group", "a")], kind="RoleBinding", namespace="n"))["request"]
+    assert rbac.review(rb, index=rbac.RbacIndex(), config=CONFIG, synced=(False, "x")).allowed
+    gone = review(None, old=binding("b", "viewer", []), operation="DELETE")["request"]
+    assert rbac.review(gone, index=rbac.RbacIndex(), config=CONFIG, synced=(False, "x")).allowed

@@ -457,13 +457,17 @@ class _Requester:
 
 
 def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
-           fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None) -> Decision:
+           fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None,
+           synced: tuple[bool, str] = (True, "")) -> Decision:
     """Judge one AdmissionReview request (the `request` dict of admission.k8s.io/v1 or v1beta1).
 
     Handles ClusterRoleBinding, RoleBinding and ClusterRole CREATE/UPDATE; DELETE and CONNECT,
     and any other kind, are allowed. Uses `index` for roleRef and aggregation lookups (no I/O).
     fetch_role(name): asked only when a binding's roleRef is not in the index (a role created a
     moment ago may not have reached the watch yet); returns the ClusterRole dict or None.
+    synced: (False, why) when the ClusterRole/ClusterRoleBinding caches lost their watch: a
+    ClusterRole or ClusterRoleBinding write is then refused (enforce) with the reason rather
+    than judged on stale data; warn and audit modes let it through with the reason.
     Returns the decision enforce mode would give.
     """
     operation = _str(request.get("operation"))
@@ -476,6 +480,13 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
     old = old if isinstance(old, Mapping) else None
     kind = _str(_map(request.get("kind")).get("kind")) or _str(obj.get("kind"))
     requester = _Requester.from_request(request)
+    ok, why = synced
+    if not ok and kind in ("ClusterRoleBinding", "ClusterRole"):
+        return Decision(findings=(Finding(
+            policy=POLICY, kind=kind, name=_name(obj), check="cache-not-synced", code=503, reason="ServiceUnavailable",
+            message=f"dra-guard cannot judge this {kind} now: its RBAC caches are not in sync with the apiserver "
+                    f"({why}); it does not decide on stale data. Retry in a few seconds.",
+            summary=short(f"dra-guard: RBAC caches not synced ({why}); not judged")),))
     if kind == "ClusterRoleBinding":
         return _review_cluster_role_binding(obj, old, index=index, config=config, requester=requester, fetch_role=fetch_role)
     if kind == "ClusterRole":
