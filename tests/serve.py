@@ -71,11 +71,12 @@ class DraGuardProcess:
         """What the server wrote so far (last 8 KiB)."""
         return self.log_file.read_bytes()[-8192:].decode(errors="replace")
 
-    def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL after 20 s."""
+    def stop(self, sig: int = signal.SIGINT) -> None:
+        """Stop the process group: SIGINT (gunicorn's quick shutdown, the default for tests) or
+        SIGTERM (graceful: drain), SIGKILL after 20 s."""
         if self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
+                os.killpg(self.proc.pid, sig)
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)

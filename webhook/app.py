@@ -36,10 +36,11 @@ class Readiness:
 
     cluster: ClusterState
     certificate: Callable[[], tuple[bool, str]] = lambda: (True, "")
+    draining: Callable[[], bool] = lambda: False
 
     def check(self) -> tuple[bool, list[str]]:
         """(ready, reasons it is not)."""
-        reasons = []
+        reasons = ["shutting down (SIGTERM)"] if self.draining() else []
         ok, why = self.certificate()
         if not ok:
             reasons.append(why)

@@ -74,6 +74,7 @@ Example (all defaults shown)::
       maxRequestBytes: 8388608
       workers: 1
       threads: 8
+      shutdownDelaySeconds: 5     # on SIGTERM: /readyz says no, keep serving this long, then drain
     cluster:
       requestTimeoutSeconds: 2
 """
@@ -274,6 +275,7 @@ class ServerConfig:
     max_request_bytes: int = 8 * 1024 * 1024
     workers: int = 1
     threads: int = 8
+    shutdown_delay_seconds: int = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -506,6 +508,7 @@ def from_mapping(data: Any) -> Config:
         max_request_bytes=sr.integer("maxRequestBytes", ds.max_request_bytes, 1024, 64 * 1024 * 1024),
         workers=sr.integer("workers", ds.workers, 1, 64),
         threads=sr.integer("threads", ds.threads, 1, 256),
+        shutdown_delay_seconds=sr.integer("shutdownDelaySeconds", ds.shutdown_delay_seconds, 0, 60),
     )
     sr.done()
 

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.workers.gthread import ThreadWorker
 
 import certs
 from certs.reload import ReloadingContext
@@ -100,6 +101,23 @@ def certificate_status(cert_file: pathlib.Path, key_file: pathlib.Path) -> tuple
 
 
 _RELOADERS: dict[int, ReloadingContext] = {}
+DRAINING = threading.Event()  # set in a worker on SIGTERM: /readyz fails while it keeps serving
+SHUTDOWN_DELAY = [5.0]        # seconds; set from server.shutdownDelaySeconds before the workers fork
+
+
+class DrainingThreadWorker(ThreadWorker):
+    """gunicorn's gthread worker, draining on SIGTERM: /readyz fails at once, requests are served
+    for server.shutdownDelaySeconds more (the time it takes the apiserver and kube-proxy to stop
+    sending here), then gthread's graceful stop finishes in-flight reviews."""
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if DRAINING.is_set():
+            return
+        DRAINING.set()
+        log.info("SIGTERM: readiness off, draining", extra={"delaySeconds": SHUTDOWN_DELAY[0]})
+        timer = threading.Timer(SHUTDOWN_DELAY[0], lambda: setattr(self, "alive", False))
+        timer.daemon = True
+        timer.start()
 CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
 REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
 
@@ -127,6 +145,13 @@ class DeadlineSSLSocket(ssl.SSLSocket):
     def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
         self._check()
         return super().recv_into(buffer, nbytes, flags) if nbytes is not None else super().recv_into(buffer, flags=flags)
+
+    def setblocking(self, flag: bool) -> None:
+        # gthread makes kept-alive sockets blocking again before each request: keep the bound
+        if flag:
+            self.settimeout(CLIENT_SOCKET_TIMEOUT)
+        else:
+            super().setblocking(False)
 
     def send(self, data: Any, flags: int = 0) -> int:
         self._started = None
@@ -186,7 +211,7 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
         o = self.options
         settings = {
             "bind": [f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}"],
-            "worker_class": "gthread",
+            "worker_class": "webhook.server.DrainingThreadWorker",
             "workers": o.config.server.workers,
             "threads": o.config.server.threads,
             "certfile": str(o.cert_file),
@@ -219,6 +244,7 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
         }
         for key, value in settings.items():
             self.cfg.set(key, value)
+        SHUTDOWN_DELAY[0] = float(o.config.server.shutdown_delay_seconds)
 
     def load(self) -> Any:
         o = self.options
@@ -237,7 +263,7 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
             threading.Thread(target=run_reconciler, name="cert-reconciler", daemon=True, kwargs={
                 "reconciler": reconciler, "interval_seconds": o.config.certificates.check_interval_seconds,
                 "stop": threading.Event()}).start()
-        readiness = Readiness(cluster=state, certificate=lambda: reloader(o).status())
+        readiness = Readiness(cluster=state, certificate=lambda: reloader(o).status(), draining=DRAINING.is_set)
         log.info("worker ready to serve", extra={"port": o.port, "cluster": not o.no_cluster})
         return create_app(config=o.config, cluster=state, readiness=readiness)
 

@@ -177,3 +177,33 @@ def test_trickling_clients_do_not_hold_threads(server):
         assert len(cut) >= 8, len(cut)  # every trickler that held a worker thread was cut off
     finally:
         stop.set()
+
+
+def test_idle_keepalive_connections_and_clients_that_never_read(server):
+    """200 idle TLS keep-alive connections, and 12 clients whose 2 MB answers are never read:
+    other clients are still answered within the webhook timeout."""
+    import json as _json
+    import time as _time
+    ctx = ssl.create_default_context(cafile=str(server.ca_file))
+    idle, stuck = [], []
+    try:
+        for _ in range(200):  # like the apiserver's pool: one request each, then idle, kept alive
+            sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost")
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            idle.append(sock)
+        body = review(binding("b", "r", [subject("Group", "g")]))
+        body["request"]["uid"] = "u" * 2_000_000  # echoed back: a large answer
+        raw = _json.dumps(body).encode()
+        for _ in range(12):
+            sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost")
+            sock.sendall(b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(raw) + raw)
+            stuck.append(sock)  # and never read
+        _time.sleep(0.5)
+        started = _time.monotonic()
+        assert server.session().get(server.url + "/healthz", timeout=3).status_code == 200
+        assert _time.monotonic() - started < 3
+    finally:
+        for sock in idle + stuck:
+            sock.close()
