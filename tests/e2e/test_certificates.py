@@ -238,3 +238,12 @@ def test_webhook_keeps_being_called_across_a_ca_rotation(control_plane, replicas
     assert len(results) >= 10
     for p in replicas:
         x509.load_pem_x509_certificate((p.ca_file.parent / "tls.crt").read_bytes()).verify_directly_issued_by(new_ca)
+
+
+def test_no_secret_material_in_logs(control_plane, replicas):
+    """Self mode handles a CA key, serving keys and a bearer token: none of it reaches the logs."""
+    token = control_plane.token("dra-guard")
+    for p in replicas:
+        log = p.log_file.read_text(errors="replace")
+        assert "PRIVATE KEY" not in log and "BEGIN CERTIFICATE" not in log
+        assert token not in log
