@@ -4,11 +4,15 @@ gunicorn settings live here, in Python, derived from the validated Config and th
 nothing is read from the environment at import time. Each worker builds its own app, Kubernetes
 client and caches after the fork (no preload), so no connection or thread crosses a fork.
 
-Timeouts (seconds) and why:
+Timeouts (seconds) and why (docs/reliability.md has the whole table and the tests):
   timeout 30           a worker that does not answer its heartbeat for 30 s is restarted; requests
-                       themselves never wait on the network (caches only).
-  graceful_timeout 20  on SIGTERM in-flight reviews complete (the apiserver waits at most 30 s).
+                       themselves never wait on the network beyond cluster.requestTimeoutSeconds.
+  graceful_timeout 20  on SIGTERM in-flight reviews complete, after server.shutdownDelaySeconds
+                       of serving with /readyz off (DrainingThreadWorker).
   keepalive 75         the kube-apiserver keeps connections to webhooks alive and reuses them.
+  client sockets       2 s per operation, 5 s per request: slow clients cannot hold the threads.
+In self certificate mode each worker also runs the certificate reconciler, and with a cluster the
+periodic audit, in daemon threads.
 """
 from __future__ import annotations
 
