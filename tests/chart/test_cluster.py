@@ -140,6 +140,47 @@ def test_installed_webhooks_answer(control_plane, installed):
     assert out.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in out.stderr
 
 
+def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane, installed):
+    # (before the pre-delete test, which uninstalls the release)
+    """`kubectl auth can-i --list` as the chart's ServiceAccount: reads are list/watch (and the
+    Secret and Lease gets of self mode), writes only its Secret, Leases, PolicyReports and the caBundle
+    patch of its own two webhook configurations; no wildcard anywhere."""
+    cp = control_plane
+
+    def can_list(who: str) -> dict[str, set[str]]:
+        out = cp.kubectl("admin", "auth", "can-i", "--list", "--as", who, "--as-group", "system:serviceaccounts",
+                         "--as-group", f"system:serviceaccounts:{NAMESPACE}", "--as-group", "system:authenticated",
+                         "-n", NAMESPACE).stdout
+        grants: dict[str, set[str]] = {}
+        for line in out.splitlines()[1:]:
+            cols = line.split()
+            if not cols or cols[0].startswith("/") or line.startswith(" "):
+                continue  # non-resource URLs (discovery)
+            groups = re.findall(r"\[([^\]]*)\]", line)  # [non-resource URLs] [resource names] [verbs]
+            grants.setdefault(cols[0], set()).update(groups[-1].split())
+        return grants
+
+    # what every ServiceAccount gets from the default roles is not the chart's doing
+    baseline = can_list(f"system:serviceaccount:{NAMESPACE}:no-such-account")
+    grants = {r: v - baseline.get(r, set()) for r, v in can_list(f"system:serviceaccount:{NAMESPACE}:{FULLNAME}").items()}
+    grants = {r: v for r, v in grants.items() if v}
+    assert all("*" not in r and "*" not in v for r, v in grants.items()), grants
+    allowed_writes = {
+        "secrets": {"get", "create", "update"},
+        "leases.coordination.k8s.io": {"get", "list", "create", "update", "delete"},
+        "validatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},
+        "mutatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},
+        "policyreports.wgpolicyk8s.io": {"get", "list", "create", "update", "delete"},
+        "clusterpolicyreports.wgpolicyk8s.io": {"get", "create", "update"},
+    }
+    for resource, verbs in grants.items():
+        extra = verbs - {"list", "watch"} - allowed_writes.get(resource, set())
+        assert not extra, f"{resource}: {sorted(extra)}"
+    for needed in ("clusterroles.rbac.authorization.k8s.io", "clusterrolebindings.rbac.authorization.k8s.io",
+                   "daemonsets.apps", "pods", "resourceclaims.resource.k8s.io"):
+        assert {"list", "watch"} <= grants.get(needed, set()), needed
+
+
 def test_rendered_container_args_and_config_start_the_real_server(control_plane, installed, tmp_path):
     """The Deployment's args and ConfigMap (files mode) start the real `dra-guard serve`: with the
     chart's paths moved under tmp_path, the chart's ClusterRole (bound to User dra-guard) and a
@@ -249,42 +290,3 @@ def test_pre_delete_script_with_the_hook_identity_then_uninstall(control_plane, 
         time.sleep(0.5)
     assert not cp.kubectl("admin", "get", "deployment", "-n", NAMESPACE, "-o", "name").stdout.strip()
 
-
-def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane, installed):
-    """`kubectl auth can-i --list` as the chart's ServiceAccount: reads are list/watch (and the
-    Secret and Lease gets of self mode), writes only its Secret, Leases, PolicyReports and the caBundle
-    patch of its own two webhook configurations; no wildcard anywhere."""
-    cp = control_plane
-
-    def can_list(who: str) -> dict[str, set[str]]:
-        out = cp.kubectl("admin", "auth", "can-i", "--list", "--as", who, "--as-group", "system:serviceaccounts",
-                         "--as-group", f"system:serviceaccounts:{NAMESPACE}", "--as-group", "system:authenticated",
-                         "-n", NAMESPACE).stdout
-        grants: dict[str, set[str]] = {}
-        for line in out.splitlines()[1:]:
-            cols = line.split()
-            if not cols or cols[0].startswith("/") or line.startswith(" "):
-                continue  # non-resource URLs (discovery)
-            groups = re.findall(r"\[([^\]]*)\]", line)  # [non-resource URLs] [resource names] [verbs]
-            grants.setdefault(cols[0], set()).update(groups[-1].split())
-        return grants
-
-    # what every ServiceAccount gets from the default roles is not the chart's doing
-    baseline = can_list(f"system:serviceaccount:{NAMESPACE}:no-such-account")
-    grants = {r: v - baseline.get(r, set()) for r, v in can_list(f"system:serviceaccount:{NAMESPACE}:{FULLNAME}").items()}
-    grants = {r: v for r, v in grants.items() if v}
-    assert all("*" not in r and "*" not in v for r, v in grants.items()), grants
-    allowed_writes = {
-        "secrets": {"get", "create", "update"},
-        "leases.coordination.k8s.io": {"get", "list", "create", "update", "delete"},
-        "validatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},
-        "mutatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},
-        "policyreports.wgpolicyk8s.io": {"get", "list", "create", "update", "delete"},
-        "clusterpolicyreports.wgpolicyk8s.io": {"get", "create", "update"},
-    }
-    for resource, verbs in grants.items():
-        extra = verbs - {"list", "watch"} - allowed_writes.get(resource, set())
-        assert not extra, f"{resource}: {sorted(extra)}"
-    for needed in ("clusterroles.rbac.authorization.k8s.io", "clusterrolebindings.rbac.authorization.k8s.io",
-                   "daemonsets.apps", "pods", "resourceclaims.resource.k8s.io"):
-        assert {"list", "watch"} <= grants.get(needed, set()), needed
