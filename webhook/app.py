@@ -61,6 +61,7 @@ def policy_routes(config: Config, cluster: ClusterState) -> dict[str, tuple[str,
     return {
         "/validate/rbac": ("rbac", lambda req: rbac.review(
             req, index=cluster.rbac, config=config.rbac, fetch_role=cluster.fetch_cluster_role,
+            refresh_bindings=cluster.refresh_bindings,
             synced=cluster.synced(("clusterroles", "clusterrolebindings")))),
         "/mutate/daemonsets": ("probes", lambda req: probes.review(req, detection=config.detection, config=config.probes,
                                                                    can_write_slices=cluster.service_account_writes_slices)),

@@ -256,6 +256,17 @@ class ClusterState:
         self.rbac.upsert_role(role)
         return role
 
+    def refresh_bindings(self) -> None:
+        """LIST every ClusterRoleBinding (paged, bounded by cluster.requestTimeoutSeconds per page) and
+        add them to the index: a binding created a moment ago may not have reached the watch yet.
+        Asked only for ClusterRoles that grant protected write. Raises ClusterError on failure."""
+        if self.client is None:
+            return
+        api = kubernetes.client.RbacAuthorizationV1Api(self.client)
+        for binding in list_all(api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding",
+                                timeout_seconds=self.config.cluster.request_timeout_seconds):
+            self.rbac.upsert_binding(binding)
+
     def service_account_writes_slices(self, namespace: str, name: str) -> bool:
         """Whether RBAC lets ServiceAccount namespace/name write ResourceSlices (a DRA driver sign)."""
         return self.rbac.service_account_may_write(namespace, name, "resourceslices", self.config.rbac)

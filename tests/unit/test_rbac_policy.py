@@ -332,3 +332,17 @@ def test_stale_caches_refuse_in_enforce_and_say_why():
     assert rbac.review(rb, index=rbac.RbacIndex(), config=CONFIG, synced=(False, "x")).allowed
     gone = review(None, old=binding("b", "viewer", []), operation="DELETE")["request"]
     assert rbac.review(gone, index=rbac.RbacIndex(), config=CONFIG, synced=(False, "x")).allowed
+
+
+def test_role_with_protected_grants_reads_bindings_the_watch_has_not_delivered():
+    idx = rbac.RbacIndex()
+    calls = []
+
+    def refresh():
+        calls.append(1)
+        idx.upsert_binding(binding("just-made", "later", [subject("Group", "team-a")]))
+    req = review(cluster_role("later", [rule(["deviceclasses"], ["create"])]))["request"]
+    d = rbac.review(req, index=idx, config=CONFIG, refresh_bindings=refresh)
+    assert not d.allowed and "just-made" in d.findings[0].message and calls == [1]
+    harmless = review(cluster_role("viewer", [rule(["deviceclasses"], ["get"])]))["request"]
+    assert rbac.review(harmless, index=idx, config=CONFIG, refresh_bindings=refresh).allowed and calls == [1]

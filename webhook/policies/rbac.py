@@ -458,6 +458,7 @@ class _Requester:
 
 def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
            fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None,
+           refresh_bindings: Callable[[], None] | None = None,
            synced: tuple[bool, str] = (True, "")) -> Decision:
     """Judge one AdmissionReview request (the `request` dict of admission.k8s.io/v1 or v1beta1).
 
@@ -465,6 +466,8 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
     and any other kind, are allowed. Uses `index` for roleRef and aggregation lookups (no I/O).
     fetch_role(name): asked only when a binding's roleRef is not in the index (a role created a
     moment ago may not have reached the watch yet); returns the ClusterRole dict or None.
+    refresh_bindings(): asked before judging a ClusterRole that grants protected write, to add
+    ClusterRoleBindings the watch has not delivered yet to `index` (the reverse race).
     synced: (False, why) when the ClusterRole/ClusterRoleBinding caches lost their watch: a
     ClusterRole or ClusterRoleBinding write is then refused (enforce) with the reason rather
     than judged on stale data; warn and audit modes let it through with the reason.
@@ -490,7 +493,8 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
     if kind == "ClusterRoleBinding":
         return _review_cluster_role_binding(obj, old, index=index, config=config, requester=requester, fetch_role=fetch_role)
     if kind == "ClusterRole":
-        return _review_cluster_role(obj, old, index=index, config=config, requester=requester)
+        return _review_cluster_role(obj, old, index=index, config=config, requester=requester,
+                                    refresh_bindings=refresh_bindings)
     if kind == "RoleBinding":
         return _review_role_binding(obj, index=index, config=config)
     return ALLOW
@@ -583,8 +587,14 @@ def _role_violations(role: Mapping[str, Any], *, index: RbacIndex, config: RbacC
 
 
 def _review_cluster_role(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index: RbacIndex,
-                         config: RbacConfig, requester: _Requester) -> Decision:
+                         config: RbacConfig, requester: _Requester,
+                         refresh_bindings: Callable[[], None] | None = None) -> Decision:
     name = _name(obj)
+    if refresh_bindings is not None and index.effective_grants(obj, config):
+        # A role that grants protected write: a binding created a moment ago may not have reached
+        # the watch yet, so the bindings are read from the API once before judging (rare: roles
+        # with DRA write are few; everything else is decided from the cache).
+        refresh_bindings()
     new = _role_violations(obj, index=index, config=config, requester=requester)
     old_v = _role_violations(old, index=index, config=config, requester=requester) if old is not None else []
     added, kept = _split_new(new, old_v)
