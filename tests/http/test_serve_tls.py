@@ -207,3 +207,18 @@ def test_idle_keepalive_connections_and_clients_that_never_read(server):
     finally:
         for sock in idle + stuck:
             sock.close()
+
+
+@pytest.mark.parametrize("ciphers", ["DES-CBC3-SHA", "RC4-SHA", "NULL-SHA256", "EXP-RC4-MD5"])
+def test_weak_ciphers_are_refused(server, ciphers):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(server.ca_file)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2  # TLS 1.3 suites are all strong and not configurable
+    try:
+        ctx.set_ciphers(f"{ciphers}:@SECLEVEL=0")
+    except ssl.SSLError:
+        pytest.skip(f"this OpenSSL cannot even offer {ciphers}")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        with pytest.raises(ssl.SSLError):
+            with ctx.wrap_socket(sock, server_hostname="localhost"):
+                pass
