@@ -10,6 +10,8 @@ import logging
 import threading
 from typing import Any
 
+from kubernetes.client.rest import ApiException
+
 from certs.selfmanaged import hold_lease
 from webhook import audit, cluster, metrics
 from webhook.config import Config
@@ -58,6 +60,11 @@ class PeriodicAudit:
         while True:
             try:
                 self.run_once()
+            except (ApiException, cluster.ClusterError) as exc:  # expected outside a cluster: one line, no traceback
+                metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
+                reason = f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+                log.warning("periodic audit skipped; retrying next interval",
+                            extra={"error": reason[:300], "leaseNamespace": self.config.certificates.namespace})
             except Exception:
                 metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
                 log.exception("periodic audit failed; retrying next interval")
