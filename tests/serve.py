@@ -65,7 +65,9 @@ class DraGuardProcess:
                 except requests.RequestException:
                     pass
             time.sleep(0.1)
-        raise TimeoutError(f"dra-guard did not answer {path} within {timeout} s:\n{self.log()}")
+        log = self.log()
+        self.stop()  # never leave a server behind when a test gives up on it
+        raise TimeoutError(f"dra-guard did not answer {path} within {timeout} s:\n{log}")
 
     def log(self) -> str:
         """What the server wrote so far (last 8 KiB)."""
