@@ -8,6 +8,7 @@ state they never cause an API request. Every API request made here is counted in
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pathlib
@@ -100,21 +101,7 @@ class Informer:
         metrics.KUBE_API_REQUESTS.labels(verb=verb, resource=self.name).inc()
 
     def _list_all(self) -> tuple[list[dict[str, Any]], str]:
-        import json
-        items: list[dict[str, Any]] = []
-        cont: str | None = None
-        while True:
-            self._count("list")
-            kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False, "_request_timeout": max(self._timeout, 10)}
-            if cont:
-                kwargs["_continue"] = cont
-            resp = self._list(**kwargs)
-            page = json.loads(resp.data)
-            items.extend(page.get("items") or [])
-            meta = page.get("metadata") or {}
-            cont = meta.get("continue")
-            if not cont:
-                return items, str(meta.get("resourceVersion", ""))
+        return list_pages(self._list, resource=self.name, timeout_seconds=max(self._timeout, 10))
 
     def _run(self) -> None:
         backoff = 0.5
@@ -235,7 +222,6 @@ class ClusterState:
         policy answers with its failureMode in time instead of guessing."""
         if self.client is None:
             return None
-        import json
 
         # a LIST by field selector: dra-guard's RBAC already allows list on ClusterRoles, not get
         metrics.KUBE_API_REQUESTS.labels(verb="list", resource="clusterroles").inc()
@@ -381,15 +367,13 @@ class RateLimiter:
             time.sleep(delay)
 
 
-def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout_seconds: float = 30.0,
-             limiter: RateLimiter | None = None) -> list[dict[str, Any]]:
-    """Every object of one resource as plain dicts, LISTed in pages of LIST_PAGE_SIZE (for audits).
+def list_pages(list_func: Callable[..., Any], *, resource: str, timeout_seconds: float,
+               limiter: RateLimiter | None = None) -> tuple[list[dict[str, Any]], str]:
+    """LIST one resource in pages of LIST_PAGE_SIZE: (items as plain dicts, the list's resourceVersion).
 
-    `kind` is set on each item (list items carry none). limiter: client-side rate limit per page.
-    Raises ClusterError on API errors.
+    Each page is counted in dra_guard_kube_api_requests_total; API errors propagate as they come
+    (the informers need a 410 as such).
     """
-    import json
-
     items: list[dict[str, Any]] = []
     cont: str | None = None
     while True:
@@ -399,18 +383,27 @@ def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout
         kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False, "_request_timeout": timeout_seconds}
         if cont:
             kwargs["_continue"] = cont
-        try:
-            page = json.loads(list_func(**kwargs).data)
-        except ApiException as exc:
-            raise ClusterError(f"listing {resource} failed: HTTP {exc.status} {exc.reason}") from exc
-        except Exception as exc:
-            raise ClusterError(f"listing {resource} failed: {type(exc).__name__}: {exc}") from exc
-        for item in page.get("items") or []:
-            item.setdefault("kind", kind)
-            items.append(item)
-        cont = (page.get("metadata") or {}).get("continue")
+        page = json.loads(list_func(**kwargs).data)
+        items.extend(page.get("items") or [])
+        meta = page.get("metadata") or {}
+        cont = meta.get("continue")
         if not cont:
-            return items
+            return items, str(meta.get("resourceVersion", ""))
+
+
+def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout_seconds: float = 30.0,
+             limiter: RateLimiter | None = None) -> list[dict[str, Any]]:
+    """Every object of one resource as plain dicts with `kind` set (list items carry none), for
+    audits: list_pages with a client-side rate limit. Raises ClusterError on API errors."""
+    try:
+        items, _ = list_pages(list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter)
+    except ApiException as exc:
+        raise ClusterError(f"listing {resource} failed: HTTP {exc.status} {exc.reason}") from exc
+    except Exception as exc:
+        raise ClusterError(f"listing {resource} failed: {type(exc).__name__}: {exc}") from exc
+    for item in items:
+        item.setdefault("kind", kind)
+    return items
 
 
 def list_audit_objects(client: kubernetes.client.ApiClient, *, served_versions: list[str] | None = None,
@@ -489,7 +482,6 @@ class KubeCertApi:
 
     def _call(self, verb: str, resource: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         from certs.selfmanaged import Conflict
-        import json
 
         metrics.KUBE_API_REQUESTS.labels(verb=verb, resource=resource).inc()
         try:
