@@ -4,6 +4,10 @@ Routes:
   POST /validate/rbac     the RBAC guard (ClusterRoles, ClusterRoleBindings, RoleBindings)
   POST /mutate/daemonsets the driver liveness probes (apps/v1 DaemonSets)
   POST /validate/evictions drain order (pods/eviction; pods DELETE when eviction.guardDeletes)
+  POST /validate/noop     reads and checks an AdmissionReview like the others, then allows it with
+                          no policy, no metrics and no log: the floor (HTTP + TLS + JSON) that
+                          bench/ compares the policies against, and a connectivity check. The
+                          chart never registers it.
   GET  /healthz           the process is alive (200 always while it serves)
   GET  /readyz            200 when the serving certificate is loaded and the caches have synced
   GET  /metrics           Prometheus metrics
@@ -28,6 +32,9 @@ from webhook.config import Config
 from webhook.policies import Decision, eviction, probes, rbac
 
 log = logging.getLogger("dra_guard.app")
+
+#: The no-op admission endpoint: the benchmarks' floor (see the module docstring).
+NOOP_PATH = "/validate/noop"
 
 
 @dataclasses.dataclass
@@ -93,30 +100,45 @@ def create_app(*, config: Config, cluster: ClusterState, readiness: Readiness | 
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes + 1
     ready = readiness or Readiness(cluster=cluster)
 
+    def read_review(path: str) -> dict[str, Any] | Response:
+        """The request's AdmissionReview dict, or the 400 Response saying why there is none."""
+        mimetype = request.mimetype
+        if mimetype != "application/json":
+            return _bad_request(path, f"Content-Type must be application/json, got {mimetype or 'none'!r}")
+        limit = config.server.max_request_bytes
+        try:
+            body = request.stream.read(limit + 1)  # chunked bodies have no Content-Length to check first
+        except RequestEntityTooLarge:
+            return _bad_request(path, f"body is larger than server.maxRequestBytes ({limit} bytes)")
+        except Exception as exc:  # gunicorn raises its own errors for malformed chunked bodies
+            return _bad_request(path, f"body could not be read: {type(exc).__name__}")
+        if len(body) > limit:
+            return _bad_request(path, f"body is larger than server.maxRequestBytes ({limit} bytes)")
+        try:
+            return admission.parse_review(body)
+        except admission.BadRequest as exc:
+            return _bad_request(path, str(exc))
+
     def make_view(path: str, policy: str, evaluate: Callable[[Mapping[str, Any]], Decision]) -> Callable[[], Response]:
         def view() -> Response:
-            mimetype = request.mimetype
-            if mimetype != "application/json":
-                return _bad_request(path, f"Content-Type must be application/json, got {mimetype or 'none'!r}")
-            limit = config.server.max_request_bytes
-            try:
-                body = request.stream.read(limit + 1)  # chunked bodies have no Content-Length to check first
-            except RequestEntityTooLarge:
-                return _bad_request(path, f"body is larger than server.maxRequestBytes ({limit} bytes)")
-            except Exception as exc:  # gunicorn raises its own errors for malformed chunked bodies
-                return _bad_request(path, f"body could not be read: {type(exc).__name__}")
-            if len(body) > limit:
-                return _bad_request(path, f"body is larger than server.maxRequestBytes ({limit} bytes)")
-            try:
-                review = admission.parse_review(body)
-            except admission.BadRequest as exc:
-                return _bad_request(path, str(exc))
+            review = read_review(path)
+            if isinstance(review, Response):
+                return review
             return jsonify(admission.respond(review, policy=policy, evaluate=evaluate, settings=config.policy(policy)))
         view.__name__ = f"review_{policy}"
         return view
 
     for path, (policy, evaluate) in policy_routes(config, cluster).items():
         app.add_url_rule(path, view_func=make_view(path, policy, evaluate), methods=["POST"])
+
+    def noop() -> Response:
+        review = read_review(NOOP_PATH)
+        if isinstance(review, Response):
+            return review
+        return jsonify({"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
+                        "response": {"uid": review["request"]["uid"], "allowed": True}})
+
+    app.add_url_rule(NOOP_PATH, view_func=noop, methods=["POST"])
 
     @app.get("/healthz")
     def healthz() -> Response:

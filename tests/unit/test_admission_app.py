@@ -233,3 +233,30 @@ def test_operation_metric_label_is_bounded():
         assert post(client, body).status_code == 200
     text = client.get("/metrics").get_data(as_text=True)
     assert "X" * 100 not in text and 'operation="other"' in text
+
+
+def test_noop_endpoint_allows_what_the_rbac_guard_refuses_and_counts_nothing():
+    """/validate/noop is the benchmark floor: same envelope checks, no policy, no metrics."""
+    from prometheus_client import REGISTRY
+    labels = {"policy": "rbac", "operation": "CREATE", "decision": "deny", "mode": "enforce"}
+    client = make_client("enforce")
+    before = REGISTRY.get_sample_value("dra_guard_admission_requests_total", labels) or 0
+    body = review(BAD_BINDING)
+    rv = post(client, body, path="/validate/noop")
+    assert rv.status_code == 200
+    assert rv.get_json() == {"apiVersion": body["apiVersion"], "kind": "AdmissionReview",
+                             "response": {"uid": body["request"]["uid"], "allowed": True}}
+    assert (REGISTRY.get_sample_value("dra_guard_admission_requests_total", labels) or 0) == before
+    assert post(client, body, path="/validate/rbac").get_json()["response"]["allowed"] is False
+    assert REGISTRY.get_sample_value("dra_guard_admission_requests_total", labels) == before + 1
+
+
+@pytest.mark.parametrize("body, content_type, needle", [
+    (b"{not json", "application/json", "not valid JSON"),
+    ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}, "application/json", "request"),
+    ({}, "text/plain", "Content-Type"),
+])
+def test_noop_endpoint_checks_the_envelope_like_the_policies(body, content_type, needle):
+    rv = post(make_client(), body, path="/validate/noop", content_type=content_type)
+    assert rv.status_code == 400
+    assert needle in rv.get_json()["error"]
