@@ -107,11 +107,15 @@ class Informer:
         backoff = 0.5
         while not self._stop.is_set():
             try:
+                started = time.monotonic()
                 items, rv = self._list_all()
                 self._on_replace(items)
                 self.last_sync = time.monotonic()
                 self.synced.set()
                 metrics.CACHE_SYNCED.labels(cache=self.name).set(1)
+                seconds = self.last_sync - started
+                metrics.CACHE_LIST_SECONDS.labels(cache=self.name).set(seconds)
+                log.info("cache synced", extra={"cache": self.name, "objects": len(items), "seconds": round(seconds, 3)})
                 backoff = 0.5
                 self._watch_from(rv)
             except ApiException as exc:

@@ -54,6 +54,11 @@ KUBE_API_ERRORS = Counter(
     "Failed list/watch requests to the Kubernetes API, by resource.",
     ["resource"],
 )
+CACHE_LIST_SECONDS = Gauge(
+    "dra_guard_cache_list_seconds",
+    "Seconds the last full LIST of a cache took, pages and indexing included (start-up and every relist).",
+    ["cache"],
+)
 CACHE_SYNCED = Gauge(
     "dra_guard_cache_synced",
     "1 when the cache has listed and keeps its watch, 0 otherwise.",

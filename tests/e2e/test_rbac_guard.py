@@ -192,3 +192,17 @@ def test_no_api_requests_per_review(control_plane, enforce):
                     for v in ("list", "watch") for r in ("clusterroles", "clusterrolebindings"))
     assert api_after - api_before <= len(calls)
     cp.kubectl("admin", "delete", "clusterrolebinding", "-l", "e2e=harmless", "--wait=false")
+
+
+def test_cache_sync_time_is_a_metric_and_a_log_line(control_plane, enforce):
+    """Each cache's start-up LIST time is exported (dra_guard_cache_list_seconds) and logged with
+    its object count, so an admin can see how long a restart takes to become ready."""
+    caches = ("clusterroles", "clusterrolebindings", "daemonsets", "pods", "resourceclaims")
+    for cache in caches:
+        assert 0 < metric(enforce, "dra_guard_cache_list_seconds", {"cache": cache}) < 30, cache
+    synced = [json.loads(line) for line in enforce.proc.log_file.read_text(errors="replace").splitlines()
+              if line.startswith("{") and '"cache synced"' in line]
+    by_cache = {entry["cache"]: entry for entry in synced}
+    assert set(caches) <= set(by_cache)
+    assert by_cache["clusterroles"]["objects"] > 50  # the bootstrap roles at least
+    assert by_cache["clusterroles"]["seconds"] >= 0
