@@ -1,0 +1,1 @@
+"""Benchmarks of dra-guard (issue 9): not part of CI."""

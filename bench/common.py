@@ -1,0 +1,205 @@
+"""What every benchmark shares: the vegeta load generator, /proc readings, percentiles, summaries.
+
+vegeta (github.com/tsenart/vegeta, built from the Go module proxy on first use into
+~/.cache/dra-guard/bin/vegeta) speaks HTTPS with keep-alive, as the kube-apiserver does to a
+webhook. `attack()` runs it at a constant rate and returns every request's latency and status.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import pathlib
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+VEGETA_MODULE = "github.com/tsenart/vegeta/v12@v12.12.0"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cache_dir() -> pathlib.Path:
+    """Where built tools are kept: $DRA_GUARD_CACHE or ~/.cache/dra-guard (as tests/e2e/binaries.py)."""
+    return pathlib.Path(os.environ.get("DRA_GUARD_CACHE") or pathlib.Path.home() / ".cache" / "dra-guard")
+
+
+def vegeta() -> str:
+    """Path of the vegeta binary, built with `go install` into the cache on first use.
+
+    Raises SystemExit naming the problem when Go is missing.
+    """
+    folder = cache_dir() / "bin" / "vegeta"
+    binary = folder / "vegeta"
+    if not binary.exists():
+        if shutil.which("go") is None:
+            sys.exit("Go is needed to build vegeta (the load generator): install Go 1.22 or newer")
+        subprocess.run(["go", "install", VEGETA_MODULE], check=True,
+                       env={**os.environ, "GOBIN": str(folder), "CGO_ENABLED": "0"})
+    return str(binary)
+
+
+@dataclasses.dataclass
+class Target:
+    """One request vegeta sends: method, URL, headers, body file."""
+
+    url: str
+    body: pathlib.Path
+    headers: Mapping[str, str] = dataclasses.field(default_factory=lambda: {"Content-Type": "application/json"})
+    method: str = "POST"
+
+    def render(self) -> str:
+        """The target in vegeta's HTTP format."""
+        lines = [f"{self.method} {self.url}", *(f"{k}: {v}" for k, v in self.headers.items()), f"@{self.body}"]
+        return "\n".join(lines) + "\n"
+
+
+@dataclasses.dataclass
+class Attack:
+    """The results of one vegeta attack.
+
+    latencies_ms: per request, in order sent; codes: HTTP status per request (0 = no answer);
+    errors: distinct error strings (at most 10); bodies: response bodies (bytes) when asked for;
+    rate: requested requests/s; seconds: the attack's duration; throughput: answered 2xx per second.
+    """
+
+    rate: float
+    seconds: float
+    latencies_ms: list[float]
+    codes: list[int]
+    errors: list[str]
+    bodies: list[bytes]
+
+    @property
+    def requests(self) -> int:
+        return len(self.latencies_ms)
+
+    @property
+    def ok(self) -> int:
+        return sum(1 for c in self.codes if 200 <= c < 300)
+
+    @property
+    def success(self) -> float:
+        return self.ok / self.requests if self.requests else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """p50/p99/p99.9/max latency (ms), success ratio and counts, as a JSON-ready dict."""
+        return {"rate": self.rate, "requests": self.requests, "success": round(self.success, 5),
+                **{k: round(v, 3) for k, v in latency_summary(self.latencies_ms).items()},
+                "errors": self.errors}
+
+
+def attack(targets: Sequence[Target], *, rate: float, seconds: float, workdir: pathlib.Path,
+           ca_file: pathlib.Path | None = None, keep_bodies: bool = False, timeout: float = 5.0,
+           http2: bool = True) -> Attack:
+    """Run vegeta at `rate` requests/s for `seconds`, round-robin over `targets`, keep-alive on.
+
+    ca_file: the CA to verify the server with. Returns an Attack. Raises CalledProcessError when
+    vegeta itself fails (not when requests fail: those are in Attack.codes/errors).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    targets_file = workdir / "targets.txt"
+    targets_file.write_text("\n".join(t.render() for t in targets))
+    results = workdir / "results.bin"
+    argv = [vegeta(), "attack", f"-rate={rate:g}/s", f"-duration={seconds:g}s", f"-targets={targets_file}",
+            "-keepalive=true", f"-timeout={timeout:g}s", f"-output={results}", f"-http2={str(http2).lower()}",
+            "-max-body=-1" if keep_bodies else "-max-body=0"]
+    if ca_file is not None:
+        argv.append(f"-root-certs={ca_file}")
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    encoded = subprocess.run([vegeta(), "encode", "--to=csv", str(results)], check=True, capture_output=True).stdout
+    latencies, codes, errors, bodies = [], [], [], []
+    rows = sorted(csv.reader(io.StringIO(encoded.decode())), key=lambda r: int(r[8]))  # by sequence number
+    for row in rows:
+        codes.append(int(row[1]))
+        latencies.append(int(row[2]) / 1e6)
+        if row[5] and row[5] not in errors and len(errors) < 10:
+            errors.append(row[5])
+        if keep_bodies:
+            bodies.append(base64.b64decode(row[6]))
+    results.unlink()
+    return Attack(rate=rate, seconds=seconds, latencies_ms=latencies, codes=codes, errors=errors, bodies=bodies)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0 < q <= 100) by nearest rank; NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def latency_summary(latencies_ms: Sequence[float]) -> dict[str, float]:
+    """{"p50", "p99", "p99.9", "max"} of latencies (ms), nearest rank."""
+    return {"p50": percentile(latencies_ms, 50), "p99": percentile(latencies_ms, 99),
+            "p99.9": percentile(latencies_ms, 99.9), "max": max(latencies_ms) if latencies_ms else math.nan}
+
+
+def spread(values: Iterable[float]) -> dict[str, float]:
+    """Median, min and max of repeated measurements (NaN-free; empty gives NaNs)."""
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if not vals:
+        return {"median": math.nan, "min": math.nan, "max": math.nan, "n": 0}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (/proc/PID/stat fields 14 and 15)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """RSS and peak RSS (bytes), threads and open fds of a process, from /proc."""
+    status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return {"rss_bytes": int(fields["VmRSS"].split()[0]) * 1024, "peak_rss_bytes": int(fields["VmHWM"].split()[0]) * 1024,
+            "threads": int(fields["Threads"]), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+def worker_pid(master: int) -> int:
+    """The first child of a gunicorn master: its (only, with workers=1) worker."""
+    children = pathlib.Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    if not children:
+        raise RuntimeError(f"gunicorn master {master} has no worker")
+    return int(children[0])
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on: CPU model and count, memory, kernel, Python."""
+    cpu = "unknown"
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kib = int(next(line for line in pathlib.Path("/proc/meminfo").read_text().splitlines()
+                           if line.startswith("MemTotal")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        mem_kib = 0
+    return {"cpu": cpu, "cpus": os.cpu_count(), "memory_gib": round(mem_kib / 2**20, 1),
+            "kernel": platform.release(), "python": platform.python_version()}
+
+
+def write_json(path: pathlib.Path, data: Any) -> None:
+    """Write `data` as indented JSON (NaN as null) to path, creating folders."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_nan_to_none(data), indent=2) + "\n")
+
+
+def _nan_to_none(data: Any) -> Any:
+    if isinstance(data, float) and math.isnan(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _nan_to_none(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_nan_to_none(v) for v in data]
+    return data

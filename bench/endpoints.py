@@ -1,0 +1,284 @@
+"""Each admission endpoint of a real `dra-guard serve`, driven by vegeta, caches filled from a real apiserver.
+
+For every endpoint (and the no-op floor /validate/noop in the same server) `measure()` records:
+p50/p99/p99.9 at fixed rates (500 and 1,000 requests/s by default), the highest rate whose p99
+stays <= 10 ms with every request answered 2xx (a step-up search, then bisection), CPU seconds
+per 1,000 reviews (the gunicorn worker's user+system time over the fixed-rate runs), and whether
+each answer is the one expected (a mix of allowed and refused reviews per endpoint, checked on
+every response of one run). `server_figures()` adds the worker's peak RSS, the cache sync time
+and the API requests dra-guard made while under load (read from the apiserver's audit log).
+
+The bodies are the AdmissionReviews the kube-apiserver sends, naming objects that exist in the
+filled cluster (bench/fill.py): a binding of an ordinary ClusterRole, a binding of the
+ResourceSlice writer to a team (refused), a RoleBinding, a new ordinary ClusterRole; a driver
+DaemonSet without a probe (patched) and an ordinary DaemonSet; the eviction of a driver pod
+whose node holds claims (refused, 429), of an ordinary pod, and of a driver pod on a node whose
+claims are gone.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bench import fill
+from bench.common import Attack, Target, attack, cpu_seconds, proc_status, worker_pid
+
+#: policy endpoint path -> short name used in the results
+ENDPOINTS = {"/validate/rbac": "rbac", "/mutate/daemonsets": "daemonsets", "/validate/evictions": "evictions"}
+P99_LIMIT_MS = 10.0
+
+
+def _review(request: dict[str, Any]) -> dict[str, Any]:
+    request = {"uid": str(uuid.uuid4()), "userInfo": {"username": "alice", "groups": ["team-a", "system:authenticated"]},
+               "dryRun": False, **request}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def _rbac_request(obj: dict[str, Any], plural: str) -> dict[str, Any]:
+    gvk = {"group": "rbac.authorization.k8s.io", "version": "v1", "kind": obj["kind"]}
+    gvr = {"group": "rbac.authorization.k8s.io", "version": "v1", "resource": plural}
+    return {"kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr, "operation": "CREATE",
+            "name": obj["metadata"]["name"], "namespace": obj["metadata"].get("namespace", ""), "object": obj}
+
+
+def rbac_bodies(scale: fill.Scale) -> list[tuple[dict[str, Any], bool]]:
+    """(AdmissionReview, expected allowed) for the RBAC endpoint: 3 allowed, 1 refused."""
+    ordinary = fill.cluster_role_binding(scale.roles // 2)
+    ordinary["metadata"] = {"name": "bench-new-binding"}
+    writer = fill.cluster_role_binding(1)
+    writer["metadata"] = {"name": "bench-team-slices"}
+    writer["subjects"] = [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}]
+    writer["roleRef"]["name"] = fill.SLICE_WRITER_ROLE
+    role_binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": "bench-rolebinding", "namespace": fill.WORK_NAMESPACE},
+                    "subjects": [{"kind": "Group", "name": "team-b", "apiGroup": "rbac.authorization.k8s.io"}],
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-role-00007"}}
+    role = fill.cluster_role(3)
+    role["metadata"] = {"name": "bench-new-role"}
+    return [(_review(_rbac_request(ordinary, "clusterrolebindings")), True),
+            (_review(_rbac_request(writer, "clusterrolebindings")), False),
+            (_review(_rbac_request(role_binding, "rolebindings")), True),
+            (_review(_rbac_request(role, "clusterroles")), True)]
+
+
+def daemonset_bodies() -> list[tuple[dict[str, Any], bool]]:
+    """(AdmissionReview, expected allowed) for the DaemonSet endpoint: a driver without a probe
+    (allowed with a patch) and an ordinary DaemonSet (allowed, no patch)."""
+    gvk = {"group": "apps", "version": "v1", "kind": "DaemonSet"}
+    gvr = {"group": "apps", "version": "v1", "resource": "daemonsets"}
+    driver = fill.driver_daemonset()
+    driver["metadata"]["name"] = "gpu-driver-v2"
+    plain = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "node-exporter", "namespace": "monitoring"},
+             "spec": {"selector": {"matchLabels": {"app": "node-exporter"}},
+                      "template": {"metadata": {"labels": {"app": "node-exporter"}},
+                                   "spec": {"containers": [{"name": "exporter", "image": "quay.io/prometheus/node-exporter:v1.8.2",
+                                                            "ports": [{"containerPort": 9100}]}]}}}}
+    out = []
+    for obj in (driver, plain):
+        out.append((_review({"kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr, "operation": "CREATE",
+                             "name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"], "object": obj}), True))
+    return out
+
+
+def eviction_bodies(scale: fill.Scale) -> list[tuple[dict[str, Any], bool]]:
+    """(AdmissionReview, expected allowed) for the eviction endpoint: the driver pod of a node
+    holding claims (refused), an ordinary pod, and a driver pod on a node without claims when
+    there are more nodes than claims (else a second held driver pod)."""
+    def request(namespace: str, name: str) -> dict[str, Any]:
+        return {"kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "eviction",
+                "requestKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+                "requestResource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+                "name": name, "namespace": namespace,
+                "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}}
+    held = fill.driver_pod_name(scale.nodes // 3)
+    free = scale.claims < scale.nodes
+    other = fill.driver_pod_name(scale.nodes - 1)
+    return [(_review(request(fill.DRIVER_NAMESPACE, held)), False),
+            (_review(request(fill.WORK_NAMESPACE, "web-7d9f8-abcde")), True),
+            (_review(request(fill.DRIVER_NAMESPACE, other)), free)]
+
+
+def bodies(scale: fill.Scale) -> dict[str, list[tuple[dict[str, Any], bool]]]:
+    """policy endpoint path -> [(AdmissionReview dict, expected allowed)]."""
+    return {"/validate/rbac": rbac_bodies(scale), "/mutate/daemonsets": daemonset_bodies(),
+            "/validate/evictions": eviction_bodies(scale)}
+
+
+def as_floor(reviews: list[tuple[dict[str, Any], bool]]) -> list[tuple[dict[str, Any], bool]]:
+    """The same bodies for /validate/noop, which allows every one."""
+    return [(body, True) for body, _ in reviews]
+
+
+def targets(url: str, path: str, reviews: list[tuple[dict[str, Any], bool]], folder: pathlib.Path) -> list[Target]:
+    """vegeta targets, one body file per review."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, (body, _) in enumerate(reviews):
+        file = folder / f"{path.strip('/').replace('/', '-')}-{i}.json"
+        file.write_text(json.dumps(body))
+        out.append(Target(url=url + path, body=file))
+    return out
+
+
+def check_answers(result: Attack, reviews: list[tuple[dict[str, Any], bool]]) -> dict[str, Any]:
+    """Compare every response body with the expected decision of its review (found by the
+    request uid the answer echoes).
+
+    Returns {"checked", "wrong", "example"}: wrong counts answers whose `allowed` differs, and
+    answers that are not AdmissionReviews of a known uid.
+    """
+    expected = {body["request"]["uid"]: allowed for body, allowed in reviews}
+    wrong, example = 0, None
+    for body in result.bodies:
+        try:
+            response = json.loads(body)["response"]
+            ok = response["allowed"] is expected[response["uid"]]
+        except (ValueError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            wrong += 1
+            example = example or body[:300].decode(errors="replace")
+    return {"checked": len(result.bodies), "wrong": wrong, "example": example}
+
+
+class Server:
+    """The dra-guard process under test: its worker pid and CPU readings."""
+
+    def __init__(self, master_pid: int, url: str, ca_file: pathlib.Path) -> None:
+        self.master = master_pid
+        self.worker = worker_pid(master_pid)
+        self.url = url
+        self.ca_file = ca_file
+
+    def cpu(self) -> float:
+        """CPU seconds of the worker and the master so far."""
+        return cpu_seconds(self.worker) + cpu_seconds(self.master)
+
+
+def run_rate(server: Server, path: str, reviews: list[tuple[dict[str, Any], bool]], *, rate: float, seconds: float,
+             workdir: pathlib.Path, check: bool = False) -> dict[str, Any]:
+    """One constant-rate attack on `path`: latency summary, CPU s per 1,000 reviews, answers checked."""
+    tgts = targets(server.url, path, reviews, workdir / "bodies")
+    cpu_before = server.cpu()
+    result = attack(tgts, rate=rate, seconds=seconds, workdir=workdir, ca_file=server.ca_file, keep_bodies=check)
+    cpu_used = server.cpu() - cpu_before
+    out = result.summary()
+    out["cpu_s_per_1000"] = round(cpu_used / max(result.requests, 1) * 1000, 4)
+    out["throughput"] = round(result.ok / seconds, 1)
+    if check:
+        out["answers"] = check_answers(result, reviews)
+    return out
+
+
+def passes(run: Mapping[str, Any], rate: float) -> bool:
+    """Whether a run at `rate` held: every request 2xx, p99 <= 10 ms, and vegeta kept the rate."""
+    return run["success"] == 1.0 and run["p99"] <= P99_LIMIT_MS and run["throughput"] >= 0.95 * rate
+
+
+def max_throughput(server: Server, path: str, reviews: list[tuple[dict[str, Any], bool]], *, workdir: pathlib.Path,
+                   seconds: float, start: float = 500, step: float = 500, limit: float = 6000,
+                   bisect_steps: int = 2) -> dict[str, Any]:
+    """The highest constant rate (requests/s) at which `passes()` holds: step up from `start` by
+    `step` until a run fails (or `limit`), then bisect `bisect_steps` times between the last good
+    and the first bad rate. Returns {"max_rps", "p99_at_max", "tried": [(rate, p99, success)]}."""
+    tried = []
+    good, bad, good_run = 0.0, None, None
+    rate = start
+    while rate <= limit:
+        run = run_rate(server, path, reviews, rate=rate, seconds=seconds, workdir=workdir)
+        tried.append((rate, run["p99"], run["success"]))
+        if not passes(run, rate):
+            bad = rate
+            break
+        good, good_run = rate, run
+        rate += step
+    for _ in range(bisect_steps if bad is not None else 0):
+        mid = round((good + bad) / 2 / 50) * 50
+        if mid in (good, bad):
+            break
+        run = run_rate(server, path, reviews, rate=mid, seconds=seconds, workdir=workdir)
+        tried.append((mid, run["p99"], run["success"]))
+        if passes(run, mid):
+            good, good_run = mid, run
+        else:
+            bad = mid
+        time.sleep(1)
+    return {"max_rps": good, "p99_at_max": good_run["p99"] if good_run else None, "tried": tried}
+
+
+def measure(server: Server, scale: fill.Scale, *, workdir: pathlib.Path, rates: tuple[float, ...] = (500, 1000),
+            seconds: float = 15, search_seconds: float = 8, search: bool = True,
+            log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Every policy endpoint at every rate, each run right after the floor (/validate/noop with
+    the same bodies, so the ratio compares the same bytes), then the throughput search (the floor's
+    with the RBAC bodies). Returns {endpoint name: {"rates": {rate: run}, "floor": {rate: run},
+    "answers": ..., "max": ...}, "noop": {"max": ...}} with runs as run_rate() returns them."""
+    out: dict[str, Any] = {}
+    for path, reviews in bodies(scale).items():
+        name = ENDPOINTS[path]
+        floor_reviews = as_floor(reviews)
+        run_rate(server, path, reviews, rate=200, seconds=2, workdir=workdir / name)  # warm-up: connections, caches
+        figures: dict[str, Any] = {"rates": {}, "floor": {}}
+        for i, rate in enumerate(rates):
+            floor = run_rate(server, "/validate/noop", floor_reviews, rate=rate, seconds=seconds, workdir=workdir / name)
+            figures["floor"][str(int(rate))] = floor
+            run = run_rate(server, path, reviews, rate=rate, seconds=seconds, workdir=workdir / name, check=i == 0)
+            figures["rates"][str(int(rate))] = run
+            log(f"    {name:10} {rate:>5.0f}/s  p50 {run['p50']:.2f}  p99 {run['p99']:.2f}  p99.9 {run['p99.9']:.2f} ms"
+                f"  ok {run['success']:.4f}  cpu {run['cpu_s_per_1000']:.3f} s/1000"
+                f"  (floor p50 {floor['p50']:.2f}  p99 {floor['p99']:.2f} ms)")
+            if "answers" in run:
+                figures["answers"] = run.pop("answers")
+        if search:
+            figures["max"] = max_throughput(server, path, reviews, workdir=workdir / name, seconds=search_seconds)
+            log(f"    {name:10} max {figures['max']['max_rps']:.0f}/s with p99 <= {P99_LIMIT_MS:g} ms")
+        out[name] = figures
+    if search:
+        floor_reviews = as_floor(bodies(scale)["/validate/rbac"])
+        out["noop"] = {"max": max_throughput(server, "/validate/noop", floor_reviews, workdir=workdir / "noop",
+                                             seconds=search_seconds)}
+        log(f"    {'noop':10} max {out['noop']['max']['max_rps']:.0f}/s with p99 <= {P99_LIMIT_MS:g} ms")
+    return out
+
+
+def server_figures(server: Server) -> dict[str, Any]:
+    """The worker's RSS now and at peak (MiB), threads, fds."""
+    status = proc_status(server.worker)
+    return {"rss_mib": round(status["rss_bytes"] / 2**20, 1), "peak_rss_mib": round(status["peak_rss_bytes"] / 2**20, 1),
+            "threads": status["threads"], "fds": status["fds"]}
+
+
+def sync_seconds(log_text: str) -> dict[str, Any]:
+    """Per cache {objects, seconds} from the server log's "cache synced" lines (the last per cache)."""
+    out: dict[str, Any] = {}
+    for line in log_text.splitlines():
+        if line.startswith("{") and '"cache synced"' in line:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            out[entry["cache"]] = {"objects": entry["objects"], "seconds": entry["seconds"]}
+    return out
+
+
+def api_requests(audit_events: list[dict[str, Any]], since: str) -> dict[str, int]:
+    """Count requests (verb -> n) in audit events (ResponseComplete or ResponseStarted, one per
+    request) received at or after `since` (RFC 3339 micro time, as the audit log writes it)."""
+    seen: dict[str, str] = {}
+    for event in audit_events:
+        if event.get("requestReceivedTimestamp", "") >= since:
+            seen[event["auditID"]] = event.get("verb", "?")
+    counts: dict[str, int] = {}
+    for verb in seen.values():
+        counts[verb] = counts.get(verb, 0) + 1
+    return counts
+
+
+def sync_total(figures: Mapping[str, Any]) -> float:
+    """The slowest cache's sync time: caches list in parallel, readiness waits for the last."""
+    return max((v["seconds"] for v in figures.values()), default=0.0)
