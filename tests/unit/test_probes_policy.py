@@ -288,3 +288,19 @@ def test_deeply_nested_daemonset_is_not_deep_copied():
     ds["spec"]["x"] = deep
     d = decide(ds)
     assert d.patch and not any(op["path"].startswith("/spec/x") for op in d.patch)
+
+
+@pytest.mark.parametrize("annotations", [None, {}, {"team": "gpu", "a/b": "c"}])
+@pytest.mark.parametrize("extra_containers", [0, 2])
+def test_patch_of_the_changed_subtrees_equals_the_whole_object_diff(annotations, extra_containers):
+    """_patch diffs only metadata and containers (issue 9 profile): it must give what diffing the
+    whole DaemonSet gives, and applying it must give the modified object."""
+    containers = [plugin_container("sidecar", mounts=())] * extra_containers
+    containers.insert(1 if extra_containers else 0, plugin_container("plugin", args=["--healthcheck-port=51515"]))
+    ds = driver_daemonset(annotations=annotations, containers=[copy.deepcopy(c) for c in containers])
+    driver = drivers.detect(ds, config=CONFIG.detection)
+    modified, _ = probes.evaluate(ds, driver=driver, config=CONFIG.probes)
+    ops = probes._patch(ds, modified)
+    assert ops and all(op["op"] == "add" for op in ops)
+    assert sorted(map(str, ops)) == sorted(map(str, jsonpatch.make_patch(ds, modified).patch))
+    assert jsonpatch.apply_patch(ds, list(ops)) == modified
