@@ -133,7 +133,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return math.nan
     ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    rank = max(1, math.ceil(round(q / 100 * len(ordered), 9)))  # round: 99.9 / 100 * 1000 is 999.0000000000001
     return ordered[rank - 1]
 
 

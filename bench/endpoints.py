@@ -282,3 +282,31 @@ def api_requests(audit_events: list[dict[str, Any]], since: str) -> dict[str, in
 def sync_total(figures: Mapping[str, Any]) -> float:
     """The slowest cache's sync time: caches list in parallel, readiness waits for the last."""
     return max((v["seconds"] for v in figures.values()), default=0.0)
+
+
+def profile(server: Server, scale: fill.Scale, *, out_dir: pathlib.Path, workdir: pathlib.Path, rate: float = 500,
+            seconds: float = 12, log: Callable[[str], None] = print) -> dict[str, str]:
+    """Sample the worker with py-spy (only while it holds the GIL, so CPU, not waiting) during one
+    run of each endpoint and its floor at `rate`. Writes <name>.svg (flame graph) and <name>.txt
+    (collapsed stacks) per run into out_dir; returns {run name: svg path}. Raises SystemExit when
+    py-spy is missing (pip install -e '.[bench]')."""
+    import shutil
+    import subprocess
+    if shutil.which("py-spy") is None:
+        raise SystemExit("--profile needs py-spy: pip install -e '.[bench]'")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for path, reviews in bodies(scale).items():
+        name = ENDPOINTS[path]
+        for target, rv, label in ((path, reviews, name), ("/validate/noop", as_floor(reviews), f"{name}-floor")):
+            run_rate(server, target, rv, rate=200, seconds=2, workdir=workdir / label)
+            for fmt, suffix in (("flamegraph", "svg"), ("raw", "txt")):
+                spy = subprocess.Popen(["py-spy", "record", "--pid", str(server.worker), "--duration", f"{seconds:g}",
+                                        "--rate", "200", "--gil", "--nonblocking", "--format", fmt,
+                                        "--output", str(out_dir / f"profile-{label}.{suffix}")],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                run_rate(server, target, rv, rate=rate, seconds=seconds, workdir=workdir / label)
+                spy.wait()
+            written[label] = str(out_dir / f"profile-{label}.svg")
+            log(f"    profiled {label}: {written[label]}")
+    return written

@@ -96,6 +96,9 @@ def run_endpoints_and_apiserver(workdir: pathlib.Path, args: argparse.Namespace)
             out["server"] = endpoints.server_figures(server)
             log(f"  dra-guard API requests during the load: {out['api_requests_during_load'] or 'none'}; "
                 f"peak RSS {out['server']['peak_rss_mib']} MiB")
+        if args.profile:
+            log("  profiling the worker with py-spy")
+            out["profiles"] = endpoints.profile(server, scale, out_dir=args.out, workdir=workdir / "profile", log=log)
         if "apiserver" in args.only:
             log("  ClusterRole creates through the apiserver")
             out["apiserver"] = apiserver.measure(cp, guard, workdir=workdir / "apiserver", repeats=args.repeats,
@@ -118,7 +121,7 @@ def run_scale(workdir: pathlib.Path, args: argparse.Namespace) -> dict[str, Any]
 def _fmt(s: dict[str, float], digits: int = 2) -> str:
     if not s.get("n"):
         return "n/a"
-    if s["n"] == 1:
+    if s["n"] == 1 or s["min"] == s["max"]:
         return f"{s['median']:.{digits}f}"
     return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 
@@ -220,6 +223,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--api-seconds", type=float, default=15, help="seconds per apiserver variant (default: %(default)s)")
     parser.add_argument("--out", type=pathlib.Path, default=REPO / "bench" / "results",
                         help="folder for bench.json and report.md (default: bench/results)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also sample the worker with py-spy at 500/s per endpoint and floor: flame graphs "
+                             "(profile-*.svg) and collapsed stacks (profile-*.txt) in --out")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (clusters' logs, vegeta files)")
     args = parser.parse_args(argv)
     args.only = [p.strip() for p in args.only.split(",") if p.strip()]

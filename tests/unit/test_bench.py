@@ -1,0 +1,136 @@
+"""The pure parts of bench/ (no cluster, no vegeta): percentiles, answer checks, audit counting, report."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bench import common, endpoints, fill, main
+
+
+def test_percentile_is_nearest_rank():
+    values = list(range(1, 1001))  # 1..1000
+    assert common.percentile(values, 50) == 500
+    assert common.percentile(values, 99) == 990
+    assert common.percentile(values, 99.9) == 999
+    assert common.percentile([7.0], 99.9) == 7.0
+    assert math.isnan(common.percentile([], 50))
+
+
+def test_spread_ignores_missing_values():
+    assert common.spread([3.0, 1.0, 2.0, None, math.nan]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert common.spread([])["n"] == 0
+
+
+def test_target_renders_vegeta_http_format(tmp_path):
+    t = common.Target(url="https://127.0.0.1:1/validate/rbac", body=tmp_path / "b.json",
+                      headers={"Content-Type": "application/json", "Authorization": "Bearer x"})
+    assert t.render() == (f"POST https://127.0.0.1:1/validate/rbac\nContent-Type: application/json\n"
+                          f"Authorization: Bearer x\n@{tmp_path / 'b.json'}\n")
+
+
+def _answer(review, allowed):
+    return json.dumps({"response": {"uid": review["request"]["uid"], "allowed": allowed}}).encode()
+
+
+def test_check_answers_matches_by_uid_and_counts_wrong_ones():
+    reviews = endpoints.rbac_bodies(fill.Scale(roles=10, nodes=4, claims=8))
+    assert [allowed for _, allowed in reviews] == [True, False, True, True]
+    right = [_answer(r, allowed) for r, allowed in reviews]
+    result = common.Attack(rate=1, seconds=1, latencies_ms=[1] * 6, codes=[200] * 6, errors=[],
+                           bodies=[*reversed(right), _answer(reviews[1][0], True), b"<html>"])
+    checked = endpoints.check_answers(result, reviews)
+    assert checked["checked"] == 6 and checked["wrong"] == 2
+
+
+def test_floor_bodies_are_the_same_reviews_all_allowed():
+    reviews = endpoints.eviction_bodies(fill.Scale(roles=10, nodes=4, claims=8))
+    floor = endpoints.as_floor(reviews)
+    assert [b for b, _ in floor] == [b for b, _ in reviews] and all(a for _, a in floor)
+
+
+def test_eviction_bodies_name_a_held_driver_pod_and_a_free_one_when_nodes_outnumber_claims():
+    scale = fill.Scale(roles=10, nodes=100, claims=50)
+    held, ordinary, other = endpoints.eviction_bodies(scale)
+    node_of_held = int(held[0]["request"]["name"].rsplit("-", 1)[1])
+    assert not held[1] and node_of_held < scale.claims  # claim i sits on node i % nodes
+    assert ordinary[1] and other[1] and int(other[0]["request"]["name"].rsplit("-", 1)[1]) >= scale.claims
+
+
+def test_claim_status_allocates_on_the_claims_node_and_reserves_its_consumer():
+    status = fill.claim_status(1234, 1000)["status"]
+    assert status["allocation"]["devices"]["results"][0]["pool"] == fill.node_name(234)
+    assert status["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [fill.node_name(234)]
+    assert status["reservedFor"][0]["name"] == "consumer-01234"
+
+
+def test_api_requests_counts_each_request_once_from_its_time():
+    events = [
+        {"auditID": "a", "verb": "list", "requestReceivedTimestamp": "2026-11-30T10:00:00.000001Z"},
+        {"auditID": "b", "verb": "watch", "stage": "ResponseStarted", "requestReceivedTimestamp": "2026-11-30T10:00:05.000000Z"},
+        {"auditID": "b", "verb": "watch", "stage": "ResponseComplete", "requestReceivedTimestamp": "2026-11-30T10:00:05.000000Z"},
+        {"auditID": "c", "verb": "list", "requestReceivedTimestamp": "2026-11-30T10:00:06.000000Z"},
+    ]
+    assert endpoints.api_requests(events, "2026-11-30T10:00:01.000000Z") == {"watch": 1, "list": 1}
+
+
+def test_sync_seconds_reads_the_servers_cache_synced_lines():
+    log = "\n".join([
+        '{"msg": "cache synced", "cache": "pods", "objects": 10, "seconds": 0.5}',
+        "not json",
+        '{"msg": "cache synced", "cache": "pods", "objects": 12, "seconds": 0.25}',
+        '{"msg": "worker ready to serve"}',
+    ])
+    assert endpoints.sync_seconds(log) == {"pods": {"objects": 12, "seconds": 0.25}}
+
+
+@pytest.mark.parametrize("rate, run, ok", [
+    (1000, {"success": 1.0, "p99": 9.9, "throughput": 999.0}, True),
+    (1000, {"success": 1.0, "p99": 10.1, "throughput": 999.0}, False),
+    (1000, {"success": 0.999, "p99": 2.0, "throughput": 999.0}, False),
+    (1000, {"success": 1.0, "p99": 2.0, "throughput": 900.0}, False),
+])
+def test_a_throughput_step_passes_only_with_every_answer_in_time(rate, run, ok):
+    assert endpoints.passes(run, rate) is ok
+
+
+def _run(p50, p99, cpu=0.5):
+    return {"p50": p50, "p99": p99, "p99.9": p99 * 2, "cpu_s_per_1000": cpu, "success": 1.0}
+
+
+def test_report_gives_medians_ratios_and_marks_missed_targets():
+    def endpoint(p50, p99):
+        return {"rates": {"500": _run(p50, p99), "1000": _run(p50, p99 * 2)},
+                "floor": {"500": _run(1.0, 2.0), "1000": _run(1.0, 3.0)},
+                "answers": {"checked": 10, "wrong": 0}, "max": {"max_rps": 1500}}
+    repeat = {"rbac": endpoint(1.1, 2.0), "daemonsets": endpoint(1.5, 4.0), "evictions": endpoint(1.2, 2.0),
+              "noop": {"max": {"max_rps": 2000}}}
+    results = {
+        "started": "now", "command": "bench/run", "repeats": 2,
+        "machine": {"cpu": "x", "cpus": 2, "memory_gib": 24, "kernel": "6", "python": "3.11"},
+        "endpoints_part": {
+            "scale": {"roles": 5, "bindings": 5, "resource_slices": 1, "claims": 2, "driver_pods": 1},
+            "ready_seconds": 1.5, "cache_sync": {"pods": {"objects": 3, "seconds": 0.1}},
+            "endpoints": [repeat, repeat], "api_requests_during_load": {}, "server": {"peak_rss_mib": 120, "rss_mib": 110},
+            "apiserver": {"rate": 50, "seconds": 15, "runs": [
+                {"variant": v, "repeat": 0, "p50": p50, "p99": p50 * 2}
+                for v, p50 in (("none", 3.0), ("vap", 3.2), ("noop-webhook", 3.8), ("dra-guard", 4.0))]},
+        },
+    }
+    text = main.report(results)
+    assert "| rbac | 1000 | 1.10 | 4.00 |" in text
+    assert "| 1.10 |" in text  # p50 / floor
+    assert "| rbac: p99 <= 5 ms at 1000/s | 4.00 ms | met |" in text
+    assert "| daemonsets: p99 <= 5 ms at 1000/s | 8.00 ms | **missed** |" in text
+    assert "| daemonsets: policy cost <= 25% over the floor (p50 at 1000/s) | +50% | **missed** |" in text
+    assert "| dra-guard adds <= 2 ms median to a create | +1.00 ms | met |" in text
+    assert "| dra-guard's added latency within 2x the VAP's | +1.00 vs +0.20 ms | **missed** |" in text
+    assert "| peak RSS <= 150 MiB per worker | 120 MiB | met |" in text
+
+
+def test_command_line_rejects_unknown_parts():
+    with pytest.raises(SystemExit):
+        main.parse_args(["--only", "endpoints,everything"])
+    quick = main.parse_args(["--quick"])
+    assert quick.repeats == 1 and quick.no_search and quick.scale.claims < 10_000
