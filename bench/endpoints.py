@@ -310,3 +310,27 @@ def profile(server: Server, scale: fill.Scale, *, out_dir: pathlib.Path, workdir
             written[label] = str(out_dir / f"profile-{label}.svg")
             log(f"    profiled {label}: {written[label]}")
     return written
+
+
+def protected_role_bodies() -> list[tuple[dict[str, Any], bool]]:
+    """A new ClusterRole that grants ResourceSlice write (bound to nobody yet: allowed). The RBAC
+    guard reads every ClusterRoleBinding from the API before judging such a role (a binding created
+    a moment earlier may not have reached its watch): the one review that makes API requests."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "bench-new-slice-writer"},
+            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create", "update", "delete"]}]}
+    return [(_review(_rbac_request(role, "clusterroles")), True)]
+
+
+def measure_protected_role(server: Server, *, audit_events: Callable[[], list[dict[str, Any]]], workdir: pathlib.Path,
+                           rate: float = 2, seconds: float = 10) -> dict[str, Any]:
+    """The rare RBAC review that reads the API: latency at a low `rate`, and the API requests it
+    made per review (from the audit log, via `audit_events()`, dra-guard's events)."""
+    import datetime
+    reviews = protected_role_bodies()
+    since = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    run = run_rate(server, "/validate/rbac", reviews, rate=rate, seconds=seconds, workdir=workdir, check=True)
+    time.sleep(1.5)  # the audit backend writes the last events
+    calls = api_requests(audit_events(), since)
+    run["api_requests"] = calls
+    run["api_requests_per_review"] = round(sum(v for k, v in calls.items() if k != "watch") / max(run["requests"], 1), 2)
+    return run

@@ -96,6 +96,12 @@ def run_endpoints_and_apiserver(workdir: pathlib.Path, args: argparse.Namespace)
             out["server"] = endpoints.server_figures(server)
             log(f"  dra-guard API requests during the load: {out['api_requests_during_load'] or 'none'}; "
                 f"peak RSS {out['server']['peak_rss_mib']} MiB")
+            out["protected_role"] = endpoints.measure_protected_role(
+                server, audit_events=lambda: cp.audit_events("dra-guard", stage=None), workdir=workdir / "protected-role",
+                seconds=args.seconds)
+            pr = out["protected_role"]
+            log(f"  ClusterRole granting ResourceSlice write (reads the bindings): p50 {pr['p50']:.1f} p99 {pr['p99']:.1f} ms, "
+                f"{pr['api_requests_per_review']} API requests per review")
         if args.profile:
             log("  profiling the worker with py-spy")
             out["profiles"] = endpoints.profile(server, scale, out_dir=args.out, workdir=workdir / "profile", log=log)
@@ -169,6 +175,12 @@ def report(results: dict[str, Any]) -> str:
         lines += ["", f"Answers checked against the expected decision (first rate, every response): {checked}, wrong: {wrong}.",
                   f"Kubernetes API requests dra-guard made during the load: {ep.get('api_requests_during_load') or 'none'}.",
                   f"Worker peak RSS: {ep['server']['peak_rss_mib']} MiB (RSS at the end {ep['server']['rss_mib']} MiB).", ""]
+        pr = ep.get("protected_role")
+        if pr:
+            lines += [f"The rare RBAC review that reads the API (a new ClusterRole granting ResourceSlice write; the "
+                      f"guard LISTs every ClusterRoleBinding first) at {pr['rate']:g}/s: p50 {pr['p50']:.1f} ms, "
+                      f"p99 {pr['p99']:.1f} ms, {pr['api_requests_per_review']} API requests per review "
+                      f"({pr['api_requests'] or 'none'}); answers wrong: {pr['answers']['wrong']}.", ""]
         top = str(max(int(r) for r in rates))
         for name in endpoints.ENDPOINTS.values():
             p99 = spread(r[name]["rates"][top]["p99"] for r in runs)["median"]
