@@ -159,6 +159,20 @@ class Server:
         """CPU seconds of the worker and the master so far."""
         return cpu_seconds(self.worker) + cpu_seconds(self.master)
 
+    def gc_collections(self) -> dict[str, float]:
+        """The worker's garbage collections so far by generation (python_gc_collections_total,
+        prometheus-client's default collector, from /metrics)."""
+        import requests
+        with requests.Session() as sess:
+            sess.trust_env = False
+            text = sess.get(self.url + "/metrics", verify=str(self.ca_file), timeout=10).text
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("python_gc_collections_total{"):
+                gen = line.split('generation="', 1)[1].split('"', 1)[0]
+                out[gen] = float(line.rsplit(" ", 1)[1])
+        return out
+
 
 def run_rate(server: Server, path: str, reviews: list[tuple[dict[str, Any], bool]], *, rate: float, seconds: float,
              workdir: pathlib.Path, check: bool = False) -> dict[str, Any]:

@@ -85,6 +85,7 @@ def run_endpoints_and_apiserver(workdir: pathlib.Path, args: argparse.Namespace)
         if "endpoints" in args.only:
             time.sleep(1.0)  # let the watches settle before "since"
             since = _now_rfc3339()
+            gc_before = server.gc_collections()
             out["endpoints"] = []
             for repeat in range(args.repeats):
                 log(f"  endpoints, repeat {repeat + 1}/{args.repeats}")
@@ -94,6 +95,8 @@ def run_endpoints_and_apiserver(workdir: pathlib.Path, args: argparse.Namespace)
             time.sleep(1.5)  # the audit backend writes the last events
             out["api_requests_during_load"] = endpoints.api_requests(cp.audit_events("dra-guard", stage=None), since)
             out["server"] = endpoints.server_figures(server)
+            gc_after = server.gc_collections()
+            out["server"]["gc_collections_during_load"] = {g: gc_after[g] - gc_before.get(g, 0) for g in gc_after}
             log(f"  dra-guard API requests during the load: {out['api_requests_during_load'] or 'none'}; "
                 f"peak RSS {out['server']['peak_rss_mib']} MiB")
             out["protected_role"] = endpoints.measure_protected_role(
@@ -174,7 +177,8 @@ def report(results: dict[str, Any]) -> str:
         checked = sum(r[n]["answers"]["checked"] for r in runs for n in endpoints.ENDPOINTS.values())
         lines += ["", f"Answers checked against the expected decision (first rate, every response): {checked}, wrong: {wrong}.",
                   f"Kubernetes API requests dra-guard made during the load: {ep.get('api_requests_during_load') or 'none'}.",
-                  f"Worker peak RSS: {ep['server']['peak_rss_mib']} MiB (RSS at the end {ep['server']['rss_mib']} MiB).", ""]
+                  f"Worker peak RSS: {ep['server']['peak_rss_mib']} MiB (RSS at the end {ep['server']['rss_mib']} MiB); "
+                  f"garbage collections during the load by generation: {ep['server'].get('gc_collections_during_load')}.", ""]
         pr = ep.get("protected_role")
         if pr:
             lines += [f"The rare RBAC review that reads the API (a new ClusterRole granting ResourceSlice write; the "
