@@ -14,7 +14,7 @@ import os
 import pathlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import kubernetes
@@ -100,22 +100,22 @@ class Informer:
     def _count(self, verb: str) -> None:
         metrics.KUBE_API_REQUESTS.labels(verb=verb, resource=self.name).inc()
 
-    def _list_all(self) -> tuple[list[dict[str, Any]], str]:
-        return list_pages(self._list, resource=self.name, timeout_seconds=max(self._timeout, 10))
-
     def _run(self) -> None:
         backoff = 0.5
         while not self._stop.is_set():
             try:
                 started = time.monotonic()
-                items, rv = self._list_all()
-                self._on_replace(items)
+                pages = Pages(self._list, resource=self.name, timeout_seconds=max(self._timeout, 10))
+                self._on_replace(pages)  # consumes the pages as they come
+                if pages.resource_version is None:
+                    raise ClusterError(f"cache {self.name}: the list was not read to its end")
+                rv = pages.resource_version
                 self.last_sync = time.monotonic()
                 self.synced.set()
                 metrics.CACHE_SYNCED.labels(cache=self.name).set(1)
                 seconds = self.last_sync - started
                 metrics.CACHE_LIST_SECONDS.labels(cache=self.name).set(seconds)
-                log.info("cache synced", extra={"cache": self.name, "objects": len(items), "seconds": round(seconds, 3)})
+                log.info("cache synced", extra={"cache": self.name, "objects": pages.count, "seconds": round(seconds, 3)})
                 backoff = 0.5
                 self._watch_from(rv)
             except ApiException as exc:
@@ -371,28 +371,55 @@ class RateLimiter:
             time.sleep(delay)
 
 
+class Pages:
+    """A LIST of one resource in pages of LIST_PAGE_SIZE, iterated item by item: only the current
+    page's raw objects are in memory, so a consumer that keeps a compact form of each object (the
+    informers' indexes) never holds the whole list (issue 9: peak RSS at start-up).
+
+    Iterate once; afterwards `resource_version` is the list's resourceVersion and `count` the
+    number of items. Each page is counted in dra_guard_kube_api_requests_total; API errors
+    propagate as they come (the informers need a 410 as such).
+    """
+
+    def __init__(self, list_func: Callable[..., Any], *, resource: str, timeout_seconds: float,
+                 limiter: RateLimiter | None = None) -> None:
+        self._list = list_func
+        self.resource = resource
+        self.timeout_seconds = timeout_seconds
+        self.limiter = limiter
+        self.resource_version: str | None = None  # set when the last page has been read
+        self.count = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        cont: str | None = None
+        while True:
+            if self.limiter is not None:
+                self.limiter.wait()
+            metrics.KUBE_API_REQUESTS.labels(verb="list", resource=self.resource).inc()
+            kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False,
+                                      "_request_timeout": self.timeout_seconds}
+            if cont:
+                kwargs["_continue"] = cont
+            page = json.loads(self._list(**kwargs).data)
+            meta = page.get("metadata") or {}
+            items = page.get("items") or []
+            del page
+            self.count += len(items)
+            yield from items
+            del items  # this page's raw objects go before the next page is read
+            cont = meta.get("continue")
+            if not cont:
+                self.resource_version = str(meta.get("resourceVersion", ""))
+                return
+
+
 def list_pages(list_func: Callable[..., Any], *, resource: str, timeout_seconds: float,
                limiter: RateLimiter | None = None) -> tuple[list[dict[str, Any]], str]:
-    """LIST one resource in pages of LIST_PAGE_SIZE: (items as plain dicts, the list's resourceVersion).
-
-    Each page is counted in dra_guard_kube_api_requests_total; API errors propagate as they come
-    (the informers need a 410 as such).
-    """
-    items: list[dict[str, Any]] = []
-    cont: str | None = None
-    while True:
-        if limiter is not None:
-            limiter.wait()
-        metrics.KUBE_API_REQUESTS.labels(verb="list", resource=resource).inc()
-        kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False, "_request_timeout": timeout_seconds}
-        if cont:
-            kwargs["_continue"] = cont
-        page = json.loads(list_func(**kwargs).data)
-        items.extend(page.get("items") or [])
-        meta = page.get("metadata") or {}
-        cont = meta.get("continue")
-        if not cont:
-            return items, str(meta.get("resourceVersion", ""))
+    """LIST one resource in pages of LIST_PAGE_SIZE: (every item as a plain dict, the list's
+    resourceVersion). See Pages for a consumer that should not hold them all."""
+    pages = Pages(list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter)
+    items = list(pages)
+    return items, pages.resource_version or ""
 
 
 def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout_seconds: float = 30.0,

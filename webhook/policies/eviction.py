@@ -166,16 +166,16 @@ class ClaimIndex:
         return old
 
     def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        """Replace every Pod (after a relist)."""
+        """Replace every Pod (after a relist). `pods` may be a stream of list pages: it is consumed,
+        and reduced to PodInfo, before the lock is taken (reviews never wait on the network)."""
+        infos = [pod_info(pod) for pod in pods if pod_is_relevant(pod)]
         with self._lock:
             self._pods.clear()
             self._pods_by_uid.clear()
-            for pod in pods:
-                if pod_is_relevant(pod):
-                    info = pod_info(pod)
-                    self._pods[(info.namespace, info.name)] = info
-                    if info.uid:
-                        self._pods_by_uid[info.uid] = info
+            for info in infos:
+                self._pods[(info.namespace, info.name)] = info
+                if info.uid:
+                    self._pods_by_uid[info.uid] = info
             self._reindex_all_claims()
 
     # -- daemonsets
@@ -194,11 +194,13 @@ class ClaimIndex:
             self._drivers.pop((namespace, name), None)
 
     def replace_daemonsets(self, items: Iterable[Mapping[str, Any]]) -> None:
-        """Replace every DaemonSet (after a relist)."""
+        """Replace every DaemonSet (after a relist). `items` may be a stream of list pages: it is
+        consumed before the lock is taken."""
+        daemonsets = list(items)
         with self._lock:
             self._daemonsets.clear()
             self._drivers.clear()
-            for ds in items:
+            for ds in daemonsets:
                 self.upsert_daemonset(ds)
 
     def redetect(self) -> None:
@@ -225,14 +227,24 @@ class ClaimIndex:
             self._unindex((namespace, name))
 
     def replace_claims(self, items: Iterable[Mapping[str, Any]]) -> None:
-        """Replace every ResourceClaim (after a relist)."""
+        """Replace every ResourceClaim (after a relist). `items` may be a stream of list pages: it
+        is consumed, and reduced to ClaimInfo (unallocated claims dropped), before the lock is
+        taken, so at most one page of raw claims is in memory (issue 9: peak RSS)."""
+        infos = []
+        for claim in items:
+            info = claim_info(claim)
+            if info is not None:
+                meta = _map(claim.get("metadata"))
+                infos.append(((_str(meta.get("namespace")), _str(meta.get("name"))), info))
         with self._lock:
             self._claims.clear()
             self._by_driver_node.clear()
             self._slots.clear()
             self._anywhere_by_pod.clear()
-            for claim in items:
-                self.upsert_claim(claim)
+            for key, info in infos:
+                self._unindex(key)
+                self._claims[key] = info
+                self._index(key, info)
 
     def _claim_nodes(self, info: ClaimInfo) -> set[str]:
         if info.nodes:

@@ -218,7 +218,8 @@ class RbacIndex:
                         del self._by_role[role]
 
     def replace_roles(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        """Replace every ClusterRole with `objects` (after a relist)."""
+        """Replace every ClusterRole with `objects` (after a relist). `objects` may be a stream of
+        list pages: it is consumed, and slimmed, before the lock is taken."""
         slims = [_slim_role(o) for o in objects]
         with self._lock:
             self._roles = {s["metadata"]["name"]: s for s in slims}
@@ -226,13 +227,15 @@ class RbacIndex:
             self._changed()
 
     def replace_bindings(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        """Replace every ClusterRoleBinding with `objects` (after a relist)."""
+        """Replace every ClusterRoleBinding with `objects` (after a relist). `objects` may be a
+        stream of list pages: it is consumed, and slimmed, before the lock is taken."""
+        slims = [_slim_binding(o) for o in objects]
         with self._lock:
-            self._bindings.clear()
-            self._by_role.clear()
+            self._bindings = {s["metadata"]["name"]: s for s in slims}
+            self._by_role = {}
+            for name, slim in self._bindings.items():
+                self._by_role.setdefault(_str(slim["roleRef"].get("name")), set()).add(name)
             self._changed()
-            for obj in objects:
-                self.upsert_binding(obj)
 
     # -- queries
     def role(self, name: str) -> Mapping[str, Any] | None:

@@ -1,0 +1,76 @@
+"""Pages (webhook/cluster.py) and the indexes' replace_*: a relist is streamed page by page, and
+a list that fails half-way leaves every index as it was (issue 9: peak RSS without losing atomicity)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.reviews import binding, cluster_role, subject
+from tests.unit.test_eviction_policy import claim, index_with, pod
+from webhook.cluster import Pages, list_pages
+from webhook.policies.rbac import RbacIndex
+
+
+class FakeList:
+    """A list function over `items` in pages of the size asked for; fails on page `fail_at`."""
+
+    def __init__(self, items, *, fail_at=None):
+        self.items, self.fail_at, self.calls = items, fail_at, []
+
+    def __call__(self, *, limit, _continue=None, **_kwargs):
+        start = int(_continue or 0)
+        self.calls.append(start)
+        if self.fail_at is not None and len(self.calls) > self.fail_at:
+            raise ConnectionError("apiserver went away")
+        end = start + limit
+        meta = {"resourceVersion": "42"}
+        if end < len(self.items):
+            meta["continue"] = str(end)
+        body = json.dumps({"metadata": meta, "items": self.items[start:end]}).encode()
+        return type("Resp", (), {"data": body})()
+
+
+def test_pages_stream_every_item_once_then_give_the_resource_version(monkeypatch):
+    monkeypatch.setattr("webhook.cluster.LIST_PAGE_SIZE", 3)
+    fake = FakeList([{"n": i} for i in range(8)])
+    pages = Pages(fake, resource="things", timeout_seconds=1)
+    seen = []
+    for item in pages:
+        seen.append(item["n"])
+        assert pages.resource_version is None  # not before the last page
+        assert len(fake.calls) == (item["n"] // 3) + 1  # one page read at a time, lazily
+    assert seen == list(range(8)) and pages.count == 8 and pages.resource_version == "42"
+    assert list_pages(FakeList([{"n": 1}]), resource="things", timeout_seconds=1) == ([{"n": 1}], "42")
+
+
+def test_a_failed_relist_leaves_the_rbac_index_as_it_was(monkeypatch):
+    monkeypatch.setattr("webhook.cluster.LIST_PAGE_SIZE", 2)
+    index = RbacIndex()
+    index.replace_roles([cluster_role("old-role")])
+    index.replace_bindings([binding("old-binding", "old-role", [subject("Group", "g")])])
+    roles = [cluster_role(f"r{i}") for i in range(5)]
+    bindings = [binding(f"b{i}", f"r{i}", [subject("Group", "g")]) for i in range(5)]
+    with pytest.raises(ConnectionError):
+        index.replace_roles(Pages(FakeList(roles, fail_at=1), resource="clusterroles", timeout_seconds=1))
+    with pytest.raises(ConnectionError):
+        index.replace_bindings(Pages(FakeList(bindings, fail_at=2), resource="clusterrolebindings", timeout_seconds=1))
+    assert index.role("old-role") is not None and index.role("r0") is None
+    assert [b["metadata"]["name"] for b in index.bindings_of("old-role")] == ["old-binding"]
+    index.replace_bindings(Pages(FakeList(bindings), resource="clusterrolebindings", timeout_seconds=1))
+    assert [b["metadata"]["name"] for b in index.bindings_of("r3")] == ["b3"] and not index.bindings_of("old-role")
+
+
+def test_a_failed_relist_leaves_the_claim_index_as_it_was(monkeypatch):
+    monkeypatch.setattr("webhook.cluster.LIST_PAGE_SIZE", 2)
+    index = index_with(pod("consumer", "node-a"), claim("gpu"))
+    held = index.holds("gpu.example.com", "node-a")
+    assert held
+    others = [claim(f"c{i}", node="node-b", reserved=()) for i in range(5)]
+    with pytest.raises(ConnectionError):
+        index.replace_claims(Pages(FakeList(others, fail_at=1), resource="resourceclaims", timeout_seconds=1))
+    with pytest.raises(ConnectionError):
+        index.replace_pods(Pages(FakeList([pod("x", "node-b")] * 3, fail_at=1), resource="pods", timeout_seconds=1))
+    assert index.holds("gpu.example.com", "node-a") == held
+    index.replace_claims(Pages(FakeList([]), resource="resourceclaims", timeout_seconds=1))
+    assert index.holds("gpu.example.com", "node-a") == []
