@@ -245,6 +245,9 @@ class ControlPlane:
         self.url = ""
         self.etcd_url = ""
         self.apiserver_port = 0
+        #: ``https://127.0.0.1:PORT`` of kube-scheduler (controllers=True, after start()); its /metrics
+        #: needs no token, its certificate is self-signed (verify=False)
+        self.scheduler_url = ""
         self._tokens: dict[str, str] = {}
         self._procs: dict[str, _Proc] = {}
         self._started = False
@@ -512,7 +515,12 @@ class ControlPlane:
             str(self.bin_dir / "kube-scheduler"),
             f"--kubeconfig={self.kubeconfig('system:kube-scheduler')}", "--leader-elect=false",
             "--bind-address=127.0.0.1", f"--secure-port={sched_port}", f"--cert-dir={self.pki_dir / 'scheduler'}",
+            # the source page recommends 75/150 for both kube-controller-manager and kube-scheduler with DRA
+            "--kube-api-qps=75", "--kube-api-burst=150",
+            # /metrics without a token, for bench/scale.py (the default list is /healthz,/readyz,/livez)
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
         ])
+        self.scheduler_url = f"https://127.0.0.1:{sched_port}"
         # Both serve /healthz without authentication (--authorization-always-allow-paths default)
         # over a self-signed certificate they make themselves, hence verify=False.
         for name, port in (("kube-controller-manager", kcm_port), ("kube-scheduler", sched_port)):
