@@ -248,6 +248,7 @@ def measure(server: Server, scale: fill.Scale, *, workdir: pathlib.Path, rates: 
                 f"  (floor p50 {floor['p50']:.2f}  p99 {floor['p99']:.2f} ms)")
             if "answers" in run:
                 figures["answers"] = run.pop("answers")
+        figures["peak_rss_mib_steady"] = round(proc_status(server.worker)["peak_rss_bytes"] / 2**20, 1)
         if search:
             figures["max"] = max_throughput(server, path, reviews, workdir=workdir / name, seconds=search_seconds)
             log(f"    {name:10} max {figures['max']['max_rps']:.0f}/s with p99 <= {P99_LIMIT_MS:g} ms")

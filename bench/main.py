@@ -173,11 +173,13 @@ def report(results: dict[str, Any]) -> str:
         noop_max = spread(r["noop"]["max"]["max_rps"] for r in runs if "noop" in r)
         if noop_max["n"]:
             lines.append(f"| noop (floor) | | | | | | | | {_fmt(noop_max, 0)} |")
+        steady = max((r[n].get("peak_rss_mib_steady", 0) for r in runs for n in endpoints.ENDPOINTS.values()), default=0)
         wrong = sum(r[n]["answers"]["wrong"] for r in runs for n in endpoints.ENDPOINTS.values())
         checked = sum(r[n]["answers"]["checked"] for r in runs for n in endpoints.ENDPOINTS.values())
         lines += ["", f"Answers checked against the expected decision (first rate, every response): {checked}, wrong: {wrong}.",
                   f"Kubernetes API requests dra-guard made during the load: {ep.get('api_requests_during_load') or 'none'}.",
-                  f"Worker peak RSS: {ep['server']['peak_rss_mib']} MiB (RSS at the end {ep['server']['rss_mib']} MiB); "
+                  f"Worker peak RSS: {steady} MiB through the fixed-rate runs, {ep['server']['peak_rss_mib']} MiB at the end "
+                  f"(after the throughput searches, which overload the server; RSS at the end {ep['server']['rss_mib']} MiB); "
                   f"garbage collections during the load by generation: {ep['server'].get('gc_collections_during_load')}.", ""]
         pr = ep.get("protected_role")
         if pr:
@@ -194,7 +196,9 @@ def report(results: dict[str, Any]) -> str:
         calls = ep.get("api_requests_during_load") or {}
         targets.append(("zero API requests per review", ", ".join(f"{v} {k}" for k, v in calls.items()) or "0",
                         not any(v for k, v in calls.items() if k != "watch")))
-        targets.append(("peak RSS <= 150 MiB per worker", f"{ep['server']['peak_rss_mib']} MiB", ep["server"]["peak_rss_mib"] <= 150))
+        targets.append(("peak RSS <= 150 MiB per worker (through the fixed rates)", f"{steady} MiB", steady <= 150))
+        targets.append(("peak RSS <= 150 MiB per worker (after overload)", f"{ep['server']['peak_rss_mib']} MiB",
+                        ep["server"]["peak_rss_mib"] <= 150))
     if ep.get("apiserver"):
         api = ep["apiserver"]
         by = {v: [r for r in api["runs"] if r["variant"] == v] for v in apiserver.VARIANTS}
