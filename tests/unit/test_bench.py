@@ -135,3 +135,17 @@ def test_command_line_rejects_unknown_parts():
         main.parse_args(["--only", "endpoints,everything"])
     quick = main.parse_args(["--quick"])
     assert quick.repeats == 1 and quick.no_search and quick.scale.claims < 10_000
+
+
+def test_compare_report_gives_the_cpu_ratio_and_both_rss_rows():
+    from bench import compare
+
+    def cell(cpu, p50, p99):
+        return {"cpu_s_per_1000": {"median": cpu}, "p50": {"median": p50}, "p99": {"median": p99}}
+    result = {"versions": ["before", "after"], "refs": {"before": "abc", "after": "working tree"},
+              "rounds": 3, "seconds": 20, "rate": 500,
+              "summary": {"rbac": {"before": cell(0.64, 0.62, 1.4), "after": cell(0.58, 0.59, 1.3)}},
+              "rss_mib": {"before": {"ready": 254.5, "after the runs": 257.5}, "after": {"ready": 135.6, "after the runs": 137.1}}}
+    text = compare.report(result)
+    assert "| rbac | 0.640 | 0.580 | 0.91 | 0.62 | 0.59 | 1.40 | 1.30 |" in text
+    assert "| before | 254.5 | 257.5 |" in text and "| after | 135.6 | 137.1 |" in text
