@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,23 +23,11 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common import proc_status as proc_stats, vegeta, worker_pid  # noqa: E402
 from tests.reviews import binding, review, subject  # noqa: E402
 from tests.serve import DraGuardProcess  # noqa: E402
 from tests.unit.test_eviction_policy import eviction_request  # noqa: E402
 from tests.unit.test_probes_policy import driver_daemonset  # noqa: E402
-
-VEGETA_MODULE = "github.com/tsenart/vegeta/v12@v12.12.0"
-
-
-def vegeta() -> str:
-    """Path of the vegeta binary, built with `go install` into the cache on first use."""
-    cache = pathlib.Path(os.environ.get("DRA_GUARD_CACHE") or pathlib.Path.home() / ".cache" / "dra-guard") / "bin" / "vegeta"
-    binary = cache / "vegeta"
-    if not binary.exists():
-        if shutil.which("go") is None:
-            sys.exit("Go is needed to build vegeta (the load generator)")
-        subprocess.run(["go", "install", VEGETA_MODULE], check=True, env={**os.environ, "GOBIN": str(cache), "CGO_ENABLED": "0"})
-    return str(binary)
 
 
 def bodies(folder: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -62,19 +48,6 @@ def bodies(folder: pathlib.Path) -> dict[str, pathlib.Path]:
         file.write_text(json.dumps(body))
         paths[path] = file
     return paths
-
-
-def proc_stats(pid: int) -> dict[str, int]:
-    """RSS (bytes), open fds and threads of a process, from /proc."""
-    status = pathlib.Path(f"/proc/{pid}/status").read_text()
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return {"rss_bytes": int(fields["VmRSS"].split()[0]) * 1024, "threads": int(fields["Threads"]),
-            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
-
-
-def worker_pid(master: int) -> int:
-    children = pathlib.Path(f"/proc/{master}/task/{master}/children").read_text().split()
-    return int(children[0])
 
 
 def main() -> int:
