@@ -149,3 +149,19 @@ def test_compare_report_gives_the_cpu_ratio_and_both_rss_rows():
     text = compare.report(result)
     assert "| rbac | 0.640 | 0.580 | 0.91 | 0.62 | 0.59 | 1.40 | 1.30 |" in text
     assert "| before | 254.5 | 257.5 |" in text and "| after | 135.6 | 137.1 |" in text
+
+
+def test_throughput_search_steps_up_bisects_and_forgives_one_stall(monkeypatch):
+    calls = []
+
+    def fake_run_rate(server, path, reviews, *, rate, seconds, workdir):
+        calls.append(rate)
+        stall = len(calls) == 1  # the very first run hits a stall
+        ok = rate <= 1200 and not stall
+        return {"p99": 2.0 if ok else 50.0, "success": 1.0, "throughput": rate}
+    monkeypatch.setattr(endpoints, "run_rate", fake_run_rate)
+    monkeypatch.setattr(endpoints.time, "sleep", lambda s: None)
+    found = endpoints.max_throughput(None, "/validate/rbac", [], workdir=None, seconds=1)
+    assert calls[:2] == [500, 500]  # the stall is retried, not taken as the capacity
+    assert found["max_rps"] == 1100  # 1000 good, 1500 bad; bisected twice on the 50/s grid: 1250 bad, 1100 good
+    assert found["p99_at_max"] == 2.0
