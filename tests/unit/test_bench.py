@@ -72,7 +72,13 @@ def test_api_requests_counts_each_request_once_from_its_time():
         {"auditID": "b", "verb": "watch", "stage": "ResponseComplete", "requestReceivedTimestamp": "2026-11-30T10:00:05.000000Z"},
         {"auditID": "c", "verb": "list", "requestReceivedTimestamp": "2026-11-30T10:00:06.000000Z"},
     ]
-    assert endpoints.api_requests(events, "2026-11-30T10:00:01.000000Z") == {"watch": 1, "list": 1}
+    for event in events:
+        event["objectRef"] = {"resource": "pods"}
+    events.append({"auditID": "d", "verb": "get", "objectRef": {"resource": "leases"},
+                   "requestReceivedTimestamp": "2026-11-30T10:00:07.000000Z"})
+    counts = endpoints.api_requests(events, "2026-11-30T10:00:01.000000Z")
+    assert counts == {"watch pods": 1, "list pods": 1, "get leases": 1}
+    assert endpoints.per_review_requests(counts) == 1  # the list; not the watch, not the periodic audit's Lease
 
 
 def test_sync_seconds_reads_the_servers_cache_synced_lines():
