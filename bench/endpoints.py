@@ -183,6 +183,9 @@ def run_rate(server: Server, path: str, reviews: list[tuple[dict[str, Any], bool
     cpu_used = server.cpu() - cpu_before
     out = result.summary()
     out["cpu_s_per_1000"] = round(cpu_used / max(result.requests, 1) * 1000, 4)
+    status = proc_status(server.worker)
+    out["rss_mib"] = round(status["rss_bytes"] / 2**20, 1)
+    out["peak_rss_mib"] = round(status["peak_rss_bytes"] / 2**20, 1)
     out["throughput"] = round(result.ok / seconds, 1)
     if check:
         out["answers"] = check_answers(result, reviews)

@@ -111,11 +111,12 @@ class Informer:
                     raise ClusterError(f"cache {self.name}: the list was not read to its end")
                 rv = pages.resource_version
                 self.last_sync = time.monotonic()
-                self.synced.set()
-                metrics.CACHE_SYNCED.labels(cache=self.name).set(1)
                 seconds = self.last_sync - started
                 metrics.CACHE_LIST_SECONDS.labels(cache=self.name).set(seconds)
+                # logged before readiness can turn on: whoever sees /readyz 200 finds every line
                 log.info("cache synced", extra={"cache": self.name, "objects": pages.count, "seconds": round(seconds, 3)})
+                self.synced.set()
+                metrics.CACHE_SYNCED.labels(cache=self.name).set(1)
                 backoff = 0.5
                 self._watch_from(rv)
             except ApiException as exc:

@@ -54,6 +54,10 @@ KUBE_API_ERRORS = Counter(
     "Failed list/watch requests to the Kubernetes API, by resource.",
     ["resource"],
 )
+CLIENT_TIMEOUTS = Counter(
+    "dra_guard_client_timeouts_total",
+    "Connections closed because the client stalled (2 s per operation, 5 s per request).",
+)
 CACHE_LIST_SECONDS = Gauge(
     "dra_guard_cache_list_seconds",
     "Seconds the last full LIST of a cache took, pages and indexing included (start-up and every relist).",

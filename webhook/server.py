@@ -23,6 +23,7 @@ import os
 import pathlib
 import socket
 import ssl
+import sys
 import threading
 import time
 from typing import Any
@@ -127,19 +128,32 @@ CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or
 REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
 
 
-class QuietAccessLogger(GunicornLogger):  # type: ignore[misc]
-    """gunicorn's logger, without the access log's per-request work while the access log is off.
+class ServerLogger(GunicornLogger):  # type: ignore[misc]
+    """gunicorn's logger with two changes, both about work and noise per connection:
 
-    gunicorn builds every request's access-log atoms (a dict of ~20 fields) whenever a logconfig
-    is given, as ours is (JSON lines), then drops the line because gunicorn.access logs nothing
-    below WARNING: about 5% of a worker's CPU per review (py-spy, bench/RESULTS.md). Same
-    behaviour otherwise: an access logger set to INFO still gets its lines.
+    * no access-log work while the access log is off: gunicorn builds every request's access-log
+      atoms (a dict of ~20 fields) whenever a logconfig is given, as ours is (JSON lines), then
+      drops the line because gunicorn.access logs nothing below WARNING: about 5% of a worker's
+      CPU per review (py-spy, bench/RESULTS.md). An access logger set to INFO still gets its lines.
+    * a client that times out (CLIENT_SOCKET_TIMEOUT per operation, REQUEST_READ_LIMIT per
+      request) is one warning line ("client timed out") and dra_guard_client_timeouts_total,
+      not gunicorn's "Socket error processing request." with a traceback at ERROR: the bound is
+      working as designed (docs/reliability.md). In bench/ under overload there were hundreds.
     """
 
     def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
         """Log the request (gunicorn's format) only when gunicorn.access logs INFO."""
         if self.access_log.isEnabledFor(logging.INFO):
             super().access(resp, req, environ, request_time)
+
+    def exception(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        """gunicorn's exception(), except for a client timeout (see the class docstring)."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, TimeoutError):
+            metrics.CLIENT_TIMEOUTS.inc()
+            self.error_log.warning("client timed out, connection closed: %s", exc)
+            return
+        super().exception(msg, *args, **kwargs)
 
 
 class DeadlineSSLSocket(ssl.SSLSocket):
@@ -245,7 +259,7 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
             "limit_request_line": 8190,
             "limit_request_fields": 100,
             "accesslog": None,
-            "logger_class": "webhook.server.QuietAccessLogger",
+            "logger_class": "webhook.server.ServerLogger",
             "errorlog": "-",
             "loglevel": o.log_level,
             # gunicorn's own lines (start, workers, errors) as JSON too, like dra-guard's

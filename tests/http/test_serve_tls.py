@@ -175,6 +175,9 @@ def test_trickling_clients_do_not_hold_threads(server):
         assert server.session().get(server.url + "/healthz", timeout=3).status_code == 200
         assert _time.monotonic() - started < 3
         assert len(cut) >= 8, len(cut)  # every trickler that held a worker thread was cut off
+        log = server.log_file.read_text(errors="replace")
+        assert '"client timed out' in log  # one warning line per cut-off client ...
+        assert "Socket error processing request" not in log  # ... not gunicorn's traceback at ERROR
     finally:
         stop.set()
 
