@@ -30,6 +30,9 @@ from bench.common import Attack, Target, attack, cpu_seconds, proc_status, worke
 #: policy endpoint path -> short name used in the results
 ENDPOINTS = {"/validate/rbac": "rbac", "/mutate/daemonsets": "daemonsets", "/validate/evictions": "evictions"}
 P99_LIMIT_MS = 10.0
+#: seconds of rest after an overloading throughput search, before the next endpoint's floor run
+#: (without it the floor's first p99 carried the previous search's backlog: 50-600 ms)
+SETTLE_SECONDS = 10.0
 
 
 def _review(request: dict[str, Any]) -> dict[str, Any]:
@@ -264,6 +267,7 @@ def measure(server: Server, scale: fill.Scale, *, workdir: pathlib.Path, rates: 
         if search:
             figures["max"] = max_throughput(server, path, reviews, workdir=workdir / name, seconds=search_seconds)
             log(f"    {name:10} max {figures['max']['max_rps']:.0f}/s with p99 <= {P99_LIMIT_MS:g} ms")
+            time.sleep(SETTLE_SECONDS)  # the search ends overloaded: let its backlog and connections go
         out[name] = figures
     if search:
         floor_reviews = as_floor(bodies(scale)["/validate/rbac"])
