@@ -34,7 +34,6 @@ import json
 import math
 import os
 import pathlib
-import platform
 import re
 import shutil
 import statistics
@@ -53,6 +52,8 @@ if str(REPO) not in sys.path:
 
 import requests  # noqa: E402
 import urllib3  # noqa: E402
+
+from bench import common  # noqa: E402
 
 SLI_METRIC = "scheduler_pod_scheduling_sli_duration_seconds"
 ATTEMPTS_METRIC = "scheduler_schedule_attempts_total"
@@ -208,11 +209,12 @@ class Pacer:
 
 
 def median_min_max(values: Iterable[float | None]) -> dict[str, float | None]:
-    """{"median", "min", "max"} over the non-None values (all None when there are none)."""
-    vals = [v for v in values if v is not None]
-    if not vals:
+    """{"median", "min", "max"} over the non-None values (all None when there are none):
+    bench.common.spread with None instead of NaN, as this report writes JSON nulls."""
+    s = common.spread(v for v in values if v is not None)
+    if not s["n"]:
         return {"median": None, "min": None, "max": None}
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+    return {"median": s["median"], "min": s["min"], "max": s["max"]}
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -423,12 +425,11 @@ def scrape(url: str) -> list[tuple[str, dict[str, str], float]]:
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """user+system CPU seconds of process `pid` (from /proc/<pid>/stat), None if gone."""
+    """user+system CPU seconds of process `pid` (bench.common.cpu_seconds), None if it is gone."""
     try:
-        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return common.cpu_seconds(pid)
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_cpu_times() -> dict[str, float]:
@@ -445,16 +446,6 @@ def self_cpu_seconds() -> float:
     """user+system CPU seconds of this process (the bench's own watches and creates)."""
     t = os.times()
     return t.user + t.system
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """VmHWM (peak RSS) and VmRSS of `pid` in bytes, from /proc/<pid>/status."""
-    out = {}
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmHWM", "VmRSS"):
-            out[key] = int(value.split()[0]) * 1024
-    return out
 
 
 def children(pid: int) -> list[int]:
@@ -741,13 +732,13 @@ def guard_figures(cp: Any, guard: Any, window_start: float, window_end: float) -
         if window_start <= received <= window_end:
             during[f"{ev['verb']} {resource}"] += 1
     master = guard.proc.proc.pid
-    procs = {"master": proc_status(master)}
+    procs = {"master": common.proc_status(master)}
     for i, child in enumerate(children(master)):
-        procs[f"worker-{i}"] = proc_status(child)
-    workers = [v["VmHWM"] for k, v in procs.items() if k.startswith("worker")]
+        procs[f"worker-{i}"] = common.proc_status(child)
+    workers = [v["peak_rss_bytes"] for k, v in procs.items() if k.startswith("worker")]
     return {"api_requests": dict(by_verb), "api_requests_by_resource": dict(sorted(by_resource.items())),
             "api_requests_during_workload": dict(sorted(during.items())),
-            "peak_rss_bytes": max(workers) if workers else procs["master"]["VmHWM"], "processes": procs}
+            "peak_rss_bytes": max(workers) if workers else procs["master"]["peak_rss_bytes"], "processes": procs}
 
 
 # ---------------------------------------------------------------------- repeats and report
@@ -835,7 +826,7 @@ def run(*, repeats: int = 1, out: pathlib.Path | None = None, workdir: pathlib.P
         scenario = {**QUICK, **scenario}
     base = pathlib.Path(workdir) if workdir else pathlib.Path(tempfile.mkdtemp(prefix="dra-guard-scale-"))
     report: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": common.machine(),
         "source": source_state(),
         "params": {"repeats": repeats, "quick": quick, **scenario},
         "target": "scheduler SLI p99 with dra-guard / without <= 1.05",
