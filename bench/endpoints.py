@@ -317,3 +317,55 @@ def per_review_requests(counts: Mapping[str, int]) -> int:
     watches (renewed by the informers on their own) and Leases (the periodic audit's and the
     certificate writer's coordination, on their own clocks)."""
     return sum(n for key, n in counts.items() if not key.startswith("watch ") and not key.endswith(" leases"))
+
+
+def profile(server: Server, scale: fill.Scale, *, out_dir: pathlib.Path, workdir: pathlib.Path, rate: float = 500,
+            seconds: float = 12, log: Callable[[str], None] = print) -> dict[str, str]:
+    """Sample the worker with py-spy (only while it holds the GIL, so CPU, not waiting) during one
+    run of each endpoint and its floor at `rate`. Writes <name>.svg (flame graph) and <name>.txt
+    (collapsed stacks) per run into out_dir; returns {run name: svg path}. Raises SystemExit when
+    py-spy is missing (pip install -e '.[bench]')."""
+    import shutil
+    import subprocess
+    if shutil.which("py-spy") is None:
+        raise SystemExit("--profile needs py-spy: pip install -e '.[bench]'")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for path, reviews in bodies(scale).items():
+        name = ENDPOINTS[path]
+        for target, rv, label in ((path, reviews, name), ("/validate/noop", as_floor(reviews), f"{name}-floor")):
+            run_rate(server, target, rv, rate=200, seconds=2, workdir=workdir / label)
+            for fmt, suffix in (("flamegraph", "svg"), ("raw", "txt")):
+                spy = subprocess.Popen(["py-spy", "record", "--pid", str(server.worker), "--duration", f"{seconds:g}",
+                                        "--rate", "200", "--gil", "--nonblocking", "--format", fmt,
+                                        "--output", str(out_dir / f"profile-{label}.{suffix}")],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                run_rate(server, target, rv, rate=rate, seconds=seconds, workdir=workdir / label)
+                spy.wait()
+            written[label] = str(out_dir / f"profile-{label}.svg")
+            log(f"    profiled {label}: {written[label]}")
+    return written
+
+
+def protected_role_bodies() -> list[tuple[dict[str, Any], bool]]:
+    """A new ClusterRole that grants ResourceSlice write (bound to nobody yet: allowed). The RBAC
+    guard reads every ClusterRoleBinding from the API before judging such a role (a binding created
+    a moment earlier may not have reached its watch): the one review that makes API requests."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "bench-new-slice-writer"},
+            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create", "update", "delete"]}]}
+    return [(_review(_rbac_request(role, "clusterroles")), True)]
+
+
+def measure_protected_role(server: Server, *, audit_events: Callable[[], list[dict[str, Any]]], workdir: pathlib.Path,
+                           rate: float = 2, seconds: float = 10) -> dict[str, Any]:
+    """The rare RBAC review that reads the API: latency at a low `rate`, and the API requests it
+    made per review (from the audit log, via `audit_events()`, dra-guard's events)."""
+    import datetime
+    reviews = protected_role_bodies()
+    since = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    run = run_rate(server, "/validate/rbac", reviews, rate=rate, seconds=seconds, workdir=workdir, check=True)
+    time.sleep(1.5)  # the audit backend writes the last events
+    calls = api_requests(audit_events(), since)
+    run["api_requests"] = calls
+    run["api_requests_per_review"] = round(per_review_requests(calls) / max(run["requests"], 1), 2)
+    return run
