@@ -200,6 +200,8 @@ class ClusterState:
         self.claims = ClaimIndex(config.detection, self.service_account_writes_slices)
         self.informers: list[Informer] = []
         self.resource_version = ""
+        self._refresh_lock = threading.Lock()  # one ClusterRoleBinding read at a time (refresh_bindings)
+        self._bindings_read_from = float("-inf")  # monotonic start of the last complete read
         if client is None:
             return
         timeout = config.cluster.request_timeout_seconds
@@ -247,16 +249,60 @@ class ClusterState:
         self.rbac.upsert_role(role)
         return role
 
-    def refresh_bindings(self) -> None:
-        """LIST every ClusterRoleBinding (paged, bounded by cluster.requestTimeoutSeconds per page) and
-        add them to the index: a binding created a moment ago may not have reached the watch yet.
-        Asked only for ClusterRoles that grant protected write. Raises ClusterError on failure."""
+    def refresh_bindings(self) -> str | None:
+        """Read every ClusterRoleBinding from the API into the index before a ClusterRole that grants
+        protected write is judged: a binding created a moment ago may not have reached the watch.
+
+        The whole read, waiting for a concurrent one included, is bounded by
+        cluster.requestTimeoutSeconds (below the RBAC webhook's timeoutSeconds). Concurrent reviews
+        share one read: a read that began after this review arrived serves it. Returns None when
+        the bindings were read in full (or with --no-cluster); when the budget ran out while the
+        apiserver was answering (tens of thousands of bindings), returns a note for a warning: the
+        review is then judged from the watch-fed cache plus the pages read, which lags the API by
+        the watch's delay only. Raises ClusterError when the apiserver gave no page in time or
+        answered with an error, so the policy answers with its failureMode.
+        Counted in dra_guard_binding_refreshes_total{outcome}: read, shared, partial, failed."""
         if self.client is None:
-            return
-        api = kubernetes.client.RbacAuthorizationV1Api(self.client)
-        for binding in list_all(api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding",
-                                timeout_seconds=self.config.cluster.request_timeout_seconds):
-            self.rbac.upsert_binding(binding)
+            return None
+        budget = self.config.cluster.request_timeout_seconds
+        asked = time.monotonic()
+        deadline = asked + budget
+        if not self._refresh_lock.acquire(timeout=budget):
+            metrics.BINDING_REFRESHES.labels(outcome="partial").inc()
+            log.warning("ClusterRoleBindings judged from the cache: another read of them took the whole budget",
+                        extra={"seconds": budget})
+            return (f"ClusterRoleBindings judged from the watch cache: reading them from the API did not "
+                    f"finish within cluster.requestTimeoutSeconds ({budget:g} s)")
+        try:
+            if self._bindings_read_from >= asked:
+                metrics.BINDING_REFRESHES.labels(outcome="shared").inc()
+                return None
+            started = time.monotonic()
+            api = kubernetes.client.RbacAuthorizationV1Api(self.client)
+            pages = Pages(api.list_cluster_role_binding, resource="clusterrolebindings", timeout_seconds=budget,
+                          deadline=deadline)
+            try:
+                for binding in pages:
+                    binding.setdefault("kind", "ClusterRoleBinding")
+                    self.rbac.upsert_binding(binding)
+            except Exception as exc:  # timeouts and connection errors come in many urllib3 types
+                if not (pages.count and time.monotonic() >= deadline - 0.05):
+                    metrics.BINDING_REFRESHES.labels(outcome="failed").inc()
+                    metrics.KUBE_API_ERRORS.labels(resource="clusterrolebindings").inc()
+                    detail = f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else type(exc).__name__
+                    raise ClusterError(f"reading ClusterRoleBindings failed: {detail}") from exc
+                pages.truncated = True  # the page in flight when the budget ran out
+            if pages.truncated:
+                metrics.BINDING_REFRESHES.labels(outcome="partial").inc()
+                log.warning("ClusterRoleBindings judged from the cache: the API read did not finish in time",
+                            extra={"objects": pages.count, "seconds": round(time.monotonic() - started, 3)})
+                return (f"ClusterRoleBindings judged from the watch cache: reading them from the API did not "
+                        f"finish within cluster.requestTimeoutSeconds ({budget:g} s; {pages.count} read)")
+            self._bindings_read_from = started
+            metrics.BINDING_REFRESHES.labels(outcome="read").inc()
+            return None
+        finally:
+            self._refresh_lock.release()
 
     def service_account_writes_slices(self, namespace: str, name: str) -> bool:
         """Whether RBAC lets ServiceAccount namespace/name write ResourceSlices (a DRA driver sign)."""
@@ -380,25 +426,38 @@ class Pages:
     Iterate once; afterwards `resource_version` is the list's resourceVersion and `count` the
     number of items. Each page is counted in dra_guard_kube_api_requests_total; API errors
     propagate as they come (the informers need a 410 as such).
+
+    `deadline` (a time.monotonic() value) bounds the whole list, not just each page: every page
+    waits at most until then, and when it has passed before the next page is asked for, the
+    iteration ends early with `truncated` True and `resource_version` None.
     """
 
     def __init__(self, list_func: Callable[..., Any], *, resource: str, timeout_seconds: float,
-                 limiter: RateLimiter | None = None) -> None:
+                 limiter: RateLimiter | None = None, deadline: float | None = None) -> None:
         self._list = list_func
         self.resource = resource
         self.timeout_seconds = timeout_seconds
         self.limiter = limiter
+        self.deadline = deadline
         self.resource_version: str | None = None  # set when the last page has been read
         self.count = 0
+        self.truncated = False
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         cont: str | None = None
         while True:
             if self.limiter is not None:
                 self.limiter.wait()
+            timeout = self.timeout_seconds
+            if self.deadline is not None:
+                left = self.deadline - time.monotonic()
+                if left <= 0 and cont:
+                    self.truncated = True
+                    return
+                timeout = min(timeout, max(left, 0.001))
             metrics.KUBE_API_REQUESTS.labels(verb="list", resource=self.resource).inc()
             kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False,
-                                      "_request_timeout": self.timeout_seconds}
+                                      "_request_timeout": timeout}
             if cont:
                 kwargs["_continue"] = cont
             page = json.loads(self._list(**kwargs).data)

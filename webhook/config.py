@@ -280,7 +280,11 @@ class ServerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
-    """Kubernetes API access settings. Times in seconds."""
+    """Kubernetes API access settings. Times in seconds.
+
+    request_timeout_seconds (cluster.requestTimeoutSeconds): the timeout of each LIST page of the
+    caches, and the whole budget of the API reads an admission may make (ClusterState.fetch_cluster_role,
+    ClusterState.refresh_bindings); keep it below the RBAC webhook's timeoutSeconds (3)."""
 
     request_timeout_seconds: float = 2.0
 

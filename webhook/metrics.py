@@ -58,6 +58,13 @@ CLIENT_TIMEOUTS = Counter(
     "dra_guard_client_timeouts_total",
     "Connections closed because the client stalled (2 s per operation, 5 s per request).",
 )
+BINDING_REFRESHES = Counter(
+    "dra_guard_binding_refreshes_total",
+    "Reads of every ClusterRoleBinding before judging a ClusterRole with DeviceClass/ResourceSlice write, by "
+    "outcome: read (in full), shared (served by a concurrent read), partial (budget ran out: judged from the "
+    "cache), failed (answered by the failureMode).",
+    ["outcome"],
+)
 CACHE_LIST_SECONDS = Gauge(
     "dra_guard_cache_list_seconds",
     "Seconds the last full LIST of a cache took, pages and indexing included (start-up and every relist).",

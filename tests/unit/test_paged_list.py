@@ -74,3 +74,30 @@ def test_a_failed_relist_leaves_the_claim_index_as_it_was(monkeypatch):
     assert index.holds("gpu.example.com", "node-a") == held
     index.replace_claims(Pages(FakeList([]), resource="resourceclaims", timeout_seconds=1))
     assert index.holds("gpu.example.com", "node-a") == []
+
+
+class TimedList(FakeList):
+    """FakeList that records the _request_timeout each page was asked with."""
+
+    def __init__(self, items, **kwargs):
+        super().__init__(items, **kwargs)
+        self.timeouts = []
+
+    def __call__(self, **kwargs):
+        self.timeouts.append(kwargs.get("_request_timeout"))
+        return super().__call__(**kwargs)
+
+
+def test_a_deadline_bounds_the_whole_list_not_each_page(monkeypatch):
+    import time
+    monkeypatch.setattr("webhook.cluster.LIST_PAGE_SIZE", 2)
+    fake = TimedList([{"n": i} for i in range(6)])
+    pages = Pages(fake, resource="things", timeout_seconds=5, deadline=time.monotonic() + 1.0)
+    assert [i["n"] for i in pages] == list(range(6)) and not pages.truncated and pages.resource_version == "42"
+    assert all(0 < t <= 1.0 for t in fake.timeouts), fake.timeouts  # each page waits only for what is left
+
+    fake = TimedList([{"n": i} for i in range(6)])
+    pages = Pages(fake, resource="things", timeout_seconds=5, deadline=time.monotonic() - 1)
+    # the first page is always asked for (briefly); once past the deadline no further page is
+    assert [i["n"] for i in pages] == [0, 1] and pages.truncated and pages.resource_version is None
+    assert fake.calls == [0] and fake.timeouts[0] <= 0.01

@@ -346,3 +346,16 @@ def test_role_with_protected_grants_reads_bindings_the_watch_has_not_delivered()
     assert not d.allowed and "just-made" in d.findings[0].message and calls == [1]
     harmless = review(cluster_role("viewer", [rule(["deviceclasses"], ["get"])]))["request"]
     assert rbac.review(harmless, index=idx, config=CONFIG, refresh_bindings=refresh).allowed and calls == [1]
+
+
+def test_a_partial_binding_read_is_judged_from_the_index_and_says_so():
+    idx = rbac.RbacIndex()
+    idx.upsert_binding(binding("cached", "later", [subject("Group", "team-a")]))
+    note = "ClusterRoleBindings judged from the watch cache: reading them did not finish within 2 s"
+    req = review(cluster_role("later", [rule(["resourceslices"], ["update"])]))["request"]
+    d = rbac.review(req, index=idx, config=CONFIG, refresh_bindings=lambda: note)
+    assert not d.allowed and "cached" in d.findings[0].message
+    assert d.warnings == (f"dra-guard: {note}",)
+    unbound = review(cluster_role("nobody-binds-it", [rule(["resourceslices"], ["update"])]))["request"]
+    d = rbac.review(unbound, index=idx, config=CONFIG, refresh_bindings=lambda: note)
+    assert d.allowed and d.warnings == (f"dra-guard: {note}",)

@@ -461,7 +461,7 @@ class _Requester:
 
 def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
            fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None,
-           refresh_bindings: Callable[[], None] | None = None,
+           refresh_bindings: Callable[[], str | None] | None = None,
            synced: tuple[bool, str] = (True, "")) -> Decision:
     """Judge one AdmissionReview request (the `request` dict of admission.k8s.io/v1 or v1beta1).
 
@@ -470,7 +470,9 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
     fetch_role(name): asked only when a binding's roleRef is not in the index (a role created a
     moment ago may not have reached the watch yet); returns the ClusterRole dict or None.
     refresh_bindings(): asked before judging a ClusterRole that grants protected write, to add
-    ClusterRoleBindings the watch has not delivered yet to `index` (the reverse race).
+    ClusterRoleBindings the watch has not delivered yet to `index` (the reverse race); returns
+    None, or a note when it could read only part of them in time (the decision then carries it
+    as a warning and is made from `index` as it stands).
     synced: (False, why) when the ClusterRole/ClusterRoleBinding caches lost their watch: a
     ClusterRole or ClusterRoleBinding write is then refused (enforce) with the reason rather
     than judged on stale data; warn and audit modes let it through with the reason.
@@ -591,17 +593,19 @@ def _role_violations(role: Mapping[str, Any], *, index: RbacIndex, config: RbacC
 
 def _review_cluster_role(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index: RbacIndex,
                          config: RbacConfig, requester: _Requester,
-                         refresh_bindings: Callable[[], None] | None = None) -> Decision:
+                         refresh_bindings: Callable[[], str | None] | None = None) -> Decision:
     name = _name(obj)
+    warnings: list[str] = []
     if refresh_bindings is not None and index.effective_grants(obj, config):
         # A role that grants protected write: a binding created a moment ago may not have reached
         # the watch yet, so the bindings are read from the API once before judging (rare: roles
         # with DRA write are few; everything else is decided from the cache).
-        refresh_bindings()
+        note = refresh_bindings()
+        if note:
+            warnings.append(short(f"dra-guard: {note}"))
     new = _role_violations(obj, index=index, config=config, requester=requester)
     old_v = _role_violations(old, index=index, config=config, requester=requester) if old is not None else []
     added, kept = _split_new(new, old_v)
-    warnings: list[str] = []
     if (added and old is not None and isinstance(obj.get("aggregationRule"), Mapping)
             and obj.get("aggregationRule") == old.get("aggregationRule") and _labels(obj) == _labels(old)
             and requester.username in config.aggregation_controller_users):
