@@ -30,6 +30,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornLogger
+from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
 
 import certs
@@ -124,6 +125,29 @@ class DrainingThreadWorker(ThreadWorker):
         timer = threading.Timer(SHUTDOWN_DELAY[0], lambda: setattr(self, "alive", False))
         timer.daemon = True
         timer.start()
+
+    def handle(self, conn: Any) -> Any:
+        """gthread's handle() (in a pool thread), then, for a connection gthread is about to close,
+        the close itself, here: gthread closes it in its event loop with a graceful drain that
+        waits up to 2 s for the client's FIN, and a client that never sends one (stalled, or gone
+        after its own timeout) would stall every other connection of the worker meanwhile. The
+        drain here waits at most CLOSE_LINGER seconds."""
+        result = super().handle(conn)
+        if result is False and conn.sock.fileno() != -1:
+            util.close_graceful(conn.sock, timeout=CLOSE_LINGER)
+        return result
+
+    def finish_request(self, conn: Any, fs: Any) -> None:
+        """gthread's finish_request(), except for a connection already closed (by handle() above,
+        or by gthread itself on a TLS EOF): gthread would count it out twice (its close raises on
+        the closed socket and its error path decrements again), and a worker whose count drifts
+        below the truth accepts past worker_connections without bound (6,971 sockets in bench/)."""
+        if conn.sock.fileno() == -1:
+            self.nr_conns -= 1
+            return
+        super().finish_request(conn, fs)
+KEEPALIVE_CONNECTIONS = 250  # idle keep-alive connections per worker: far above what apiservers, probes and Prometheus hold
+CLOSE_LINGER = 0.5  # seconds a closing connection waits for the client's FIN (RFC 9112 9.6) before it is dropped
 CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
 REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
 
@@ -256,6 +280,10 @@ class DraGuardServer(BaseApplication):  # type: ignore[misc]
             "timeout": 30,
             "graceful_timeout": 20,
             "keepalive": 75,
+            # connections per worker: its threads plus KEEPALIVE_CONNECTIONS kept alive between
+            # requests; more wait in the kernel's backlog, so a connection storm cannot grow the
+            # worker's memory without bound (each TLS connection costs ~25 KiB; bench/RESULTS.md)
+            "worker_connections": o.config.server.threads + KEEPALIVE_CONNECTIONS,
             "limit_request_line": 8190,
             "limit_request_fields": 100,
             "accesslog": None,

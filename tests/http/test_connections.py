@@ -1,0 +1,115 @@
+"""Connections of the real `dra-guard serve` (gunicorn gthread over TLS) under abuse: the
+per-worker connection limit holds however connections end, and closing a connection whose client
+never closes its side does not stall the worker's other connections (webhook/server.py
+DrainingThreadWorker; bench/RESULTS.md "Overload memory")."""
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import ssl
+import time
+
+import pytest
+
+from tests.serve import DraGuardProcess
+from webhook.server import KEEPALIVE_CONNECTIONS
+
+pytestmark = pytest.mark.http
+
+THREADS = 8  # server.threads default
+LIMIT = THREADS + KEEPALIVE_CONNECTIONS
+
+
+@pytest.fixture
+def server(tmp_path):
+    proc = DraGuardProcess(tmp_path, "--no-cluster")
+    try:
+        proc.wait("/readyz")
+        yield proc
+    finally:
+        proc.stop()
+
+
+def worker_pid(server) -> int:
+    """The gunicorn worker: the only child of the master (workers: 1)."""
+    master = server.proc.pid
+    children = [int(c) for task in pathlib.Path(f"/proc/{master}/task").iterdir()
+                for c in (task / "children").read_text().split()]
+    assert len(children) == 1, children
+    return children[0]
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def tls_context(server) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(server.ca_file))
+
+
+def get_healthz(tls: ssl.SSLSocket) -> bytes:
+    """GET /healthz on a kept-alive connection; the whole answer (head and Content-Length body)."""
+    tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = tls.recv(4096)
+        assert chunk, f"connection closed after {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += tls.recv(4096)
+    return head + b"\r\n\r\n" + body
+
+
+def test_connections_that_end_in_a_tls_eof_are_counted_once_and_the_limit_holds(server):
+    """A client that goes away during the TLS handshake (what a load generator or an apiserver
+    past its webhook timeout does) makes gthread close the socket itself; gunicorn 27 then counts
+    the connection out twice, and after enough of them the worker accepts without limit."""
+    for _ in range(300):
+        socket.create_connection(("127.0.0.1", server.port), timeout=10).close()  # EOF instead of a ClientHello
+    assert server.session().get(server.url + "/healthz", timeout=10).status_code == 200
+    pid = worker_pid(server)
+    time.sleep(0.5)
+    idle = []
+    try:
+        for _ in range(LIMIT + 150):  # silent TCP connections: each one the worker accepts is an fd
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+        deadline = time.monotonic() + 3
+        most = 0
+        while time.monotonic() < deadline:
+            most = max(most, open_fds(pid))
+            time.sleep(0.1)
+        # the worker's own files (listener, logs, pipes) are about a dozen
+        assert most <= LIMIT + 30, f"worker holds {most} fds with a limit of {LIMIT} connections"
+        assert most >= LIMIT, most  # and it did accept up to the limit
+    finally:
+        for sock in idle:
+            sock.close()
+    # the connections over the limit waited in the backlog: once those close, it answers again
+    assert server.session().get(server.url + "/healthz", timeout=10).status_code == 200
+
+
+def test_a_client_that_never_closes_does_not_stall_the_other_connections(server):
+    """Clients that stall half-way through a request are cut off after 2 s; gthread then closes
+    their sockets in its event loop, waiting up to 2 s each for a FIN that never comes, during
+    which no other connection of the worker is served. The close now happens off the event loop."""
+    ctx = tls_context(server)
+    kept = ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=20), server_hostname="localhost")
+    stalled = []
+    try:
+        assert get_healthz(kept).startswith(b"HTTP/1.1 200")
+        for _ in range(4):
+            tls = ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=20),
+                                  server_hostname="localhost")
+            tls.sendall(b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\n")  # and never the rest, nor a FIN
+            stalled.append(tls)
+        time.sleep(2.6)  # the server cuts them off after 2 s and starts closing them
+        started = time.monotonic()
+        assert get_healthz(kept).startswith(b"HTTP/1.1 200")
+        waited = time.monotonic() - started
+        assert waited < 1.0, f"a kept-alive connection waited {waited:.2f} s behind closing ones"
+    finally:
+        for sock in [kept, *stalled]:
+            sock.close()
