@@ -165,6 +165,9 @@ class Informer:
                 raise ApiException(status=410, reason="watch error event") from exc
 
 
+#: refresh_bindings starts a read only with at least this share of cluster.requestTimeoutSeconds left
+MIN_READ_SHARE = 0.25
+
 RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first
 
@@ -267,16 +270,24 @@ class ClusterState:
         budget = self.config.cluster.request_timeout_seconds
         asked = time.monotonic()
         deadline = asked + budget
+        unread = (f"ClusterRoleBindings judged from the watch cache: reading them from the API did not "
+                  f"finish within cluster.requestTimeoutSeconds ({budget:g} s)")
         if not self._refresh_lock.acquire(timeout=budget):
             metrics.BINDING_REFRESHES.labels(outcome="partial").inc()
             log.warning("ClusterRoleBindings judged from the cache: another read of them took the whole budget",
                         extra={"seconds": budget})
-            return (f"ClusterRoleBindings judged from the watch cache: reading them from the API did not "
-                    f"finish within cluster.requestTimeoutSeconds ({budget:g} s)")
+            return unread
         try:
             if self._bindings_read_from >= asked:
                 metrics.BINDING_REFRESHES.labels(outcome="shared").inc()
                 return None
+            if deadline - time.monotonic() < MIN_READ_SHARE * budget:
+                # a concurrent read (partial, so not shared) used up the time: no read of our own
+                # could finish, and starting one with no time would only fail
+                metrics.BINDING_REFRESHES.labels(outcome="partial").inc()
+                log.warning("ClusterRoleBindings judged from the cache: a concurrent read took the budget",
+                            extra={"seconds": budget})
+                return unread
             started = time.monotonic()
             api = kubernetes.client.RbacAuthorizationV1Api(self.client)
             pages = Pages(api.list_cluster_role_binding, resource="clusterrolebindings", timeout_seconds=budget,

@@ -120,3 +120,20 @@ def test_an_apiserver_that_does_not_answer_is_a_failure_in_time(control_plane, b
         os.kill(pid, signal.SIGCONT)
     assert elapsed < 0.5 + 0.5, elapsed
     assert refreshes("failed") == before + 1
+
+
+def test_a_review_left_too_little_time_by_a_concurrent_read_starts_none_and_is_judged_from_the_cache(
+        control_plane, bindings):
+    """A review that waited for a concurrent read which ended partial (so cannot be shared) has
+    almost none of its budget left: a read of its own would fail (the failureMode) for want of
+    time, so it starts none and gets the note. The concurrent read is played by holding the lock."""
+    st = state(control_plane, 0.5)
+    before, lists = refreshes("partial"), list_requests()
+    st._refresh_lock.acquire()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(st.refresh_bindings)
+        time.sleep(0.45)  # the concurrent read takes 0.45 s of this review's 0.5 s
+        st._refresh_lock.release()
+        note = waiting.result()
+    assert note and "did not finish within cluster.requestTimeoutSeconds (0.5 s" in note
+    assert list_requests() == lists and refreshes("partial") == before + 1
