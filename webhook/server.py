@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import logging
 import os
 import pathlib
@@ -112,10 +113,28 @@ DRAINING = threading.Event()  # set in a worker on SIGTERM: /readyz fails while 
 SHUTDOWN_DELAY = [5.0]        # seconds; set from server.shutdownDelaySeconds before the workers fork
 
 
+def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    """gunicorn's util.write_error, with a JSON body ({"error": "<reason>: <detail>"}, like the
+    app's own errors) instead of an HTML page. gunicorn answers a few protocol errors before the
+    app sees the request (a request line over 8190 bytes: 414, more than 100 headers: 431, a
+    malformed header: 400, a TLS error: 403, a crash outside the app: 500); installed in each worker
+    by DrainingThreadWorker.init_process. sock: the client socket; never raises on a gone client
+    (gunicorn's caller logs that at debug)."""
+    body = json.dumps({"error": f"{reason}: {mesg}" if mesg else reason}).encode()
+    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+    util.write_nonblock(sock, head + body)
+
+
 class DrainingThreadWorker(ThreadWorker):
     """gunicorn's gthread worker, draining on SIGTERM: /readyz fails at once, requests are served
     for server.shutdownDelaySeconds more (the time it takes the apiserver and kube-proxy to stop
     sending here), then gthread's graceful stop finishes in-flight reviews."""
+
+    def init_process(self) -> None:
+        """Answer gunicorn's own protocol errors in JSON (write_json_error), then run the worker."""
+        util.write_error = write_json_error
+        super().init_process()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if DRAINING.is_set():

@@ -225,3 +225,23 @@ def test_weak_ciphers_are_refused(server, ciphers):
         with pytest.raises(ssl.SSLError):
             with ctx.wrap_socket(sock, server_hostname="localhost"):
                 pass
+
+
+@pytest.mark.parametrize("raw, status", [
+    (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),  # request line over 8190 bytes
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(120)) + b"\r\n", 431),
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400),
+])
+def test_requests_gunicorn_refuses_itself_get_json_not_html(server, raw, status):
+    """Protocol errors gunicorn answers before the app sees the request: JSON like every other error."""
+    import json as _json
+    ctx = ssl.create_default_context(cafile=str(server.ca_file))
+    with ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost") as tls:
+        tls.sendall(raw)
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 %d " % status), head
+    assert b"content-type: application/json" in head.lower() and b"<html" not in body
+    assert _json.loads(body)["error"]
