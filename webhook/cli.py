@@ -37,7 +37,10 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the admission webhook server (gunicorn over TLS)",
                            description="Serve /validate/rbac, /mutate/daemonsets, /validate/evictions, /healthz, "
-                                       "/readyz and /metrics over HTTPS.",
+                                       "/readyz and /metrics over HTTPS (and /validate/noop, a no-op review for "
+                                       "benchmarks, never registered by the chart). Each gunicorn worker (server.workers) "
+                                       "holds at most server.threads + 250 connections; more wait "
+                                       "in the kernel's backlog.",
                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
