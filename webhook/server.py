@@ -32,7 +32,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn import util
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import _DEFER, ThreadWorker
 
 import certs
 from certs.reload import ReloadingContext
@@ -117,7 +117,8 @@ def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None
     """gunicorn's util.write_error, with a JSON body ({"error": "<reason>: <detail>"}, like the
     app's own errors) instead of an HTML page. gunicorn answers a few protocol errors before the
     app sees the request (a request line over 8190 bytes: 414, more than 100 headers: 431, a
-    malformed header: 400, a TLS error: 403, a crash outside the app: 500); installed in each worker
+    malformed header: 400, a crash outside the app: 500; a failed TLS handshake, e.g. plain HTTP
+    to this port, cannot be answered and the connection is just closed); installed in each worker
     by DrainingThreadWorker.init_process. sock: the client socket; never raises on a gone client
     (gunicorn's caller logs that at debug)."""
     body = json.dumps({"error": f"{reason}: {mesg}" if mesg else reason}).encode()
@@ -146,11 +147,18 @@ class DrainingThreadWorker(ThreadWorker):
         timer.start()
 
     def handle(self, conn: Any) -> Any:
-        """gthread's handle() (in a pool thread), then, for a connection gthread is about to close,
-        the close itself, here: gthread closes it in its event loop with a graceful drain that
-        waits up to 2 s for the client's FIN, and a client that never sends one (stalled, or gone
-        after its own timeout) would stall every other connection of the worker meanwhile. The
-        drain here waits at most CLOSE_LINGER seconds."""
+        """gthread's handle() (in a pool thread), with two changes:
+
+        * a new connection waits at most FIRST_BYTE_WAIT seconds in this thread for its first byte
+          (gthread: 5 s), then in the poller: eight connections that send nothing held every
+          thread for 5 s each;
+        * a connection gthread is about to close is closed here: gthread closes it in its event
+          loop with a graceful drain that waits up to 2 s for the client's FIN, and a client that
+          never sends one (stalled, or gone after its own timeout) stalled every other connection
+          of the worker meanwhile. The drain here waits at most CLOSE_LINGER seconds.
+        """
+        if not conn.initialized and not conn.data_ready and not conn.wait_for_data(FIRST_BYTE_WAIT):
+            return _DEFER
         result = super().handle(conn)
         if result is False and conn.sock.fileno() != -1:
             util.close_graceful(conn.sock, timeout=CLOSE_LINGER)
@@ -164,8 +172,24 @@ class DrainingThreadWorker(ThreadWorker):
         if conn.sock.fileno() == -1:
             self.nr_conns -= 1
             return
+        deferred = not fs.cancelled() and fs.exception() is None and fs.result() is _DEFER
         super().finish_request(conn, fs)
+        if deferred and self.pending_conns and self.pending_conns[-1] is conn:
+            # a connection without a first byte waits CLIENT_SOCKET_TIMEOUT in the poller, not the
+            # 75 s keep-alive: silent connections must not hold the worker's connection slots.
+            # Every pending connection gets the same delay, so the queue stays in time order.
+            conn.timeout = min(conn.timeout, time.monotonic() + CLIENT_SOCKET_TIMEOUT)
+
+    def _keepalive_after(self, conn: Any, keepalive: bool) -> bool:
+        """gthread's check whether a connection can serve another request after an answer: it
+        drains a body the app did not read. A malformed rest of the body made gthread send a
+        second, unsolicited error answer on the connection; it now just ends the connection."""
+        try:
+            return bool(super()._keepalive_after(conn, keepalive))
+        except Exception:  # gunicorn's parser errors (bad chunk size, too many trailers, ...)
+            return False
 KEEPALIVE_CONNECTIONS = 250  # idle keep-alive connections per worker: far above what apiservers, probes and Prometheus hold
+FIRST_BYTE_WAIT = 0.1  # seconds a new connection may hold a pool thread before its first byte (then: the poller)
 CLOSE_LINGER = 0.5  # seconds a closing connection waits for the client's FIN (RFC 9112 9.6) before it is dropped
 CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
 REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)

@@ -113,3 +113,48 @@ def test_a_client_that_never_closes_does_not_stall_the_other_connections(server)
     finally:
         for sock in [kept, *stalled]:
             sock.close()
+
+
+def test_silent_connections_do_not_hold_the_worker_threads(server):
+    """Connections that send nothing (not even a ClientHello): gthread waits for a first byte in a
+    pool thread, 5 s each, so eight of them held every thread; they now wait in the poller."""
+    silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(2 * THREADS)]
+    try:
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert server.session().get(server.url + "/healthz", timeout=10).status_code == 200
+        waited = time.monotonic() - started
+        assert waited < 1.0, f"/healthz waited {waited:.2f} s behind {len(silent)} silent connections"
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_silent_connections_are_dropped_after_the_client_timeout(server):
+    """More silent connections than the limit: each is dropped after 2 s without a first byte
+    (not kept for the 75 s keep-alive), so the ones queued behind them get their turn."""
+    silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(LIMIT + 50)]
+    try:
+        started = time.monotonic()
+        assert server.session().get(server.url + "/healthz", timeout=20).status_code == 200
+        waited = time.monotonic() - started
+        assert waited < 8, f"/healthz waited {waited:.2f} s behind {len(silent)} silent connections"
+        first = silent[0]
+        first.settimeout(5)
+        assert first.recv(1) == b""  # closed by the server, long before the keep-alive timeout
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_a_malformed_rest_of_body_after_an_answer_closes_the_connection_without_a_second_answer(server):
+    """A route that does not read the body (here /healthz) answers; gunicorn then drains the body,
+    finds it malformed and used to send a second, unsolicited answer on the same connection."""
+    tls = tls_context(server).wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10),
+                                          server_hostname="localhost")
+    with tls:
+        tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n")
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200") and data.count(b"HTTP/1.1 ") == 1, data
