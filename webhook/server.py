@@ -158,6 +158,7 @@ class DrainingThreadWorker(ThreadWorker):
           of the worker meanwhile. The drain here waits at most CLOSE_LINGER seconds.
         """
         if not conn.initialized and not conn.data_ready and not conn.wait_for_data(FIRST_BYTE_WAIT):
+            conn.first_byte_deferred = True  # read by finish_request, in the event loop
             return _DEFER
         result = super().handle(conn)
         if result is False and conn.sock.fileno() != -1:
@@ -172,7 +173,7 @@ class DrainingThreadWorker(ThreadWorker):
         if conn.sock.fileno() == -1:
             self.nr_conns -= 1
             return
-        deferred = not fs.cancelled() and fs.exception() is None and fs.result() is _DEFER
+        deferred = conn.__dict__.pop("first_byte_deferred", False)
         super().finish_request(conn, fs)
         if deferred and self.pending_conns and self.pending_conns[-1] is conn:
             # a connection without a first byte waits CLIENT_SOCKET_TIMEOUT in the poller, not the
