@@ -152,6 +152,8 @@ class DrainingThreadWorker(ThreadWorker):
         * a new connection waits at most FIRST_BYTE_WAIT seconds in this thread for its first byte
           (gthread: 5 s), then in the poller: eight connections that send nothing held every
           thread for 5 s each;
+        * a connection with a pipelined request already decrypted in its TLS buffer goes back to
+          the pool (gthread waited for the socket to turn readable, which it never does then);
         * a connection gthread is about to close is closed here: gthread closes it in its event
           loop with a graceful drain that waits up to 2 s for the client's FIN, and a client that
           never sends one (stalled, or gone after its own timeout) stalled every other connection
@@ -163,6 +165,10 @@ class DrainingThreadWorker(ThreadWorker):
         result = super().handle(conn)
         if result is False and conn.sock.fileno() != -1:
             util.close_graceful(conn.sock, timeout=CLOSE_LINGER)
+        elif result is True and isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
+            # a pipelined request already decrypted inside the TLS layer: the socket will not turn
+            # readable for it, so it goes straight back to the pool (finish_request)
+            conn.tls_pending = True
         return result
 
     def finish_request(self, conn: Any, fs: Any) -> None:
@@ -172,6 +178,9 @@ class DrainingThreadWorker(ThreadWorker):
         below the truth accepts past worker_connections without bound (6,971 sockets in bench/)."""
         if conn.sock.fileno() == -1:
             self.nr_conns -= 1
+            return
+        if conn.__dict__.pop("tls_pending", False) and self.alive:
+            self.enqueue_req(conn)
             return
         deferred = conn.__dict__.pop("first_byte_deferred", False)
         super().finish_request(conn, fs)

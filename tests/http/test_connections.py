@@ -158,3 +158,23 @@ def test_a_malformed_rest_of_body_after_an_answer_closes_the_connection_without_
         while chunk := tls.recv(65536):
             data += chunk
     assert data.startswith(b"HTTP/1.1 200") and data.count(b"HTTP/1.1 ") == 1, data
+
+
+def test_pipelined_requests_over_tls_are_all_answered(server):
+    """Two requests in one write, the first exactly 8,192 bytes (gunicorn's read size): the second
+    is then decrypted but unread inside the TLS layer, the socket never turns readable, and
+    gthread left it unanswered until the 75 s keep-alive closed the connection."""
+    base = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: \r\n\r\n"
+    first = base.replace(b"X-Pad: ", b"X-Pad: " + b"a" * (8192 - len(base)))
+    assert len(first) == 8192
+    tls = tls_context(server).wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=5),
+                                          server_hostname="localhost")
+    with tls:
+        tls.sendall(first + b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = b""
+        try:
+            while chunk := tls.recv(65536):
+                data += chunk
+        except TimeoutError:
+            pass
+    assert data.count(b"HTTP/1.1 200") == 2 and b'"ready"' in data, data
