@@ -270,13 +270,8 @@ class ClusterState:
         budget = self.config.cluster.request_timeout_seconds
         asked = time.monotonic()
         deadline = asked + budget
-        unread = (f"ClusterRoleBindings judged from the watch cache: reading them from the API did not "
-                  f"finish within cluster.requestTimeoutSeconds ({budget:g} s)")
         if not self._refresh_lock.acquire(timeout=budget):
-            metrics.BINDING_REFRESHES.labels(outcome="partial").inc()
-            log.warning("ClusterRoleBindings judged from the cache: another read of them took the whole budget",
-                        extra={"seconds": budget})
-            return unread
+            return self._bindings_from_cache("another read of them took the whole budget", budget)
         try:
             if self._bindings_read_from >= asked:
                 metrics.BINDING_REFRESHES.labels(outcome="shared").inc()
@@ -284,17 +279,13 @@ class ClusterState:
             if deadline - time.monotonic() < MIN_READ_SHARE * budget:
                 # a concurrent read (partial, so not shared) used up the time: no read of our own
                 # could finish, and starting one with no time would only fail
-                metrics.BINDING_REFRESHES.labels(outcome="partial").inc()
-                log.warning("ClusterRoleBindings judged from the cache: a concurrent read took the budget",
-                            extra={"seconds": budget})
-                return unread
+                return self._bindings_from_cache("a concurrent read took the budget", budget)
             started = time.monotonic()
             api = kubernetes.client.RbacAuthorizationV1Api(self.client)
             pages = Pages(api.list_cluster_role_binding, resource="clusterrolebindings", timeout_seconds=budget,
                           deadline=deadline)
             try:
                 for binding in pages:
-                    binding.setdefault("kind", "ClusterRoleBinding")
                     self.rbac.upsert_binding(binding)
             except Exception as exc:  # timeouts and connection errors come in many urllib3 types
                 if not (pages.count and time.monotonic() >= deadline - 0.05):
@@ -304,16 +295,24 @@ class ClusterState:
                     raise ClusterError(f"reading ClusterRoleBindings failed: {detail}") from exc
                 pages.truncated = True  # the page in flight when the budget ran out
             if pages.truncated:
-                metrics.BINDING_REFRESHES.labels(outcome="partial").inc()
-                log.warning("ClusterRoleBindings judged from the cache: the API read did not finish in time",
-                            extra={"objects": pages.count, "seconds": round(time.monotonic() - started, 3)})
-                return (f"ClusterRoleBindings judged from the watch cache: reading them from the API did not "
-                        f"finish within cluster.requestTimeoutSeconds ({budget:g} s; {pages.count} read)")
+                return self._bindings_from_cache("the API read did not finish in time", budget, read=pages.count,
+                                                 seconds=time.monotonic() - started)
             self._bindings_read_from = started
             metrics.BINDING_REFRESHES.labels(outcome="read").inc()
             return None
         finally:
             self._refresh_lock.release()
+
+    @staticmethod
+    def _bindings_from_cache(why: str, budget: float, *, read: int | None = None,
+                             seconds: float | None = None) -> str:
+        """Count and log a partial binding read (refresh_bindings); the note for the review's warning."""
+        metrics.BINDING_REFRESHES.labels(outcome="partial").inc()
+        log.warning(f"ClusterRoleBindings judged from the cache: {why}",
+                    extra={"objects": read, "seconds": round(seconds if seconds is not None else budget, 3)})
+        counted = "" if read is None else f"; {read} read"
+        return (f"ClusterRoleBindings judged from the watch cache: reading them from the API did not "
+                f"finish within cluster.requestTimeoutSeconds ({budget:g} s{counted})")
 
     def service_account_writes_slices(self, namespace: str, name: str) -> bool:
         """Whether RBAC lets ServiceAccount namespace/name write ResourceSlices (a DRA driver sign)."""

@@ -29,9 +29,9 @@ import threading
 import time
 from typing import Any
 
+from gunicorn import util
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornLogger
-from gunicorn import util
 from gunicorn.workers.gthread import _DEFER, ThreadWorker
 
 import certs
@@ -111,6 +111,11 @@ def certificate_status(cert_file: pathlib.Path, key_file: pathlib.Path) -> tuple
 _RELOADERS: dict[int, ReloadingContext] = {}
 DRAINING = threading.Event()  # set in a worker on SIGTERM: /readyz fails while it keeps serving
 SHUTDOWN_DELAY = [5.0]        # seconds; set from server.shutdownDelaySeconds before the workers fork
+KEEPALIVE_CONNECTIONS = 250  # idle keep-alive connections per worker: far above what apiservers, probes and Prometheus hold
+FIRST_BYTE_WAIT = 0.1  # seconds a new connection may hold a pool thread before its first byte (then: the poller)
+CLOSE_LINGER = 0.5  # seconds a closing connection waits for the client's FIN (RFC 9112 9.6) before it is dropped
+CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
+REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
 
 
 def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
@@ -147,7 +152,7 @@ class DrainingThreadWorker(ThreadWorker):
         timer.start()
 
     def handle(self, conn: Any) -> Any:
-        """gthread's handle() (in a pool thread), with two changes:
+        """gthread's handle() (in a pool thread), with three changes:
 
         * a new connection waits at most FIRST_BYTE_WAIT seconds in this thread for its first byte
           (gthread: 5 s), then in the poller: eight connections that send nothing held every
@@ -198,11 +203,6 @@ class DrainingThreadWorker(ThreadWorker):
             return bool(super()._keepalive_after(conn, keepalive))
         except Exception:  # gunicorn's parser errors (bad chunk size, too many trailers, ...)
             return False
-KEEPALIVE_CONNECTIONS = 250  # idle keep-alive connections per worker: far above what apiservers, probes and Prometheus hold
-FIRST_BYTE_WAIT = 0.1  # seconds a new connection may hold a pool thread before its first byte (then: the poller)
-CLOSE_LINGER = 0.5  # seconds a closing connection waits for the client's FIN (RFC 9112 9.6) before it is dropped
-CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
-REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
 
 
 class ServerLogger(GunicornLogger):  # type: ignore[misc]

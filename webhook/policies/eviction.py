@@ -116,6 +116,12 @@ class Hold:
 
 # --------------------------------------------------------------------------- the index
 
+def _claim_entry(claim: Mapping[str, Any]) -> tuple[tuple[str, str], ClaimInfo | None]:
+    """A ResourceClaim dict as ((namespace, name), its ClaimInfo, None when unallocated)."""
+    meta = _map(claim.get("metadata"))
+    return (_str(meta.get("namespace")), _str(meta.get("name"))), claim_info(claim)
+
+
 class ClaimIndex:
     """Thread-safe view of ResourceClaims, DaemonSets and relevant Pods for the eviction policy.
 
@@ -212,14 +218,16 @@ class ClaimIndex:
     # -- claims
     def upsert_claim(self, claim: Mapping[str, Any]) -> None:
         """Add or replace a ResourceClaim (unallocated claims are not kept)."""
-        meta = _map(claim.get("metadata"))
-        key = (_str(meta.get("namespace")), _str(meta.get("name")))
-        info = claim_info(claim)
+        key, info = _claim_entry(claim)
         with self._lock:
-            self._unindex(key)
-            if info is not None:
-                self._claims[key] = info
-                self._index(key, info)
+            self._put_claim(key, info)
+
+    def _put_claim(self, key: tuple[str, str], info: ClaimInfo | None) -> None:
+        """Index one claim under `key` (namespace, name), replacing what was there; the lock is held."""
+        self._unindex(key)
+        if info is not None:
+            self._claims[key] = info
+            self._index(key, info)
 
     def delete_claim(self, namespace: str, name: str) -> None:
         """Forget a ResourceClaim."""
@@ -230,21 +238,14 @@ class ClaimIndex:
         """Replace every ResourceClaim (after a relist). `items` may be a stream of list pages: it
         is consumed, and reduced to ClaimInfo (unallocated claims dropped), before the lock is
         taken, so at most one page of raw claims is in memory (issue 9: peak RSS)."""
-        infos = []
-        for claim in items:
-            info = claim_info(claim)
-            if info is not None:
-                meta = _map(claim.get("metadata"))
-                infos.append(((_str(meta.get("namespace")), _str(meta.get("name"))), info))
+        entries = [entry for entry in map(_claim_entry, items) if entry[1] is not None]
         with self._lock:
             self._claims.clear()
             self._by_driver_node.clear()
             self._slots.clear()
             self._anywhere_by_pod.clear()
-            for key, info in infos:
-                self._unindex(key)
-                self._claims[key] = info
-                self._index(key, info)
+            for key, info in entries:
+                self._put_claim(key, info)
 
     def _claim_nodes(self, info: ClaimInfo) -> set[str]:
         if info.nodes:

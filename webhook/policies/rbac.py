@@ -201,8 +201,13 @@ class RbacIndex:
         with self._lock:
             self.delete_binding(name)
             self._changed()
-            self._bindings[name] = slim
-            self._by_role.setdefault(_str(slim["roleRef"].get("name")), set()).add(name)
+            self._put_binding(slim)
+
+    def _put_binding(self, slim: dict[str, Any]) -> None:
+        """Index a slimmed binding by name and by its roleRef's name; the lock is held."""
+        name = slim["metadata"]["name"]
+        self._bindings[name] = slim
+        self._by_role.setdefault(_str(slim["roleRef"].get("name")), set()).add(name)
 
     def delete_binding(self, name: str) -> None:
         """Forget a ClusterRoleBinding by name (no error when unknown)."""
@@ -231,10 +236,10 @@ class RbacIndex:
         stream of list pages: it is consumed, and slimmed, before the lock is taken."""
         slims = [_slim_binding(o) for o in objects]
         with self._lock:
-            self._bindings = {s["metadata"]["name"]: s for s in slims}
+            self._bindings = {}
             self._by_role = {}
-            for name, slim in self._bindings.items():
-                self._by_role.setdefault(_str(slim["roleRef"].get("name")), set()).add(name)
+            for slim in slims:
+                self._put_binding(slim)
             self._changed()
 
     # -- queries
