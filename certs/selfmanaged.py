@@ -17,7 +17,7 @@ A serving certificate is also re-issued when it is due (configurable share of it
 default 2/3) or lacks a required name. caBundles are set whenever they differ from the bundle,
 not only when empty.
 
-The Kubernetes calls go through a CertApi (webhook.cluster.KubeCertApi in production), so this
+The Kubernetes calls go through a CertApi (webhook.kube.certapi.KubeCertApi in production), so this
 module holds the decisions only.
 """
 from __future__ import annotations
@@ -34,13 +34,46 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 import certs
-from webhook.config import CertificatesConfig
 
 log = logging.getLogger("dra_guard.certs")
 
 SERVING_LABEL = "dra-guard.io/serving-lease-of"
 SERVING_CA_ANNOTATION = "dra-guard.io/serving-ca"
 SERVING_SINCE_ANNOTATION = "dra-guard.io/serving-since"
+
+
+class CertSettings(Protocol):
+    """The settings the Reconciler reads (webhook.config.CertificatesConfig has them): the port
+    that keeps this package free of webhook/. Times in seconds, validity in days."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def service(self) -> str: ...
+    @property
+    def extra_dns_names(self) -> tuple[str, ...]: ...
+    @property
+    def extra_ip_addresses(self) -> tuple[str, ...]: ...
+    @property
+    def secret_name(self) -> str: ...
+    @property
+    def lease_name(self) -> str: ...
+    @property
+    def validating_webhook(self) -> str: ...
+    @property
+    def mutating_webhook(self) -> str: ...
+    @property
+    def dir(self) -> str: ...
+    @property
+    def ca_validity_days(self) -> int: ...
+    @property
+    def leaf_validity_days(self) -> int: ...
+    @property
+    def renew_after_share(self) -> float: ...
+    @property
+    def check_interval_seconds(self) -> int: ...
+    @property
+    def reload_interval_seconds(self) -> int: ...
 
 
 class Conflict(Exception):
@@ -162,11 +195,11 @@ def hold_lease(api: CertApi, name: str, *, identity: str, now: datetime.datetime
 class Reconciler:
     """One replica's view of `certificates.mode: self`; call reconcile() every checkIntervalSeconds.
 
-    api: a CertApi. config: CertificatesConfig (namespace already resolved). identity: this
+    api: a CertApi. config: CertSettings (webhook.config.CertificatesConfig, namespace already resolved). identity: this
     replica's name (pod name; unique per process). now: a clock, for tests.
     """
 
-    def __init__(self, api: CertApi, config: CertificatesConfig, *, identity: str,
+    def __init__(self, api: CertApi, config: CertSettings, *, identity: str,
                  now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)) -> None:
         self.api = api
         self.config = config

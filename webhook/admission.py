@@ -17,7 +17,7 @@ from typing import Any
 
 from webhook import metrics
 from webhook.config import PolicyConfig
-from webhook.policies import Decision, short
+from webhook.policies.decision import Decision, short
 
 log = logging.getLogger("dra_guard.admission")
 

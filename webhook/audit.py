@@ -14,8 +14,10 @@ from typing import Any
 import yaml
 
 from webhook.config import CONFIG_KIND, Config, ConfigError, from_mapping
-from webhook import drainplan
-from webhook.policies import Finding, controlplane, probes, rbac
+from webhook.model.facts import build_facts
+from webhook.policies import controlplane, probes
+from webhook.policies.decision import Finding
+from webhook.policies.registry import POLICIES
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -112,24 +114,20 @@ def run(objects: list[dict[str, Any]], config: Config, *, served_versions: list[
     kube-controller-manager).
     """
     findings: list[tuple[Finding, str]] = []
-    index = rbac.RbacIndex.from_objects(objects)
-    findings += [(f, config.policy("rbac").mode) for f in rbac.audit(index, config.rbac)]
-
-    def can_write_slices(namespace: str, name: str) -> bool:
-        return index.service_account_may_write(namespace, name, "resourceslices", config.rbac)
-
+    facts = build_facts(objects, config)
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for obj in objects:
         by_kind.setdefault(str(obj.get("kind")), []).append(obj)
-    for ds in by_kind.get("DaemonSet", []):
-        findings += [(f, config.policy("probes").mode) for f in probes.audit(
-            ds, detection=config.detection, config=config.probes, can_write_slices=can_write_slices)]
+    for policy in POLICIES:
+        if policy.audit is not None:
+            mode = config.policy(policy.name).mode
+            findings += [(f, mode) for f in policy.audit(facts, config, by_kind)]
 
     pods = by_kind.get("Pod", [])
     system_pods = [p for p in pods if (p.get("metadata") or {}).get("namespace") == "kube-system"]
     advisory = "audit"
     if served_versions is not None:
-        claims = drainplan.build_index(objects, config)
+        claims = facts.claims
         nodes = [str((n.get("metadata") or {}).get("name")) for n in by_kind.get("Node", [])]
         seamless = {((ds.get("metadata") or {}).get("namespace", ""), (ds.get("metadata") or {}).get("name", "")):
                     probes.supports_seamless_upgrade(ds) for ds in by_kind.get("DaemonSet", [])}
@@ -140,7 +138,7 @@ def run(objects: list[dict[str, Any]], config: Config, *, served_versions: list[
                   + controlplane.old_kubelets(by_kind.get("Node", []), claims, seamless)
                   + controlplane.drain_holds(claims, nodes))
         findings += [(f, advisory) for f in checks]
-    elif any(controlplane._component_pods(system_pods, "kube-controller-manager")):
+    elif any(controlplane.component_pods(system_pods, "kube-controller-manager")):
         findings += [(f, advisory) for f in controlplane.controller_manager(system_pods)]
     return findings
 

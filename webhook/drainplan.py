@@ -11,29 +11,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.config import Config
-from webhook.policies import eviction
-from webhook.policies.rbac import RbacIndex
+from webhook.model.claim_index import ClaimIndex
+from webhook.model.facts import build_facts
 
 
-def build_index(objects: Iterable[Mapping[str, Any]], config: Config) -> eviction.ClaimIndex:
-    """A ClaimIndex from listed objects (ClusterRoles/Bindings, DaemonSets, Pods, ResourceClaims)."""
-    objects = list(objects)
-    rbac_index = RbacIndex.from_objects(objects)
-    index = eviction.ClaimIndex(config.detection, lambda ns, sa: rbac_index.service_account_may_write(
-        ns, sa, "resourceslices", config.rbac))
-    for obj in objects:
-        kind = obj.get("kind")
-        if kind == "DaemonSet":
-            index.upsert_daemonset(obj)
-        elif kind == "Pod":
-            index.upsert_pod(obj)
-    for obj in objects:
-        if obj.get("kind") == "ResourceClaim":
-            index.upsert_claim(obj)
-    return index
+def build_index(objects: Iterable[Mapping[str, Any]], config: Config) -> ClaimIndex:
+    """The ClaimIndex of listed objects (ClusterRoles/Bindings, DaemonSets, Pods, ResourceClaims):
+    webhook.model.facts.build_facts(...).claims."""
+    return build_facts(objects, config).claims
 
 
-def plan(index: eviction.ClaimIndex, node: str) -> dict[str, Any]:
+def plan(index: ClaimIndex, node: str) -> dict[str, Any]:
     """The drain plan of `node` as a JSON-ready dict.
 
     {"node", "driverPods": [{"namespace", "name", "driver", "daemonset", "canEvictNow", "heldBy":

@@ -7,7 +7,7 @@
 - `helm install` succeeds. No kubelet runs, so the pods stay Pending (no --wait); the webhook
   configurations it creates point with the development value `webhooks.url` at a real
   `dra-guard serve` on loopback, so they work and break no other test. The hooks' scripts
-  (files/helm_test.py, files/pre_delete.py) run here as the hooks' own ServiceAccounts (tokens
+  (`dra-guard hook test`, `dra-guard hook pre-delete`) run here as the hooks' own ServiceAccounts (tokens
   from the TokenRequest API), since no kubelet could run their pods; then `helm uninstall
   --no-hooks` removes the release.
 """
@@ -79,10 +79,12 @@ def kubeconfig_for_service_account(cp, tmp_path: pathlib.Path, namespace: str, n
     return path
 
 
-def run_hook_script(script: str, kubeconfig: pathlib.Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run one of the chart's hook scripts as its pod would, with a kubeconfig instead of in-cluster config."""
+def run_hook(container: dict[str, Any], kubeconfig: pathlib.Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a hook container's rendered command (`dra-guard hook ...`) as its pod would, with a
+    kubeconfig instead of in-cluster config."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_SERVICE")}
-    return subprocess.run([sys.executable, str(helm.CHART / "files" / script)], capture_output=True, text=True,
+    assert container["command"] == ["dra-guard"], container["command"]
+    return subprocess.run([sys.executable, "-m", "webhook.cli", *container["args"]], capture_output=True, text=True,
                           timeout=120, env={**clean, "KUBECONFIG": str(kubeconfig), **env})
 
 
@@ -223,7 +225,7 @@ def test_rendered_container_args_and_config_start_the_real_server(control_plane,
 
 
 def test_helm_test_script_with_the_test_hook_identity(control_plane, installed, tmp_path):
-    """files/helm_test.py, run as the test hook's ServiceAccount with the hook's RBAC, passes only
+    """`dra-guard hook test`, run as the test hook's ServiceAccount with the hook's RBAC, passes only
     when dra-guard refuses the dry run (enforce), or warns (warn)."""
     cp = control_plane
     hooks = helm.template(values=installed["values"], release=RELEASE, namespace=NAMESPACE,
@@ -236,7 +238,7 @@ def test_helm_test_script_with_the_test_hook_identity(control_plane, installed, 
         kubeconfig = kubeconfig_for_service_account(cp, tmp_path, NAMESPACE, pod["spec"]["serviceAccountName"])
         env = pod_env(pod)
         assert env["RBAC_MODE"] == "enforce"
-        out = run_hook_script("helm_test.py", kubeconfig, env)
+        out = run_hook(pod["spec"]["containers"][0], kubeconfig, env)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "PASS: dra-guard refused the binding" in out.stdout
         # nothing was stored: it was a dry run
@@ -245,13 +247,13 @@ def test_helm_test_script_with_the_test_hook_identity(control_plane, installed, 
 
         guard.start(mode="warn")
         guard.wait_called()
-        out = run_hook_script("helm_test.py", kubeconfig, env)
+        out = run_hook(pod["spec"]["containers"][0], kubeconfig, env)
         assert out.returncode == 1 and "FAIL: expected dra-guard to refuse" in out.stdout, out.stdout + out.stderr
-        out = run_hook_script("helm_test.py", kubeconfig, {**env, "RBAC_MODE": "warn"})
+        out = run_hook(pod["spec"]["containers"][0], kubeconfig, {**env, "RBAC_MODE": "warn"})
         assert out.returncode == 0 and "PASS: dra-guard allowed the binding with a warning" in out.stdout, out.stdout
 
         guard.stop_server()  # dra-guard down, failurePolicy Fail: the test must say so
-        out = run_hook_script("helm_test.py", kubeconfig, {**env, "RBAC_MODE": "audit"})
+        out = run_hook(pod["spec"]["containers"][0], kubeconfig, {**env, "RBAC_MODE": "audit"})
         assert out.returncode == 1 and "FAIL: the apiserver could not reach dra-guard" in out.stdout, out.stdout
     finally:
         if guard.proc is None or guard.mode != "enforce":
@@ -260,7 +262,7 @@ def test_helm_test_script_with_the_test_hook_identity(control_plane, installed, 
 
 
 def test_pre_delete_script_with_the_hook_identity_then_uninstall(control_plane, installed, tmp_path):
-    """files/pre_delete.py, as the pre-delete ServiceAccount (installed with the release), deletes
+    """`dra-guard hook pre-delete`, as the pre-delete ServiceAccount (installed with the release), deletes
     exactly the release's two webhook configurations; then `helm uninstall` removes the rest."""
     cp = control_plane
     job = next(o for o in helm.template(values=installed["values"], release=RELEASE, namespace=NAMESPACE,
@@ -272,13 +274,13 @@ def test_pre_delete_script_with_the_hook_identity_then_uninstall(control_plane, 
     kubeconfig = kubeconfig_for_service_account(cp, tmp_path, NAMESPACE, account)
     env = pod_env({"spec": job["spec"]["template"]["spec"]})
     assert env["WEBHOOK_CONFIGURATION"] == FULLNAME
-    out = run_hook_script("pre_delete.py", kubeconfig, env)
+    out = run_hook(job["spec"]["template"]["spec"]["containers"][0], kubeconfig, env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"deleted validatingwebhookconfiguration {FULLNAME}" in out.stdout
     assert f"deleted mutatingwebhookconfiguration {FULLNAME}" in out.stdout
     assert not cp.kubectl("admin", "get", "validatingwebhookconfiguration,mutatingwebhookconfiguration", FULLNAME,
                           "--ignore-not-found", "-o", "name").stdout.strip()
-    again = run_hook_script("pre_delete.py", kubeconfig, env)
+    again = run_hook(job["spec"]["template"]["spec"]["containers"][0], kubeconfig, env)
     assert again.returncode == 0 and "already absent" in again.stdout
 
     # no kubelet would run the Job, so the hook is skipped here; its work was done above

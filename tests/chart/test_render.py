@@ -373,9 +373,14 @@ def test_hooks():
         {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]},
         {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
          "resourceNames": ["dra-guard-test-slice-writer"], "verbs": ["bind"]}]
-    script = pod["spec"]["containers"][0]["args"][0]
-    assert script == (helm.CHART / "files" / "helm_test.py").read_text()
-    assert job["spec"]["template"]["spec"]["containers"][0]["args"][0] == (helm.CHART / "files" / "pre_delete.py").read_text()
+    # both hooks run dra-guard's own subcommands, which the CLI knows
+    test_container, hook_container = pod["spec"]["containers"][0], job["spec"]["template"]["spec"]["containers"][0]
+    assert test_container["command"] + test_container["args"] == ["dra-guard", "hook", "test"]
+    assert hook_container["command"] + hook_container["args"] == ["dra-guard", "hook", "pre-delete"]
+    from webhook.cli.parser import build_parser
+    for container in (test_container, hook_container):
+        args = build_parser().parse_args(container["args"])
+        assert (args.command, args.hook_command) == tuple(container["args"])
 
 
 # ---------------------------------------------------------------- monitoring
@@ -482,6 +487,4 @@ def test_rendered_files_are_plain_yaml(tmp_path):
     """The chart's own files parse (the rules file only after rendering, it is a template)."""
     json.loads((helm.CHART / "files" / "dashboard.json").read_text())
     yaml.safe_load((helm.CHART / "values.yaml").read_text())
-    compile((helm.CHART / "files" / "helm_test.py").read_text(), "helm_test.py", "exec")
-    compile((helm.CHART / "files" / "pre_delete.py").read_text(), "pre_delete.py", "exec")
     assert pathlib.Path(helm.CHART / "templates" / "NOTES.txt").exists()

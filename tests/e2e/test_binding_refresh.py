@@ -14,7 +14,8 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from webhook.cluster import ClusterError, ClusterState, api_client
+from webhook.kube.client import ClusterError, api_client
+from webhook.kube.state import ClusterState
 from webhook.config import ClusterConfig, Config
 
 LABEL = "e2e-binding-refresh"
@@ -74,7 +75,7 @@ def test_a_read_in_full_fills_the_index_and_says_nothing(control_plane, bindings
 
 def test_a_list_longer_than_the_budget_ends_in_time_with_a_note(control_plane, bindings, monkeypatch):
     # one binding per page: over a thousand requests, several times 0.1 s even on a fast machine
-    monkeypatch.setattr("webhook.cluster.LIST_PAGE_SIZE", 1)
+    monkeypatch.setattr("webhook.kube.pages.LIST_PAGE_SIZE", 1)
     st = state(control_plane, 0.1)
     before = refreshes("partial")
     started = time.monotonic()

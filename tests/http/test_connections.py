@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.serve import DraGuardProcess
-from webhook.server import KEEPALIVE_CONNECTIONS
+from webhook.serve.worker import KEEPALIVE_CONNECTIONS
 
 pytestmark = pytest.mark.http
 

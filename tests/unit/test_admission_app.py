@@ -8,10 +8,10 @@ import pytest
 
 from tests.reviews import binding, cluster_role, review, rule, subject
 from webhook import admission
-from webhook.app import create_app
-from webhook.cluster import ClusterState
+from webhook.serve.app import create_app
+from webhook.kube.state import ClusterState
 from webhook.config import PolicyConfig, from_mapping
-from webhook.policies import Decision, Finding
+from webhook.policies.decision import Decision, Finding
 
 WILDCARD = rule(["*"], ["*"], groups=["*"])
 

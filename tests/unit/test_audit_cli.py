@@ -127,7 +127,7 @@ def test_json_says_which_findings_a_patch_fixes(capsys):
 
 
 def test_kubeconfig_environment_variable_is_honoured(tmp_path, monkeypatch):
-    from webhook import cluster
+    from webhook.kube import client as cluster
     kc = tmp_path / "kc"
     kc.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
                   "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"

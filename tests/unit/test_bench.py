@@ -186,8 +186,8 @@ def test_every_endpoints_function_main_calls_exists():
 
 def test_protected_role_body_is_a_clusterrole_granting_resourceslice_write_and_allowed():
     from webhook.config import RbacConfig
-    from webhook.policies import rbac
+    from webhook.model import rbac as rbac_model
     [(review, allowed)] = endpoints.protected_role_bodies()
     role = review["request"]["object"]
     assert review["request"]["kind"]["kind"] == "ClusterRole" and allowed
-    assert rbac.protected_grants(role["rules"], RbacConfig(), role=role["metadata"]["name"])
+    assert rbac_model.protected_grants(role["rules"], RbacConfig(), role=role["metadata"]["name"])

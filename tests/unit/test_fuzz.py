@@ -23,8 +23,8 @@ from tests.reviews import binding, cluster_role, review, rule, subject
 from tests.unit.test_eviction_policy import claim, eviction_request, pod
 from tests.unit.test_probes_policy import driver_daemonset, plugin_container
 from webhook import metrics
-from webhook.app import create_app
-from webhook.cluster import ClusterState
+from webhook.serve.app import create_app
+from webhook.kube.state import ClusterState
 from webhook.config import from_mapping
 
 EXAMPLES = int(os.environ.get("DRA_GUARD_FUZZ_EXAMPLES", "150"))

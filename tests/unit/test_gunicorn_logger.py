@@ -5,7 +5,7 @@ import logging
 
 from gunicorn.config import Config
 
-from webhook.server import ServerLogger
+from webhook.serve.worker import ServerLogger
 
 
 def make_logger(access_level: str) -> ServerLogger:

@@ -8,8 +8,8 @@ import pytest
 
 from tests.reviews import binding, cluster_role, subject
 from tests.unit.test_eviction_policy import claim, index_with, pod
-from webhook.cluster import Pages, list_pages
-from webhook.policies.rbac import RbacIndex
+from webhook.kube.pages import Pages, list_pages
+from webhook.model.rbac_index import RbacIndex
 
 
 class FakeList:
@@ -32,7 +32,7 @@ class FakeList:
 
 
 def test_pages_stream_every_item_once_then_give_the_resource_version(monkeypatch):
-    monkeypatch.setattr("webhook.cluster.LIST_PAGE_SIZE", 3)
+    monkeypatch.setattr("webhook.kube.pages.LIST_PAGE_SIZE", 3)
     fake = FakeList([{"n": i} for i in range(8)])
     pages = Pages(fake, resource="things", timeout_seconds=1)
     seen = []
@@ -45,7 +45,7 @@ def test_pages_stream_every_item_once_then_give_the_resource_version(monkeypatch
 
 
 def test_a_failed_relist_leaves_the_rbac_index_as_it_was(monkeypatch):
-    monkeypatch.setattr("webhook.cluster.LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr("webhook.kube.pages.LIST_PAGE_SIZE", 2)
     index = RbacIndex()
     index.replace_roles([cluster_role("old-role")])
     index.replace_bindings([binding("old-binding", "old-role", [subject("Group", "g")])])
@@ -62,7 +62,7 @@ def test_a_failed_relist_leaves_the_rbac_index_as_it_was(monkeypatch):
 
 
 def test_a_failed_relist_leaves_the_claim_index_as_it_was(monkeypatch):
-    monkeypatch.setattr("webhook.cluster.LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr("webhook.kube.pages.LIST_PAGE_SIZE", 2)
     index = index_with(pod("consumer", "node-a"), claim("gpu"))
     held = index.holds("gpu.example.com", "node-a")
     assert held
@@ -90,7 +90,7 @@ class TimedList(FakeList):
 
 def test_a_deadline_bounds_the_whole_list_not_each_page(monkeypatch):
     import time
-    monkeypatch.setattr("webhook.cluster.LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr("webhook.kube.pages.LIST_PAGE_SIZE", 2)
     fake = TimedList([{"n": i} for i in range(6)])
     pages = Pages(fake, resource="things", timeout_seconds=5, deadline=time.monotonic() + 1.0)
     assert [i["n"] for i in pages] == list(range(6)) and not pages.truncated and pages.resource_version == "42"

@@ -7,7 +7,8 @@ import jsonpatch
 import pytest
 
 from webhook.config import from_mapping
-from webhook.policies import drivers, probes
+from webhook.model import drivers
+from webhook.policies import probes
 
 CONFIG = from_mapping(None)
 

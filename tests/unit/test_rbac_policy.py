@@ -5,6 +5,7 @@ import pytest
 
 from tests.reviews import binding, cluster_role, review, rule, subject
 from webhook.config import from_mapping
+from webhook.model import rbac as rbac_model
 from webhook.policies import rbac
 
 CONFIG = from_mapping({
@@ -43,18 +44,18 @@ def index_of(*objects):
     ("deletecollection", [rule(["resourceslices"], ["deletecollection"])], {("resourceslices", "deletecollection")}),
 ])
 def test_protected_grants(name, rules, expected):
-    got = {(g.resource, g.verb) for g in rbac.protected_grants(rules, CONFIG, role="r")}
+    got = {(g.resource, g.verb) for g in rbac_model.protected_grants(rules, CONFIG, role="r")}
     assert got == expected, name
 
 
 def test_protected_grants_tolerates_non_list_rules():
-    assert rbac.protected_grants(None, CONFIG, role="r") == []
-    assert rbac.protected_grants({"a": 1}, CONFIG, role="r") == []
+    assert rbac_model.protected_grants(None, CONFIG, role="r") == []
+    assert rbac_model.protected_grants({"a": 1}, CONFIG, role="r") == []
 
 
 def test_configured_verbs_and_resources_are_used():
     cfg = from_mapping({"rbac": {"writeVerbs": ["approve"], "driverResources": ["resourceslices", "resourceclaims"]}}).rbac
-    grants = rbac.protected_grants([rule(["resourceclaims"], ["approve", "create"])], cfg, role="r")
+    grants = rbac_model.protected_grants([rule(["resourceclaims"], ["approve", "create"])], cfg, role="r")
     assert [(g.resource, g.verb) for g in grants] == [("resourceclaims", "approve")]
 
 
@@ -241,7 +242,7 @@ def test_aggregation_controller_update_is_warned_not_refused():
     ({"matchExpressions": [{"key": "a", "operator": "Bogus"}]}, {"a": "1"}, False),
 ])
 def test_selector_matches(selector, labels, matches):
-    assert rbac.selector_matches(selector, labels) is matches
+    assert rbac_model.selector_matches(selector, labels) is matches
 
 
 # ------------------------------------------------------------------ break-glass

@@ -16,8 +16,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.policies import as_map as _map, as_list as _list, Finding, short
-from webhook.policies.eviction import ClaimIndex
+from webhook.model.claim_index import ClaimIndex
+from webhook.model.readers import as_list as _list
+from webhook.model.readers import as_map as _map
+from webhook.policies.decision import Finding, short
 
 POLICY = "controlplane"
 KCM_QPS_FLOOR = 75
@@ -44,7 +46,7 @@ def _flag(words: Iterable[Any], flag: str) -> str | None:
     return None
 
 
-def _component_pods(pods: Iterable[Mapping[str, Any]], component: str) -> list[Mapping[str, Any]]:
+def component_pods(pods: Iterable[Mapping[str, Any]], component: str) -> list[Mapping[str, Any]]:
     """kube-system pods of a control-plane component, as kubeadm runs them (label component=...,
     or a container whose command starts with the component's binary)."""
     out = []
@@ -74,7 +76,7 @@ def controller_manager(pods: Iterable[Mapping[str, Any]]) -> list[Finding]:
     pods: kube-system Pod dicts. No visible kube-controller-manager pod (managed control planes)
     gives one "unknown" finding that says so instead of guessing.
     """
-    found = _component_pods(pods, "kube-controller-manager")
+    found = component_pods(pods, "kube-controller-manager")
     if not found:
         return [_finding(
             "controller-manager-qps-unknown", "Pod", "kube-controller-manager", namespace="kube-system",
@@ -108,7 +110,7 @@ def scheduler(pods: Iterable[Mapping[str, Any]], configmaps: Iterable[Mapping[st
     kube-system ConfigMap). The page gives no number for the scheduler: values below its defaults
     (50/100) are reported, invisible configuration is said to be unknown."""
     values: list[tuple[str, float, float]] = []
-    for pod in _component_pods(pods, "kube-scheduler"):
+    for pod in component_pods(pods, "kube-scheduler"):
         args = _args(pod, "kube-scheduler")
         qps, burst = _flag(args, "--kube-api-qps"), _flag(args, "--kube-api-burst")
         if qps or burst:

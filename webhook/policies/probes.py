@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jsonpatch
 
-from webhook.config import ProbeConfig
-from webhook.policies import as_map as _map, as_list as _list, ALLOW, Decision, Finding, short
-from webhook.policies import drivers as drivers_mod
+from webhook.config import Config, DetectionConfig, ProbeConfig
+from webhook.model import drivers as drivers_mod
+from webhook.model.readers import as_list as _list
+from webhook.model.facts import Facts
+from webhook.model.readers import as_map as _map
+from webhook.policies.decision import ALLOW, Decision, Finding, short
 
 POLICY = "probes"
 OPT_OUT = "dra-guard.io/probes"
@@ -234,7 +237,7 @@ def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config
     return modified, findings + upgrade_findings(daemonset)
 
 
-def review(request: Mapping[str, Any], *, detection: drivers_mod.DetectionConfig, config: ProbeConfig,
+def review(request: Mapping[str, Any], *, detection: DetectionConfig, config: ProbeConfig,
            can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False) -> Decision:
     """Judge one AdmissionReview request for an apps/v1 DaemonSet (CREATE or UPDATE).
 
@@ -270,7 +273,7 @@ def review(request: Mapping[str, Any], *, detection: drivers_mod.DetectionConfig
     return Decision(findings=tuple(findings), patch=patch)
 
 
-def audit(daemonset: Mapping[str, Any], *, detection: drivers_mod.DetectionConfig, config: ProbeConfig,
+def audit(daemonset: Mapping[str, Any], *, detection: DetectionConfig, config: ProbeConfig,
           can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False) -> list[Finding]:
     """Findings for one existing DaemonSet dict: driver containers without a liveness probe, and
     update-strategy findings. Empty for DaemonSets that are not DRA drivers or opted out."""
@@ -280,3 +283,17 @@ def audit(daemonset: Mapping[str, Any], *, detection: drivers_mod.DetectionConfi
     if driver is None:
         return []
     return evaluate(daemonset, driver=driver, config=config)[1]
+
+
+def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
+    """review() with the configured detection and probe settings; RBAC from Facts tells which
+    ServiceAccounts may write ResourceSlices. (The registry's `review`.)"""
+    return review(request, detection=config.detection, config=config.probes,
+                  can_write_slices=facts.service_account_writes_slices)
+
+
+def audit_objects(facts: Facts, config: Config, objects: Mapping[str, list[dict[str, Any]]]) -> Iterator[Finding]:
+    """audit() of every DaemonSet among `objects` (kind -> object dicts). (The registry's `audit`.)"""
+    for daemonset in objects.get("DaemonSet", []):
+        yield from audit(daemonset, detection=config.detection, config=config.probes,
+                         can_write_slices=facts.service_account_writes_slices)

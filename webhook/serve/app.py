@@ -1,6 +1,6 @@
 """Flask app factory: routes, body limits, JSON errors, metrics. Nothing else.
 
-Routes:
+Routes (the policies' paths come from webhook.policies.registry):
   POST /validate/rbac     the RBAC guard (ClusterRoles, ClusterRoleBindings, RoleBindings)
   POST /mutate/daemonsets the driver liveness probes (apps/v1 DaemonSets)
   POST /validate/evictions drain order (pods/eviction; pods DELETE when eviction.guardDeletes)
@@ -27,9 +27,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from webhook import admission, metrics
-from webhook.cluster import ClusterState
 from webhook.config import Config
-from webhook.policies import Decision, eviction, probes, rbac
+from webhook.model.facts import Facts
+from webhook.policies.decision import Decision
+from webhook.policies.registry import POLICIES, Review
 
 log = logging.getLogger("dra_guard.app")
 
@@ -41,7 +42,7 @@ NOOP_PATH = "/validate/noop"
 class Readiness:
     """What /readyz reports. `certificate` is a callable returning (ok, reason) for the TLS files."""
 
-    cluster: ClusterState
+    cluster: Facts
     certificate: Callable[[], tuple[bool, str]] = lambda: (True, "")
     draining: Callable[[], bool] = lambda: False
 
@@ -57,43 +58,19 @@ class Readiness:
         return not reasons, reasons
 
 
-def policy_routes(config: Config, cluster: ClusterState) -> dict[str, tuple[str, Callable[[Mapping[str, Any]], Decision]]]:
-    """URL path -> (policy name, request -> Decision) for every admission endpoint."""
-    def judge_eviction(req: Mapping[str, Any]) -> Decision:
-        decision = eviction.review(req, index=cluster.claims, config=config.eviction,
-                                   synced=cluster.fresh(config.eviction.max_cache_age_seconds))
-        record_eviction(req, decision, cluster)
-        return decision
+def policy_routes(config: Config, facts: Facts) -> dict[str, tuple[str, Callable[[Mapping[str, Any]], Decision]]]:
+    """URL path -> (policy name, request -> Decision) for every policy in the registry."""
+    def bind(review: Review) -> Callable[[Mapping[str, Any]], Decision]:
+        def evaluate(req: Mapping[str, Any]) -> Decision:
+            return review(req, facts, config)
+        return evaluate
 
-    return {
-        "/validate/rbac": ("rbac", lambda req: rbac.review(
-            req, index=cluster.rbac, config=config.rbac, fetch_role=cluster.fetch_cluster_role,
-            refresh_bindings=cluster.refresh_bindings,
-            synced=cluster.synced(("clusterroles", "clusterrolebindings")))),
-        "/mutate/daemonsets": ("probes", lambda req: probes.review(req, detection=config.detection, config=config.probes,
-                                                                   can_write_slices=cluster.service_account_writes_slices)),
-        "/validate/evictions": ("eviction", judge_eviction),
-    }
+    return {p.path: (p.name, bind(p.review)) for p in POLICIES}
 
 
-def record_eviction(request: Mapping[str, Any], decision: Decision, cluster: ClusterState) -> None:
-    """Metrics of the drain-order guard: driver pod evictions refused and allowed by driver, and
-    the claims blocking a node's driver at its last refused eviction."""
-    refused = [f for f in decision.findings if f.check == "driver-still-needed"]
-    for f in refused:
-        metrics.DRIVER_EVICTIONS.labels(driver=f.details["driver"], decision="refused").inc()
-        metrics.BLOCKING_CLAIMS.labels(node=f.details["node"]).set(len(f.details["claims"]))
-    if not decision.findings:
-        found = cluster.claims.driver_of_pod(str(request.get("namespace") or ""), str(request.get("name") or ""))
-        if found is not None:
-            pod, driver = found
-            metrics.DRIVER_EVICTIONS.labels(driver=driver.name or "unknown", decision="allowed").inc()
-            if pod.node:
-                metrics.BLOCKING_CLAIMS.labels(node=pod.node).set(0)
-
-
-def create_app(*, config: Config, cluster: ClusterState, readiness: Readiness | None = None) -> Flask:
-    """Build the Flask app serving the admission endpoints for `config` over `cluster`'s caches."""
+def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = None) -> Flask:
+    """Build the Flask app serving the admission endpoints of the registry for `config` over `cluster`'s facts
+    (webhook.kube.state.ClusterState when serving)."""
     app = Flask("dra_guard")
     # one byte more than allowed: werkzeug caps a chunked body silently at this size, so reading
     # limit + 1 bytes tells a body over the limit from one exactly at it

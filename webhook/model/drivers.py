@@ -1,4 +1,4 @@
-"""Recognising a DRA driver DaemonSet (pure; shared by the probes and eviction policies).
+"""Recognising a DRA driver DaemonSet (pure; read by the probes and eviction policies and the ClaimIndex).
 
 Sources: "Good practices for DRA as a Cluster Admin" ("Deploy and maintain DRA drivers": a driver
 is usually a DaemonSet talking to the kubelet through the kubeletplugin interface), the
@@ -21,10 +21,10 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.config import DetectionConfig, DriverSelector  # noqa: F401  (re-exported for callers)
-from webhook.policies import as_list as _list
-from webhook.policies import as_map as _map
-from webhook.policies import as_str as _str
+from webhook.config import DetectionConfig
+from webhook.model.readers import as_list as _list
+from webhook.model.readers import as_map as _map
+from webhook.model.readers import as_str as _str
 
 DRIVER_KEY = "dra-guard.io/driver"
 CONTAINERS_ANNOTATION = "dra-guard.io/plugin-containers"

@@ -10,11 +10,14 @@ import logging
 import threading
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
 from certs.selfmanaged import hold_lease
-from webhook import audit, cluster, metrics
+from webhook import audit, metrics
 from webhook.config import Config
+from webhook.kube import client as kube_client
+from webhook.kube import lists
+from webhook.kube.certapi import KubeCertApi
+from webhook.kube.pages import RateLimiter
+from webhook.kube.reports import PolicyReportWriter
 
 log = logging.getLogger("dra_guard.audit")
 
@@ -26,8 +29,8 @@ class PeriodicAudit:
         self.client = client
         self.config = config
         self.identity = identity
-        self.lease_api = cluster.KubeCertApi(client, config.certificates.namespace)
-        self.reports = cluster.PolicyReportWriter(client)
+        self.lease_api = KubeCertApi(client, config.certificates.namespace)
+        self.reports = PolicyReportWriter(client)
         self.lease_name = f"{config.certificates.lease_name}-audit"
 
     def run_once(self) -> list[tuple[Any, str]] | None:
@@ -36,9 +39,9 @@ class PeriodicAudit:
         duration = int(self.config.audit.interval_seconds * 1.5) + 30
         if not hold_lease(self.lease_api, self.lease_name, identity=self.identity, now=now, duration_seconds=duration):
             return None
-        limiter = cluster.RateLimiter(qps=self.config.audit.qps, burst=self.config.audit.burst)
-        served = cluster.served_resource_versions(self.client)
-        objects = cluster.list_audit_objects(self.client, served_versions=served, limiter=limiter)
+        limiter = RateLimiter(qps=self.config.audit.qps, burst=self.config.audit.burst)
+        served = kube_client.served_resource_versions(self.client)
+        objects = lists.list_audit_objects(self.client, served_versions=served, limiter=limiter)
         findings = audit.run(objects, self.config, served_versions=served)
         counts: dict[tuple[str, str], int] = {}
         for f, mode in findings:
@@ -60,9 +63,9 @@ class PeriodicAudit:
         while True:
             try:
                 self.run_once()
-            except (ApiException, cluster.ClusterError) as exc:  # expected outside a cluster: one line, no traceback
+            except kube_client.API_ERRORS as exc:  # expected outside a cluster: one line, no traceback
                 metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
-                reason = f"HTTP {exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+                reason = kube_client.describe_error(exc)
                 log.warning("periodic audit skipped; retrying next interval",
                             extra={"error": reason[:300], "leaseNamespace": self.config.certificates.namespace})
             except Exception:

@@ -1,0 +1,34 @@
+"""The `dra-guard` command: serve | audit | drain-plan | certs | hook.
+
+Exit codes: 0 success (audit: no finding), 1 audit found something enforce mode would refuse,
+2 usage, configuration or input errors (the message names the file, line or config key).
+Parsing and exit codes only: webhook.cli.parser builds the parser, webhook.cli.commands runs the
+commands over the layers below.
+"""
+from __future__ import annotations
+
+import sys
+
+from webhook.cli import commands
+from webhook.cli.parser import build_parser
+from webhook.config import ConfigError
+from webhook.kube.errors import ClusterError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `dra-guard` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return commands.COMMANDS[args.command](args)
+    except (ConfigError, ClusterError) as exc:
+        return commands.fail(str(exc))
+    except ValueError as exc:  # certs.CertificateError and bad --ip values
+        return commands.fail(str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

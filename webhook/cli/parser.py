@@ -1,0 +1,142 @@
+"""The argument parser of `dra-guard`: every subcommand, flag and help text."""
+from __future__ import annotations
+
+import argparse
+import os
+import textwrap
+
+from webhook.policies.registry import POLICIES
+
+EXAMPLES = textwrap.dedent("""\
+    examples:
+      dra-guard audit -f examples/                      check manifests offline (exit 1 if something would be refused or patched)
+      dra-guard audit -f team-rbac.yaml --cluster       check files against the live cluster's roles
+      dra-guard serve --self-signed /tmp/dra-guard      run locally over TLS with a development CA
+      dra-guard serve --config /etc/dra-guard/config.yaml \\
+          --tls-cert-file tls.crt --tls-key-file tls.key
+      dra-guard drain-plan node-a                       which pods must leave node-a before its DRA drivers
+      dra-guard certs generate --service dra-guard --namespace dra-guard --out ./tls
+
+    The config file (--config) is YAML; see README.md "Configuration" for every key.
+    Modes: enforce refuses, warn allows with a kubectl warning, audit allows and only records.
+    """)
+
+
+POLICY_LIST = "policies (config key policies.<name>):\n" + "".join(
+    f"  {p.name:<9} {p.path:<20} {p.title}\n" for p in POLICIES) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `dra-guard` parser (argparse), subcommands included."""
+    parser = argparse.ArgumentParser(
+        prog="dra-guard",
+        description="Admission webhook enforcing the Kubernetes good practices for Dynamic Resource "
+                    "Allocation (DRA) as a cluster admin.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the admission webhook server (gunicorn over TLS)",
+                           description=f"Serve {', '.join(p.path for p in POLICIES)}, /healthz, "
+                                       "/readyz and /metrics over HTTPS (and /validate/noop, a no-op review for "
+                                       "benchmarks, never registered by the chart). Each gunicorn worker (server.workers) "
+                                       "holds at most server.threads + 250 connections; more wait "
+                                       "in the kernel's backlog.",
+                           epilog=POLICY_LIST + EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
+    serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=None, help="HTTPS port (default: server.port from config, 8443)")
+    serve.add_argument("--tls-cert-file", metavar="FILE", help="serving certificate (PEM)")
+    serve.add_argument("--tls-key-file", metavar="FILE", help="serving certificate's private key (PEM)")
+    serve.add_argument("--self-signed", metavar="DIR",
+                       help="development: create (or reuse) a CA and a certificate for localhost, 127.0.0.1 and ::1 in DIR")
+    serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config, else ~/.kube/config)")
+    serve.add_argument("--no-cluster", action="store_true",
+                       help="do not use the Kubernetes API: caches stay empty, policies see an empty cluster")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+    audit = sub.add_parser("audit", help="run the policies over manifests and/or the live cluster",
+                           description="Report what dra-guard would refuse or patch; with --cluster also the control plane's DRA tuning "
+                                       "(kube-controller-manager QPS/Burst, served resource.k8s.io versions, old kubelets) "
+                                       "and the driver pods a drain would have to leave last. Exit 0 when clean (advisory "
+                                       "findings alone do not fail), 1 when enforce mode would refuse or patch "
+                                       "something, 2 on usage or input errors.",
+                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    audit.add_argument("-f", "--filename", dest="paths", action="append", default=[], metavar="PATH",
+                       help="file or folder of YAML/JSON manifests (repeatable; multi-document files and List kinds)")
+    audit.add_argument("--cluster", action="store_true", help="include the live cluster's objects")
+    audit.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
+    audit.add_argument("--qps", type=float, default=10.0, help="--cluster: API requests per second at most (default: %(default)s)")
+    audit.add_argument("--burst", type=int, default=20, help="--cluster: requests allowed in a burst (default: %(default)s)")
+    audit.add_argument("--config", metavar="FILE",
+                       help="the same YAML config file `serve` reads (default: a DraGuardConfiguration found among "
+                            "the manifests, else the built-in defaults)")
+    audit.add_argument("-o", "--output", choices=["table", "json", "policyreport"], default="table",
+                       help="table (default), json (an array of findings), or policyreport (wgpolicyk8s.io/v1alpha2 "
+                            "ClusterPolicyReport/PolicyReports as YAML)")
+
+    drain = sub.add_parser("drain-plan", help="what a drain of NODE must wait for (DRA drivers last)",
+                           description="List NODE's DRA driver pods and, for each, the ResourceClaims still "
+                                       "allocated to its driver there and the pods holding them: the order a drain "
+                                       "must take. Exit 0 when every driver pod can be evicted now, 1 when some "
+                                       "must wait, 2 on errors.")
+    drain.add_argument("node", metavar="NODE")
+    drain.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+    drain.add_argument("--config", metavar="FILE", help="the YAML config file `serve` reads (driver detection)")
+    drain.add_argument("-o", "--output", choices=["text", "json"], default="text")
+
+    certs_p = sub.add_parser("certs", help="certificate helpers")
+    certs_sub = certs_p.add_subparsers(dest="certs_command", metavar="ACTION")
+    gen = certs_sub.add_parser("generate", help="write a CA and a serving certificate for a Service")
+    gen.add_argument("--service", required=True, help="the webhook Service name")
+    gen.add_argument("--namespace", required=True, help="the Service's namespace")
+    gen.add_argument("--out", required=True, metavar="DIR", help="folder for ca.crt, ca.key, tls.crt, tls.key")
+    gen.add_argument("--dns", action="append", default=[], metavar="NAME", help="extra DNS SAN (repeatable)")
+    gen.add_argument("--ip", action="append", default=[], metavar="IP", help="extra IP SAN (repeatable)")
+    gen.add_argument("--force", action="store_true", help="replace a CA already in --out (breaks caBundles that trust it)")
+    insp = certs_sub.add_parser(
+        "inspect", help="show a serving certificate's names and expiry, and whether the cluster's caBundles trust it",
+        description="Print subject, SANs, validity and issuer of a serving certificate (--cert-file, or the one "
+                    "dra-guard serves at --url), and with --cluster whether every webhook of dra-guard's "
+                    "Validating/MutatingWebhookConfiguration (names from --config) has a caBundle that verifies it. "
+                    "Exit 0 when all is well, 1 when a caBundle does not match or the certificate is due for renewal, "
+                    "2 on errors.")
+    insp.add_argument("--cert-file", metavar="FILE", help="PEM serving certificate")
+    insp.add_argument("--url", metavar="HOST:PORT", help="fetch the certificate a running server presents instead")
+    insp.add_argument("--config", metavar="FILE", help="the config file (webhook configuration names, renewal share)")
+    insp.add_argument("--cluster", action="store_true", help="compare with the caBundles in the cluster")
+    insp.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
+
+    hook = sub.add_parser("hook", help="the Helm chart's hooks (pre-delete, helm test), run in dra-guard's image",
+                          description="What the chart's hook pods run. Each flag defaults to the environment "
+                                      "variable named in its help, which the chart sets.")
+    hook_sub = hook.add_subparsers(dest="hook_command", metavar="ACTION")
+    pre = hook_sub.add_parser(
+        "pre-delete", help="delete dra-guard's webhook configurations before the rest of the release goes",
+        description="Delete the ValidatingWebhookConfiguration and MutatingWebhookConfiguration NAME (already "
+                    "absent counts as done), so an uninstall never leaves a fail-closed webhook pointing at "
+                    "nothing. Exit 0 when both are gone, 1 otherwise (no permission, or transient errors past "
+                    "--retry-seconds).")
+    pre.add_argument("--webhook-configuration", metavar="NAME", default=os.environ.get("WEBHOOK_CONFIGURATION", ""),
+                     help="name of both configurations ($WEBHOOK_CONFIGURATION)")
+    pre.add_argument("--retry-seconds", type=float, default=60.0, help="retry transient errors this long (default: 60)")
+    pre.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config)")
+    test = hook_sub.add_parser(
+        "test", help="helm test: a dry-run ClusterRoleBinding the RBAC guard must refuse (enforce) or warn about",
+        description="Create, as a server-side dry run (nothing is stored), a ClusterRoleBinding that gives a "
+                    "made-up group a ClusterRole with write on resourceslices. enforce: passes only if "
+                    "rbac.dra-guard.io denied it; warn: only if it was allowed with a dra-guard warning; audit: if "
+                    "the apiserver got an answer. 'failed calling webhook' always fails. Exit 0 passed, 1 failed.")
+    test.add_argument("--rbac-mode", choices=["enforce", "warn", "audit"], default=os.environ.get("RBAC_MODE", "enforce"),
+                      help="the rbac policy's mode ($RBAC_MODE, default enforce)")
+    test.add_argument("--failure-policy", default=os.environ.get("FAILURE_POLICY", "Fail"),
+                      help="the RBAC webhook's failurePolicy ($FAILURE_POLICY, default Fail)")
+    test.add_argument("--slice-writer-role", default=os.environ.get("SLICE_WRITER_ROLE", ""),
+                      help="a ClusterRole with write on resourceslices ($SLICE_WRITER_ROLE)")
+    test.add_argument("--test-group", default=os.environ.get("TEST_GROUP", "dra-guard-helm-test:made-up-group"),
+                      help="the made-up group to bind ($TEST_GROUP)")
+    test.add_argument("--binding-name", default=os.environ.get("BINDING_NAME", ""),
+                      help="name of the dry-run ClusterRoleBinding ($BINDING_NAME)")
+    test.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config)")
+    return parser
+
+

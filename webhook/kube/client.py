@@ -1,0 +1,81 @@
+"""The Kubernetes API client dra-guard uses, and the one place its requests are counted.
+
+Every request dra-guard makes to the API is counted by count() in
+``dra_guard_kube_api_requests_total{verb,resource}``.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from webhook import metrics
+from webhook.kube.errors import ClusterError
+
+__all__ = ["API_ERRORS", "RESOURCE_GROUP", "RESOURCE_VERSIONS", "ClusterError", "api_client", "count",
+           "describe_error", "served_resource_versions"]
+
+RESOURCE_GROUP = "resource.k8s.io"
+RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first
+
+
+def api_client(kubeconfig: str | None, *, timeout_seconds: float) -> kubernetes.client.ApiClient:
+    """An ApiClient from `kubeconfig` if given, else $KUBECONFIG, else in-cluster config, else ~/.kube/config.
+
+    Raises ClusterError when none of them is usable.
+    """
+    configuration = kubernetes.client.Configuration()
+    try:
+        if kubeconfig:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        elif os.environ.get("KUBECONFIG"):
+            # passed explicitly: the library reads $KUBECONFIG once at import; a ':'-list is merged
+            kubernetes.config.load_kube_config(config_file=os.environ["KUBECONFIG"], client_configuration=configuration)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        else:
+            default = pathlib.Path.home() / ".kube" / "config"
+            if not default.exists():
+                raise ClusterError("no --kubeconfig given, no $KUBECONFIG, not running in a cluster, and "
+                                   "~/.kube/config does not exist; pass --kubeconfig FILE (serve: or --no-cluster to "
+                                   "run without the Kubernetes API)")
+            kubernetes.config.load_kube_config(config_file=str(default), client_configuration=configuration)
+    except ClusterError:
+        raise
+    except Exception as exc:  # the kubernetes config loaders raise several unrelated types
+        raise ClusterError(f"cannot load Kubernetes client configuration ({kubeconfig or 'default'}): {exc}") from exc
+    configuration.retries = 0
+    client = kubernetes.client.ApiClient(configuration)
+    client.dra_guard_timeout = timeout_seconds  # type: ignore[attr-defined]
+    return client
+
+
+#: what an API call may raise that callers outside webhook.kube handle (they never import kubernetes)
+API_ERRORS: tuple[type[Exception], ...] = (ApiException, ClusterError)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A one-line description of an API error: "HTTP <status> <reason>" or the exception's text."""
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}"
+    return str(exc)
+
+
+def count(verb: str, resource: str) -> None:
+    """Count one request to the Kubernetes API (verb: get, list, watch, create, update, patch,
+    delete; resource: the plural name, e.g. "clusterrolebindings") in dra_guard_kube_api_requests_total."""
+    metrics.KUBE_API_REQUESTS.labels(verb=verb, resource=resource).inc()
+
+
+def served_resource_versions(client: kubernetes.client.ApiClient) -> list[str]:
+    """The resource.k8s.io versions the apiserver serves, preferred first ([] when none)."""
+    count("get", "apis")
+    groups = kubernetes.client.ApisApi(client).get_api_versions(_request_timeout=10)
+    for group in groups.groups or []:
+        if group.name == RESOURCE_GROUP:
+            served = [v.version for v in group.versions or []]
+            preferred = group.preferred_version.version if group.preferred_version else ""
+            return sorted(served, key=lambda v: (v != preferred, RESOURCE_VERSIONS.index(v) if v in RESOURCE_VERSIONS else 99))
+    return []

@@ -1,0 +1,106 @@
+"""What the Helm chart's hooks do, as `dra-guard hook pre-delete` and `dra-guard hook test`.
+
+pre-delete: delete dra-guard's webhook configurations before anything else of the release goes.
+Without it an uninstall could delete the Service first and leave a failurePolicy Fail webhook
+pointing at nothing, which refuses every RBAC write in the cluster until someone deletes the
+configuration by hand.
+
+test (`helm test`): does the apiserver really get dra-guard's answer for RBAC writes? A server-side
+dry run (nothing is stored) of a ClusterRoleBinding that gives a made-up group a ClusterRole with
+write on resourceslices, which the RBAC guard exists to refuse:
+- rbac mode enforce: passes only if the rbac.dra-guard.io webhook denied it;
+- warn: passes only if the request was allowed with a warning from dra-guard;
+- audit: passes if the apiserver got an answer (with failurePolicy Fail, an allowed request means
+  dra-guard answered; nothing else is visible to a client in audit mode).
+A "failed calling webhook" error (dra-guard unreachable, bad caBundle) always fails the test.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from webhook.kube.client import count
+
+RETRY_SECONDS = 60  # pre-delete: transient errors are retried for this long
+
+
+def delete_webhook_configurations(client: kubernetes.client.ApiClient, name: str, *,
+                                  retry_seconds: float = RETRY_SECONDS) -> bool:
+    """Delete the Validating- and MutatingWebhookConfiguration called `name` (admissionregistration.k8s.io/v1).
+
+    Prints one line per configuration ("deleted ..." or "... already absent") on stdout. Returns
+    True when both are gone (already absent counts), False on 401/403 or when transient errors
+    last beyond `retry_seconds` (seconds); the reason goes to stderr.
+    """
+    api = kubernetes.client.AdmissionregistrationV1Api(client)
+    pending = [("validatingwebhookconfiguration", api.delete_validating_webhook_configuration),
+               ("mutatingwebhookconfiguration", api.delete_mutating_webhook_configuration)]
+    deadline = time.monotonic() + retry_seconds
+    while pending:
+        kind, delete = pending[0]
+        count("delete", kind + "s")
+        try:
+            delete(name, _request_timeout=10)
+            print(f"deleted {kind} {name}", flush=True)
+            pending.pop(0)
+        except ApiException as exc:
+            if exc.status == 404:
+                print(f"{kind} {name} already absent", flush=True)
+                pending.pop(0)
+            elif exc.status in (401, 403) or time.monotonic() > deadline:
+                print(f"cannot delete {kind} {name}: {exc.status} {exc.reason}", file=sys.stderr, flush=True)
+                return False
+            else:
+                time.sleep(2)
+    return True
+
+
+def refused_binding(name: str, role: str, group: str) -> dict[str, Any]:
+    """The ClusterRoleBinding (rbac.authorization.k8s.io/v1 dict) the RBAC guard must refuse:
+    Group `group` bound to ClusterRole `role`."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/component": "helm-test"}},
+            "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": "rbac.authorization.k8s.io"}}
+
+
+def judge_test(mode: str, failure_policy: str, status: int, body: str, warnings: str) -> tuple[bool, str]:
+    """(passed, explanation) for the apiserver's answer to the dry run: HTTP `status`, the error
+    message or body text, and the Warning header(s)."""
+    if 'failed calling webhook "rbac.dra-guard.io"' in body:
+        return False, f"the apiserver could not reach dra-guard: {body}"
+    denied = 'admission webhook "rbac.dra-guard.io" denied the request' in body
+    if mode == "enforce":
+        if denied:
+            return True, "dra-guard refused the binding, as it must in enforce mode"
+        return False, f"expected dra-guard to refuse the binding (enforce mode); got HTTP {status}: {body[:500]}"
+    if status >= 300:
+        return False, f"expected the binding to be allowed in {mode} mode; got HTTP {status}: {body[:500]}"
+    if mode == "warn":
+        if "dra-guard" in warnings:
+            return True, f"dra-guard allowed the binding with a warning: {warnings}"
+        return False, f"expected a warning from dra-guard in warn mode; got warnings {warnings!r}"
+    note = "" if failure_policy == "Fail" else " (failurePolicy is not Fail: this does not prove dra-guard answered)"
+    return True, "allowed in audit mode: the apiserver got an answer" + note
+
+
+def dry_run_binding(client: kubernetes.client.ApiClient, binding: dict[str, Any]) -> tuple[int, str, str]:
+    """Create `binding` with dryRun=All: (HTTP status, the error message or body, Warning header)."""
+    api = kubernetes.client.RbacAuthorizationV1Api(client)
+    count("create", "clusterrolebindings")
+    try:
+        resp = api.create_cluster_role_binding(binding, dry_run="All", _preload_content=False, _request_timeout=30)
+        return int(resp.status), resp.data.decode(), str(resp.headers.get("Warning", ""))
+    except ApiException as exc:
+        raw = exc.body or ""
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        try:
+            text = str(json.loads(text).get("message", text))
+        except (ValueError, AttributeError):
+            pass
+        return int(exc.status or 0), text, str((exc.headers or {}).get("Warning", ""))

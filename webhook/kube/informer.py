@@ -1,0 +1,123 @@
+"""Informer: a paged LIST followed by a WATCH from the list's resourceVersion, into callbacks.
+
+``kubernetes.watch.Watch`` streams the events; the informer relists when the watch expires (HTTP
+410 "resource version too old") and backs off on errors.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from webhook import metrics
+from webhook.kube.client import ClusterError, count
+from webhook.kube.pages import Pages
+
+log = logging.getLogger("dra_guard.cluster")
+
+WATCH_TIMEOUT_SECONDS = 300  # server-side watch timeout; the informer re-watches from the last resourceVersion
+
+
+class Informer:
+    """List-then-watch one resource into callbacks, in a daemon thread.
+
+    list_func: a kubernetes client list function (e.g. RbacAuthorizationV1Api.list_cluster_role).
+    on_replace(objects): called with every object (plain dicts) after each (re)list.
+    on_event(type, object): called for each ADDED / MODIFIED / DELETED watch event (plain dict).
+    """
+
+    def __init__(self, *, name: str, list_func: Callable[..., Any], on_replace: Callable[[list[dict[str, Any]]], None],
+                 on_event: Callable[[str, dict[str, Any]], None], timeout_seconds: float) -> None:
+        self.name = name
+        self._list = list_func
+        self._on_replace = on_replace
+        self._on_event = on_event
+        self._timeout = timeout_seconds
+        self._stop = threading.Event()
+        self._watch: kubernetes.watch.Watch | None = None
+        self.synced = threading.Event()
+        self.last_sync = 0.0  # time.monotonic() of the last successful list or watch event
+        self.thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
+
+    def start(self) -> None:
+        """Start the list/watch thread."""
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (returns at once; the thread ends at the next event or timeout)."""
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+
+    def _count(self, verb: str) -> None:
+        count(verb, self.name)
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                started = time.monotonic()
+                pages = Pages(self._list, resource=self.name, timeout_seconds=max(self._timeout, 10))
+                self._on_replace(pages)  # consumes the pages as they come
+                if pages.resource_version is None:
+                    raise ClusterError(f"cache {self.name}: the list was not read to its end")
+                rv = pages.resource_version
+                self.last_sync = time.monotonic()
+                seconds = self.last_sync - started
+                metrics.CACHE_LIST_SECONDS.labels(cache=self.name).set(seconds)
+                # logged before readiness can turn on: whoever sees /readyz 200 finds every line
+                log.info("cache synced", extra={"cache": self.name, "objects": pages.count, "seconds": round(seconds, 3)})
+                self.synced.set()
+                metrics.CACHE_SYNCED.labels(cache=self.name).set(1)
+                backoff = 0.5
+                self._watch_from(rv)
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("watch expired, relisting", extra={"cache": self.name})
+                    continue
+                self._failed(f"API error {exc.status} {exc.reason}")
+            except Exception as exc:  # network errors come in many urllib3 types
+                self._failed(f"{type(exc).__name__}: {exc}")
+            if self._stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, 5.0)
+
+    def _failed(self, why: str) -> None:
+        metrics.CACHE_SYNCED.labels(cache=self.name).set(0)
+        metrics.KUBE_API_ERRORS.labels(resource=self.name).inc()
+        self.synced.clear()
+        log.warning("cache lost its watch, will relist: %s", why, extra={"cache": self.name})
+
+    def age(self) -> float:
+        """Seconds since the cache last heard from the apiserver (list, watch start, event or bookmark)."""
+        return time.monotonic() - self.last_sync if self.last_sync else float("inf")
+
+    def _watch_from(self, rv: str) -> None:
+        while not self._stop.is_set():
+            # return_type given and deserialize=False: events stay plain dicts (no model objects)
+            self._watch = kubernetes.watch.Watch(return_type="object")
+            count("watch", self.name)
+            self.last_sync = time.monotonic()
+            try:
+                for event in self._watch.stream(self._list, resource_version=rv, timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                                                allow_watch_bookmarks=True, deserialize=False,
+                                                _request_timeout=WATCH_TIMEOUT_SECONDS + 30):
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("message")))
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self._on_event(kind, obj)
+                    self.last_sync = time.monotonic()
+                    if self._stop.is_set():
+                        return
+            except KeyError as exc:
+                # kubernetes.watch with deserialize=False reads event["raw_object"] on ERROR events
+                # (a 410 "too old resource version", usually): relist
+                raise ApiException(status=410, reason="watch error event") from exc
+

@@ -1,0 +1,69 @@
+"""The one-shot reads of `dra-guard audit --cluster` and `dra-guard drain-plan NODE`."""
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions
+from webhook.kube.pages import RateLimiter, list_all
+
+
+def list_audit_objects(client: kubernetes.client.ApiClient, *, served_versions: list[str] | None = None,
+                       limiter: RateLimiter | None = None) -> list[dict[str, Any]]:
+    """What `dra-guard audit --cluster` judges, as plain dicts with kind set, in paged lists:
+    ClusterRoles, ClusterRoleBindings, DaemonSets, Pods, Nodes, kube-system ConfigMaps and, when
+    resource.k8s.io is served, ResourceSlices and ResourceClaims."""
+    rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
+    apps_api = kubernetes.client.AppsV1Api(client)
+    core_api = kubernetes.client.CoreV1Api(client)
+
+    def system_configmaps(**kwargs: Any) -> Any:
+        return core_api.list_namespaced_config_map("kube-system", **kwargs)
+
+    out = (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole", limiter=limiter)
+           + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding",
+                      limiter=limiter)
+           + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet", limiter=limiter)
+           + list_all(core_api.list_pod_for_all_namespaces, resource="pods", kind="Pod", limiter=limiter)
+           + list_all(core_api.list_node, resource="nodes", kind="Node", limiter=limiter)
+           + list_all(system_configmaps, resource="configmaps", kind="ConfigMap", limiter=limiter))
+    if served_versions:
+        custom = kubernetes.client.CustomObjectsApi(client)
+        for plural, kind in (("resourceslices", "ResourceSlice"), ("resourceclaims", "ResourceClaim")):
+            def lister(plural: str = plural, **kwargs: Any) -> Any:
+                return custom.list_cluster_custom_object(RESOURCE_GROUP, served_versions[0], plural, **kwargs)
+            out += list_all(lister, resource=plural, kind=kind, limiter=limiter)
+    return out
+
+
+def list_drain_objects(client: kubernetes.client.ApiClient, node: str) -> list[dict[str, Any]]:
+    """What `dra-guard drain-plan NODE` needs: RBAC (driver detection), DaemonSets, the node's Pods
+    (field selector spec.nodeName) and every ResourceClaim, in paged lists."""
+    rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
+    apps_api = kubernetes.client.AppsV1Api(client)
+    core_api = kubernetes.client.CoreV1Api(client)
+    count("get", "nodes")
+    try:
+        core_api.read_node(node, _preload_content=False, _request_timeout=10)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise ClusterError(f"node {node} not found") from exc
+        raise ClusterError(f"reading node {node} failed: HTTP {exc.status} {exc.reason}") from exc
+    versions = served_resource_versions(client)
+    if not versions:
+        raise ClusterError("the cluster serves no resource.k8s.io version (DRA is not enabled)")
+    custom = kubernetes.client.CustomObjectsApi(client)
+
+    def claims(**kwargs: Any) -> Any:
+        return custom.list_cluster_custom_object(RESOURCE_GROUP, versions[0], "resourceclaims", **kwargs)
+
+    def node_pods(**kwargs: Any) -> Any:
+        return core_api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", **kwargs)
+
+    return (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole")
+            + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding")
+            + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet")
+            + list_all(node_pods, resource="pods", kind="Pod")
+            + list_all(claims, resource="resourceclaims", kind="ResourceClaim"))

@@ -1,0 +1,240 @@
+"""ClaimIndex: the in-memory view of ResourceClaims, DaemonSets and relevant Pods that the drain
+order reads. webhook.kube fills it from watches; `dra-guard drain-plan` and `audit` fill one from
+lists (webhook.model.facts). Thread-safe; lookups never do I/O.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from webhook.config import DetectionConfig
+from webhook.model import drivers
+from webhook.model.claims import ClaimInfo, Hold, PodInfo, claim_entry, pod_info, pod_is_relevant
+from webhook.model.readers import as_map, as_str
+
+
+class ClaimIndex:
+    """Thread-safe view of ResourceClaims, DaemonSets and relevant Pods for the eviction policy.
+
+    Lookups used on the admission path are dict lookups: the pod being evicted by
+    (namespace, name), its DaemonSet by (namespace, name), and claims by (driver, node).
+    """
+
+    def __init__(self, detection: DetectionConfig | None = None,
+                 can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False) -> None:
+        self._lock = threading.RLock()
+        self._detection = detection or DetectionConfig()
+        self._can_write = can_write_slices
+        self._pods: dict[tuple[str, str], PodInfo] = {}
+        self._pods_by_uid: dict[str, PodInfo] = {}
+        self._daemonsets: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._drivers: dict[tuple[str, str], drivers.Driver | None] = {}
+        self._claims: dict[tuple[str, str], ClaimInfo] = {}
+        self._by_driver_node: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self._slots: dict[tuple[str, str], set[tuple[str, str]]] = {}  # claim -> its (driver, node) keys
+        self._anywhere_by_pod: dict[tuple[str, str], set[tuple[str, str]]] = {}  # pod -> claims usable anywhere
+
+    # -- pods
+    def upsert_pod(self, pod: Mapping[str, Any]) -> None:
+        """Add or replace a Pod (kept only when pod_is_relevant)."""
+        if not pod_is_relevant(pod):
+            meta = as_map(pod.get("metadata"))
+            self.delete_pod(as_str(meta.get("namespace")), as_str(meta.get("name")))
+            return
+        info = pod_info(pod)
+        with self._lock:
+            self._drop_pod((info.namespace, info.name))
+            self._pods[(info.namespace, info.name)] = info
+            if info.uid:
+                self._pods_by_uid[info.uid] = info
+            self._reindex_claims_of_pod(info)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Forget a Pod."""
+        with self._lock:
+            old = self._drop_pod((namespace, name))
+            if old is not None:
+                self._reindex_claims_of_pod(old)
+
+    def _drop_pod(self, key: tuple[str, str]) -> PodInfo | None:
+        old = self._pods.pop(key, None)
+        if old is not None and self._pods_by_uid.get(old.uid) is old:
+            del self._pods_by_uid[old.uid]
+        return old
+
+    def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        """Replace every Pod (after a relist). `pods` may be a stream of list pages: it is consumed,
+        and reduced to PodInfo, before the lock is taken (reviews never wait on the network)."""
+        infos = [pod_info(pod) for pod in pods if pod_is_relevant(pod)]
+        with self._lock:
+            self._pods.clear()
+            self._pods_by_uid.clear()
+            for info in infos:
+                self._pods[(info.namespace, info.name)] = info
+                if info.uid:
+                    self._pods_by_uid[info.uid] = info
+            self._reindex_all_claims()
+
+    # -- daemonsets
+    def upsert_daemonset(self, ds: Mapping[str, Any]) -> None:
+        """Add or replace a DaemonSet; it is judged a driver or not at once."""
+        meta = as_map(ds.get("metadata"))
+        key = (as_str(meta.get("namespace")), as_str(meta.get("name")))
+        with self._lock:
+            self._daemonsets[key] = ds
+            self._drivers[key] = drivers.detect(ds, config=self._detection, can_write_slices=self._can_write)
+
+    def delete_daemonset(self, namespace: str, name: str) -> None:
+        """Forget a DaemonSet."""
+        with self._lock:
+            self._daemonsets.pop((namespace, name), None)
+            self._drivers.pop((namespace, name), None)
+
+    def replace_daemonsets(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """Replace every DaemonSet (after a relist). `items` may be a stream of list pages: it is
+        consumed before the lock is taken."""
+        daemonsets = list(items)
+        with self._lock:
+            self._daemonsets.clear()
+            self._drivers.clear()
+            for ds in daemonsets:
+                self.upsert_daemonset(ds)
+
+    def redetect(self) -> None:
+        """Judge every DaemonSet again (after RBAC changed what may write ResourceSlices)."""
+        with self._lock:
+            for key, ds in self._daemonsets.items():
+                self._drivers[key] = drivers.detect(ds, config=self._detection, can_write_slices=self._can_write)
+
+    # -- claims
+    def upsert_claim(self, claim: Mapping[str, Any]) -> None:
+        """Add or replace a ResourceClaim (unallocated claims are not kept)."""
+        key, info = claim_entry(claim)
+        with self._lock:
+            self._put_claim(key, info)
+
+    def _put_claim(self, key: tuple[str, str], info: ClaimInfo | None) -> None:
+        """Index one claim under `key` (namespace, name), replacing what was there; the lock is held."""
+        self._unindex(key)
+        if info is not None:
+            self._claims[key] = info
+            self._index(key, info)
+
+    def delete_claim(self, namespace: str, name: str) -> None:
+        """Forget a ResourceClaim."""
+        with self._lock:
+            self._unindex((namespace, name))
+
+    def replace_claims(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """Replace every ResourceClaim (after a relist). `items` may be a stream of list pages: it
+        is consumed, and reduced to ClaimInfo (unallocated claims dropped), before the lock is
+        taken, so at most one page of raw claims is in memory (issue 9: peak RSS)."""
+        entries = [entry for entry in map(claim_entry, items) if entry[1] is not None]
+        with self._lock:
+            self._claims.clear()
+            self._by_driver_node.clear()
+            self._slots.clear()
+            self._anywhere_by_pod.clear()
+            for key, info in entries:
+                self._put_claim(key, info)
+
+    def _claim_nodes(self, info: ClaimInfo) -> set[str]:
+        if info.nodes:
+            return set(info.nodes)
+        found = set()
+        for name, uid in info.reserved_for:  # usable anywhere: where its pods run
+            pod = self._pods_by_uid.get(uid) or self._pods.get((info.namespace, name))
+            if pod is not None and pod.node:
+                found.add(pod.node)
+        return found
+
+    def _index(self, key: tuple[str, str], info: ClaimInfo) -> None:
+        slots = {(driver, node) for node in self._claim_nodes(info) for driver in info.drivers}
+        self._slots[key] = slots
+        for dn in slots:
+            self._by_driver_node.setdefault(dn, set()).add(key)
+        if not info.nodes:
+            for pod_name, _ in info.reserved_for:
+                self._anywhere_by_pod.setdefault((info.namespace, pod_name), set()).add(key)
+
+    def _unindex(self, key: tuple[str, str]) -> None:
+        old = self._claims.pop(key, None)
+        if old is None:
+            return
+        for dn in self._slots.pop(key, ()):
+            keys = self._by_driver_node.get(dn)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_driver_node[dn]
+        if not old.nodes:
+            for pod_name, _ in old.reserved_for:
+                keys = self._anywhere_by_pod.get((old.namespace, pod_name))
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._anywhere_by_pod[(old.namespace, pod_name)]
+
+    def _reindex_claims_of_pod(self, pod: PodInfo) -> None:
+        """A pod moved or appeared: claims usable anywhere that it reserves follow it to its node."""
+        for key in list(self._anywhere_by_pod.get((pod.namespace, pod.name), ())):
+            info = self._claims.get(key)
+            if info is not None:
+                self._unindex(key)
+                self._claims[key] = info
+                self._index(key, info)
+
+    def _reindex_all_claims(self) -> None:
+        self._by_driver_node.clear()
+        self._slots.clear()
+        self._anywhere_by_pod.clear()
+        for key, info in self._claims.items():
+            self._index(key, info)
+
+    # -- queries
+    def driver_of_pod(self, namespace: str, name: str) -> tuple[PodInfo, drivers.Driver] | None:
+        """(the pod, its driver) when pod namespace/name belongs to a DRA driver DaemonSet, else None. O(1)."""
+        with self._lock:
+            pod = self._pods.get((namespace, name))
+            if pod is None or not pod.daemonset:
+                return None
+            driver = self._drivers.get((namespace, pod.daemonset))
+            return (pod, driver) if driver is not None else None
+
+    def holds(self, driver: str, node: str) -> list[Hold]:
+        """Claims allocated to `driver` on `node` whose reserving pods on `node` have not finished."""
+        with self._lock:
+            out = []
+            for key in sorted(self._by_driver_node.get((driver, node), ())):
+                info = self._claims[key]
+                pods = []
+                for name, uid in info.reserved_for:
+                    pod = self._pods_by_uid.get(uid) or self._pods.get((info.namespace, name))
+                    if pod is None:
+                        if info.nodes:  # node-local claim, pod not seen (yet): assume it is there
+                            pods.append(f"{info.namespace}/{name}")
+                        continue
+                    if pod.node == node and not pod.finished:
+                        pods.append(f"{pod.namespace}/{pod.name}" + (" (Terminating)" if pod.terminating else ""))
+                if pods:
+                    out.append(Hold(claim=f"{key[0]}/{key[1]}", pods=tuple(pods)))
+            return out
+
+    def driver_pods_on(self, node: str) -> list[tuple[PodInfo, drivers.Driver]]:
+        """The DRA driver pods on `node` (for drain-plan)."""
+        with self._lock:
+            out = []
+            for pod in self._pods.values():
+                if pod.node == node and pod.daemonset:
+                    driver = self._drivers.get((pod.namespace, pod.daemonset))
+                    if driver is not None:
+                        out.append((pod, driver))
+            return sorted(out, key=lambda pd: (pd[0].namespace, pd[0].name))
+
+    def counts(self) -> dict[str, int]:
+        """Sizes of the index (pods kept, DaemonSets, drivers, allocated claims)."""
+        with self._lock:
+            return {"pods": len(self._pods), "daemonsets": len(self._daemonsets),
+                    "drivers": sum(1 for d in self._drivers.values() if d is not None), "claims": len(self._claims)}
+

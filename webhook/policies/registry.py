@@ -1,0 +1,69 @@
+"""The one list of dra-guard's admission policies.
+
+Each entry says what a policy is called (config key ``policies.<name>``, metric label), where the
+apiserver sends its AdmissionReviews (the chart's webhook ``path``), whether it mutates, what it
+answers when it fails internally (``failureMode``; the default is declared with the config keys),
+and how it reviews a request and audits existing objects. The server's routes, `dra-guard audit`,
+the CLI help and (pinned by tests) the chart's webhook paths and alert rules follow from it.
+
+Adding a policy: a module in webhook/policies with ``admit`` (and ``audit_objects``), an entry
+here, its config dataclass and keys (webhook/config), its webhook in the chart
+(templates/webhooks.yaml, values), README. docs/architecture.md has the list.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from webhook.config import DEFAULT_FAILURE_MODES, Config, FailureMode
+from webhook.model.facts import Facts
+from webhook.policies import eviction, probes, rbac
+from webhook.policies.decision import Decision, Finding
+
+#: request dict (AdmissionReview.request) + Facts + Config -> Decision (enforce mode's answer)
+Review = Callable[[Mapping[str, Any], Facts, Config], Decision]
+#: Facts + Config + objects by kind -> Findings about objects that already exist
+Audit = Callable[[Facts, Config, Mapping[str, list[dict[str, Any]]]], Iterable[Finding]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """One admission policy.
+
+    name: config key under ``policies`` and the ``policy`` metric label.
+    path: the URL path of its webhook (POST, an AdmissionReview).
+    mutating: registered in the MutatingWebhookConfiguration (else Validating).
+    title: one line for --help and docs.
+    review: the decision on one request. audit: findings about existing objects, or None.
+    """
+
+    name: str
+    path: str
+    mutating: bool
+    title: str
+    review: Review
+    audit: Audit | None = None
+
+    @property
+    def failure_mode(self) -> FailureMode:
+        """What an internal error answers by default (config ``policies.<name>.failureMode``)."""
+        return DEFAULT_FAILURE_MODES[self.name]
+
+
+POLICIES: tuple[Policy, ...] = (
+    Policy(name="rbac", path="/validate/rbac", mutating=False, review=rbac.admit, audit=rbac.audit_objects,
+           title="RBAC guard: only admins and DRA drivers get write on DeviceClasses and ResourceSlices"),
+    Policy(name="probes", path="/mutate/daemonsets", mutating=True, review=probes.admit, audit=probes.audit_objects,
+           title="driver liveness probes: a gRPC livenessProbe for DRA driver DaemonSets that lack one"),
+    Policy(name="eviction", path="/validate/evictions", mutating=False, review=eviction.admit,
+           title="drain order: 429 for evicting a DRA driver pod whose claims are still reserved on its node"),
+)
+
+
+def by_name(name: str) -> Policy:
+    """The policy called `name`; raises KeyError for an unknown name."""
+    for policy in POLICIES:
+        if policy.name == name:
+            return policy
+    raise KeyError(name)

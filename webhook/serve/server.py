@@ -1,0 +1,204 @@
+"""`dra-guard serve`'s composition root: the Flask app under gunicorn's threaded worker
+(webhook.serve.worker), over TLS, with the cluster caches, the certificate reconciler and the
+periodic audit wired in.
+
+gunicorn settings live here, in Python, derived from the validated Config and the command line;
+nothing is read from the environment at import time. Each worker builds its own app, Kubernetes
+client and caches after the fork (no preload), so no connection or thread crosses a fork.
+
+Timeouts (seconds) and why (docs/reliability.md has the whole table and the tests):
+  timeout 30           a worker that does not answer its heartbeat for 30 s is restarted; requests
+                       themselves never wait on the network beyond cluster.requestTimeoutSeconds.
+  graceful_timeout 20  on SIGTERM in-flight reviews complete, after server.shutdownDelaySeconds
+                       of serving with /readyz off (DrainingThreadWorker).
+  keepalive 75         the kube-apiserver keeps connections to webhooks alive and reuses them.
+  client sockets       2 s per operation, 5 s per request: slow clients cannot hold the threads.
+In self certificate mode each worker also runs the certificate reconciler, and with a cluster the
+periodic audit, in daemon threads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+import pathlib
+import socket
+import threading
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+import certs
+from certs.reload import ReloadingContext
+from webhook import logs, metrics
+from webhook.config import Config
+from webhook.kube.certapi import KubeCertApi
+from webhook.kube.client import api_client
+from webhook.kube.state import ClusterState
+from webhook.serve import worker
+from webhook.serve.app import Readiness, create_app
+
+log = logging.getLogger("dra_guard.server")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeOptions:
+    """What `dra-guard serve` was asked to do (from the command line)."""
+
+    config: Config
+    host: str
+    port: int
+    cert_file: pathlib.Path
+    key_file: pathlib.Path
+    kubeconfig: str | None
+    no_cluster: bool
+    log_level: str = "info"
+
+
+def resolve_namespace(config: Config) -> Config:
+    """The config with certificates.namespace filled from $POD_NAMESPACE (else "dra-guard") when empty."""
+    certs_cfg = config.certificates
+    if certs_cfg.namespace:
+        return config
+    namespace = os.environ.get("POD_NAMESPACE") or "dra-guard"
+    return dataclasses.replace(config, certificates=dataclasses.replace(certs_cfg, namespace=namespace))
+
+
+def identity(port: int) -> str:
+    """This replica's name for Leases: $POD_NAME, else <hostname>-<port>."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{port}"
+
+
+def self_managed_reconciler(config: Config, kubeconfig: str | None, *, identity: str) -> Any:
+    """A certs.selfmanaged.Reconciler for `config` (namespace resolved) over the Kubernetes API."""
+    from certs.selfmanaged import Reconciler
+
+    client = api_client(kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
+    reconciler = Reconciler(KubeCertApi(client, config.certificates.namespace), config.certificates,
+                            identity=identity)
+    reconciler.on_bundle = lambda bundle: metrics.CERT_EXPIRY.labels(cert="ca").set(bundle.ca.cert.not_valid_after_utc.timestamp())
+    return reconciler
+
+
+def run_reconciler(reconciler: Any, *, interval_seconds: float, stop: threading.Event) -> None:
+    """Call reconciler.reconcile() every interval_seconds until `stop` is set; errors are logged and retried."""
+    while not stop.wait(interval_seconds):
+        try:
+            reconciler.reconcile()
+            metrics.CERT_RECONCILE.labels(result="ok").inc()
+        except Exception:
+            metrics.CERT_RECONCILE.labels(result="error").inc()
+            log.exception("certificate reconcile failed; retrying next period")
+
+
+def certificate_status(cert_file: pathlib.Path, key_file: pathlib.Path) -> tuple[bool, str]:
+    """(True, "") when the serving certificate and key load and the certificate is within its validity."""
+    try:
+        pair = certs.load_pair(cert_file, key_file)
+    except certs.CertificateError as exc:
+        return False, str(exc)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if not pair.cert.not_valid_before_utc <= now <= pair.cert.not_valid_after_utc:
+        return False, f"{cert_file}: certificate is not valid now (valid {pair.cert.not_valid_before_utc} to {pair.cert.not_valid_after_utc})"
+    return True, ""
+
+
+
+_RELOADERS: dict[int, ReloadingContext] = {}
+
+
+def reloader(options: ServeOptions) -> ReloadingContext:
+    """This process's ReloadingContext for the serving files (one per gunicorn worker, made after the fork)."""
+    pid = os.getpid()
+    found = _RELOADERS.get(pid)
+    if found is None:
+        share = options.config.certificates.renew_after_share
+
+        def loaded(cert: Any) -> None:
+            metrics.CERT_EXPIRY.labels(cert="serving").set(cert.not_valid_after_utc.timestamp())
+            if certs.needs_renewal(cert, share=share):
+                log.warning("serving certificate is inside its renewal window",
+                            extra={"notAfter": cert.not_valid_after_utc.isoformat()})
+
+        found = _RELOADERS[pid] = ReloadingContext(options.cert_file, options.key_file, on_load=loaded,
+                                                    interval_seconds=options.config.certificates.reload_interval_seconds)
+    return found
+
+
+class DraGuardServer(BaseApplication):  # type: ignore[misc]
+    """gunicorn application running dra-guard's Flask app with the settings of ServeOptions."""
+
+    def __init__(self, options: ServeOptions) -> None:
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        o = self.options
+        settings = {
+            "bind": [f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}"],
+            "worker_class": "webhook.serve.worker.DrainingThreadWorker",
+            "workers": o.config.server.workers,
+            "threads": o.config.server.threads,
+            "certfile": str(o.cert_file),
+            "keyfile": str(o.key_file),
+            # every new connection asks for the context: the reloader hands out the current one and
+            # swaps in a new one when the files' digest changes (TLS 1.2+, no restart)
+            "ssl_context": lambda conf, default_factory: worker.TimeoutWrapping(reloader(o).context(), worker.CLIENT_SOCKET_TIMEOUT),
+            "timeout": 30,
+            "graceful_timeout": 20,
+            "keepalive": 75,
+            # connections per worker: its threads plus KEEPALIVE_CONNECTIONS kept alive between
+            # requests; more wait in the kernel's backlog, so a connection storm cannot grow the
+            # worker's memory without bound (each TLS connection costs ~25 KiB; bench/RESULTS.md)
+            "worker_connections": o.config.server.threads + worker.KEEPALIVE_CONNECTIONS,
+            "limit_request_line": 8190,
+            "limit_request_fields": 100,
+            "accesslog": None,
+            "logger_class": "webhook.serve.worker.ServerLogger",
+            "errorlog": "-",
+            "loglevel": o.log_level,
+            # gunicorn's own lines (start, workers, errors) as JSON too, like dra-guard's
+            "logconfig_dict": {
+                "version": 1, "disable_existing_loggers": False,
+                "formatters": {"json": {"()": "webhook.logs.JsonFormatter"}},
+                "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
+                "root": {"level": "WARNING", "handlers": ["json"]},
+                "loggers": {"gunicorn.error": {"level": o.log_level.upper(), "handlers": ["json"], "propagate": False},
+                            # no access log: one line per review at 1,000 reviews/s is noise; findings are logged
+                            "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": False}},
+            },
+            "proc_name": "dra-guard",
+            # no gunicornc control socket: it would live in $HOME (read-only in the chart's pod) and
+            # two servers on one machine would fight over it
+            "control_socket_disable": True,
+        }
+        for key, value in settings.items():
+            self.cfg.set(key, value)
+        worker.SHUTDOWN_DELAY[0] = float(o.config.server.shutdown_delay_seconds)
+
+    def load(self) -> Any:
+        o = self.options
+        logs.setup(o.log_level)
+        client = None if o.no_cluster else api_client(o.kubeconfig, timeout_seconds=o.config.cluster.request_timeout_seconds)
+        state = ClusterState(client, config=o.config)
+        state.start()
+        if client is not None and o.config.audit.interval_seconds > 0:
+            from webhook.serve.periodic import PeriodicAudit
+
+            periodic = PeriodicAudit(client, resolve_namespace(o.config), identity=f"{identity(o.port)}-{os.getpid()}")
+            threading.Thread(target=periodic.loop, name="periodic-audit", daemon=True,
+                             kwargs={"stop": threading.Event()}).start()
+        if o.config.certificates.mode == "self" and not o.no_cluster:
+            reconciler = self_managed_reconciler(o.config, o.kubeconfig, identity=identity(o.port))
+            threading.Thread(target=run_reconciler, name="cert-reconciler", daemon=True, kwargs={
+                "reconciler": reconciler, "interval_seconds": o.config.certificates.check_interval_seconds,
+                "stop": threading.Event()}).start()
+        readiness = Readiness(cluster=state, certificate=lambda: reloader(o).status(), draining=worker.DRAINING.is_set)
+        log.info("worker ready to serve", extra={"port": o.port, "cluster": not o.no_cluster})
+        return create_app(config=o.config, cluster=state, readiness=readiness)
+
+
+def run(options: ServeOptions) -> None:
+    """Run gunicorn in the foreground until SIGTERM/SIGINT."""
+    DraGuardServer(options).run()
