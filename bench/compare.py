@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"error: {exc}")
         return 1
     finally:
-        for name, tree in trees.items():
+        for tree in trees.values():
             if tree != REPO:
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
         shutil.rmtree(work, ignore_errors=True)

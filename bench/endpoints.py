@@ -362,7 +362,7 @@ def measure_protected_role(server: Server, *, audit_events: Callable[[], list[di
     made per review (from the audit log, via `audit_events()`, dra-guard's events)."""
     import datetime
     reviews = protected_role_bodies()
-    since = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     run = run_rate(server, "/validate/rbac", reviews, rate=rate, seconds=seconds, workdir=workdir, check=True)
     time.sleep(1.5)  # the audit backend writes the last events
     calls = api_requests(audit_events(), since)

@@ -119,7 +119,7 @@ def resource_slice(i: int, devices: int = 8) -> dict[str, Any]:
 
 def driver_daemonset() -> dict[str, Any]:
     """The DRA driver DaemonSet (apps/v1), shaped like dra-example-driver's chart."""
-    from tests.unit.test_probes_policy import driver_daemonset as shaped
+    from tests.builders import driver_daemonset as shaped
     ds = shaped(name=DRIVER_DAEMONSET, namespace=DRIVER_NAMESPACE, sa=DRIVER_DAEMONSET)
     ds["metadata"]["labels"] = LABEL
     return ds

@@ -47,7 +47,7 @@ def log(message: str) -> None:
 
 
 def _now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def control_plane(workdir: pathlib.Path, *, controllers: bool = False):
@@ -166,7 +166,7 @@ def report(results: dict[str, Any]) -> str:
         for name in endpoints.ENDPOINTS.values():
             maxes = spread(r[name]["max"]["max_rps"] for r in runs if "max" in r[name])
             for rate in rates:
-                get = lambda key, part="rates": spread(r[name][part][rate][key] for r in runs)  # noqa: E731
+                get = lambda key, part="rates", name=name, rate=rate: spread(r[name][part][rate][key] for r in runs)  # noqa: E731
                 ratio = spread(r[name]["rates"][rate]["p50"] / r[name]["floor"][rate]["p50"] for r in runs)
                 lines.append(f"| {name} | {rate} | {_fmt(get('p50'))} | {_fmt(get('p99'))} | {_fmt(get('p99.9'))} | "
                              f"{_fmt(get('cpu_s_per_1000'), 3)} | {_fmt(get('p50', 'floor'))} / {_fmt(get('p99', 'floor'))} | "

@@ -265,8 +265,8 @@ def cluster_objects() -> list[dict[str, Any]]:
 def driver_ds() -> dict[str, Any]:
     """The DRA driver DaemonSet (dra-example-driver's shape) in DRIVER_NAMESPACE, ServiceAccount
     "driver" (a driver subject in tests.e2e.guard's config), tolerating every taint."""
+    from tests.builders import driver_daemonset
     from tests.e2e.cluster import TOLERATE_ALL
-    from tests.unit.test_probes_policy import driver_daemonset
 
     ds = driver_daemonset(name=DRIVER_DS, namespace=DRIVER_NAMESPACE, sa="driver")
     ds["spec"]["template"]["spec"]["tolerations"] = TOLERATE_ALL

@@ -23,11 +23,16 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import proc_status as proc_stats, vegeta, worker_pid  # noqa: E402
-from tests.reviews import binding, review, subject  # noqa: E402
+from bench.common import proc_status as proc_stats  # noqa: E402
+from bench.common import vegeta, worker_pid  # noqa: E402
+from tests.builders import (  # noqa: E402
+    binding,
+    driver_daemonset,  # noqa: E402
+    eviction_request,  # noqa: E402
+    review,
+    subject,
+)
 from tests.serve import DraGuardProcess  # noqa: E402
-from tests.unit.test_eviction_policy import eviction_request  # noqa: E402
-from tests.unit.test_probes_policy import driver_daemonset  # noqa: E402
 
 
 def bodies(folder: pathlib.Path) -> dict[str, pathlib.Path]:

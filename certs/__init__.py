@@ -48,7 +48,7 @@ class KeyPair:
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 def service_dns_names(service: str, namespace: str) -> list[str]:

@@ -110,7 +110,7 @@ class ReloadingContext:
             return False, str(exc)
         cert = self.certificate
         assert cert is not None
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
             return False, f"serving certificate not valid now (valid until {cert.not_valid_after_utc.isoformat()})"
         return True, ""

@@ -112,7 +112,7 @@ def _pem_certs(data: bytes) -> list[x509.Certificate]:
 
 
 def _micro(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _parse_time(value: Any) -> datetime.datetime | None:
@@ -200,7 +200,7 @@ class Reconciler:
     """
 
     def __init__(self, api: CertApi, config: CertSettings, *, identity: str,
-                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)) -> None:
+                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)) -> None:
         self.api = api
         self.config = config
         self.identity = identity
@@ -378,7 +378,7 @@ class Reconciler:
         """Renew this replica's serving Lease with the fingerprint of the CA its leaf chains to."""
         name = f"{self.config.lease_name}-serving-{self.identity}"[:253]
         now = self.now()
-        body = {"metadata": {"name": name, "labels": {SERVING_LABEL: self.config.lease_name},
+        body: dict[str, Any] = {"metadata": {"name": name, "labels": {SERVING_LABEL: self.config.lease_name},
                              "annotations": {SERVING_CA_ANNOTATION: self._serving_fp, SERVING_SINCE_ANNOTATION: self._serving_since}},
                 "spec": {"holderIdentity": self.identity, "renewTime": _micro(now),
                          "leaseDurationSeconds": 3 * self.config.check_interval_seconds}}

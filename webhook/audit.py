@@ -96,7 +96,8 @@ def config_from(objects: list[dict[str, Any]]) -> Config:
 def merge(files: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Live objects overlaid with the files' (same kind, namespace and name: the file's wins)."""
     def key(o: Mapping[str, Any]) -> tuple[str, str, str]:
-        meta = o.get("metadata") if isinstance(o.get("metadata"), Mapping) else {}
+        meta = o.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
         return str(o.get("kind")), str(meta.get("namespace", "")), str(meta.get("name", ""))
     merged = {key(o): o for o in live}
     merged.update({key(o): o for o in files})
@@ -156,9 +157,9 @@ def render_table(findings: list[tuple[Finding, str]]) -> str:
     rows = [("POLICY", "CHECK", "MODE", "KIND", "NAMESPACE", "NAME")] + [
         (f.policy, f.check, mode, f.kind, f.namespace or "-", f.name) for f, mode in findings]
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(rows[0], widths)).rstrip())
-    for (f, _), row in zip(findings, rows[1:]):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    lines.append("  ".join(h.ljust(w) for h, w in zip(rows[0], widths, strict=True)).rstrip())
+    for (f, _), row in zip(findings, rows[1:], strict=True):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         lines.append(f"    {f.message}")
     acting = sum(1 for f, _ in findings if f.enforced or f.fixed_by_patch)
     lines.append(f"\n{len(findings)} finding(s): {acting} that enforce mode would refuse or patch, "

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time

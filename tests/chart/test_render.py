@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e  # runs the real helm (fetched by tests.e2e.binarie
 CASES = dict(cases())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rendered(case: str) -> tuple[dict[str, Any], ...]:
     """The objects of one case (cached: each case is rendered once per session)."""
     return tuple(helm.template(values=CASES[case]))
@@ -261,7 +261,7 @@ def test_webhooks_by_default():
 
 
 def test_dev_url_points_every_webhook_at_the_url():
-    for name, w in webhooks(rendered("dev-url")).items():
+    for w in webhooks(rendered("dev-url")).values():
         assert "service" not in w["clientConfig"]
         assert w["clientConfig"]["url"].startswith("https://127.0.0.1:8443/")
         assert w["clientConfig"]["caBundle"] == CA_BUNDLE

@@ -14,9 +14,9 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
+from webhook.config import ClusterConfig, Config
 from webhook.kube.client import ClusterError, api_client
 from webhook.kube.state import ClusterState
-from webhook.config import ClusterConfig, Config
 
 LABEL = "e2e-binding-refresh"
 COUNT = 1000

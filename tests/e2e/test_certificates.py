@@ -208,10 +208,10 @@ def test_webhook_keeps_being_called_across_a_ca_rotation(control_plane, replicas
     try:
         time.sleep(1)
         # make the CA due: replace it with one issued 9 of its 10 years ago (and a leaf from it)
-        old_now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=9 * 365)
+        old_now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=9 * 365)
         old_ca = certs.generate_ca(common_name="old-ca", now=old_now)
         old_leaf = certs.generate_serving(old_ca, dns_names=certs.service_dns_names("dra-guard", NS),
-                                          ip_addresses=["127.0.0.1"], now=datetime.datetime.now(datetime.timezone.utc))
+                                          ip_addresses=["127.0.0.1"], now=datetime.datetime.now(datetime.UTC))
         # the CA in use stays trusted next to it, as after a restore of an older Secret
         current = secret(cp)["ca.crt"]
         data = {"ca.crt": old_ca.cert_pem(), "ca.key": old_ca.key_pem(), "ca-bundle.crt": old_ca.cert_pem() + current,

@@ -10,9 +10,9 @@ import time
 import pytest
 import yaml
 
+from tests.builders import driver_daemonset
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import Guard
-from tests.unit.test_probes_policy import driver_daemonset
 
 NODE = "e2e-node-a"
 DRIVER = "gpu.example.com"

@@ -17,8 +17,8 @@ import re
 import pytest
 import yaml
 
+from tests.builders import driver_daemonset
 from tests.e2e.guard import NAMESPACE, Guard
-from tests.unit.test_probes_policy import driver_daemonset
 
 SLICE_WRITER = json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                            "metadata": {"name": "e2e-exempt-slice-writer"},

@@ -11,7 +11,7 @@ import time
 
 import requests
 
-from tests.reviews import binding, review, subject
+from tests.builders import binding, review, subject
 
 
 def ready(guard) -> bool:

@@ -6,7 +6,7 @@ import json
 import pytest
 import yaml
 
-from tests.unit.test_probes_policy import driver_daemonset
+from tests.builders import driver_daemonset
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -7,7 +7,6 @@ import time
 import pytest
 
 
-
 @pytest.fixture
 def enforce(guard):
     if guard.mode != "enforce" or guard.proc is None:
@@ -176,7 +175,7 @@ def test_no_api_requests_per_review(control_plane, enforce):
     out = cp.kubectl("alice", "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     assert out.stdout.count("created") == 200
 
-    from tests.reviews import binding, review, subject
+    from tests.builders import binding, review, subject
     session = enforce.proc.session()
     body = review(binding("direct", "e2e-slice-writer", [subject("Group", "team-a")]))
     for i in range(10_000):

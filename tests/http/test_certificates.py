@@ -15,7 +15,7 @@ import requests
 from cryptography import x509
 
 import certs
-from tests.reviews import binding, review, subject
+from tests.builders import binding, review, subject
 from tests.serve import free_port
 
 pytestmark = pytest.mark.http
@@ -182,7 +182,7 @@ def test_expiry_metric(files_server, tmp_path):
     s = requests.Session()
     s.trust_env = False
     text = s.get(f"https://127.0.0.1:{server.port}/metrics", verify=str(tmp_path / "tls" / "ca.crt"), timeout=5).text
-    line = next(l for l in text.splitlines() if l.startswith('dra_guard_certificate_expiry_timestamp_seconds{cert="serving"}'))
+    line = next(ln for ln in text.splitlines() if ln.startswith('dra_guard_certificate_expiry_timestamp_seconds{cert="serving"}'))
     assert float(line.split()[-1]) > time.time() + 300 * 86400
 
 

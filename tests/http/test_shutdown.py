@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from tests.reviews import binding, review, subject
+from tests.builders import binding, review, subject
 from tests.serve import DraGuardProcess
 
 pytestmark = pytest.mark.http

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from tests.reviews import binding, cluster_role, review, rule, subject
+from tests.builders import binding, cluster_role, review, rule, subject
 from webhook import admission
-from webhook.serve.app import create_app
-from webhook.kube.state import ClusterState
 from webhook.config import PolicyConfig, from_mapping
+from webhook.kube.state import ClusterState
 from webhook.policies.decision import Decision, Finding
+from webhook.serve.app import create_app
 
 WILDCARD = rule(["*"], ["*"], groups=["*"])
 
@@ -185,7 +185,7 @@ def test_finding_code_and_reason_reach_the_status():
 
 # ------------------------------------------------------------------ /mutate/daemonsets through the app
 def _ds_review():
-    from tests.unit.test_probes_policy import driver_daemonset
+    from tests.builders import driver_daemonset
     body = review(binding("x", "y", []))  # reuse the envelope, replace the object
     req = body["request"]
     req["kind"] = {"group": "apps", "version": "v1", "kind": "DaemonSet"}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_eviction_policy import claim, index_with, pod
+from tests.builders import claim, index_with, pod
 from webhook import audit
 from webhook.config import from_mapping
 from webhook.policies import controlplane

@@ -3,53 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_probes_policy import driver_daemonset
+from tests.builders import claim, driver_daemonset, eviction_request, index_with, pod
 from webhook.config import from_mapping
 from webhook.policies import eviction
 
 CONFIG = from_mapping(None)
-DRIVER = "gpu.example.com"
-
-
-def pod(name, node, *, namespace="work", claims=("gpu",), phase="Running", terminating=False, ds=None, uid=None):
-    meta = {"name": name, "namespace": namespace, "uid": uid or f"uid-{namespace}-{name}"}
-    if terminating:
-        meta["deletionTimestamp"] = "2026-11-30T10:00:00Z"
-    if ds:
-        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds, "uid": "x", "controller": True}]
-    spec = {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}
-    if claims and not ds:
-        spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
-
-
-def claim(name, *, driver=DRIVER, node="node-a", reserved=("consumer",), namespace="work", api="resource.k8s.io/v1"):
-    alloc = {"devices": {"results": [{"request": "gpu", "driver": driver, "pool": node or "net", "device": "gpu-0"}]}}
-    if node:
-        alloc["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
-    return {"apiVersion": api, "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
-            "status": {"allocation": alloc, "reservedFor": [
-                {"resource": "pods", "name": r, "uid": f"uid-{namespace}-{r}"} for r in reserved]}}
-
-
-def eviction_request(name, namespace="gpu", *, api="policy/v1", dry_run=False, operation="CREATE"):
-    return {"uid": "u", "operation": operation, "subResource": "eviction" if operation == "CREATE" else "",
-            "kind": {"group": "policy", "version": api.split("/")[1], "kind": "Eviction"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": name, "namespace": namespace, "dryRun": dry_run,
-            "userInfo": {"username": "admin", "groups": []},
-            "object": {"apiVersion": api, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}}
-
-
-def index_with(*objects):
-    idx = eviction.ClaimIndex(CONFIG.detection)
-    idx.upsert_daemonset(driver_daemonset(name="gpu-driver", namespace="gpu"))
-    idx.upsert_pod(pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"))
-    idx.upsert_pod(pod("gpu-driver-b", "node-b", namespace="gpu", ds="gpu-driver"))
-    for obj in objects:
-        {"Pod": idx.upsert_pod, "ResourceClaim": idx.upsert_claim}[obj["kind"]](obj)
-    return idx
 
 
 def decide(idx, req=None, **kw):

@@ -19,13 +19,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.reviews import binding, cluster_role, review, rule, subject
-from tests.unit.test_eviction_policy import claim, eviction_request, pod
-from tests.unit.test_probes_policy import driver_daemonset, plugin_container
+from tests.builders import (
+    binding,
+    claim,
+    cluster_role,
+    driver_daemonset,
+    eviction_request,
+    plugin_container,
+    pod,
+    review,
+    rule,
+    subject,
+)
 from webhook import metrics
-from webhook.serve.app import create_app
-from webhook.kube.state import ClusterState
 from webhook.config import from_mapping
+from webhook.kube.state import ClusterState
+from webhook.serve.app import create_app
 
 EXAMPLES = int(os.environ.get("DRA_GUARD_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 1000,

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from tests.reviews import binding, cluster_role, subject
-from tests.unit.test_eviction_policy import claim, index_with, pod
+from tests.builders import binding, claim, cluster_role, index_with, pod, subject
 from webhook.kube.pages import Pages, list_pages
 from webhook.model.rbac_index import RbacIndex
 

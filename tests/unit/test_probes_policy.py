@@ -6,47 +6,12 @@ import copy
 import jsonpatch
 import pytest
 
+from tests.builders import driver_daemonset, plugin_container
 from webhook.config import from_mapping
 from webhook.model import drivers
 from webhook.policies import probes
 
 CONFIG = from_mapping(None)
-
-
-def driver_daemonset(*, name="gpu-driver", namespace="gpu", containers=None, cdi=True, plugin_subdir="gpu.example.com",
-                     annotations=None, labels=None, strategy=None, sa="gpu-driver"):
-    """A DRA driver DaemonSet shaped like dra-example-driver's chart."""
-    volumes = [{"name": "plugins-registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry"}},
-               {"name": "plugins", "hostPath": {"path": f"/var/lib/kubelet/plugins/{plugin_subdir}".rstrip("/")}}]
-    if cdi:
-        volumes.append({"name": "cdi", "hostPath": {"path": "/var/run/cdi"}})
-    if containers is None:
-        mounts = ("plugins-registry", "plugins", "cdi") if cdi else ("plugins-registry", "plugins")
-        containers = [plugin_container("plugin", args=["--healthcheck-port=51515"], mounts=mounts)]
-    meta = {"name": name, "namespace": namespace}
-    if annotations is not None:
-        meta["annotations"] = annotations
-    if labels is not None:
-        meta["labels"] = labels
-    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta,
-          "spec": {"selector": {"matchLabels": {"app": name}},
-                   "template": {"metadata": {"labels": {"app": name}},
-                                "spec": {"serviceAccountName": sa, "containers": containers, "volumes": volumes}}}}
-    if strategy is not None:
-        ds["spec"]["updateStrategy"] = strategy
-    return ds
-
-
-def plugin_container(name, *, args=None, env=None, ports=None, mounts=("plugins-registry", "plugins", "cdi"), **extra):
-    c = {"name": name, "image": "registry.example/driver:v1",
-         "volumeMounts": [{"name": m, "mountPath": f"/mnt/{m}"} for m in mounts], **extra}
-    if args is not None:
-        c["args"] = args
-    if env is not None:
-        c["env"] = env
-    if ports is not None:
-        c["ports"] = ports
-    return c
 
 
 def request(obj, *, operation="CREATE", old=None):

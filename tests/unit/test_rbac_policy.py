@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reviews import binding, cluster_role, review, rule, subject
+from tests.builders import binding, cluster_role, review, rule, subject
 from webhook.config import from_mapping
 from webhook.model import rbac as rbac_model
 from webhook.policies import rbac

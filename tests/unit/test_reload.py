@@ -25,7 +25,7 @@ def test_not_ready_until_a_valid_certificate_is_loaded(tmp_path):
 
 
 def test_expired_certificate_is_not_ready(tmp_path):
-    past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=400)
+    past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=400)
     ca = certs.generate_ca(now=past)
     certs.write_bundle(tmp_path, ca=ca, serving=certs.generate_serving(ca, dns_names=["a"], days=30, now=past))
     ok, why = ReloadingContext(tmp_path / "tls.crt", tmp_path / "tls.key").status()

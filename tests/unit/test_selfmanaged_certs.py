@@ -81,7 +81,7 @@ class FakeCertApi:
 
 
 CONFIG = from_mapping({"certificates": {"mode": "self", "namespace": "dra-guard", "extraIpAddresses": ["127.0.0.1"]}}).certificates
-T0 = datetime.datetime(2026, 11, 30, tzinfo=datetime.timezone.utc)
+T0 = datetime.datetime(2026, 11, 30, tzinfo=datetime.UTC)
 
 
 class Clock:

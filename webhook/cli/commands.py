@@ -140,7 +140,10 @@ def _certs_inspect(args: argparse.Namespace) -> int:
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # we only read what it presents
         try:
             with socket.create_connection((host, int(port)), timeout=5) as sock, ctx.wrap_socket(sock) as tls:
-                cert = x509.load_der_x509_certificate(tls.getpeercert(binary_form=True))
+                der = tls.getpeercert(binary_form=True)
+                if der is None:
+                    return fail(f"{args.url} presented no certificate")
+                cert = x509.load_der_x509_certificate(der)
         except (OSError, ValueError) as exc:
             return fail(f"cannot fetch the certificate from {args.url}: {exc}")
     dns, ips = certs.sans_of(cert)

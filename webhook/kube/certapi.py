@@ -64,7 +64,8 @@ class KubeCertApi:
                    self._secret_body(name, data, resource_version))
 
     def get_lease(self, name: str) -> dict[str, Any] | None:
-        return self._call("get", "leases", self.coordination.read_namespaced_lease, name, self.namespace)
+        lease: dict[str, Any] | None = self._call("get", "leases", self.coordination.read_namespaced_lease, name, self.namespace)
+        return lease
 
     def create_lease(self, lease: Mapping[str, Any]) -> None:
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **lease,

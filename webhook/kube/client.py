@@ -48,7 +48,6 @@ def api_client(kubeconfig: str | None, *, timeout_seconds: float) -> kubernetes.
         raise ClusterError(f"cannot load Kubernetes client configuration ({kubeconfig or 'default'}): {exc}") from exc
     configuration.retries = 0
     client = kubernetes.client.ApiClient(configuration)
-    client.dra_guard_timeout = timeout_seconds  # type: ignore[attr-defined]
     return client
 
 

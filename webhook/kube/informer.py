@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import kubernetes
@@ -31,7 +31,7 @@ class Informer:
     on_event(type, object): called for each ADDED / MODIFIED / DELETED watch event (plain dict).
     """
 
-    def __init__(self, *, name: str, list_func: Callable[..., Any], on_replace: Callable[[list[dict[str, Any]]], None],
+    def __init__(self, *, name: str, list_func: Callable[..., Any], on_replace: Callable[[Iterable[dict[str, Any]]], None],
                  on_event: Callable[[str, dict[str, Any]], None], timeout_seconds: float) -> None:
         self.name = name
         self._list = list_func
@@ -53,9 +53,6 @@ class Informer:
         self._stop.set()
         if self._watch is not None:
             self._watch.stop()
-
-    def _count(self, verb: str) -> None:
-        count(verb, self.name)
 
     def _run(self) -> None:
         backoff = 0.5

@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kubernetes
@@ -181,11 +181,11 @@ class ClusterState:
         meta = obj.get("metadata") or {}
         return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
-    def _roles_replaced(self, items: list[dict[str, Any]]) -> None:
+    def _roles_replaced(self, items: Iterable[dict[str, Any]]) -> None:
         self.rbac.replace_roles(items)
         self.claims.redetect()
 
-    def _bindings_replaced(self, items: list[dict[str, Any]]) -> None:
+    def _bindings_replaced(self, items: Iterable[dict[str, Any]]) -> None:
         self.rbac.replace_bindings(items)
         self.claims.redetect()
 
@@ -244,8 +244,3 @@ class ClusterState:
             return ok, why
         stale = [f"{i.name} ({i.age():.0f} s)" for i in self.informers if i.age() > max_age_seconds]
         return (not stale, "caches without news: " + ", ".join(stale) if stale else "")
-
-    def wait_synced(self, timeout_seconds: float) -> bool:
-        """Block until every cache has synced or `timeout_seconds` pass; True when synced."""
-        deadline = time.monotonic() + timeout_seconds
-        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self.informers)

@@ -24,7 +24,6 @@ class PodInfo:
     finished: bool      # phase Succeeded or Failed
     terminating: bool   # metadata.deletionTimestamp set
     daemonset: str      # owning DaemonSet name ("" if none)
-    uses_claims: bool   # spec.resourceClaims is not empty
 
 
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
@@ -34,8 +33,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
                   if o.get("kind") == "DaemonSet" and o.get("controller")), "")
     return PodInfo(namespace=as_str(meta.get("namespace")), name=as_str(meta.get("name")), uid=as_str(meta.get("uid")),
                    node=as_str(spec.get("nodeName")), finished=as_str(status.get("phase")) in ("Succeeded", "Failed"),
-                   terminating=bool(meta.get("deletionTimestamp")), daemonset=owner,
-                   uses_claims=bool(as_list(spec.get("resourceClaims"))))
+                   terminating=bool(meta.get("deletionTimestamp")), daemonset=owner)
 
 
 def pod_is_relevant(pod: Mapping[str, Any]) -> bool:

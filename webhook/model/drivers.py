@@ -86,7 +86,7 @@ def name_from_container(container: Mapping[str, Any]) -> str:
                 return words[i + 1]
     for env in map(_map, _list(container.get("env"))):
         if env.get("name") == "DRIVER_NAME" and _str(env.get("value")):
-            return env["value"]
+            return _str(env.get("value"))
     return ""
 
 

@@ -37,10 +37,10 @@ def _finding(check: str, kind: str, name: str, message: str, summary: str, *, na
 
 def _flag(words: Iterable[Any], flag: str) -> str | None:
     """The value of --flag=V or --flag V in a command line, None when absent."""
-    words = [w for w in words if isinstance(w, str)]
-    for i, w in enumerate(words):
-        if w == flag and i + 1 < len(words):
-            return words[i + 1]
+    texts = [w for w in words if isinstance(w, str)]
+    for i, w in enumerate(texts):
+        if w == flag and i + 1 < len(texts):
+            return texts[i + 1]
         if w.startswith(flag + "="):
             return w.split("=", 1)[1]
     return None
@@ -118,10 +118,10 @@ def scheduler(pods: Iterable[Mapping[str, Any]], configmaps: Iterable[Mapping[st
     for cm in configmaps:
         for text in _map(cm.get("data")).values():
             if isinstance(text, str) and "KubeSchedulerConfiguration" in text:
-                qps = re.search(r"^\s*qps:\s*([0-9.]+)", text, re.M)
-                burst = re.search(r"^\s*burst:\s*([0-9]+)", text, re.M)
+                qps_m = re.search(r"^\s*qps:\s*([0-9.]+)", text, re.M)
+                burst_m = re.search(r"^\s*burst:\s*([0-9]+)", text, re.M)
                 values.append((f"ConfigMap {_map(cm.get('metadata')).get('name')}",
-                               float(qps.group(1)) if qps else 50.0, float(burst.group(1)) if burst else 100.0))
+                               float(qps_m.group(1)) if qps_m else 50.0, float(burst_m.group(1)) if burst_m else 100.0))
     if not values:
         return [_finding(
             "scheduler-qps-unknown", "Pod", "kube-scheduler", namespace="kube-system",

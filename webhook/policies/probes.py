@@ -25,8 +25,8 @@ import jsonpatch
 
 from webhook.config import Config, DetectionConfig, ProbeConfig
 from webhook.model import drivers as drivers_mod
-from webhook.model.readers import as_list as _list
 from webhook.model.facts import Facts
+from webhook.model.readers import as_list as _list
 from webhook.model.readers import as_map as _map
 from webhook.policies.decision import ALLOW, Decision, Finding, short
 
@@ -180,7 +180,7 @@ def _patch(daemonset: Mapping[str, Any], modified: Mapping[str, Any]) -> tuple[d
     old_containers = _map(_map(_map(daemonset.get("spec")).get("template")).get("spec")).get("containers")
     new_containers = modified["spec"]["template"]["spec"].get("containers")
     if isinstance(old_containers, list) and isinstance(new_containers, list) and len(old_containers) == len(new_containers):
-        for i, (old_c, new_c) in enumerate(zip(old_containers, new_containers)):
+        for i, (old_c, new_c) in enumerate(zip(old_containers, new_containers, strict=True)):
             if isinstance(old_c, Mapping) and isinstance(new_c, Mapping) and old_c != new_c:
                 prefix = f"/spec/template/spec/containers/{i}"
                 ops += [dict(op, path=prefix + op["path"]) for op in jsonpatch.make_patch(dict(old_c), dict(new_c)).patch]

@@ -25,7 +25,6 @@ from webhook.policies.decision import ALLOW, Decision, Finding, short
 
 POLICY = "rbac"
 BREAK_GLASS_ANNOTATION = "dra-guard.io/allow-dra-write"
-RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 def _break_glass(obj: Mapping[str, Any]) -> str | None:
@@ -60,7 +59,7 @@ class Violation:
 def binding_violations(binding: Mapping[str, Any], grants: Iterable[Grant], config: RbacConfig, *, via: str) -> list[Violation]:
     """Violations of one ClusterRoleBinding dict given the protected grants of its roleRef."""
     grants = tuple(grants)
-    out = []
+    out: list[Violation] = []
     if not grants:
         return out
     for subject in subjects_of(binding):

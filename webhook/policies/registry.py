@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from webhook.config import DEFAULT_FAILURE_MODES, Config, FailureMode
 from webhook.model.facts import Facts
@@ -48,7 +48,7 @@ class Policy:
     @property
     def failure_mode(self) -> FailureMode:
         """What an internal error answers by default (config ``policies.<name>.failureMode``)."""
-        return DEFAULT_FAILURE_MODES[self.name]
+        return cast(FailureMode, DEFAULT_FAILURE_MODES[self.name])
 
 
 POLICIES: tuple[Policy, ...] = (

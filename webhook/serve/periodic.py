@@ -35,7 +35,7 @@ class PeriodicAudit:
 
     def run_once(self) -> list[tuple[Any, str]] | None:
         """Audit the live cluster now if this replica holds the Lease; the findings, or None."""
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         duration = int(self.config.audit.interval_seconds * 1.5) + 30
         if not hold_lease(self.lease_api, self.lease_name, identity=self.identity, now=now, duration_seconds=duration):
             return None

@@ -98,7 +98,7 @@ def certificate_status(cert_file: pathlib.Path, key_file: pathlib.Path) -> tuple
         pair = certs.load_pair(cert_file, key_file)
     except certs.CertificateError as exc:
         return False, str(exc)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     if not pair.cert.not_valid_before_utc <= now <= pair.cert.not_valid_after_utc:
         return False, f"{cert_file}: certificate is not valid now (valid {pair.cert.not_valid_before_utc} to {pair.cert.not_valid_after_utc})"
     return True, ""
@@ -126,7 +126,7 @@ def reloader(options: ServeOptions) -> ReloadingContext:
     return found
 
 
-class DraGuardServer(BaseApplication):  # type: ignore[misc]
+class DraGuardServer(BaseApplication):
     """gunicorn application running dra-guard's Flask app with the settings of ServeOptions."""
 
     def __init__(self, options: ServeOptions) -> None:

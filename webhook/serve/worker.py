@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import ssl
 import sys
 import threading
@@ -120,7 +119,7 @@ class DrainingThreadWorker(ThreadWorker):
             return False
 
 
-class ServerLogger(GunicornLogger):  # type: ignore[misc]
+class ServerLogger(GunicornLogger):
     """gunicorn's logger with two changes, both about work and noise per connection:
 
     * no access-log work while the access log is off: gunicorn builds every request's access-log
@@ -162,7 +161,7 @@ class DeadlineSSLSocket(ssl.SSLSocket):
         if self._started is None:
             self._started = now
         elif now - self._started > REQUEST_READ_LIMIT:
-            raise socket.timeout(f"request not received within {REQUEST_READ_LIMIT:g} s")
+            raise TimeoutError(f"request not received within {REQUEST_READ_LIMIT:g} s")
 
     def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
         self._check()

@@ -1,0 +1,78 @@
+"""The shape docs/architecture.md promises, beyond what import-linter checks (tests/lint)."""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+from webhook import config
+from webhook.cli.parser import build_parser
+from webhook.policies.registry import POLICIES, by_name
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+MAX_LINES = 350
+
+
+def python_files(folder: str) -> list[pathlib.Path]:
+    return sorted(p for p in (REPO / folder).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def imports_of(path: pathlib.Path) -> set[str]:
+    """Every module an import statement in `path` names (function-level imports included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("path", python_files("webhook"), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_module_in_webhook_is_over_350_lines(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(REPO)} has {lines} lines: split it along what it does"
+
+
+def test_only_the_worker_module_touches_gunicorn_internals():
+    public = {"gunicorn.app.base"}  # the documented custom-application API
+    for path in python_files("webhook"):
+        gunicorn = {m for m in imports_of(path) if m == "gunicorn" or m.startswith("gunicorn.")}
+        if path.name == "worker.py" and path.parent.name == "serve":
+            assert gunicorn, "webhook/serve/worker.py is where gunicorn's internals are adapted"
+            continue
+        assert gunicorn <= public, f"{path.relative_to(REPO)} imports {sorted(gunicorn - public)}"
+
+
+def test_bench_imports_no_test_module():
+    for path in python_files("bench"):
+        for module in imports_of(path):
+            last = module.rsplit(".", 1)[-1]
+            assert not last.startswith("test_") and not module.startswith(("tests.unit", "tests.http", "tests.chart")), (
+                f"{path.relative_to(REPO)} imports {module}: shared builders belong in tests/builders.py")
+
+
+def test_the_registry_and_the_config_know_the_same_policies():
+    assert tuple(p.name for p in POLICIES) == config.POLICY_NAMES
+    assert {p.name: p.failure_mode for p in POLICIES} == dict(config.DEFAULT_FAILURE_MODES)
+    assert len({p.path for p in POLICIES}) == len(POLICIES)
+    assert by_name("rbac").path == "/validate/rbac"
+    with pytest.raises(KeyError):
+        by_name("nope")
+
+
+def test_serve_help_lists_every_policy_of_the_registry():
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
+    text = serve.format_help()
+    for policy in POLICIES:
+        assert policy.path in text and policy.title in text, policy.name
+
+
+def test_every_route_of_the_app_comes_from_the_registry():
+    from webhook.model.facts import StaticFacts
+    from webhook.serve.app import NOOP_PATH, create_app
+
+    app = create_app(config=config.Config(), cluster=StaticFacts(config.Config()))
+    posts = {r.rule for r in app.url_map.iter_rules() if "POST" in (r.methods or ())}
+    assert posts == {p.path for p in POLICIES} | {NOOP_PATH}
