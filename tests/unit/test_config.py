@@ -92,3 +92,59 @@ def test_config_file_that_is_not_text_or_too_deep_names_the_file(tmp_path):
     deep.write_text("mode: " + "[" * 5000)
     with pytest.raises(ConfigError, match="deep.yaml"):
         load_config(deep)
+
+
+EXACT_MESSAGES = [
+    ({"policies": {"rbac": {"mode": "x"}}}, "policies.rbac.mode: must be one of enforce, warn, audit; got 'x'"),
+    ({"probes": {"periodSeconds": 0}}, "probes.periodSeconds: must be between 1 and 3600; got 0"),
+    ({"probes": {"startupProbe": {"failureThreshold": 100001}}},
+     "probes.startupProbe.failureThreshold: must be between 1 and 100000; got 100001"),
+    ({"probes": {"startupProbe": 3}}, "probes.startupProbe: expected a mapping, got int"),
+    ({"server": {"port": "x"}}, "server.port: expected int, got str 'x'"),
+    ({"server": {"threads": True}}, "server.threads: expected a number, got a boolean"),
+    ({"audit": {"qps": "x"}}, "audit.qps: expected int or float, got str 'x'"),
+    ({"rbac": {"driverSubject": {}}}, "rbac.driverSubject: unknown key (known here: adminOnlyResources, adminSubjects, "
+                                      "aggregationControllerUsers, apiGroup, driverResources, driverSubjects, writeVerbs)"),
+    ({"rbac": {"adminSubjects": {"serviceAccounts": ["a"]}}},
+     "rbac.adminSubjects.serviceAccounts: 'a' must be 'namespace:name' or 'namespace:*'"),
+    ({"rbac": {"writeVerbs": [""]}}, "rbac.writeVerbs[0]: expected a non-empty string, got ''"),
+    ({"drivers": {"selectors": [{}]}}, "drivers.selectors[0].namespace: required"),
+    ({"drivers": {"selectors": [{"namespace": "n", "matchLabels": {"a": 1}}]}},
+     "drivers.selectors[0].matchLabels: keys and values must be strings; got 'a': 1"),
+    ({"drivers": {"selectors": ["x"]}}, "drivers.selectors[0]: expected a mapping, got str"),
+    ({"certificates": {"renewAfterShare": 1}}, "certificates.renewAfterShare: must be between 0.1 and 0.95; got 1"),
+    ({"certificates": {"extraIpAddresses": ["x"]}}, "certificates.extraIpAddresses: 'x' is not an IP address"),
+    ({"certificates": {"leafValidityDays": 3650}},
+     "certificates.leafValidityDays: must be shorter than certificates.caValidityDays"),
+    ({"certificates": {"mode": "manual"}}, "certificates.mode: must be one of self, cert-manager, files; got 'manual'"),
+    ({"audit": {"qps": 0}}, "audit.qps: must be > 0 and <= 1000; got 0"),
+    ({"cluster": {"requestTimeoutSeconds": 60}}, "cluster.requestTimeoutSeconds: must be > 0 and <= 30; got 60"),
+    ({"apiVersion": "v1"}, "apiVersion: must be one of dra-guard.io/v1alpha1; got 'v1'"),
+    ({"bogus": 1}, "bogus: unknown key (known here: apiVersion, audit, certificates, cluster, drivers, eviction, kind, "
+                   "mode, policies, probes, rbac, server)"),
+    # the chart's schema always refused an empty apiGroup; the reader now does too
+    ({"rbac": {"apiGroup": ""}}, "rbac.apiGroup: must not be empty"),
+]
+
+
+@pytest.mark.parametrize("data, message", EXACT_MESSAGES, ids=[m.split(":")[0] for _, m in EXACT_MESSAGES])
+def test_error_messages(data, message):
+    with pytest.raises(ConfigError) as err:
+        from_mapping(data)
+    assert str(err.value) == message
+
+
+def test_values_are_stored_as_declared():
+    cfg = from_mapping({"certificates": {"extraIpAddresses": ["::1", "10.0.0.1", "10.0.0.1"], "extraDnsNames": ["b", "a"],
+                                         "renewAfterShare": 0.5},
+                        "audit": {"qps": 5}, "cluster": {"requestTimeoutSeconds": 1},
+                        "rbac": {"adminSubjects": {"users": ["u"]}},
+                        "probes": {"startupProbe": {"enabled": True}},
+                        "policies": {"probes": {"failureMode": "deny"}}, "mode": "warn"})
+    assert cfg.certificates.extra_ip_addresses == ("10.0.0.1", "::1") and cfg.certificates.extra_dns_names == ("a", "b")
+    assert isinstance(cfg.audit.qps, float) and isinstance(cfg.cluster.request_timeout_seconds, float)
+    # an unset key of a nested section keeps the enclosing default's value, not the section class's
+    assert cfg.rbac.admin_subjects.groups == {"system:masters"} and cfg.rbac.admin_subjects.users == {"u"}
+    assert cfg.probes.startup_probe and cfg.probes.startup_period_seconds == 1
+    assert cfg.policy("probes").mode == "warn" and cfg.policy("probes").failure_mode == "deny"
+    assert cfg.policy("eviction").failure_mode == "allow" and cfg.policy("rbac").failure_mode == "deny"

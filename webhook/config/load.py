@@ -1,0 +1,220 @@
+"""Reading a config document: one generic walk over the declared keys (webhook.config.declare).
+
+Every error is a ConfigError whose message starts with the key's dotted path
+(``probes.periodSeconds: must be between 1 and 3600; got 0``).
+"""
+from __future__ import annotations
+
+import ipaddress
+import pathlib
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import yaml
+
+from webhook.config.declare import ConfigError, Entry, Key, class_defaults, entries, instance_values
+from webhook.config.types import (
+    HEADER_KEYS,
+    NEVER_PRIVILEGED_GROUP_PREFIXES,
+    NEVER_PRIVILEGED_GROUPS,
+    NEVER_PRIVILEGED_USERS,
+    Config,
+    SubjectSet,
+)
+
+
+class _Reader:
+    """Walks a mapping, taking typed keys and reporting unknown ones with their dotted path."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path or '<top level>'}: expected a mapping, got {type(data).__name__}")
+        self.data: Mapping[Any, Any] = data
+        self.path = path
+        self.seen: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def take(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        self.seen.add(name)
+        if name not in self.data or self.data[name] is None:
+            return default
+        value = self.data[name]
+        if isinstance(value, bool) and kind in (int, float, (int, float)):
+            raise ConfigError(f"{self.key(name)}: expected a number, got a boolean")
+        if not isinstance(value, kind):
+            want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise ConfigError(f"{self.key(name)}: expected {want}, got {type(value).__name__} {value!r}")
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        value: str = self.take(name, str, default)
+        if value not in choices:
+            raise ConfigError(f"{self.key(name)}: must be one of {', '.join(choices)}; got {value!r}")
+        return value
+
+    def strings(self, name: str, default: frozenset[str]) -> frozenset[str]:
+        value = self.take(name, list, None)
+        if value is None:
+            return default
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or not item:
+                raise ConfigError(f"{self.key(name)}[{i}]: expected a non-empty string, got {item!r}")
+        return frozenset(value)
+
+    def sub(self, name: str) -> _Reader:
+        self.seen.add(name)
+        return _Reader(self.data.get(name), self.key(name))
+
+    def done(self) -> None:
+        unknown = sorted(str(k) for k in self.data if k not in self.seen)
+        if unknown:
+            raise ConfigError(f"{self.key(unknown[0])}: unknown key (known here: {', '.join(sorted(self.seen))})")
+
+
+def _check_number(path: str, declared: Key, value: int | float) -> None:
+    lo, hi = declared.lo, declared.hi
+    if declared.lo_exclusive:
+        if not (lo is None or lo < value) or not (hi is None or value <= hi):
+            raise ConfigError(f"{path}: must be > {lo} and <= {hi}; got {value}")
+    elif not (lo is None or lo <= value) or not (hi is None or value <= hi):
+        raise ConfigError(f"{path}: must be between {lo} and {hi}; got {value}")
+
+
+def _check_items(path: str, declared: Key, items: frozenset[str]) -> None:
+    for item in sorted(items):
+        if declared.pattern and not re.search(declared.pattern, item):
+            raise ConfigError(f"{path}: {item!r} must be {declared.pattern_help}")
+        if declared.ip:
+            try:
+                ipaddress.ip_address(item)
+            except ValueError:
+                raise ConfigError(f"{path}: {item!r} is not an IP address") from None
+
+
+def _read_value(entry: Entry, r: _Reader, name: str, default: Any, read: Mapping[str, Any], notes: list[str]) -> Any:
+    """The value of one declared key `name` of reader `r` (`default` when unset); `read` holds the
+    section's keys read so far by key name (for a family's inherited defaults)."""
+    declared, path = entry.key, r.key(name)
+    if entry.kind == "bool":
+        return r.take(name, bool, default)
+    if entry.kind in ("int", "number"):
+        value = r.take(name, int if entry.kind == "int" else (int, float), default)
+        _check_number(path, declared, value)
+        return value if entry.kind == "int" else float(value)
+    if entry.kind == "str":
+        text: str = r.take(name, str, None if declared.required else default)
+        if declared.required and not text:
+            raise ConfigError(f"{path}: required")
+        if len(text) < declared.min_length:
+            raise ConfigError(f"{path}: must not be empty")
+        return text
+    if entry.kind == "choice":
+        return r.choice(name, entry.choices, default)
+    if entry.kind in ("strings", "sorted_strings"):
+        items = r.strings(name, frozenset(default))
+        _check_items(path, declared, items)
+        return items if entry.kind == "strings" else tuple(sorted(items))
+    if entry.kind == "string_map":
+        labels: Mapping[Any, Any] = r.take(name, dict, default)
+        for k, v in labels.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise ConfigError(f"{path}: keys and values must be strings; got {k!r}: {v!r}")
+        return dict(labels)
+    assert entry.section is not None
+    cls = entry.section
+    if entry.kind == "section":
+        return cls(**_read_section(cls, r.sub(name), instance_values(default), notes))
+    if entry.kind == "sections":
+        return tuple(cls(**_read_section(cls, _Reader(raw, f"{path}[{i}]"), class_defaults(cls), notes))
+                     for i, raw in enumerate(r.take(name, list, list(default))))
+    family = r.sub(name)
+    members = {}
+    for member in declared.names:
+        member_defaults = {e.attr: read[e.key.inherit] if e.key.inherit else (e.key.per_name or {})[member]
+                           for e in entries(cls)}
+        members[member] = cls(**_read_section(cls, family.sub(member), member_defaults, notes))
+    family.done()
+    return members
+
+
+def _never_trusted(values: Mapping[str, Any], reader: _Reader, notes: list[str]) -> None:
+    for g in sorted(values["groups"]):
+        if g in NEVER_PRIVILEGED_GROUPS or g.startswith(NEVER_PRIVILEGED_GROUP_PREFIXES):
+            notes.append(f"{reader.key('groups')}: {g} stands for many identities and is never trusted")
+    for u in sorted(values["users"]):
+        if u in NEVER_PRIVILEGED_USERS:
+            notes.append(f"{reader.key('users')}: {u} is never trusted")
+
+
+#: per section class, what runs after its keys are read and before unknown keys are reported:
+#: (values by attribute, the section's reader, the "ignored" notes to append to)
+_AFTER: dict[type, Callable[[Mapping[str, Any], _Reader, list[str]], None]] = {SubjectSet: _never_trusted}
+
+
+def _read_section(cls: type[Any], reader: _Reader, defaults: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The declared keys of section dataclass `cls` read from `reader`, by attribute (`defaults` by
+    attribute for unset keys); then the "below" cross-checks, then unknown keys are refused."""
+    values: dict[str, Any] = {}
+    read: dict[str, Any] = {}
+    groups = {group: reader.sub(group) for group in dict.fromkeys(
+        e.key.name.split(".", 1)[0] for e in entries(cls) if "." in e.key.name)}
+    for entry in entries(cls):
+        r, name = reader, entry.key.name
+        if "." in name:
+            group, name = name.split(".", 1)
+            r = groups[group]
+        values[entry.attr] = read[entry.key.name] = _read_value(entry, r, name, defaults.get(entry.attr), read, notes)
+    for entry in entries(cls):
+        if entry.key.below and not read[entry.key.name] < read[entry.key.below]:
+            raise ConfigError(f"{reader.key(entry.key.name)}: must be shorter than {reader.key(entry.key.below)}")
+    if cls in _AFTER:
+        _AFTER[cls](values, reader, notes)
+    for group_reader in groups.values():
+        group_reader.done()
+    reader.done()
+    return values
+
+
+def from_mapping(data: Any) -> Config:
+    """Validate a parsed config document (a dict, or None for all defaults) into a Config.
+
+    Raises ConfigError naming the first offending key.
+    """
+    top = _Reader(data, "")
+    for header in HEADER_KEYS:
+        top.choice(header.name, header.choices, header.choices[0])
+    notes: list[str] = []
+    values = _read_section(Config, top, instance_values(Config()), notes)
+    return Config(**values, ignored=tuple(notes))
+
+
+def load_config(path: str | pathlib.Path | None) -> Config:
+    """Read and validate a YAML config file; None gives the defaults.
+
+    Raises ConfigError (file unreadable, invalid YAML with its line, or an invalid key).
+    """
+    if path is None:
+        return from_mapping(None)
+    try:
+        text = pathlib.Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    try:
+        data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    try:
+        return from_mapping(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
