@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import importlib
 import pathlib
 import re
 import shlex
@@ -115,8 +116,10 @@ def test_entrypoint_is_the_console_script_serving_the_chart_config():
     cmd = exec_form(final.all("CMD")[-1])
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert entrypoint == ["dra-guard"] and "dra-guard" in scripts
-    module = scripts["dra-guard"].partition(":")[0]
-    assert (REPO / pathlib.Path(*module.split("."))).with_suffix(".py").exists()
+    module, _, function = scripts["dra-guard"].partition(":")
+    path = REPO / pathlib.Path(*module.split("."))
+    assert path.with_suffix(".py").exists() or (path / "__init__.py").exists(), module
+    assert callable(getattr(importlib.import_module(module), function))
     assert cmd == ["serve", "--config", "/etc/dra-guard/config.yaml"]
     # the same file the chart mounts and passes
     deployment = (REPO / "charts" / "dra-guard" / "templates" / "deployment.yaml").read_text()
