@@ -1,6 +1,6 @@
 # dra-guard's container image: `dra-guard serve` on a slim Python base, as a non-root user.
 #
-#   docker build -t <registry>/dra-guard:0.1.0 .
+#   docker build -t <registry>/dra-guard:0.2.0 .
 #
 # Stage 1 builds the wheels (dra-guard and every dependency) and installs them into a virtualenv;
 # stage 2 copies only that virtualenv onto a fresh slim base: no compiler, no pip, no sources.
@@ -23,7 +23,7 @@ RUN python -m pip wheel --wheel-dir /wheels . \
 FROM python:3.11.13-slim-bookworm
 LABEL org.opencontainers.image.title="dra-guard" \
       org.opencontainers.image.description="Admission webhook enforcing the Kubernetes good practices for Dynamic Resource Allocation" \
-      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.version="0.2.0" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/dra-guard /opt/dra-guard
 # The chart runs it with a read-only root filesystem: no .pyc written at run time (they were

@@ -44,6 +44,7 @@ def cases() -> list[tuple[str, dict[str, Any]]]:
         ("policyreport-crds", {"policyReports": {"installCRDs": True}}),
         ("audit-no-reports", {"config": {"audit": {"intervalSeconds": 300, "qps": 5, "burst": 10, "policyReports": False}}}),
         ("dev-url", {"webhooks": {"url": "https://127.0.0.1:8443", "caBundle": CA_BUNDLE}}),
+        ("pre-delete", {"preDelete": {"enabled": True}}),
         ("switches", {"config": {"eviction": {"guardDeletes": True},
                                  "rbac": {"driverSubjects": {"serviceAccounts": ["gpu-operator:nvidia-dra-driver"]}},
                                  "drivers": {"selectors": [{"namespace": "gpu", "matchLabels": {"app": "gpu-driver"},

@@ -98,7 +98,9 @@ def installed(control_plane, tmp_path_factory):
     cp = control_plane
     guard = Guard(cp, tmp_path_factory.mktemp("chart-install"))
     guard.start(mode="enforce")
-    values = {"webhooks": {"url": guard.url, "caBundle": base64.b64encode(guard.proc.ca_file.read_bytes()).decode()}}
+    # preDelete on: its ServiceAccount and RBAC are installed, so the hook's command can run as it below
+    values = {"webhooks": {"url": guard.url, "caBundle": base64.b64encode(guard.proc.ca_file.read_bytes()).decode()},
+              "preDelete": {"enabled": True}}
     folder = tmp_path_factory.mktemp("chart-values")
     try:
         out = helm.run("install", RELEASE, str(helm.CHART), "--namespace", NAMESPACE, "--create-namespace",

@@ -103,9 +103,10 @@ def test_chart_defaults_are_dra_guards_defaults():
 def test_default_objects():
     objs = rendered("defaults")
     assert kinds([o for o in objs if "helm.sh/hook" not in (o["metadata"].get("annotations") or {})]) == sorted([
-        "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "Deployment",
+        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
         "MutatingWebhookConfiguration", "PodDisruptionBudget", "Role", "Role", "RoleBinding", "RoleBinding", "Service",
-        "ServiceAccount", "ServiceAccount", "ValidatingWebhookConfiguration"])
+        "ServiceAccount", "ValidatingWebhookConfiguration"])
+    assert not [o for o in objs if o["kind"] == "Job"], "the pre-delete Job is opt-in (preDelete.enabled)"
     assert {o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"} == {"dra-guard"}
 
 
@@ -143,7 +144,7 @@ def test_deployment_is_highly_available_and_restricted():
 
 def test_every_pod_is_restricted():
     """Hook pods too: the test Pod and the pre-delete Job run under the same restrictions."""
-    objs = rendered("defaults")
+    objs = rendered("pre-delete")
     pods = [find(objs, "Deployment")["spec"]["template"]["spec"], find(objs, "Job")["spec"]["template"]["spec"],
             find(objs, "Pod")["spec"]]
     for pod in pods:
@@ -154,7 +155,7 @@ def test_every_pod_is_restricted():
 
 
 def test_hook_pods_are_not_behind_the_service():
-    objs = rendered("defaults")
+    objs = rendered("pre-delete")
     selector = find(objs, "Service")["spec"]["selector"]
     for pod_labels in (find(objs, "Job")["spec"]["template"]["metadata"]["labels"], find(objs, "Pod")["metadata"]["labels"]):
         assert not selector.items() <= pod_labels.items(), pod_labels
@@ -352,17 +353,20 @@ def test_rbac_bindings():
     objs = rendered("certs-files")
     crb = find(objs, "ClusterRoleBinding", "dra-guard")
     assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "dra-guard", "namespace": "dra-guard"}]
-    pre_delete = find(objs, "ClusterRole", "dra-guard-pre-delete")
+    pre_delete = find(rendered("pre-delete"), "ClusterRole", "dra-guard-pre-delete")
     assert pre_delete["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
                                     "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
                                     "resourceNames": ["dra-guard"], "verbs": ["delete"]}]
 
 
 def test_hooks():
-    objs = rendered("defaults")
+    objs = rendered("pre-delete")
     job = find(objs, "Job")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
-    assert "hook-succeeded" in job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    # never left behind, never retried for long: helm waits for it and aborts the uninstall on failure
+    assert set(job["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")) == {
+        "before-hook-creation", "hook-succeeded", "hook-failed"}
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] <= 60
     # its RBAC is created with the release, not at uninstall time (that would need dra-guard up)
     for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
         assert "helm.sh/hook" not in (find(objs, kind, "dra-guard-pre-delete")["metadata"].get("annotations") or {})
@@ -437,7 +441,7 @@ def test_schema_refuses_bad_values_naming_the_key(values, path, message):
 
 def test_chart_metadata():
     chart = yaml.safe_load((helm.CHART / "Chart.yaml").read_text())
-    assert chart["apiVersion"] == "v2" and chart["appVersion"] == "0.1.0"
+    assert chart["apiVersion"] == "v2" and chart["appVersion"] == "0.2.0"
     import tomllib
     project = tomllib.loads((helm.REPO / "pyproject.toml").read_text())["project"]
     assert chart["appVersion"] == project["version"]
@@ -488,3 +492,45 @@ def test_rendered_files_are_plain_yaml(tmp_path):
     json.loads((helm.CHART / "files" / "dashboard.json").read_text())
     yaml.safe_load((helm.CHART / "values.yaml").read_text())
     assert pathlib.Path(helm.CHART / "templates" / "NOTES.txt").exists()
+
+
+def test_admins_are_left_out_of_the_rbac_webhook_from_the_same_list_dra_guard_trusts():
+    from webhook.config import NEVER_PRIVILEGED_GROUPS, NEVER_PRIVILEGED_USERS
+    admins = {"groups": ["system:masters", "kubeadm:cluster-admins", *sorted(NEVER_PRIVILEGED_GROUPS),
+                         "system:serviceaccounts:team-a"],
+              "users": ["root-admin", *sorted(NEVER_PRIVILEGED_USERS)],
+              "serviceAccounts": ["kube-system:*", "ops:deployer"]}
+    objs = helm.template(values={"config": {"rbac": {"adminSubjects": admins}}})
+    rbac = webhooks(objs)["rbac.dra-guard.io"]
+    conditions = {c["name"]: c["expression"] for c in rbac["matchConditions"]}
+    expr = conditions["not-admin"]
+    assert '"system:masters"' in expr and '"kubeadm:cluster-admins"' in expr
+    assert '"root-admin"' in expr and '"system:serviceaccount:ops:deployer"' in expr
+    assert '"system:serviceaccount:kube-system:"' in expr
+    for never in [*NEVER_PRIVILEGED_GROUPS, *NEVER_PRIVILEGED_USERS, "system:serviceaccounts:team-a"]:
+        assert f'"{never}"' not in expr, never
+    # the eviction and probes webhooks judge admins too (an admin's drain must keep the order)
+    for name in ("evictions.dra-guard.io", "probes.dra-guard.io"):
+        assert not any(c["name"] == "not-admin" for c in webhooks(objs)[name].get("matchConditions") or [])
+
+
+def test_release_and_namespace_names_that_yaml_reads_as_booleans_render_as_strings():
+    """A release named `y` or a namespace `on` (YAML 1.1 booleans) must stay strings in labels
+    and namespaces, or the apiserver refuses the objects ("cannot unmarshal bool")."""
+    for obj in helm.template(release="y", namespace="on", values={"monitoring": {
+            "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}}):
+        meta = obj["metadata"]
+        for key, value in (meta.get("labels") or {}).items():
+            assert isinstance(value, str), (obj["kind"], key, value)
+        if "namespace" in meta:
+            assert meta["namespace"] in ("on", "kube-system"), (obj["kind"], meta)
+
+
+def test_installed_policyreport_crds_are_kept_on_uninstall():
+    """Deleting a CRD deletes every object of it, other tools' reports included: `helm uninstall`
+    must leave the wgpolicyk8s.io CRDs (helm.sh/resource-policy: keep)."""
+    crds = [o for o in rendered("policyreport-crds") if o["kind"] == "CustomResourceDefinition"]
+    assert sorted(c["metadata"]["name"] for c in crds) == ["clusterpolicyreports.wgpolicyk8s.io",
+                                                          "policyreports.wgpolicyk8s.io"]
+    for crd in crds:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"

@@ -102,16 +102,42 @@ def test_eviction_in_dra_guards_own_namespace_is_never_sent(control_plane, guard
 
 def test_rbac_write_by_a_kube_system_service_account_is_never_sent(control_plane, guard):
     cp = control_plane
-    # control: the same binding by admin is sent and refused (it grants ResourceSlice write to team-a)
-    refused = cp.kubectl("admin", "create", "-f", "-", input=binding("e2e-exempt-by-admin"), check=False)
+    sa = "system:serviceaccount:kube-system:x"
+    # the ServiceAccount may manage RBAC like alice, and is in no admin group: only its namespace
+    # (kube-system, the control plane's controllers) keeps it out of the RBAC webhook
+    grant = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "e2e-exempt-sa-manages-rbac"},
+             "subjects": [{"kind": "User", "name": sa, "apiGroup": "rbac.authorization.k8s.io"}],
+             "roleRef": {"kind": "ClusterRole", "name": "e2e-rbac-manager", "apiGroup": "rbac.authorization.k8s.io"}}
+    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(grant))
+    # control: the same binding by alice (an RBAC manager, not an admin) is sent and refused
+    refused = cp.kubectl("alice", "create", "-f", "-", input=binding("e2e-exempt-by-alice"), check=False)
     assert refused.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in refused.stderr
     before = reviews(guard, "rbac")
     try:
-        out = cp.kubectl("admin", "create", "-f", "-", "--as=system:serviceaccount:kube-system:x",
-                         "--as-group=system:masters", input=binding("e2e-exempt-by-kube-system"), check=False)
+        out = cp.kubectl("admin", "create", "-f", "-", f"--as={sa}", "--as-group=system:authenticated",
+                         input=binding("e2e-exempt-by-kube-system"), check=False)
         assert out.returncode == 0, out.stderr
         assert "Warning" not in out.stderr
         assert cp.kubectl("admin", "get", "clusterrolebinding", "e2e-exempt-by-kube-system", "-o", "name").stdout.strip()
         assert reviews(guard, "rbac") == before
     finally:
-        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-exempt-by-kube-system", "--ignore-not-found")
+        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-exempt-by-kube-system", "e2e-exempt-by-alice",
+                   "e2e-exempt-sa-manages-rbac", "--ignore-not-found")
+
+
+def test_rbac_write_by_an_admin_is_never_sent(control_plane, guard):
+    """The admins of config.rbac.adminSubjects (system:masters here) are left out by the chart's
+    matchConditions: their writes are never reviewed (issue 17), a non-admin's still are."""
+    cp = control_plane
+    before = reviews(guard, "rbac")
+    try:
+        out = cp.kubectl("admin", "create", "-f", "-", input=binding("e2e-exempt-by-admin"), check=False)
+        assert out.returncode == 0, out.stderr
+        assert reviews(guard, "rbac") == before
+        refused = cp.kubectl("alice", "create", "-f", "-", input=binding("e2e-exempt-by-alice-2"), check=False)
+        assert refused.returncode != 0 and "dra-guard" in refused.stderr
+        assert reviews(guard, "rbac") == before + 1
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-exempt-by-admin", "e2e-exempt-by-alice-2",
+                   "--ignore-not-found")

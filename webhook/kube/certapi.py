@@ -13,6 +13,9 @@ from kubernetes.client.rest import ApiException
 from certs.selfmanaged import Conflict
 from webhook.kube.client import count
 
+#: every object dra-guard creates at run time carries it (README "Uninstall")
+MANAGED_BY_LABEL = {"app.kubernetes.io/managed-by": "dra-guard"}
+
 
 class KubeCertApi:
     """certs.selfmanaged.CertApi over the Kubernetes API, in `namespace`.
@@ -50,7 +53,7 @@ class KubeCertApi:
 
     def _secret_body(self, name: str, data: Mapping[str, bytes], resource_version: str = "") -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace,
-                                "labels": {"app.kubernetes.io/managed-by": "dra-guard"}}
+                                "labels": dict(MANAGED_BY_LABEL)}
         if resource_version:
             meta["resourceVersion"] = resource_version
         return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
@@ -67,13 +70,22 @@ class KubeCertApi:
         lease: dict[str, Any] | None = self._call("get", "leases", self.coordination.read_namespaced_lease, name, self.namespace)
         return lease
 
+    @staticmethod
+    def _lease_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """Lease metadata with the label README "Uninstall" removes run-time objects by."""
+        return {**metadata, "labels": {**(metadata.get("labels") or {}), **MANAGED_BY_LABEL}}
+
     def create_lease(self, lease: Mapping[str, Any]) -> None:
+        """Create a Lease (coordination.k8s.io/v1 dict: metadata, spec) in the namespace, labelled
+        app.kubernetes.io/managed-by=dra-guard; raises certs.selfmanaged.Conflict on 409."""
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **lease,
-                "metadata": {**lease["metadata"], "namespace": self.namespace}}
+                "metadata": {**self._lease_metadata(lease["metadata"]), "namespace": self.namespace}}
         self._call("create", "leases", self.coordination.create_namespaced_lease, self.namespace, body)
 
     def update_lease(self, lease: Mapping[str, Any]) -> None:
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **lease}
+        """Replace a Lease (with its resourceVersion), keeping the managed-by label; Conflict on 409."""
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **lease,
+                "metadata": self._lease_metadata(lease["metadata"])}
         self._call("update", "leases", self.coordination.replace_namespaced_lease, lease["metadata"]["name"],
                    self.namespace, body)
 

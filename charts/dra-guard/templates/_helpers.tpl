@@ -26,7 +26,7 @@ Full name of every object: the release name when it already contains the chart n
 
 {{- define "dra-guard.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "dra-guard.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
 {{/* The webhook pods: what the Service, the PDB and the spreading select (hook pods carry another component). */}}
@@ -106,7 +106,7 @@ clientConfig:
   {{- else }}
   service:
     name: {{ include "dra-guard.fullname" .root }}
-    namespace: {{ .root.Release.Namespace }}
+    namespace: {{ .root.Release.Namespace | quote }}
     path: {{ .path | quote }}
     port: 443
   {{- end }}
@@ -147,4 +147,39 @@ securityContext:
   fsGroup: 65532
   seccompProfile:
     type: RuntimeDefault
+{{- end }}
+
+{{/*
+The CEL condition of the RBAC webhook that leaves the admins out: false (not sent to dra-guard) for
+a request by a user, group or ServiceAccount of config.rbac.adminSubjects, the same list dra-guard
+itself trusts. Identities that stand for many (system:authenticated, system:unauthenticated,
+system:serviceaccounts[:ns], system:anonymous) are never admins, as in webhook/config
+(NEVER_PRIVILEGED_*). Lists are rendered with toJson: JSON strings are CEL string literals.
+*/}}
+{{- define "dra-guard.notAdminExpression" -}}
+{{- $admins := .Values.config.rbac.adminSubjects | default dict -}}
+{{- $groups := list -}}
+{{- range $admins.groups | default list -}}
+{{- if not (or (has . (list "system:authenticated" "system:unauthenticated" "system:serviceaccounts")) (hasPrefix "system:serviceaccounts:" .)) -}}
+{{- $groups = append $groups . -}}
+{{- end -}}
+{{- end -}}
+{{- $users := list -}}
+{{- range $admins.users | default list -}}
+{{- if ne . "system:anonymous" -}}
+{{- $users = append $users . -}}
+{{- end -}}
+{{- end -}}
+{{- $prefixes := list -}}
+{{- range $admins.serviceAccounts | default list -}}
+{{- $parts := splitList ":" . -}}
+{{- if eq (index $parts 1) "*" -}}
+{{- $prefixes = append $prefixes (printf "system:serviceaccount:%s:" (index $parts 0)) -}}
+{{- else -}}
+{{- $users = append $users (printf "system:serviceaccount:%s" .) -}}
+{{- end -}}
+{{- end -}}
+!(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in {{ $groups | toJson }}))
+&& !(request.userInfo.username in {{ $users | toJson }})
+&& !({{ $prefixes | toJson }}.exists(p, request.userInfo.username.startsWith(p)))
 {{- end }}
