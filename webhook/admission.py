@@ -18,6 +18,7 @@ from typing import Any
 from webhook import metrics
 from webhook.config import PolicyConfig
 from webhook.policies.decision import Decision, short
+from webhook.policies.registry import source_of
 
 log = logging.getLogger("dra_guard.admission")
 
@@ -128,7 +129,8 @@ def _apply_mode(decision: Decision, *, mode: str, policy: str, response: dict[st
         outcome = {"enforce": "deny" if refusals else "allow", "warn": "warn", "audit": "audit"}[mode]
     if mode == "enforce":
         if refusals:
-            message = " ".join(f.message for f in refusals)
+            # the source page's section, so whoever is refused can read why (policies.registry)
+            message = " ".join(f.message for f in refusals) + f" Why: {source_of(policy)}"
             response.update(allowed=False, status=_status(refusals[0].code, refusals[0].reason, message))
         patched = bool(decision.patch) and response["allowed"]
         if patched:
@@ -138,6 +140,11 @@ def _apply_mode(decision: Decision, *, mode: str, policy: str, response: dict[st
             metrics.PATCHES.labels(policy=policy).inc()
             outcome = "patch"
         warnings.extend(f.summary for f in decision.findings if not f.enforced and not (patched and f.fixed_by_patch))
+        if patched:
+            # kubectl shows it: nobody should find a changed object without being told
+            warnings.extend(f"dra-guard changed this {f.kind} ({policy}): "
+                            + f.summary.removeprefix("dra-guard would ").removeprefix("dra-guard ")
+                            for f in decision.findings if f.fixed_by_patch)
     elif mode == "warn":
         warnings.extend(f.summary for f in decision.findings)
     if warnings:

@@ -31,9 +31,12 @@ def kcm_pod(name, qps, burst):
             "command": ["kube-controller-manager", f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"]}]}})
 
 
-def audit_cluster(cp, *args):
+def audit_cluster(cp, *args, installed_config=False):
+    """`dra-guard audit --cluster -o json` as admin: (exit code, findings). Without
+    installed_config the built-in defaults are used (other tests may install releases)."""
+    extra = [] if installed_config else ["--no-installed-config"]
     out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                          str(cp.kubeconfig("admin")), "--output", "json", *args],
+                          str(cp.kubeconfig("admin")), "--output", "json", *extra, *args],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode in (0, 1), out.stderr
     return out.returncode, json.loads(out.stdout)
@@ -150,3 +153,75 @@ def test_audit_of_5000_rbac_objects_is_fast_and_bounded(control_plane):
         assert len({e["auditID"] for e in lists}) <= 30, len(lists)
     finally:
         cp.kubectl("admin", "delete", "clusterroles,clusterrolebindings", "-l", "e2e=scale", "--wait=false")
+
+
+def test_the_installed_release_configuration_is_used_by_default(control_plane, tmp_path):
+    """issue 18: `audit --cluster` judges with the installed release's configuration (its
+    ConfigMap, as the chart labels it) and says which one it used."""
+    cp = control_plane
+    ns = "e2e-installed-config"
+    cp.kubectl("admin", "create", "namespace", ns, check=False)
+    config = "apiVersion: dra-guard.io/v1alpha1\nkind: DraGuardConfiguration\nmode: audit\n" \
+             "rbac:\n  adminSubjects:\n    groups: [system:masters, devs]\n"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": {"name": "dra-guard", "namespace": ns,
+                       "labels": {"app.kubernetes.io/name": "dra-guard", "app.kubernetes.io/managed-by": "Helm"}},
+          "data": {"config.yaml": config}}
+    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(cm))
+    cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
+    try:
+        out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+                              str(cp.kubeconfig("admin")), "-o", "json", "--release-namespace", ns],
+                             capture_output=True, text=True, timeout=120)
+        assert f"config: ConfigMap {ns}/dra-guard (the installed release)" in out.stderr
+        findings = json.loads(out.stdout)
+        # group devs is an admin in the installed configuration: its binding is no finding
+        assert not [f for f in findings if f["name"] == "e2e-audit-devs"], findings
+        # the built-in defaults would report it
+        _, defaults = audit_cluster(cp)
+        assert [f for f in defaults if f["name"] == "e2e-audit-devs"]
+    finally:
+        cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
+        cp.kubectl("admin", "delete", "namespace", ns, "--wait=false")
+
+
+def test_scope_files_judges_only_what_the_files_change(control_plane, tmp_path):
+    """issue 18: a pull-request check against the cluster fails for what the change adds, not for
+    what the cluster already holds."""
+    cp = control_plane
+    cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)  # already in the cluster: not the PR's fault
+    harmless = tmp_path / "harmless.yaml"
+    harmless.write_text(json.dumps({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-pr-view"},
+        "subjects": [{"kind": "Group", "name": "pr-team", "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"}}))
+    adds = tmp_path / "adds.yaml"
+    adds.write_text(json.dumps({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-pr-writer"},
+        "subjects": [{"kind": "Group", "name": "pr-team", "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-dc-writer", "apiGroup": "rbac.authorization.k8s.io"}}))
+    try:
+        code, findings = audit_cluster(cp, "-f", str(harmless))
+        assert code == 1 and [f for f in findings if f["name"] == "e2e-audit-devs"]  # scope all: everything
+        code, findings = audit_cluster(cp, "--scope", "files", "-f", str(harmless))
+        assert code == 0 and not [f for f in findings if f.get("enforced")], findings
+        code, findings = audit_cluster(cp, "--scope", "files", "-f", str(adds))
+        assert code == 1 and [f["name"] for f in findings if f["enforced"]] == ["e2e-pr-writer"]
+    finally:
+        cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
+
+
+def test_report_crds_show_the_summary_columns(control_plane):
+    cp = control_plane
+    cp.kubectl("admin", "apply", "-f", str(CRDS))
+    cp.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s", "-f", str(CRDS))
+    report = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "ClusterPolicyReport",
+              "metadata": {"name": "e2e-columns"}, "summary": {"pass": 3, "fail": 1, "warn": 2, "error": 0, "skip": 0},
+              "results": []}
+    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(report))
+    try:
+        out = cp.kubectl("admin", "get", "clusterpolicyreport", "e2e-columns").stdout.split("\n")
+        assert out[0].split()[:6] == ["NAME", "PASS", "FAIL", "WARN", "ERROR", "SKIP"]
+        assert out[1].split()[:6] == ["e2e-columns", "3", "1", "2", "0", "0"]
+    finally:
+        cp.kubectl("admin", "delete", "clusterpolicyreport", "e2e-columns")

@@ -180,7 +180,8 @@ def test_finding_code_and_reason_reach_the_status():
     f = Finding(policy="x", kind="Pod", name="p", message="wait", summary="wait", code=429, reason="TooManyRequests")
     out = admission.respond(review(BAD_BINDING), policy="x", evaluate=lambda _r: Decision(findings=(f,)),
                             settings=PolicyConfig("enforce", "deny"))
-    assert out["response"]["status"] == {"code": 429, "reason": "TooManyRequests", "message": "wait", "status": "Failure"}
+    assert out["response"]["status"] == {"code": 429, "reason": "TooManyRequests", "status": "Failure",
+                                         "message": "wait Why: https://kubernetes.io/docs/concepts/cluster-administration/dra/"}
 
 
 # ------------------------------------------------------------------ /mutate/daemonsets through the app
@@ -201,7 +202,10 @@ def test_probe_modes(mode):
     if mode == "enforce":
         ops = json.loads(base64.b64decode(resp["patch"]))
         assert any(op["path"].endswith("/livenessProbe") for op in ops)
-        assert "warnings" not in resp and "probes-patched" in resp["auditAnnotations"]
+        assert "probes-patched" in resp["auditAnnotations"]
+        # issue 18: kubectl tells whoever applied it that dra-guard changed the object
+        assert resp["warnings"] == ["dra-guard changed this DaemonSet (probes): add a gRPC livenessProbe (port 51515) "
+                                    "to driver container plugin"]
     elif mode == "warn":
         assert "patch" not in resp
         assert any(w.startswith("dra-guard would add") for w in resp["warnings"])

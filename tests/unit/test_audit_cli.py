@@ -65,17 +65,25 @@ def test_config_flag_overrides_found_config(tmp_path, capsys):
     assert code == 0, out
 
 
-@pytest.mark.parametrize("content, needle", [
-    ("kind: ClusterRole\nmetadata: {name: x\n", "line"),
-    ("- just\n- a list\n", "expected a Kubernetes object"),
-    ("metadata: {name: x}\n", "has no kind"),
-])
-def test_input_errors_exit_2_and_name_the_file(tmp_path, capsys, content, needle):
+def test_input_errors_exit_2_and_name_the_file(tmp_path, capsys):
     path = tmp_path / "bad.yaml"
-    path.write_text(content)
+    path.write_text("kind: ClusterRole\nmetadata: {name: x\n")
     code, _, err = run_cli(capsys, "audit", "-f", str(path))
     assert code == 2
-    assert "bad.yaml" in err and needle in err
+    assert "bad.yaml line" in err and "invalid YAML" in err
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("- just\n- a list\n", "not a Kubernetes object (a list)"),
+    ("metadata: {name: x}\n", "no kind (not a Kubernetes object)"),
+    ("foo: bar\n", "no kind (not a Kubernetes object)"),   # a values.yaml or a CI file
+])
+def test_documents_that_are_not_objects_are_skipped_with_a_note(tmp_path, capsys, content, needle):
+    path = tmp_path / "other.yaml"
+    path.write_text(content)
+    code, out, err = run_cli(capsys, "audit", "-f", str(path))
+    assert code == 0, err
+    assert f"note: {path} document 1: skipped: {needle}" in err
 
 
 def test_usage_errors_exit_2(tmp_path, capsys):

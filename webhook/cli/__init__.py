@@ -18,6 +18,10 @@ from webhook.kube.errors import ClusterError
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `dra-guard` console script; returns the exit code."""
     parser = build_parser()
+    if argv is None:
+        import argcomplete
+
+        argcomplete.autocomplete(parser)  # answers a shell's completion request and exits; else nothing
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -57,33 +57,103 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    import yaml
+
     from webhook import audit
+    from webhook.config import from_mapping
     from webhook.kube import lists
     from webhook.kube.client import api_client, served_resource_versions
     from webhook.kube.pages import RateLimiter
 
     if not args.paths and not args.cluster:
-        return fail("audit needs -f PATH (files or folders of manifests) and/or --cluster")
+        return fail("audit needs -f PATH (files, folders or - for stdin) and/or --cluster")
+
+    def progress(line: str) -> None:
+        print(f"dra-guard: {line}", file=sys.stderr, flush=True)
+
+    manifests = audit.read(args.paths, progress=None if args.quiet else progress)
+    for note in manifests.notes:
+        print(f"dra-guard: note: {note}", file=sys.stderr)
+    for problem in manifests.problems:
+        print(f"dra-guard: error: {problem}", file=sys.stderr)
+    objects = manifests.objects
+    client = None
+    found = [o for o in objects if o.get("kind") == "DraGuardConfiguration"]
     try:
-        objects = audit.load_manifests(args.paths)
-        config = load_config(args.config) if args.config else audit.config_from(objects)
+        if args.config:
+            config, source = load_config(args.config), args.config
+        elif found:
+            config, source = audit.config_from(objects), "the DraGuardConfiguration among the manifests"
+        elif args.cluster and not args.no_installed_config:
+            client = api_client(args.kubeconfig, timeout_seconds=10, context=args.context)
+            installed = lists.installed_config(client, namespace=args.release_namespace)
+            if installed is None:
+                config, source = from_mapping(None), "the built-in defaults (no dra-guard release found in the cluster)"
+            else:
+                config, source = from_mapping(yaml.safe_load(installed[0])), f"{installed[1]} (the installed release)"
+        else:
+            config, source = from_mapping(None), "the built-in defaults"
     except audit.InputError as exc:
         return fail(str(exc))
     for line in config.ignored:
         print(f"dra-guard: warning: {line}", file=sys.stderr)
-    found = [o for o in objects if o.get("kind") == "DraGuardConfiguration"]
-    source = args.config or ("the DraGuardConfiguration among the manifests" if found else "the built-in defaults")
     print(f"dra-guard: config: {source}", file=sys.stderr)
-    served = None
     if args.cluster:
-        client = api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
+        client = client or api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds,
+                                      context=args.context)
         limiter = RateLimiter(qps=args.qps, burst=args.burst)
         served = served_resource_versions(client)
-        objects = audit.merge(objects, lists.list_audit_objects(client, served_versions=served, limiter=limiter))
-    findings = audit.run(objects, config, served_versions=served)
-    render = {"json": audit.render_json, "policyreport": audit.render_policyreport}.get(args.output, audit.render_table)
-    sys.stdout.write(render(findings))
+        live = lists.list_audit_objects(client, served_versions=served, limiter=limiter)
+        result = audit.audit(audit.merge(objects, live), config, served_versions=served, online=True)
+        if args.scope == "files":
+            if not objects:
+                return fail("--scope files needs -f PATH: it reports only what the files change")
+            baseline = audit.audit(live, config, served_versions=served, online=True)
+            result = audit.only_files(result, baseline, {audit.load.object_key(o) for o in objects})
+    else:
+        result = audit.audit(objects, config)
+    findings, sources = result.findings, manifests.sources
+    renderers = {
+        "table": lambda: audit.render_table(findings),
+        "json": lambda: audit.render_json(findings, sources),
+        "yaml": lambda: audit.render_yaml(findings, sources),
+        "sarif": lambda: audit.render_sarif(findings, sources),
+        "junit": lambda: audit.render_junit(findings, sources),
+        "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged),
+    }
+    sys.stdout.write(renderers[args.output]())
+    if manifests.problems:
+        print(f"dra-guard: {len(manifests.problems)} input problem(s); the findings above cover what could be read",
+              file=sys.stderr)
+        return 2
     return audit.exit_code(findings)
+
+
+def _config(args: argparse.Namespace) -> int:
+    """`dra-guard config validate FILE | schema`."""
+    import json
+
+    from webhook.config.schema import config_schema
+
+    if args.config_command == "schema":
+        print(json.dumps(config_schema(chart=args.chart), indent=2))
+        return 0
+    if args.config_command == "validate":
+        config = load_config(args.file)
+        for line in config.ignored:
+            print(f"dra-guard: warning: {line}", file=sys.stderr)
+        modes = ", ".join(f"{name} {config.policy(name).mode}" for name in sorted(config.policies))
+        print(f"{args.file}: valid DraGuardConfiguration (policies: {modes})")
+        return 0
+    return fail("config needs an action: validate FILE or schema")
+
+
+def _completion(args: argparse.Namespace) -> int:
+    """`dra-guard completion bash|zsh|fish`: the shell code that completes dra-guard (argcomplete)."""
+    from argcomplete.shell_integration import shellcode
+
+    sys.stdout.write(shellcode(["dra-guard"], shell=args.shell))
+    return 0
 
 
 def _drain_plan(args: argparse.Namespace) -> int:
@@ -92,7 +162,7 @@ def _drain_plan(args: argparse.Namespace) -> int:
     from webhook.kube.client import api_client
 
     config = load_config(args.config)
-    client = api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
+    client = api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds, context=args.context)
     index = drainplan.build_index(lists.list_drain_objects(client, args.node), config)
     result = drainplan.plan(index, args.node)
     sys.stdout.write(drainplan.render_json(result) if args.output == "json" else drainplan.render_text(result))
@@ -156,7 +226,7 @@ def _certs_inspect(args: argparse.Namespace) -> int:
     print(f"renewal:    {'DUE (inside the renewal window)' if due else 'not due'}")
     problems = int(due)
     if args.cluster:
-        api = KubeCertApi(api_client(args.kubeconfig, timeout_seconds=5), namespace="")
+        api = KubeCertApi(api_client(args.kubeconfig, timeout_seconds=5, context=args.context), namespace="")
         for kind, name in (("validating", config.certificates.validating_webhook),
                            ("mutating", config.certificates.mutating_webhook)):
             bundles = api.webhook_ca_bundles(kind, name)
@@ -203,4 +273,5 @@ def _hook(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "serve": _serve, "audit": _audit, "drain-plan": _drain_plan, "certs": _certs, "hook": _hook}
+    "serve": _serve, "audit": _audit, "drain-plan": _drain_plan, "certs": _certs, "hook": _hook,
+    "config": _config, "completion": _completion}

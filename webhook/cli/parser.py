@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import textwrap
+from importlib import metadata
 
 from webhook.policies.registry import POLICIES
 
@@ -22,8 +23,22 @@ EXAMPLES = textwrap.dedent("""\
     """)
 
 
+DRAIN_EXAMPLES = textwrap.dedent("""\
+    examples:
+      dra-guard drain-plan node-a                 the order: which pods leave first, then the driver pods
+      dra-guard drain-plan node-a -o json         the same as JSON ({"ready", "driverPods", "evictFirst"})
+      until dra-guard drain-plan node-a; do sleep 10; done && kubectl drain node-a --ignore-daemonsets
+    """)
+
 POLICY_LIST = "policies (config key policies.<name>):\n" + "".join(
     f"  {p.name:<9} {p.path:<20} {p.title}\n" for p in POLICIES) + "\n"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("dra-guard")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Admission webhook enforcing the Kubernetes good practices for Dynamic Resource "
                     "Allocation (DRA) as a cluster admin.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"dra-guard {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the admission webhook server (gunicorn over TLS)",
@@ -62,25 +78,44 @@ def build_parser() -> argparse.ArgumentParser:
                                        "something, 2 on usage or input errors.",
                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     audit.add_argument("-f", "--filename", dest="paths", action="append", default=[], metavar="PATH",
-                       help="file or folder of YAML/JSON manifests (repeatable; multi-document files and List kinds)")
-    audit.add_argument("--cluster", action="store_true", help="include the live cluster's objects")
+                       help="file or folder of YAML/JSON manifests, or - for standard input (repeatable; multi-document "
+                            "files and List kinds; documents without kind and unrendered Helm templates are skipped "
+                            "with a note)")
+    audit.add_argument("--cluster", action="store_true",
+                       help="include the live cluster's objects, and judge the files against them")
+    audit.add_argument("--scope", choices=["all", "files"], default="all",
+                       help="with --cluster and -f: all (default) reports everything; files reports only the findings "
+                            "about the files' objects or that the files introduce (a pull-request check)")
     audit.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
+    audit.add_argument("--context", metavar="NAME", help="kubeconfig context for --cluster (default: the current one)")
     audit.add_argument("--qps", type=float, default=10.0, help="--cluster: API requests per second at most (default: %(default)s)")
     audit.add_argument("--burst", type=int, default=20, help="--cluster: requests allowed in a burst (default: %(default)s)")
     audit.add_argument("--config", metavar="FILE",
-                       help="the same YAML config file `serve` reads (default: a DraGuardConfiguration found among "
-                            "the manifests, else the built-in defaults)")
-    audit.add_argument("-o", "--output", choices=["table", "json", "policyreport"], default="table",
-                       help="table (default), json (an array of findings), or policyreport (wgpolicyk8s.io/v1alpha2 "
+                       help="the YAML config file `serve` reads (default: a DraGuardConfiguration among the manifests, "
+                            "else with --cluster the installed release's ConfigMap, else the built-in defaults; the "
+                            "one used is named on stderr)")
+    audit.add_argument("--release-namespace", metavar="NS",
+                       help="--cluster: the namespace of the dra-guard release whose configuration to use "
+                            "(default: the only one installed)")
+    audit.add_argument("--no-installed-config", action="store_true",
+                       help="--cluster: use the built-in defaults instead of the installed release's configuration")
+    audit.add_argument("-o", "--output", choices=["table", "json", "yaml", "sarif", "junit", "policyreport"],
+                       default="table",
+                       help="table (default), json or yaml (a list of findings), sarif (SARIF 2.1.0 for code-scanning "
+                            "UIs), junit (JUnit XML for CI test reports), policyreport (wgpolicyk8s.io/v1alpha2 "
                             "ClusterPolicyReport/PolicyReports as YAML)")
+    audit.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr while reading")
 
     drain = sub.add_parser("drain-plan", help="what a drain of NODE must wait for (DRA drivers last)",
                            description="List NODE's DRA driver pods and, for each, the ResourceClaims still "
                                        "allocated to its driver there and the pods holding them: the order a drain "
-                                       "must take. Exit 0 when every driver pod can be evicted now, 1 when some "
-                                       "must wait, 2 on errors.")
-    drain.add_argument("node", metavar="NODE")
+                                       "must take (the source page: drain the DRA driver as late as possible). "
+                                       "Exit 0 when every driver pod can be evicted now, 1 when some must wait, "
+                                       "2 on errors.",
+                           epilog=DRAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    drain.add_argument("node", metavar="NODE", help="the node's name, as in `kubectl get nodes`")
     drain.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+    drain.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
     drain.add_argument("--config", metavar="FILE", help="the YAML config file `serve` reads (driver detection)")
     drain.add_argument("-o", "--output", choices=["text", "json"], default="text")
 
@@ -105,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--config", metavar="FILE", help="the config file (webhook configuration names, renewal share)")
     insp.add_argument("--cluster", action="store_true", help="compare with the caBundles in the cluster")
     insp.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
+    insp.add_argument("--context", metavar="NAME", help="kubeconfig context for --cluster")
 
     hook = sub.add_parser("hook", help="the Helm chart's hooks (pre-delete, helm test), run in dra-guard's image",
                           description="What the chart's hook pods run. Each flag defaults to the environment "
@@ -137,6 +173,21 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--binding-name", default=os.environ.get("BINDING_NAME", ""),
                       help="name of the dry-run ClusterRoleBinding ($BINDING_NAME)")
     test.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config)")
+
+    cfg = sub.add_parser("config", help="check a config file, or print its JSON schema",
+                         description="`config validate FILE` checks a dra-guard config file as `serve` would load it "
+                                     "(exit 0 valid, 2 with the offending key named); `config schema` prints the "
+                                     "file's JSON schema (generated from the declared keys).")
+    cfg_sub = cfg.add_subparsers(dest="config_command", metavar="ACTION")
+    validate = cfg_sub.add_parser("validate", help="check a config file (exit 0 valid, 2 invalid)")
+    validate.add_argument("file", metavar="FILE", help="the YAML config file")
+    schema = cfg_sub.add_parser("schema", help="print the config file's JSON schema")
+    schema.add_argument("--chart", action="store_true", help="the subtree of the chart's values.schema.json (config:)")
+
+    comp = sub.add_parser("completion", help="print shell completion code (bash, zsh, fish)",
+                          description="Print the code that makes your shell complete dra-guard's commands and "
+                                      "flags, e.g. `source <(dra-guard completion bash)` in ~/.bashrc.")
+    comp.add_argument("shell", choices=["bash", "zsh", "fish"], help="your shell")
     return parser
 
 

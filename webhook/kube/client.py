@@ -21,19 +21,22 @@ RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first
 
 
-def api_client(kubeconfig: str | None, *, timeout_seconds: float) -> kubernetes.client.ApiClient:
+def api_client(kubeconfig: str | None, *, timeout_seconds: float, context: str | None = None) -> kubernetes.client.ApiClient:
     """An ApiClient from `kubeconfig` if given, else $KUBECONFIG, else in-cluster config, else ~/.kube/config.
 
-    Raises ClusterError when none of them is usable.
+    context: the kubeconfig context to use (kubectl's --context); None = its current-context.
+    timeout_seconds is the callers' budget per request (they pass it to each call).
+    Raises ClusterError when none of them is usable or the context does not exist.
     """
     configuration = kubernetes.client.Configuration()
     try:
         if kubeconfig:
-            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
         elif os.environ.get("KUBECONFIG"):
             # passed explicitly: the library reads $KUBECONFIG once at import; a ':'-list is merged
-            kubernetes.config.load_kube_config(config_file=os.environ["KUBECONFIG"], client_configuration=configuration)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_kube_config(config_file=os.environ["KUBECONFIG"], context=context,
+                                               client_configuration=configuration)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST") and not context:
             kubernetes.config.load_incluster_config(client_configuration=configuration)
         else:
             default = pathlib.Path.home() / ".kube" / "config"
@@ -41,7 +44,7 @@ def api_client(kubeconfig: str | None, *, timeout_seconds: float) -> kubernetes.
                 raise ClusterError("no --kubeconfig given, no $KUBECONFIG, not running in a cluster, and "
                                    "~/.kube/config does not exist; pass --kubeconfig FILE (serve: or --no-cluster to "
                                    "run without the Kubernetes API)")
-            kubernetes.config.load_kube_config(config_file=str(default), client_configuration=configuration)
+            kubernetes.config.load_kube_config(config_file=str(default), context=context, client_configuration=configuration)
     except ClusterError:
         raise
     except Exception as exc:  # the kubernetes config loaders raise several unrelated types

@@ -1,6 +1,7 @@
 """The one-shot reads of `dra-guard audit --cluster` and `dra-guard drain-plan NODE`."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import kubernetes
@@ -67,3 +68,34 @@ def list_drain_objects(client: kubernetes.client.ApiClient, node: str) -> list[d
             + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet")
             + list_all(node_pods, resource="pods", kind="Pod")
             + list_all(claims, resource="resourceclaims", kind="ResourceClaim"))
+
+
+#: the labels the chart puts on its ConfigMap (templates/_helpers.tpl "dra-guard.labels")
+INSTALLED_CONFIG_SELECTOR = "app.kubernetes.io/name=dra-guard,app.kubernetes.io/managed-by=Helm"
+
+
+def installed_config(client: kubernetes.client.ApiClient, *, namespace: str | None = None) -> tuple[str, str] | None:
+    """The configuration of the dra-guard release installed in the cluster: (config.yaml text,
+    "ConfigMap <namespace>/<name>"), from the chart's ConfigMap (label selector
+    INSTALLED_CONFIG_SELECTOR, key config.yaml), in `namespace` or in any namespace. None when no
+    release is installed. Raises ClusterError when several are (name the namespace) or the read fails."""
+    core = kubernetes.client.CoreV1Api(client)
+    count("list", "configmaps")
+    try:
+        if namespace:
+            listed = core.list_namespaced_config_map(namespace, label_selector=INSTALLED_CONFIG_SELECTOR,
+                                                     _preload_content=False, _request_timeout=10)
+        else:
+            listed = core.list_config_map_for_all_namespaces(label_selector=INSTALLED_CONFIG_SELECTOR,
+                                                             _preload_content=False, _request_timeout=10)
+    except ApiException as exc:
+        raise ClusterError(f"reading the installed dra-guard configuration (ConfigMaps {INSTALLED_CONFIG_SELECTOR}) "
+                           f"failed: HTTP {exc.status} {exc.reason}; pass --config FILE") from exc
+    found = [i for i in json.loads(listed.data).get("items") or [] if "config.yaml" in (i.get("data") or {})]
+    if not found:
+        return None
+    if len(found) > 1:
+        names = ", ".join(f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in found)
+        raise ClusterError(f"several dra-guard releases are installed ({names}); pass --release-namespace NS or --config FILE")
+    meta = found[0]["metadata"]
+    return str(found[0]["data"]["config.yaml"]), f"ConfigMap {meta['namespace']}/{meta['name']}"

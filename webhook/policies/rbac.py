@@ -80,10 +80,11 @@ def _describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
     admin_only = [r for r in resources if r in config.admin_only_resources]
     if admin_only:
         who = f"only cluster admins may write {', '.join(admin_only)}"
-        fix = "add the subject to rbac.adminSubjects in dra-guard's config"
+        fix = "add the subject to rbac.adminSubjects in dra-guard's config (Helm value config.rbac.adminSubjects)"
     else:
         who = f"only cluster admins and DRA drivers may write {', '.join(resources)}"
-        fix = "add the subject to rbac.adminSubjects or rbac.driverSubjects in dra-guard's config"
+        fix = ("add the subject to rbac.adminSubjects or rbac.driverSubjects in dra-guard's config (Helm values "
+               "config.rbac.adminSubjects, config.rbac.driverSubjects)")
     message = (f"ClusterRoleBinding {v.binding} grants write ({verb_text}) on {', '.join(resources)} "
                f"({config.api_group}) to {v.subject} via {via}; {who}. "
                f"Bind a narrower role (ResourceClaims and ResourceClaimTemplates are enough for workloads), "

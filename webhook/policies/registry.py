@@ -21,6 +21,11 @@ from webhook.model.facts import Facts
 from webhook.policies import eviction, probes, rbac
 from webhook.policies.decision import Decision, Finding
 
+#: the source page: "Good practices for Dynamic Resource Allocation as a Cluster Admin"
+PAGE = "https://kubernetes.io/docs/concepts/cluster-administration/dra/"
+#: its section on monitoring and tuning (the control-plane audit checks)
+MONITORING = PAGE + "#monitor-and-tune-components-for-higher-load-especially-in-high-scale-environments"
+
 #: request dict (AdmissionReview.request) + Facts + Config -> Decision (enforce mode's answer)
 Review = Callable[[Mapping[str, Any], Facts, Config], Decision]
 #: Facts + Config + objects by kind -> Findings about objects that already exist
@@ -35,6 +40,7 @@ class Policy:
     path: the URL path of its webhook (POST, an AdmissionReview).
     mutating: registered in the MutatingWebhookConfiguration (else Validating).
     title: one line for --help and docs.
+    source: the section of the source page the policy enforces (a URL).
     review: the decision on one request. audit: findings about existing objects, or None.
     """
 
@@ -42,6 +48,7 @@ class Policy:
     path: str
     mutating: bool
     title: str
+    source: str
     review: Review
     audit: Audit | None = None
 
@@ -53,12 +60,24 @@ class Policy:
 
 POLICIES: tuple[Policy, ...] = (
     Policy(name="rbac", path="/validate/rbac", mutating=False, review=rbac.admit, audit=rbac.audit_objects,
-           title="RBAC guard: only admins and DRA drivers get write on DeviceClasses and ResourceSlices"),
+           title="RBAC guard: only admins and DRA drivers get write on DeviceClasses and ResourceSlices",
+           source=PAGE + "#separate-permissions-to-dra-related-apis"),
     Policy(name="probes", path="/mutate/daemonsets", mutating=True, review=probes.admit, audit=probes.audit_objects,
-           title="driver liveness probes: a gRPC livenessProbe for DRA driver DaemonSets that lack one"),
+           title="driver liveness probes: a gRPC livenessProbe for DRA driver DaemonSets that lack one",
+           source=PAGE + "#confirm-your-dra-driver-exposes-a-liveness-probe-and-utilize-it"),
     Policy(name="eviction", path="/validate/evictions", mutating=False, review=eviction.admit,
-           title="drain order: 429 for evicting a DRA driver pod whose claims are still reserved on its node"),
+           title="drain order: 429 for evicting a DRA driver pod whose claims are still reserved on its node",
+           source=PAGE + "#when-draining-a-node-drain-the-dra-driver-as-late-as-possible"),
 )
+
+
+def source_of(policy: str) -> str:
+    """The source page's section for a policy name; the monitoring section for the audit-only
+    "controlplane" checks; the page itself for anything else."""
+    for entry in POLICIES:
+        if entry.name == policy:
+            return entry.source
+    return MONITORING if policy == "controlplane" else PAGE
 
 
 def by_name(name: str) -> Policy:

@@ -42,7 +42,8 @@ class PeriodicAudit:
         limiter = RateLimiter(qps=self.config.audit.qps, burst=self.config.audit.burst)
         served = kube_client.served_resource_versions(self.client)
         objects = lists.list_audit_objects(self.client, served_versions=served, limiter=limiter)
-        findings = audit.run(objects, self.config, served_versions=served)
+        result = audit.audit(objects, self.config, served_versions=served, online=True)
+        findings = result.findings
         counts: dict[tuple[str, str], int] = {}
         for f, mode in findings:
             counts[(f.policy, mode)] = counts.get((f.policy, mode), 0) + 1
@@ -51,7 +52,7 @@ class PeriodicAudit:
             metrics.AUDIT_VIOLATIONS.labels(policy=policy, mode=mode).set(n)
         metrics.AUDIT_LAST_RUN.set(now.timestamp())
         if self.config.audit.policy_reports and self.reports.served():
-            reports = audit.policy_reports(findings)
+            reports = audit.policy_reports(findings, judged=result.judged)
             if not any(r["kind"] == "ClusterPolicyReport" for r in reports):  # an empty one says the audit ran
                 reports.insert(0, audit.empty_cluster_report())
             self.reports.apply(reports)

@@ -1,0 +1,129 @@
+"""The output formats of `dra-guard audit -o`: table (default), json, yaml, sarif (SARIF 2.1.0, for
+code-scanning UIs), junit (JUnit XML, for CI test reports). The policyreport format is in
+webhook.audit.reports. Every renderer takes the findings with their modes and returns text."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+import yaml
+
+from webhook.policies.decision import Finding
+from webhook.policies.registry import PAGE, source_of
+
+Result = tuple[Finding, str]
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def version() -> str:
+    """The installed dra-guard version ("unknown" outside an installed package)."""
+    try:
+        return metadata.version("dra-guard")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def acting(finding: Finding) -> bool:
+    """Whether enforce mode would refuse or patch for this finding (what exit code 1 means)."""
+    return finding.enforced or finding.fixed_by_patch
+
+
+def as_dict(finding: Finding, mode: str, sources: Mapping[tuple[str, str, str], str]) -> dict[str, Any]:
+    """A finding's JSON/YAML form: Finding.as_dict plus the source page's section and, for an
+    object read from a file, where ("path:line")."""
+    out = finding.as_dict(mode=mode)
+    out["source"] = source_of(finding.policy)
+    where = sources.get((finding.kind, finding.namespace, finding.name))
+    if where:
+        out["file"] = where
+    return out
+
+
+def render_table(findings: list[Result]) -> str:
+    """A plain-text table: POLICY CHECK MODE KIND NAMESPACE NAME, the message on the next line."""
+    if not findings:
+        return "No findings: nothing here would be refused.\n"
+    lines = []
+    rows = [("POLICY", "CHECK", "MODE", "KIND", "NAMESPACE", "NAME")] + [
+        (f.policy, f.check, mode, f.kind, f.namespace or "-", f.name) for f, mode in findings]
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(rows[0], widths, strict=True)).rstrip())
+    for (f, _), row in zip(findings, rows[1:], strict=True):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        lines.append(f"    {f.message}")
+    count = sum(1 for f, _ in findings if acting(f))
+    lines.append(f"\n{len(findings)} finding(s): {count} that enforce mode would refuse or patch, "
+                 f"{len(findings) - count} advisory. Why: {PAGE}")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None) -> str:
+    """A JSON array of findings (policy, kind, namespace, name, mode, check, message, source, file, details)."""
+    return json.dumps([as_dict(f, mode, sources or {}) for f, mode in findings], indent=2, default=str) + "\n"
+
+
+def render_yaml(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None) -> str:
+    """The JSON form as YAML (a list)."""
+    data = json.loads(render_json(findings, sources))
+    return yaml.safe_dump(data, sort_keys=False) if data else "[]\n"
+
+
+def render_sarif(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None) -> str:
+    """SARIF 2.1.0: one run of tool dra-guard, a rule per check (helpUri: the source page's
+    section), a result per finding: level error when enforce mode would refuse or patch, warning
+    for advisories; a physical location (file and line) for objects read from files, a logical one
+    (kind/namespace/name) always."""
+    sources = sources or {}
+    rules: dict[str, dict[str, Any]] = {}
+    results = []
+    for f, mode in findings:
+        rule_id = f"{f.policy}/{f.check or f.policy}"
+        rules.setdefault(rule_id, {
+            "id": rule_id, "name": f.check or f.policy,
+            "shortDescription": {"text": f"dra-guard {f.policy}: {f.check or f.policy}"},
+            "helpUri": source_of(f.policy)})
+        logical = "/".join(p for p in (f.kind, f.namespace, f.name) if p)
+        result: dict[str, Any] = {
+            "ruleId": rule_id, "level": "error" if acting(f) else "warning", "message": {"text": f.message},
+            "properties": {"mode": mode, "enforced": f.enforced, "patch": f.fixed_by_patch},
+            "locations": [{"logicalLocations": [{"name": logical, "kind": "resource"}]}]}
+        where = sources.get((f.kind, f.namespace, f.name))
+        if where:
+            path, _, line = where.rpartition(":")
+            result["locations"][0]["physicalLocation"] = {
+                "artifactLocation": {"uri": path}, "region": {"startLine": int(line) if line.isdigit() else 1}}
+        results.append(result)
+    sarif = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [{
+        "tool": {"driver": {"name": "dra-guard", "version": version(), "informationUri": PAGE,
+                            "rules": list(rules.values())}},
+        "results": results}]}
+    return json.dumps(sarif, indent=2) + "\n"
+
+
+def render_junit(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None) -> str:
+    """JUnit XML: a test suite "dra-guard", a test case per finding (a failure when enforce mode
+    would refuse or patch; advisories pass with their message as output), and one passing case
+    "no findings" when there are none, so CI reports show the audit ran."""
+    sources = sources or {}
+    suite = ET.Element("testsuite", name="dra-guard", tests=str(max(1, len(findings))),
+                       failures=str(sum(1 for f, _ in findings if acting(f))), errors="0", skipped="0")
+    for f, mode in findings:
+        case = ET.SubElement(suite, "testcase", classname=f"dra-guard.{f.policy}.{f.check or f.policy}",
+                             name="/".join(p for p in (f.kind, f.namespace, f.name) if p))
+        where = sources.get((f.kind, f.namespace, f.name))
+        if where:
+            case.set("file", where.rpartition(":")[0])
+        text = f"{f.message}\nmode: {mode}\nsource: {source_of(f.policy)}"
+        if acting(f):
+            ET.SubElement(case, "failure", message=f.summary, type=f.check or f.policy).text = text
+        else:
+            ET.SubElement(case, "system-out").text = text
+    if not findings:
+        ET.SubElement(suite, "testcase", classname="dra-guard", name="no findings")
+    suites = ET.Element("testsuites", name="dra-guard", tests=suite.get("tests", "0"), failures=suite.get("failures", "0"))
+    suites.append(suite)
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

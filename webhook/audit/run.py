@@ -1,0 +1,152 @@
+"""`dra-guard audit`: the admission policies run over manifests (and, with --cluster, live objects).
+
+The same policy code as admission decides; roles and bindings are resolved among the objects
+given (files first, then the live cluster's, a file's object replacing the live one of the same
+kind and name: the audit answers "what if I applied these files").
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.audit.load import InputError, object_key
+from webhook.config import CONFIG_KIND, Config, ConfigError, from_mapping
+from webhook.model import drivers
+from webhook.model.facts import build_facts
+from webhook.model.readers import as_map, as_str, name_of
+from webhook.policies import controlplane, probes
+from webhook.policies.decision import Finding, short
+from webhook.policies.registry import POLICIES
+
+#: a finding and the mode its policy runs in
+Result = tuple[Finding, str]
+
+
+@dataclasses.dataclass
+class Audit:
+    """The audit of a set of objects: findings (each with its policy's mode) and, per policy, the
+    objects it judged ((kind, namespace, name)): those without a finding passed."""
+
+    findings: list[Result]
+    judged: dict[str, list[tuple[str, str, str]]]
+
+
+def config_from(objects: list[dict[str, Any]]) -> Config:
+    """The DraGuardConfiguration among `objects` (at most one), else the defaults.
+
+    Raises InputError when there are several or the one found is invalid.
+    """
+    found = [o for o in objects if o.get("kind") == CONFIG_KIND]
+    if len(found) > 1:
+        raise InputError(f"{len(found)} {CONFIG_KIND} documents among the manifests; keep one or pass --config")
+    try:
+        return from_mapping(found[0] if found else None)
+    except ConfigError as exc:
+        raise InputError(f"{CONFIG_KIND} among the manifests: {exc}") from exc
+
+
+def merge(files: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Live objects overlaid with the files' (same kind, namespace and name: the file's wins)."""
+    def key(o: Mapping[str, Any]) -> tuple[str, str, str]:
+        meta = o.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        return str(o.get("kind")), str(meta.get("namespace", "")), str(meta.get("name", ""))
+    merged = {key(o): o for o in live}
+    merged.update({key(o): o for o in files})
+    return list(merged.values())
+
+
+def run(objects: list[dict[str, Any]], config: Config, *, served_versions: list[str] | None = None) -> list[tuple[Finding, str]]:
+    """Every finding over `objects`, each with the mode its policy is configured in.
+
+    objects: plain Kubernetes object dicts with `kind` set: ClusterRoles, ClusterRoleBindings and
+    DaemonSets are judged by the admission policies; with a live cluster also Pods, Nodes,
+    ConfigMaps, ResourceSlices and ResourceClaims for the control-plane checks.
+    served_versions: resource.k8s.io versions the cluster serves (preferred first); None offline,
+    where only checks whose objects are among the files run (e.g. a kubeadm static pod manifest of
+    kube-controller-manager).
+    """
+    return audit(objects, config, served_versions=served_versions).findings
+
+
+def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: list[str] | None = None,
+          online: bool = False) -> Audit:
+    """run(), plus the objects each policy judged (for `pass` results in PolicyReports) and the
+    unresolved roleRef findings (a ClusterRoleBinding whose ClusterRole is not among `objects`:
+    advisory, never a silent clean). online: `objects` include the live cluster's."""
+    findings: list[tuple[Finding, str]] = []
+    facts = build_facts(objects, config)
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        by_kind.setdefault(str(obj.get("kind")), []).append(obj)
+    for policy in POLICIES:
+        if policy.audit is not None:
+            mode = config.policy(policy.name).mode
+            findings += [(f, mode) for f in policy.audit(facts, config, by_kind)]
+
+    pods = by_kind.get("Pod", [])
+    system_pods = [p for p in pods if (p.get("metadata") or {}).get("namespace") == "kube-system"]
+    advisory = "audit"
+    if served_versions is not None:
+        claims = facts.claims
+        nodes = [str((n.get("metadata") or {}).get("name")) for n in by_kind.get("Node", [])]
+        seamless = {((ds.get("metadata") or {}).get("namespace", ""), (ds.get("metadata") or {}).get("name", "")):
+                    probes.supports_seamless_upgrade(ds) for ds in by_kind.get("DaemonSet", [])}
+        checks = (controlplane.controller_manager(system_pods)
+                  + controlplane.scheduler(system_pods, [c for c in by_kind.get("ConfigMap", [])
+                                                         if (c.get("metadata") or {}).get("namespace") == "kube-system"])
+                  + controlplane.api_versions(served_versions, by_kind.get("ResourceSlice", []))
+                  + controlplane.old_kubelets(by_kind.get("Node", []), claims, seamless)
+                  + controlplane.drain_holds(claims, nodes))
+        findings += [(f, advisory) for f in checks]
+    elif any(controlplane.component_pods(system_pods, "kube-controller-manager")):
+        findings += [(f, advisory) for f in controlplane.controller_manager(system_pods)]
+    findings += [(f, config.policy("rbac").mode) for f in unresolved_role_refs(by_kind, facts.rbac.role, online=online)]
+    judged = {
+        "rbac": [object_key(b) for b in by_kind.get("ClusterRoleBinding", [])],
+        "probes": [object_key(ds) for ds in by_kind.get("DaemonSet", [])
+                   if drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices)],
+    }
+    return Audit(findings=findings, judged=judged)
+
+
+def unresolved_role_refs(by_kind: Mapping[str, list[dict[str, Any]]], role: Any, *, online: bool) -> list[Finding]:
+    """Advisory findings for ClusterRoleBindings whose roleRef names a ClusterRole that `role(name)`
+    (an RbacIndex lookup) does not know: what they grant cannot be judged."""
+    out = []
+    for binding in by_kind.get("ClusterRoleBinding", []):
+        ref = as_map(binding.get("roleRef"))
+        role_name = as_str(ref.get("name"))
+        if as_str(ref.get("kind")) not in ("", "ClusterRole") or not role_name or role(role_name) is not None:
+            continue
+        name = name_of(binding)
+        where = "among the manifests nor in the cluster" if online else "among the manifests"
+        fix = ("it grants nothing until the role exists, and dra-guard judges the role against this binding "
+               "when it is created" if online else
+               "add the role's manifest (-f), or audit against the live cluster's roles (--cluster)")
+        out.append(Finding(
+            policy="rbac", kind="ClusterRoleBinding", name=name, check="unresolved-roleref", enforced=False,
+            message=f"ClusterRoleBinding {name} refers to ClusterRole {role_name}, which is not {where}: dra-guard "
+                    f"cannot tell whether it grants write on DeviceClasses or ResourceSlices; {fix}.",
+            summary=short(f"dra-guard: ClusterRole {role_name} of ClusterRoleBinding {name} not found; not judged"),
+            details={"roleRef": role_name}))
+    return out
+
+
+def only_files(result: Audit, baseline: Audit, file_keys: set[tuple[str, str, str]]) -> Audit:
+    """`audit --scope files`: the findings that concern an object of the files, or that the files
+    introduce (absent from `baseline`, the live cluster's audit without the files)."""
+    def key(f: Finding) -> tuple[str, str, str, str, str, str]:
+        return f.policy, f.check, f.kind, f.namespace, f.name, f.message
+    before = {key(f) for f, _ in baseline.findings}
+    kept = [(f, m) for f, m in result.findings if (f.kind, f.namespace, f.name) in file_keys or key(f) not in before]
+    judged = {p: [k for k in keys if k in file_keys] for p, keys in result.judged.items()}
+    return Audit(findings=kept, judged=judged)
+
+
+def exit_code(findings: list[tuple[Finding, str]]) -> int:
+    """1 when enforce mode would refuse or patch something, else 0 (advisories alone do not fail)."""
+    return 1 if any(f.enforced or f.fixed_by_patch for f, _ in findings) else 0
+
+
