@@ -59,20 +59,20 @@ def served_names(index: ClaimIndex, pod: PodInfo, driver: Driver) -> list[tuple[
     if driver.complete or not pod.node:
         return names
     accounted: set[str] = set(driver.names)
-    unnamed = 0
-    for _, other in index.driver_pods_on(pod.node):
+    unnamed: set[tuple[str, str]] = set()  # DaemonSets (a surge rollout runs two pods of one)
+    for other_pod, other in index.driver_pods_on(pod.node):
         if other.protects:
             accounted.update(other.names)
         if not other.complete:
-            unnamed += 1
+            unnamed.add((other_pod.namespace, other_pod.daemonset))
     from_slices = index.slices.drivers_on(pod.node)
     rest = sorted((from_slices | index.claim_drivers_on(pod.node)) - accounted)
     for name in rest:
         how = (f"ResourceSlice on node {pod.node}" if name in from_slices
                else f"ResourceClaim allocated on node {pod.node}")
         how += ", named by no other driver pod there"
-        if unnamed > 1:
-            how += f" (ambiguous: {unnamed} driver pods there name none; each is held)"
+        if len(unnamed) > 1:
+            how += f" (ambiguous: driver pods of {len(unnamed)} DaemonSets there do not name all theirs; each is held)"
         names.append((name, how))
     return names
 

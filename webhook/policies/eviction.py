@@ -79,9 +79,9 @@ def review(request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionCon
         return ALLOW
     pod, driver = found
     if not driver.protects:
-        return Decision(warnings=(short(f"dra-guard: DaemonSet {pod.daemonset} carries {drivers.DRIVER_KEY} but its "
-                                        f"ServiceAccount may not write ResourceSlices and no drivers.selectors entry "
-                                        f"matches: not protected from eviction"),))
+        return Decision(warnings=(short(f"dra-guard: pod not protected from eviction: {drivers.DRIVER_KEY} on "
+                                        f"DaemonSet {pod.daemonset} is trusted only when its ServiceAccount may write "
+                                        f"ResourceSlices or a drivers.selectors entry matches"),))
     if not pod.node:
         return ALLOW
     needed = attribution.need(index, pod, driver)
@@ -94,8 +94,8 @@ def review(request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionCon
     holds = list(dict.fromkeys(h for _, h in needed.holds))
     names = ",".join(needed.held_names)
     if needed.peer:
-        return Decision(warnings=(short(f"dra-guard: driver pod {name} allowed to go: Ready pod {needed.peer} of the "
-                                        f"same DaemonSet serves driver {names} on {pod.node} (seamless upgrade)"),))
+        return Decision(warnings=(short(f"dra-guard: seamless upgrade: Ready pod {needed.peer} of the same DaemonSet "
+                                        f"serves driver {names} on {pod.node}, so {name} may go"),))
     learned = {n: how for n, how in needed.names if n in needed.held_names}
     verb = "evict" if operation == "CREATE" else "delete"
     message = (f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) is still needed on node {pod.node}: "
