@@ -111,11 +111,13 @@ def _daemonset(name: str, namespace: str, sa: str, containers: list[dict[str, An
 
 def nvidia_gpu(*, probes_in_chart: bool = True, registrar: str = f"{KUBELET}/plugins_registry",
                plugins: str = f"{KUBELET}/plugins", ports: tuple[int, int] = (51515, 51516),
-               namespace: str = "nvidia-dra-driver-gpu") -> CatalogueDriver:
+               namespace: str = "") -> CatalogueDriver:
     """NVIDIA's kubelet plugin DaemonSet (compute-domains + gpus); `probes_in_chart` False is the
     older chart without probes; `registrar`/`plugins` are the chart's kubelet path values; a port
     of 0 is the chart's "no health service"."""
     sa, name = "nvidia-dra-driver-gpu-service-account-kubeletplugin", "nvidia-dra-driver-gpu-kubelet-plugin"
+    key = "nvidia-gpu" if probes_in_chart else "nvidia-gpu-legacy"
+    namespace = namespace or f"{key}-driver"  # two shapes, two releases: objects never collide
 
     def container(cname: str, binary: str, port: int) -> dict[str, Any]:
         c: dict[str, Any] = {
@@ -150,13 +152,13 @@ def nvidia_gpu(*, probes_in_chart: bool = True, registrar: str = f"{KUBELET}/plu
     labels = {"app.kubernetes.io/name": "nvidia-dra-driver-gpu", "app.kubernetes.io/component": "kubelet-plugin"}
     ds = _daemonset(name, namespace, sa, containers, volumes, labels=labels, init=init,
                     strategy={"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}})
-    rbac = _rbac(namespace, sa, "nvidia-dra-driver-gpu-kubeletplugin-role",
+    rbac = _rbac(namespace, sa, f"{key}-kubeletplugin-role",
                  ["get", "list", "watch", "create", "update", "patch", "delete"],
                  [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
                   {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}])
     probes = {"compute-domains": None, "gpus": None} if probes_in_chart else {
         "compute-domains": ports[0] or None, "gpus": ports[1] or None}
-    return CatalogueDriver(key="nvidia-gpu" if probes_in_chart else "nvidia-gpu-legacy", namespace=namespace,
+    return CatalogueDriver(key=key, namespace=namespace,
                            names=("compute-domain.nvidia.com", "gpu.nvidia.com"), probes=probes,
                            objects=(*rbac, ds))
 
