@@ -174,10 +174,12 @@ def test_catalogue_driver_on_the_real_control_plane(control_plane, guard, entry)
             rest = set(entry.names[entry.names.index(driver) + 1:])
             wait_for("the claim to be released", lambda rest=rest: reserved_drivers(cp, entry) == rest)
             if rest:
-                r = wait_for("dra-guard to see the release",
-                             lambda: (lambda r: [r] if r.status_code == 429 and driver not in r.text else None)(
-                                 evict(cp, entry.namespace, pod)))[0]
-                assert all(n in r.text for n in rest), r.text
+                def still_held_by_the_rest(gone: str = driver) -> list | None:
+                    answer = evict(cp, entry.namespace, pod)
+                    return [answer] if answer.status_code == 429 and gone not in answer.text else None
+
+                held = wait_for("dra-guard to see the release", still_held_by_the_rest)[0]
+                assert all(n in held.text for n in rest), held.text
         new = [ev for ev in cp.audit_events("dra-guard", stage=None) if ev["auditID"] not in before]
         assert all(ev["verb"] == "watch" for ev in new), [(ev["verb"], ev["requestURI"]) for ev in new]
 
