@@ -9,7 +9,7 @@ import pytest
 
 from tests.builders import claim, driver_daemonset, eviction_request, plugin_container, pod
 from tests.drivers_catalogue import CatalogueDriver, catalogue, nvidia_gpu, resource_slice
-from webhook import drainplan
+from webhook import audit, drainplan
 from webhook.config import from_mapping
 from webhook.model import drivers
 from webhook.model.facts import build_facts
@@ -234,3 +234,15 @@ def test_surge_rollout_lets_the_older_pod_go_and_holds_the_last():
     terminating["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     facts.claims.upsert_pod(terminating)
     assert not evict(facts, ex, "b").allowed  # a Terminating peer does not take over
+
+
+def test_audit_says_how_each_name_was_learned_and_reports_a_disabled_health_port():
+    nv = nvidia_gpu(probes_in_chart=False, ports=(0, 51516))
+    node = {"kind": "Node", "metadata": {"name": NODE}, "status": {"nodeInfo": {"kubeletVersion": "v1.37.2"}}}
+    objs = [*nv.objects, driver_pod(nv), node, *(resource_slice(n, NODE) for n in nv.names), *consumers("gpu.nvidia.com")]
+    found = audit.run(objs, config_for(nv), served_versions=["v1"])
+    [(blocked, mode)] = [(f, m) for f, m in found if f.check == "drain-blocked"]
+    assert mode == "audit" and "gpu.nvidia.com: ResourceSlice on node node-a" in blocked.message
+    assert blocked.details["learned"] == {"gpu.nvidia.com": "ResourceSlice on node node-a, named by no other driver pod there"}
+    [disabled] = [f for f, _ in found if f.check == "healthcheck-disabled"]
+    assert disabled.details["container"] == "compute-domains" and not disabled.enforced
