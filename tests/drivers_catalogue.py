@@ -245,8 +245,12 @@ def net_driver() -> CatalogueDriver:
 
 
 def catalogue() -> list[CatalogueDriver]:
-    """Every catalogue driver, the NVIDIA chart in its newer (probes) and older (no probes) shape."""
-    return [nvidia_gpu(), nvidia_gpu(probes_in_chart=False), intel_gpu(), example_driver(), cpu_driver(), net_driver()]
+    """Every catalogue driver, the NVIDIA chart in its newer (probes) and older (no probes) shape;
+    the older one installed for a kubelet whose root is not /var/lib/kubelet (the chart's
+    kubeletRegistrarDirectoryPath / kubeletPluginsDirectoryPath values), with no dra-guard config for it."""
+    return [nvidia_gpu(), nvidia_gpu(probes_in_chart=False, registrar="/var/data/kubelet/plugins_registry",
+                                     plugins="/var/data/kubelet/plugins"),
+            intel_gpu(), example_driver(), cpu_driver(), net_driver()]
 
 
 def resource_slice(driver: str, node: str) -> dict[str, Any]:
