@@ -75,10 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "ClusterPolicyReport/PolicyReports as YAML)")
 
     drain = sub.add_parser("drain-plan", help="what a drain of NODE must wait for (DRA drivers last)",
-                           description="List NODE's DRA driver pods and, for each, the ResourceClaims still "
-                                       "allocated to its driver there and the pods holding them: the order a drain "
-                                       "must take. Exit 0 when every driver pod can be evicted now, 1 when some "
-                                       "must wait, 2 on errors.")
+                           description="List NODE's DRA driver pods and, for each, its drivers (and how each name "
+                                       "was learned: the DaemonSet's spec, label, a selector, or the node's "
+                                       "ResourceSlices when the spec names none), the ResourceClaims still "
+                                       "allocated to them there and the pods holding them: the order a drain "
+                                       "must take. A driver pod with another Ready pod of its DaemonSet on the node "
+                                       "(surge rollout) can go. Exit 0 when every driver pod can be evicted now, 1 "
+                                       "when some must wait, 2 on errors.")
     drain.add_argument("node", metavar="NODE")
     drain.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
     drain.add_argument("--config", metavar="FILE", help="the YAML config file `serve` reads (driver detection)")
