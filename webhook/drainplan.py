@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.config import Config
+from webhook.model import attribution
 from webhook.model.claim_index import ClaimIndex
 from webhook.model.facts import build_facts
 
@@ -24,15 +25,20 @@ def build_index(objects: Iterable[Mapping[str, Any]], config: Config) -> ClaimIn
 def plan(index: ClaimIndex, node: str) -> dict[str, Any]:
     """The drain plan of `node` as a JSON-ready dict.
 
-    {"node", "driverPods": [{"namespace", "name", "driver", "daemonset", "canEvictNow", "heldBy":
-    [{"claim", "pods"}]}], "evictFirst": [pods holding claims], "ready": bool}
+    {"node", "driverPods": [{"namespace", "name", "driver" (names joined by ","), "drivers": [{"name",
+    "learnedFrom"}], "daemonset", "protected", "canEvictNow", "readyPeer", "heldBy": [{"claim", "pods"}]}],
+    "evictFirst": [pods holding claims], "ready": bool}. The same rules as the eviction policy
+    (webhook.model.attribution.need).
     """
     drivers = []
     first: list[str] = []
     for pod, driver in index.driver_pods_on(node):
-        holds = index.holds(driver.name, node) if driver.name else []
-        drivers.append({"namespace": pod.namespace, "name": pod.name, "driver": driver.name or "unknown",
-                        "daemonset": pod.daemonset, "canEvictNow": not holds,
+        needed = attribution.need(index, pod, driver)
+        holds = list(dict.fromkeys(h for _, h in needed.holds)) if needed.held else []
+        drivers.append({"namespace": pod.namespace, "name": pod.name, "driver": ",".join(n for n, _ in needed.names) or "unknown",
+                        "drivers": [{"name": n, "learnedFrom": how} for n, how in needed.names],
+                        "daemonset": pod.daemonset, "protected": driver.protects, "canEvictNow": not holds,
+                        "readyPeer": needed.peer,
                         "heldBy": [{"claim": h.claim, "pods": list(h.pods)} for h in holds]})
         for h in holds:
             first.extend(p for p in h.pods if p not in first)
@@ -53,7 +59,11 @@ def render_text(result: Mapping[str, Any]) -> str:
         lines.append("The DRA driver pods can be evicted now (no claim on this node still needs them):")
     for d in result["driverPods"]:
         state = "can go now" if d["canEvictNow"] else f"held by {len(d['heldBy'])} claim(s)"
+        if d.get("readyPeer"):
+            state += f" (Ready pod {d['readyPeer']} of the same DaemonSet takes over)"
         lines.append(f"     {d['namespace']}/{d['name']} (driver {d['driver']}): {state}")
+        for n in d["drivers"]:
+            lines.append(f"         {n['name']}: learned from {n['learnedFrom']}")
         for h in d["heldBy"]:
             lines.append(f"         {h['claim']} -> {', '.join(h['pods'])}")
     return "\n".join(lines) + "\n"

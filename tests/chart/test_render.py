@@ -247,8 +247,10 @@ def test_webhooks_by_default():
         assert w["failurePolicy"] == policy and w["timeoutSeconds"] == 3
         assert w["sideEffects"] == "None" and w["admissionReviewVersions"] == ["v1"] and w["matchPolicy"] == "Equivalent"
         assert w["clientConfig"]["service"] == {"name": "dra-guard", "namespace": "dra-guard", "path": path, "port": 443}
+        # issue 15: drivers install in kube-system too: only the RBAC guard's RoleBindings skip it
+        left_out = ["dra-guard", "kube-system"] if name == "rbac.dra-guard.io" else ["dra-guard"]
         assert w["namespaceSelector"] == {"matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["dra-guard", "kube-system"]}]}
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": left_out}]}
     rbac = hooks["rbac.dra-guard.io"]
     assert rbac["rules"] == [{"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
                               "resources": ["clusterroles", "clusterrolebindings", "rolebindings"], "scope": "*"}]
@@ -278,6 +280,8 @@ def test_switches():
     assert {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"],
             "scope": "Namespaced"} in hooks["evictions.dra-guard.io"]["rules"]
     assert hooks["evictions.dra-guard.io"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "dra-guard", "gpu-operator"]
+    assert hooks["rbac.dra-guard.io"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
         "dra-guard", "kube-system", "gpu-operator"]
     assert find(objs, "MutatingWebhookConfiguration", "guard").get("webhooks") is None
     c = container(objs)
@@ -301,11 +305,10 @@ CACHE_RULES = [
     {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings"], "verbs": ["list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"], "verbs": ["list", "watch"]},
 ]
 AUDIT_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
 ]
 REPORT_RULES = [
     {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "create"]},

@@ -29,7 +29,7 @@ rbac:
   adminSubjects:
     groups: [system:masters]
   driverSubjects:
-    serviceAccounts: ["dra-system:driver"]
+    serviceAccounts: {driver_service_accounts}
 """
 
 PROBE = """\
@@ -64,12 +64,15 @@ class Guard:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def start(self, *, mode: str = "enforce", extra_config: str = "") -> DraGuardProcess:
-        """(Re)start dra-guard with global `mode`; wait until /readyz (caches synced)."""
+    def start(self, *, mode: str = "enforce", extra_config: str = "",
+              driver_service_accounts: tuple[str, ...] = ("dra-system:driver",)) -> DraGuardProcess:
+        """(Re)start dra-guard with global `mode` and rbac.driverSubjects.serviceAccounts
+        ("namespace:name"); wait until /readyz (caches synced)."""
         self.stop_server()
         self.mode = mode
         self.proc = DraGuardProcess(self.workdir, "--kubeconfig", str(self.cp.kubeconfig("dra-guard")),
-                                    config=BASE_CONFIG.format(mode=mode) + extra_config, port=self.port)
+                                    config=BASE_CONFIG.format(mode=mode, driver_service_accounts=json.dumps(list(driver_service_accounts)))
+                                    + extra_config, port=self.port)
         self.proc.wait("/readyz", timeout=60)
         return self.proc
 

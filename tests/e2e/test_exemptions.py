@@ -3,7 +3,8 @@
 dra-guard is registered with the configurations `helm template` renders for namespace "dra-guard"
 (tests/e2e/guard.py). Nothing dra-guard or the cluster needs to start may depend on it:
 - objects in dra-guard's own namespace never reach it (namespaceSelector): a DRA driver DaemonSet
-  there gets no probe, an eviction there is not reviewed;
+  there gets no probe, an eviction there is not reviewed; kube-system's DaemonSets and evictions
+  do reach it (issue 15: some DRA drivers install there), with failurePolicy Ignore;
 - RBAC writes by kube-system's ServiceAccounts never reach it (matchConditions; ClusterRoleBindings
   are cluster-scoped, where a namespaceSelector does nothing): a binding dra-guard would refuse is
   stored.
@@ -141,3 +142,28 @@ def test_rbac_write_by_an_admin_is_never_sent(control_plane, guard):
     finally:
         cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-exempt-by-admin", "e2e-exempt-by-alice-2",
                    "--ignore-not-found")
+
+
+def test_kube_system_drivers_are_probed_and_their_evictions_reviewed(control_plane, guard):
+    """Issue 15 item 8: the probes and eviction webhooks leave only dra-guard's own namespace out."""
+    cp = control_plane
+    before = reviews(guard, "probes")
+    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(driver_daemonset(name="e2e-ks-driver", namespace="kube-system")))
+    try:
+        assert stored_probe(cp, "kube-system", "e2e-ks-driver")["grpc"]["port"] == 51515
+        assert reviews(guard, "probes") == before + 1
+    finally:
+        cp.kubectl("admin", "delete", "daemonset", "-n", "kube-system", "e2e-ks-driver", "--ignore-not-found", "--wait=false")
+    before = reviews(guard, "eviction")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "e2e-ks-pod", "namespace": "kube-system"},
+           "spec": {"containers": [{"name": "c", "image": "registry.example/app:v1"}]}}
+    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(pod))
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "e2e-ks-pod", "namespace": "kube-system"},
+            "deleteOptions": {"gracePeriodSeconds": 0}}
+    r = cp.session("admin").post(f"{cp.url}/api/v1/namespaces/kube-system/pods/e2e-ks-pod/eviction", json=body, timeout=10)
+    assert r.status_code in (200, 201)
+    assert reviews(guard, "eviction") == before + 1
+    hooks = {w["name"]: w for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
+             for w in json.loads(cp.kubectl("admin", "get", kind, "dra-guard", "-o", "json").stdout)["webhooks"]}
+    assert hooks["evictions.dra-guard.io"]["failurePolicy"] == "Ignore"
+    assert hooks["probes.dra-guard.io"]["failurePolicy"] == "Ignore"

@@ -196,7 +196,7 @@ def test_no_api_requests_per_review(control_plane, enforce):
 def test_cache_sync_time_is_a_metric_and_a_log_line(control_plane, enforce):
     """Each cache's start-up LIST time is exported (dra_guard_cache_list_seconds) and logged with
     its object count, so an admin can see how long a restart takes to become ready."""
-    caches = ("clusterroles", "clusterrolebindings", "daemonsets", "pods", "resourceclaims")
+    caches = ("clusterroles", "clusterrolebindings", "daemonsets", "pods", "resourceclaims", "resourceslices")
     for cache in caches:
         assert 0 < metric(enforce, "dra_guard_cache_list_seconds", {"cache": cache}) < 30, cache
     synced = [json.loads(line) for line in enforce.proc.log_file.read_text(errors="replace").splitlines()

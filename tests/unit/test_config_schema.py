@@ -164,7 +164,9 @@ def test_defaults_validate_against_the_schema_and_round_trip():
 def test_a_selector_validates_and_reads_back():
     doc = {"drivers": {"selectors": [{"namespace": "gpu", "matchLabels": {"app": "d"}, "driverName": "gpu.example.com"}]}}
     assert validate(doc, config_schema()) == []
-    assert document(Config, from_mapping(doc))["drivers"] == {"autoDetect": True, **doc["drivers"]}
+    assert document(Config, from_mapping(doc))["drivers"] == {
+        "autoDetect": True, "kubeletRootDirs": ["/var/lib/kubelet"],
+        "selectors": [{**doc["drivers"]["selectors"][0], "driverNames": []}]}
     assert validate({"drivers": {"selectors": [{"matchLabels": {}}]}}, config_schema()) == ["/drivers/selectors/0/namespace: required"]
 
 

@@ -175,10 +175,27 @@ def test_update_with_template_change_patches():
     assert decide(changed, operation="UPDATE", old=ds).patch
 
 
-def test_startup_probe_when_enabled():
-    cfg = from_mapping({"probes": {"startupProbe": {"enabled": True}}})
+def test_startup_probe_by_default_with_a_budget_of_minutes():
+    """Issue 15 item 6: a startupProbe on the same gRPC endpoint comes by default, 10 s x 30 = 5 min
+    (device discovery can take minutes), then the liveness probe; configurable, and can be off."""
+    out = apply(driver_daemonset(), decide(driver_daemonset()))["spec"]["template"]["spec"]["containers"][0]
+    assert out["startupProbe"] == {"grpc": {"port": 51515, "service": "liveness"}, "periodSeconds": 10, "failureThreshold": 30}
+    assert out["livenessProbe"]["grpc"] == {"port": 51515, "service": "liveness"}
+    cfg = from_mapping({"probes": {"startupProbe": {"periodSeconds": 1, "failureThreshold": 600}}})
     out = apply(driver_daemonset(), decide(driver_daemonset(), config=cfg))["spec"]["template"]["spec"]["containers"][0]
     assert out["startupProbe"] == {"grpc": {"port": 51515, "service": "liveness"}, "periodSeconds": 1, "failureThreshold": 600}
+    off = from_mapping({"probes": {"startupProbe": {"enabled": False}}})
+    out = apply(driver_daemonset(), decide(driver_daemonset(), config=off))["spec"]["template"]["spec"]["containers"][0]
+    assert "startupProbe" not in out and "livenessProbe" in out
+
+
+def test_an_existing_startup_probe_is_kept():
+    c = plugin_container("plugin", args=["--healthcheck-port=51515"],
+                         startupProbe={"exec": {"command": ["true"]}, "failureThreshold": 90})
+    ds = driver_daemonset(containers=[c])
+    out = apply(ds, decide(ds))["spec"]["template"]["spec"]["containers"][0]
+    assert out["startupProbe"] == {"exec": {"command": ["true"]}, "failureThreshold": 90}
+    assert out["livenessProbe"]["grpc"]["port"] == 51515
 
 
 SEAMLESS_ENV = [{"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]

@@ -107,11 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr while reading")
 
     drain = sub.add_parser("drain-plan", help="what a drain of NODE must wait for (DRA drivers last)",
-                           description="List NODE's DRA driver pods and, for each, the ResourceClaims still "
-                                       "allocated to its driver there and the pods holding them: the order a drain "
+                           description="List NODE's DRA driver pods and, for each, its drivers (and how each name "
+                                       "was learned: the DaemonSet's spec, label, a selector, or the node's "
+                                       "ResourceSlices when the spec names none), the ResourceClaims still "
+                                       "allocated to them there and the pods holding them: the order a drain "
                                        "must take (the source page: drain the DRA driver as late as possible). "
-                                       "Exit 0 when every driver pod can be evicted now, 1 when some must wait, "
-                                       "2 on errors.",
+                                       "A driver pod with another Ready pod of its DaemonSet on the node "
+                                       "(surge rollout) can go. Exit 0 when every driver pod can be evicted now, 1 "
+                                       "when some must wait, 2 on errors.",
                            epilog=DRAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     drain.add_argument("node", metavar="NODE", help="the node's name, as in `kubectl get nodes`")
     drain.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")

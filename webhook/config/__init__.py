@@ -23,7 +23,8 @@ Example (all defaults shown)::
       eviction: {mode: enforce, failureMode: allow}
     drivers:                      # how DRA driver DaemonSets are recognised
       autoDetect: true
-      selectors: []               # [{namespace: gpu, matchLabels: {app: gpu-driver}, driverName: gpu.example.com}]
+      kubeletRootDirs: [/var/lib/kubelet]   # the kubelet --root-dir of your nodes; plugins_registry is found anywhere
+      selectors: []               # [{namespace: gpu, matchLabels: {app: gpu-driver}, driverNames: [gpu.example.com]}]
     probes:                       # the gRPC liveness probe added to driver containers
       periodSeconds: 10
       timeoutSeconds: 10
@@ -31,7 +32,7 @@ Example (all defaults shown)::
       service: liveness
       defaultPort: 51515
       assumeDefaultPort: false    # use defaultPort when a driver declares no health port
-      startupProbe: {enabled: false, periodSeconds: 1, failureThreshold: 600}
+      startupProbe: {enabled: true, periodSeconds: 10, failureThreshold: 30}   # 5 min for device discovery
     eviction:                     # drain order: the DRA driver leaves a node last
       maxCacheAgeSeconds: 180     # caches without news for longer answer 429 "not ready, retry"
       maxListedClaims: 10         # claims named in a refusal, then "and N more"

@@ -138,7 +138,15 @@ class DriverSelector:
     match_labels: Mapping[str, str] = dataclasses.field(default_factory=dict, metadata=key(
         "matchLabels", help="labels a driver DaemonSet carries (all of them)"))
     driver_name: str = dataclasses.field(default="", metadata=key(
-        "driverName", help="the DRA driver name it publishes (e.g. gpu.example.com)"))
+        "driverName", help="the DRA driver name it publishes (e.g. gpu.example.com); several: comma-separated"))
+    driver_names: tuple[str, ...] = dataclasses.field(default=(), metadata=key(
+        "driverNames", help="the DRA driver names it publishes, when one DaemonSet runs several drivers"))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """driverName (comma-separated) and driverNames, in order, without repeats."""
+        found = [n.strip() for n in self.driver_name.split(",")] + [n.strip() for n in self.driver_names]
+        return tuple(dict.fromkeys(n for n in found if n))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +157,9 @@ class DetectionConfig:
         "selectors", help="DaemonSets that are DRA drivers, besides the auto-detected ones"))
     auto_detect: bool = dataclasses.field(default=True, metadata=key(
         "autoDetect", help="recognise DRA drivers by what their DaemonSets mount and publish"))
+    kubelet_root_dirs: tuple[str, ...] = dataclasses.field(default=("/var/lib/kubelet",), metadata=key(
+        "kubeletRootDirs", help="the kubelet root directories (--root-dir) of your nodes; a plugins_registry "
+                                "mount is recognised under any folder too"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,11 +181,13 @@ class ProbeConfig:
         "defaultPort", lo=1, hi=65535, help="the health port assumed when assumeDefaultPort is set"))
     assume_default_port: bool = dataclasses.field(default=False, metadata=key(
         "assumeDefaultPort", help="use defaultPort when a driver declares no health port"))
-    startup_probe: bool = dataclasses.field(default=False, metadata=key(
-        "startupProbe.enabled", help="add the startupProbe"))
-    startup_period_seconds: int = dataclasses.field(default=1, metadata=key(
+    # on by default: device discovery on a real node can take minutes, and a liveness-only probe
+    # restarts such a driver before it ever serves (a vendor replaced one for that reason)
+    startup_probe: bool = dataclasses.field(default=True, metadata=key(
+        "startupProbe.enabled", help="add the startupProbe (its budget is periodSeconds x failureThreshold)"))
+    startup_period_seconds: int = dataclasses.field(default=10, metadata=key(
         "startupProbe.periodSeconds", lo=1, hi=3600, help="seconds between startup probes"))
-    startup_failure_threshold: int = dataclasses.field(default=600, metadata=key(
+    startup_failure_threshold: int = dataclasses.field(default=30, metadata=key(
         "startupProbe.failureThreshold", lo=1, hi=100000, help="failed startup probes before the container restarts"))
 
 

@@ -41,7 +41,8 @@ def list_audit_objects(client: kubernetes.client.ApiClient, *, served_versions: 
 
 def list_drain_objects(client: kubernetes.client.ApiClient, node: str) -> list[dict[str, Any]]:
     """What `dra-guard drain-plan NODE` needs: RBAC (driver detection), DaemonSets, the node's Pods
-    (field selector spec.nodeName) and every ResourceClaim, in paged lists."""
+    (field selector spec.nodeName), the node's ResourceSlices (field selector spec.nodeName: which
+    drivers serve it) and every ResourceClaim, in paged lists."""
     rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
     apps_api = kubernetes.client.AppsV1Api(client)
     core_api = kubernetes.client.CoreV1Api(client)
@@ -60,6 +61,10 @@ def list_drain_objects(client: kubernetes.client.ApiClient, node: str) -> list[d
     def claims(**kwargs: Any) -> Any:
         return custom.list_cluster_custom_object(RESOURCE_GROUP, versions[0], "resourceclaims", **kwargs)
 
+    def node_slices(**kwargs: Any) -> Any:
+        return custom.list_cluster_custom_object(RESOURCE_GROUP, versions[0], "resourceslices",
+                                                 field_selector=f"spec.nodeName={node}", **kwargs)
+
     def node_pods(**kwargs: Any) -> Any:
         return core_api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", **kwargs)
 
@@ -67,6 +72,7 @@ def list_drain_objects(client: kubernetes.client.ApiClient, node: str) -> list[d
             + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding")
             + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet")
             + list_all(node_pods, resource="pods", kind="Pod")
+            + list_all(node_slices, resource="resourceslices", kind="ResourceSlice")
             + list_all(claims, resource="resourceclaims", kind="ResourceClaim"))
 
 

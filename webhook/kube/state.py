@@ -35,8 +35,9 @@ class ClusterState:
     """The caches dra-guard keeps of the cluster, and what readiness needs to know about them.
 
     rbac: ClusterRoles and ClusterRoleBindings (RBAC guard; driver detection by ServiceAccount).
-    claims: DaemonSets, DaemonSet-owned and claim-using Pods, and allocated ResourceClaims
-    (drain order), read through the newest resource.k8s.io version the cluster serves.
+    claims: DaemonSets, DaemonSet-owned and claim-using Pods, allocated ResourceClaims (drain
+    order) and, compact (driver, nodeName, pool), ResourceSlices (which drivers serve which node),
+    read through the newest resource.k8s.io version the cluster serves.
 
     With `client` None (``--no-cluster``) nothing is watched, the indexes stay empty and the
     state counts as synced: policies then see an empty cluster.
@@ -69,6 +70,8 @@ class ClusterState:
                      on_replace=self.claims.replace_pods, on_event=self._pod_event, timeout_seconds=timeout),
             Informer(name="resourceclaims", list_func=self._list_claims,
                      on_replace=self.claims.replace_claims, on_event=self._claim_event, timeout_seconds=timeout),
+            Informer(name="resourceslices", list_func=self._list_slices,
+                     on_replace=self.claims.slices.replace, on_event=self._slice_event, timeout_seconds=timeout),
         ]
 
     def fetch_cluster_role(self, name: str) -> dict[str, Any] | None:
@@ -167,6 +170,15 @@ class ClusterState:
 
     def _list_claims(self, **kwargs: Any) -> Any:
         """list/watch ResourceClaims in the newest served resource.k8s.io version (found on first use)."""
+        return self._list_resource("resourceclaims", **kwargs)
+
+    def _list_slices(self, **kwargs: Any) -> Any:
+        """list/watch ResourceSlices (which drivers serve which node) in the newest served version."""
+        return self._list_resource("resourceslices", **kwargs)
+
+    def _list_resource(self, plural: str, **kwargs: Any) -> Any:
+        """list/watch a cluster-wide resource.k8s.io resource in the newest served version (found
+        again at each fresh list)."""
         assert self.client is not None
         if not self.resource_version or (not kwargs.get("watch") and not kwargs.get("_continue")):
             versions = served_resource_versions(self.client)
@@ -174,7 +186,7 @@ class ClusterState:
                 raise ClusterError("the cluster serves no resource.k8s.io version (DRA is not enabled)")
             self.resource_version = versions[0]
         api = kubernetes.client.CustomObjectsApi(self.client)
-        return api.list_cluster_custom_object(RESOURCE_GROUP, self.resource_version, "resourceclaims", **kwargs)
+        return api.list_cluster_custom_object(RESOURCE_GROUP, self.resource_version, plural, **kwargs)
 
     @staticmethod
     def _name(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -214,6 +226,12 @@ class ClusterState:
             self.claims.delete_pod(*self._name(obj))
         else:
             self.claims.upsert_pod(obj)
+
+    def _slice_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        if kind == "DELETED":
+            self.claims.slices.delete(self._name(obj)[1])
+        else:
+            self.claims.slices.upsert(obj)
 
     def _claim_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":

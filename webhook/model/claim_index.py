@@ -12,6 +12,7 @@ from webhook.config import DetectionConfig
 from webhook.model import drivers
 from webhook.model.claims import ClaimInfo, Hold, PodInfo, claim_entry, pod_info, pod_is_relevant
 from webhook.model.readers import as_map, as_str
+from webhook.model.slices import SliceIndex
 
 
 class ClaimIndex:
@@ -34,6 +35,9 @@ class ClaimIndex:
         self._by_driver_node: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._slots: dict[tuple[str, str], set[tuple[str, str]]] = {}  # claim -> its (driver, node) keys
         self._anywhere_by_pod: dict[tuple[str, str], set[tuple[str, str]]] = {}  # pod -> claims usable anywhere
+        self._ds_pods_by_node: dict[str, set[tuple[str, str]]] = {}  # node -> DaemonSet pods on it
+        self._claim_drivers_by_node: dict[str, set[str]] = {}  # node -> drivers of claims indexed there
+        self.slices = SliceIndex()  # node -> drivers publishing ResourceSlices for it
 
     # -- pods
     def upsert_pod(self, pod: Mapping[str, Any]) -> None:
@@ -45,9 +49,7 @@ class ClaimIndex:
         info = pod_info(pod)
         with self._lock:
             self._drop_pod((info.namespace, info.name))
-            self._pods[(info.namespace, info.name)] = info
-            if info.uid:
-                self._pods_by_uid[info.uid] = info
+            self._put_pod(info)
             self._reindex_claims_of_pod(info)
 
     def delete_pod(self, namespace: str, name: str) -> None:
@@ -57,10 +59,24 @@ class ClaimIndex:
             if old is not None:
                 self._reindex_claims_of_pod(old)
 
+    def _put_pod(self, info: PodInfo) -> None:
+        key = (info.namespace, info.name)
+        self._pods[key] = info
+        if info.uid:
+            self._pods_by_uid[info.uid] = info
+        if info.daemonset and info.node:
+            self._ds_pods_by_node.setdefault(info.node, set()).add(key)
+
     def _drop_pod(self, key: tuple[str, str]) -> PodInfo | None:
         old = self._pods.pop(key, None)
         if old is not None and self._pods_by_uid.get(old.uid) is old:
             del self._pods_by_uid[old.uid]
+        if old is not None and old.daemonset and old.node:
+            keys = self._ds_pods_by_node.get(old.node)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._ds_pods_by_node[old.node]
         return old
 
     def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
@@ -70,10 +86,9 @@ class ClaimIndex:
         with self._lock:
             self._pods.clear()
             self._pods_by_uid.clear()
+            self._ds_pods_by_node.clear()
             for info in infos:
-                self._pods[(info.namespace, info.name)] = info
-                if info.uid:
-                    self._pods_by_uid[info.uid] = info
+                self._put_pod(info)
             self._reindex_all_claims()
 
     # -- daemonsets
@@ -136,6 +151,7 @@ class ClaimIndex:
             self._by_driver_node.clear()
             self._slots.clear()
             self._anywhere_by_pod.clear()
+            self._claim_drivers_by_node.clear()
             for key, info in entries:
                 self._put_claim(key, info)
 
@@ -154,6 +170,7 @@ class ClaimIndex:
         self._slots[key] = slots
         for dn in slots:
             self._by_driver_node.setdefault(dn, set()).add(key)
+            self._claim_drivers_by_node.setdefault(dn[1], set()).add(dn[0])
         if not info.nodes:
             for pod_name, _ in info.reserved_for:
                 self._anywhere_by_pod.setdefault((info.namespace, pod_name), set()).add(key)
@@ -168,6 +185,10 @@ class ClaimIndex:
                 keys.discard(key)
                 if not keys:
                     del self._by_driver_node[dn]
+                    node_drivers = self._claim_drivers_by_node.get(dn[1], set())
+                    node_drivers.discard(dn[0])
+                    if not node_drivers:
+                        self._claim_drivers_by_node.pop(dn[1], None)
         if not old.nodes:
             for pod_name, _ in old.reserved_for:
                 keys = self._anywhere_by_pod.get((old.namespace, pod_name))
@@ -187,6 +208,7 @@ class ClaimIndex:
 
     def _reindex_all_claims(self) -> None:
         self._by_driver_node.clear()
+        self._claim_drivers_by_node.clear()
         self._slots.clear()
         self._anywhere_by_pod.clear()
         for key, info in self._claims.items():
@@ -222,19 +244,26 @@ class ClaimIndex:
             return out
 
     def driver_pods_on(self, node: str) -> list[tuple[PodInfo, drivers.Driver]]:
-        """The DRA driver pods on `node` (for drain-plan)."""
+        """The DRA driver pods on `node`, finished ones left out. O(DaemonSet pods on the node)."""
         with self._lock:
             out = []
-            for pod in self._pods.values():
-                if pod.node == node and pod.daemonset:
-                    driver = self._drivers.get((pod.namespace, pod.daemonset))
-                    if driver is not None:
-                        out.append((pod, driver))
+            for key in self._ds_pods_by_node.get(node, ()):
+                pod = self._pods[key]
+                driver = self._drivers.get((pod.namespace, pod.daemonset))
+                if driver is not None and not pod.finished:
+                    out.append((pod, driver))
             return sorted(out, key=lambda pd: (pd[0].namespace, pd[0].name))
+
+    def claim_drivers_on(self, node: str) -> frozenset[str]:
+        """The drivers of allocated claims indexed on `node` (node-local, or usable anywhere and
+        reserved by a pod there)."""
+        with self._lock:
+            return frozenset(self._claim_drivers_by_node.get(node, ()))
 
     def counts(self) -> dict[str, int]:
         """Sizes of the index (pods kept, DaemonSets, drivers, allocated claims)."""
         with self._lock:
             return {"pods": len(self._pods), "daemonsets": len(self._daemonsets),
-                    "drivers": sum(1 for d in self._drivers.values() if d is not None), "claims": len(self._claims)}
+                    "drivers": sum(1 for d in self._drivers.values() if d is not None), "claims": len(self._claims),
+                    "resourceslices": len(self.slices)}
 

@@ -24,6 +24,7 @@ class PodInfo:
     finished: bool      # phase Succeeded or Failed
     terminating: bool   # metadata.deletionTimestamp set
     daemonset: str      # owning DaemonSet name ("" if none)
+    ready: bool = False  # status.conditions Ready is True
 
 
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
@@ -33,7 +34,9 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
                   if o.get("kind") == "DaemonSet" and o.get("controller")), "")
     return PodInfo(namespace=as_str(meta.get("namespace")), name=as_str(meta.get("name")), uid=as_str(meta.get("uid")),
                    node=as_str(spec.get("nodeName")), finished=as_str(status.get("phase")) in ("Succeeded", "Failed"),
-                   terminating=bool(meta.get("deletionTimestamp")), daemonset=owner)
+                   terminating=bool(meta.get("deletionTimestamp")), daemonset=owner,
+                   ready=any(c.get("type") == "Ready" and c.get("status") == "True"
+                             for c in map(as_map, as_list(status.get("conditions")))))
 
 
 def pod_is_relevant(pod: Mapping[str, Any]) -> bool:

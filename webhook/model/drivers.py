@@ -2,21 +2,32 @@
 
 Sources: "Good practices for DRA as a Cluster Admin" ("Deploy and maintain DRA drivers": a driver
 is usually a DaemonSet talking to the kubelet through the kubeletplugin interface), the
-kubeletplugin helper (k8s.io/dynamic-resource-allocation/kubeletplugin: registration socket in
-/var/lib/kubelet/plugins_registry, DRA socket in /var/lib/kubelet/plugins/<driver>), and the
-dra-example-driver and NVIDIA GPU driver charts (CDI specs in /var/run/cdi).
+kubeletplugin helper (registration socket in <kubelet root>/plugins_registry, DRA socket in
+<kubelet root>/plugins/<driver>), and the public driver charts (dra-example-driver, NVIDIA GPU +
+ComputeDomain, Intel GPU, DRA CPU, DRA network driver: CDI specs in /var/run/cdi; some mount the
+whole plugins folder and name their driver nowhere in the spec; one DaemonSet can run two drivers).
 
 Order of evidence, first match wins:
-1. the DaemonSet's label or annotation ``dra-guard.io/driver: <driver name>``;
-2. a configured selector (namespace + DaemonSet labels);
-3. auto-detection (can be switched off): the pod template mounts hostPath
-   /var/lib/kubelet/plugins_registry **and** /var/lib/kubelet/plugins (or a subfolder) **and** shows
-   a DRA-specific sign: a /var/run/cdi mount, or a ServiceAccount that may write ResourceSlices.
+1. the DaemonSet's label or annotation ``dra-guard.io/driver: <name>[,<name>...]``; it earns
+   eviction protection only when the DaemonSet's ServiceAccount may write ResourceSlices or a
+   configured selector matches (a tenant must not shield pods by labelling a DaemonSet);
+2. a configured selector (namespace + DaemonSet labels, driverName(s));
+3. auto-detection (can be switched off): either the pod template mounts a kubelet plugin
+   registration folder (``<root>/plugins_registry`` for a configured or any root, or a root
+   itself) **and** the plugins folder (``<root>/plugins`` or below, or the root) **and** shows a
+   /var/run/cdi mount; or the DaemonSet's ServiceAccount may write ResourceSlices (enough alone).
    A CSI node plugin mounts the same kubelet folders but shows neither sign, so it is left alone.
+
+Names, per plugin container: every ``--driver-name`` argument and ``DRIVER_NAME`` /
+``DRIVER_NAMES`` environment variable (comma-separated lists allowed), else a mounted
+``<root>/plugins/<name>`` folder. A DaemonSet with a plugin container whose names cannot be told
+is ``complete=False``: the ClaimIndex then attributes it the node's drivers (from ResourceSlices)
+that no other driver pod on the node accounts for.
 """
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -28,25 +39,41 @@ from webhook.model.readers import as_str as _str
 
 DRIVER_KEY = "dra-guard.io/driver"
 CONTAINERS_ANNOTATION = "dra-guard.io/plugin-containers"
-REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
-PLUGINS_DIR = "/var/lib/kubelet/plugins"
+REGISTRY = "plugins_registry"
 CDI_DIRS = ("/var/run/cdi", "/run/cdi")
+NAME_ENVS = ("DRIVER_NAME", "DRIVER_NAMES")
 
-_DRIVER_FLAG = re.compile(r"^--?driver-name(?:=(.*))?$")
+_DRIVER_FLAG = re.compile(r"^--?driver-names?(?:=(.*))?$")
 
 
 @dataclasses.dataclass(frozen=True)
 class Driver:
     """A DaemonSet recognised as a DRA driver.
 
-    name: the driver name (e.g. gpu.example.com), "" when it cannot be told.
-    evidence: how it was recognised (for messages), e.g. "annotation dra-guard.io/driver".
+    names: the driver names its spec, label or selector gives (e.g. ("gpu.nvidia.com",
+    "compute-domain.nvidia.com")), possibly empty. learned: parallel to names, how each was learned.
+    complete: every plugin container's names are known (False: the rest comes from ResourceSlices).
+    protects: its identity is trusted for eviction protection.
+    evidence: how it was recognised (for messages), e.g. "selector in namespace gpu".
     plugin_containers: indexes into spec.template.spec.containers of the kubelet plugin containers.
     """
 
-    name: str
+    names: tuple[str, ...]
     evidence: str
     plugin_containers: tuple[int, ...]
+    learned: tuple[str, ...] = ()
+    complete: bool = True
+    protects: bool = True
+
+    @property
+    def name(self) -> str:
+        """The names joined with "," ("" when none is known), for messages."""
+        return ",".join(self.names)
+
+
+def split_names(value: str) -> list[str]:
+    """A comma-separated list of driver names, stripped, empty entries dropped."""
+    return [n.strip() for n in value.split(",") if n.strip()]
 
 
 def pod_spec(daemonset: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -55,13 +82,13 @@ def pod_spec(daemonset: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def host_paths(spec: Mapping[str, Any]) -> dict[str, str]:
-    """Volume name -> hostPath path (trailing '/' removed) of a PodSpec dict."""
+    """Volume name -> hostPath path (normalised, trailing '/' removed) of a PodSpec dict."""
     out = {}
     for vol in _list(spec.get("volumes")):
         vol = _map(vol)
-        path = _str(_map(vol.get("hostPath")).get("path")).rstrip("/")
+        path = _str(_map(vol.get("hostPath")).get("path"))
         if path and _str(vol.get("name")):
-            out[vol["name"]] = path
+            out[vol["name"]] = posixpath.normpath(path)
     return out
 
 
@@ -70,54 +97,100 @@ def _mounted_paths(container: Mapping[str, Any], volumes: Mapping[str, str]) -> 
             if _str(m.get("name")) in volumes}
 
 
-def _in_plugins_dir(path: str) -> bool:
-    return path == PLUGINS_DIR or path.startswith(PLUGINS_DIR + "/")
+def kubelet_roots(paths: set[str], config: DetectionConfig) -> set[str]:
+    """The configured kubelet root directories, plus the parent of any mounted plugins_registry folder."""
+    roots = {posixpath.normpath(r) for r in config.kubelet_root_dirs if r}
+    return roots | {posixpath.dirname(p) for p in paths if posixpath.basename(p) == REGISTRY}
 
 
-def name_from_container(container: Mapping[str, Any]) -> str:
-    """The driver name a container states: --driver-name=X / --driver-name X, or env DRIVER_NAME."""
+def is_registration(path: str, roots: set[str]) -> bool:
+    """Whether a hostPath holds the kubelet's plugin registration sockets (<root>/plugins_registry or a root)."""
+    return posixpath.basename(path) == REGISTRY or path in roots
+
+
+def is_plugins(path: str, roots: set[str]) -> bool:
+    """Whether a hostPath is a kubelet root, its plugins folder, or a folder below it."""
+    return any(path == r or path == r + "/plugins" or path.startswith(r + "/plugins/") for r in roots)
+
+
+def names_from_container(container: Mapping[str, Any]) -> list[str]:
+    """The driver names a container states: every --driver-name=X / --driver-name X argument and
+    DRIVER_NAME / DRIVER_NAMES env value, each possibly a comma-separated list."""
     words = [w for w in _list(container.get("command")) + _list(container.get("args")) if isinstance(w, str)]
+    found: list[str] = []
     for i, word in enumerate(words):
         m = _DRIVER_FLAG.match(word)
         if m:
-            if m.group(1):
-                return m.group(1)
-            if i + 1 < len(words):
-                return words[i + 1]
+            found += split_names(m.group(1) if m.group(1) is not None else (words[i + 1] if i + 1 < len(words) else ""))
     for env in map(_map, _list(container.get("env"))):
-        if env.get("name") == "DRIVER_NAME" and _str(env.get("value")):
-            return _str(env.get("value"))
-    return ""
+        if env.get("name") in NAME_ENVS:
+            found += split_names(_str(env.get("value")))
+    return list(dict.fromkeys(found))
 
 
-def _name_from_paths(paths: set[str]) -> str:
+def name_from_container(container: Mapping[str, Any]) -> str:
+    """The first driver name a container states ("" when none): see names_from_container."""
+    names = names_from_container(container)
+    return names[0] if names else ""
+
+
+def _names_from_paths(paths: set[str], roots: set[str]) -> list[str]:
+    out = []
     for path in sorted(paths):
-        if path.startswith(PLUGINS_DIR + "/"):
-            return path[len(PLUGINS_DIR) + 1:].split("/")[0]
-    return ""
+        for root in roots:
+            if path.startswith(root + "/plugins/"):
+                out.append(path[len(root) + len("/plugins/"):].split("/")[0])
+    return list(dict.fromkeys(out))
 
 
-def plugin_containers(daemonset: Mapping[str, Any]) -> tuple[int, ...]:
+def plugin_containers(daemonset: Mapping[str, Any], config: DetectionConfig | None = None) -> tuple[int, ...]:
     """Indexes of the kubelet plugin containers: those named in annotation dra-guard.io/plugin-containers
-    ("a,b"), else those mounting the registration folder."""
+    ("a,b"), else those mounting a registration folder, else those mounting the plugins folder."""
     spec = pod_spec(daemonset)
     containers = [_map(c) for c in _list(spec.get("containers"))]
     named = _str(_map(_map(daemonset.get("metadata")).get("annotations")).get(CONTAINERS_ANNOTATION))
     if named:
-        wanted = {n.strip() for n in named.split(",") if n.strip()}
+        wanted = set(split_names(named))
         return tuple(i for i, c in enumerate(containers) if isinstance(c.get("name"), str) and c["name"] in wanted)
     volumes = host_paths(spec)
-    return tuple(i for i, c in enumerate(containers) if REGISTRY_DIR in _mounted_paths(c, volumes))
+    roots = kubelet_roots(set(volumes.values()), config or DetectionConfig())
+    mounted = [_mounted_paths(c, volumes) for c in containers]
+    registering = tuple(i for i, paths in enumerate(mounted) if any(is_registration(p, roots) for p in paths))
+    return registering or tuple(i for i, paths in enumerate(mounted) if any(is_plugins(p, roots) for p in paths))
 
 
-def _driver_name(daemonset: Mapping[str, Any], containers: tuple[int, ...]) -> str:
+def spec_names(daemonset: Mapping[str, Any], containers: tuple[int, ...],
+               config: DetectionConfig | None = None) -> tuple[list[tuple[str, str]], bool]:
+    """([(name, how learned)], complete) from the pod template: per plugin container its arguments
+    and environment, else a <root>/plugins/<name> folder it mounts; complete when every plugin
+    container (every container when none is one) gave a name."""
     spec = pod_spec(daemonset)
+    volumes = host_paths(spec)
+    roots = kubelet_roots(set(volumes.values()), config or DetectionConfig())
     all_containers = [_map(c) for c in _list(spec.get("containers"))]
+    found: dict[str, str] = {}
+    complete = True
     for i in containers or range(len(all_containers)):
-        name = name_from_container(all_containers[i])
-        if name:
-            return name
-    return _name_from_paths(set(host_paths(spec).values()))
+        c = all_containers[i]
+        cname = _str(c.get("name")) or f"#{i}"
+        names = [(n, f"container {cname} --driver-name/DRIVER_NAME") for n in names_from_container(c)]
+        names = names or [(n, f"container {cname} mounts plugins/{n}")
+                          for n in _names_from_paths(_mounted_paths(c, volumes), roots)]
+        if not names:
+            complete = False
+        for n, how in names:
+            found.setdefault(n, how)
+    if not found:
+        path_names = _names_from_paths(set(volumes.values()), roots)
+        found = {n: f"mounts plugins/{n}" for n in path_names}
+        complete = bool(path_names) and len(all_containers) <= 1
+    return list(found.items()), complete and bool(found)
+
+
+def _make(names: list[tuple[str, str]], complete: bool, evidence: str, containers: tuple[int, ...],
+          protects: bool = True) -> Driver:
+    return Driver(names=tuple(n for n, _ in names), learned=tuple(h for _, h in names), complete=complete,
+                  evidence=evidence, plugin_containers=containers, protects=protects)
 
 
 def detect(daemonset: Mapping[str, Any], *, config: DetectionConfig,
@@ -125,31 +198,44 @@ def detect(daemonset: Mapping[str, Any], *, config: DetectionConfig,
     """Whether an apps/v1 DaemonSet dict is a DRA driver, and which; None when it is not.
 
     can_write_slices(namespace, serviceAccountName) tells whether RBAC lets that ServiceAccount
-    write ResourceSlices (from the RBAC cache); it is a DRA sign for auto-detection.
+    write ResourceSlices (from the RBAC cache): a driver sign enough on its own, and what makes a
+    dra-guard.io/driver label trusted.
     """
     meta = _map(daemonset.get("metadata"))
     labels, annotations = _map(meta.get("labels")), _map(meta.get("annotations"))
-    containers = plugin_containers(daemonset)
-    explicit = _str(annotations.get(DRIVER_KEY)) or _str(labels.get(DRIVER_KEY))
-    if explicit:
-        return Driver(name=explicit, evidence=f"{DRIVER_KEY}={explicit}", plugin_containers=containers)
+    containers = plugin_containers(daemonset, config)
     namespace = _str(meta.get("namespace"))
-    for sel in config.selectors:
-        if sel.namespace == namespace and all(labels.get(k) == v for k, v in sel.match_labels.items()):
-            return Driver(name=sel.driver_name or _driver_name(daemonset, containers),
-                          evidence=f"selector in namespace {sel.namespace}", plugin_containers=containers)
-    if not config.auto_detect:
-        return None
     spec = pod_spec(daemonset)
-    paths = set(host_paths(spec).values())
-    if REGISTRY_DIR not in paths or not any(_in_plugins_dir(p) for p in paths):
-        return None
-    if any(p in CDI_DIRS for p in paths):
-        sign = "mounts /var/run/cdi"
-    else:
-        sa = _str(spec.get("serviceAccountName")) or _str(spec.get("serviceAccount")) or "default"
-        if not can_write_slices(namespace, sa):
-            return None  # a CSI node plugin, most likely
-        sign = f"ServiceAccount {namespace}/{sa} may write ResourceSlices"
-    return Driver(name=_driver_name(daemonset, containers),
-                  evidence=f"kubelet plugin mounts and {sign}", plugin_containers=containers)
+    sa = _str(spec.get("serviceAccountName")) or _str(spec.get("serviceAccount")) or "default"
+    writes = can_write_slices(namespace, sa)
+    selector = next((s for s in config.selectors if s.namespace == namespace
+                     and all(labels.get(k) == v for k, v in s.match_labels.items())), None)
+    explicit = split_names(_str(annotations.get(DRIVER_KEY)) or _str(labels.get(DRIVER_KEY)))
+    label_names = [(n, f"label/annotation {DRIVER_KEY}") for n in explicit]
+    if explicit and (selector is not None or writes):
+        trust = f"selector in namespace {namespace}" if selector is not None else \
+            f"ServiceAccount {namespace}/{sa} may write ResourceSlices"
+        return _make(label_names, True, f"{DRIVER_KEY}={','.join(explicit)}, trusted: {trust}", containers)
+    if selector is not None:
+        names = [(n, f"selector in namespace {namespace}") for n in selector.names]
+        complete = True
+        if not names:
+            names, complete = spec_names(daemonset, containers, config)
+        return _make(names, complete, f"selector in namespace {namespace}", containers)
+    if config.auto_detect:
+        paths = set(host_paths(spec).values())
+        roots = kubelet_roots(paths, config)
+        mounts = any(is_registration(p, roots) for p in paths) and any(is_plugins(p, roots) for p in paths)
+        sign = ""
+        if writes:
+            sign = f"ServiceAccount {namespace}/{sa} may write ResourceSlices"
+        elif mounts and any(p in CDI_DIRS for p in paths):
+            sign = "kubelet plugin mounts and /var/run/cdi"
+        if sign:
+            names, complete = (label_names, True) if label_names else spec_names(daemonset, containers, config)
+            return _make(names, complete, sign, containers)
+    if explicit:
+        return _make(label_names, True, f"{DRIVER_KEY}={','.join(explicit)} (not trusted for eviction protection: "
+                     f"its ServiceAccount may not write ResourceSlices and no selector matches)", containers,
+                     protects=False)
+    return None

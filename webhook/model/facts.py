@@ -19,7 +19,7 @@ class Facts(Protocol):
     """The cluster as the policies see it.
 
     rbac: ClusterRoles and ClusterRoleBindings. claims: DaemonSets, driver and claim-using Pods,
-    allocated ResourceClaims.
+    allocated ResourceClaims, and (claims.slices) which drivers publish ResourceSlices on which node.
     """
 
     @property
@@ -96,8 +96,8 @@ class StaticFacts:
 
 def build_facts(objects: Iterable[Mapping[str, Any]], config: Config) -> StaticFacts:
     """StaticFacts from Kubernetes object dicts with `kind` set (manifest files or lists):
-    ClusterRoles and ClusterRoleBindings into `rbac`; DaemonSets, Pods and ResourceClaims into
-    `claims` (claims last, so usable-anywhere claims find their pods). Other kinds are ignored."""
+    ClusterRoles and ClusterRoleBindings into `rbac`; DaemonSets, Pods, ResourceSlices and
+    ResourceClaims into `claims` (claims last, so usable-anywhere claims find their pods). Other kinds are ignored."""
     objects = list(objects)
     facts = StaticFacts(config, RbacIndex.from_objects(objects))
     for obj in objects:
@@ -106,6 +106,8 @@ def build_facts(objects: Iterable[Mapping[str, Any]], config: Config) -> StaticF
             facts.claims.upsert_daemonset(obj)
         elif kind == "Pod":
             facts.claims.upsert_pod(obj)
+        elif kind == "ResourceSlice":
+            facts.claims.slices.upsert(obj)
     for obj in objects:
         if obj.get("kind") == "ResourceClaim":
             facts.claims.upsert_claim(obj)

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from webhook.model import attribution
 from webhook.model.claim_index import ClaimIndex
 from webhook.model.readers import as_list as _list
 from webhook.model.readers import as_map as _map
@@ -195,22 +196,29 @@ def old_kubelets(nodes: Iterable[Mapping[str, Any]], index: ClaimIndex,
                             f"(DaemonSet {pod.namespace}/{pod.daemonset}), which relies on seamless upgrade; that needs "
                             f"kubelet >= 1.33. Upgrade the node, or keep that driver's updateStrategy at maxSurge 0.",
                     summary=f"node {name}: kubelet {version[0]}.{version[1]} < 1.33 runs a seamless-upgrade driver",
-                    driver=driver.name))
+                    driver=driver.name or pod.daemonset))
     return out
 
 
 def drain_holds(index: ClaimIndex, nodes: Iterable[str]) -> list[Finding]:
-    """Driver pods a drain would have to leave for last right now (policy "eviction", advisory)."""
+    """Driver pods a drain would have to leave for last right now (policy "eviction", advisory);
+    the same rules as the eviction policy (webhook.model.attribution.need), and how each driver
+    name was learned (spec, label, selector, or the node's ResourceSlices)."""
     out = []
     for node in sorted(set(nodes)):
         for pod, driver in index.driver_pods_on(node):
-            holds = index.holds(driver.name, node) if driver.name else []
-            if holds:
-                out.append(_finding(
-                    "drain-blocked", "Pod", pod.name, namespace=pod.namespace, policy="eviction",
-                    message=f"Node {node}: DRA driver pod {pod.namespace}/{pod.name} (driver {driver.name}) is held by "
-                            f"{len(holds)} prepared claim(s) ({', '.join(h.claim for h in holds[:10])}); a drain must "
-                            f"evict their pods first (dra-guard drain-plan {node}).",
-                    summary=f"node {node}: driver pod {pod.name} held by {len(holds)} claim(s)",
-                    node=node, driver=driver.name, claims=[h.claim for h in holds]))
+            needed = attribution.need(index, pod, driver)
+            if not needed.held:
+                continue
+            holds = list(dict.fromkeys(h for _, h in needed.holds))
+            names = ",".join(needed.held_names)
+            learned = {n: how for n, how in needed.names if n in needed.held_names}
+            out.append(_finding(
+                "drain-blocked", "Pod", pod.name, namespace=pod.namespace, policy="eviction",
+                message=f"Node {node}: DRA driver pod {pod.namespace}/{pod.name} (driver {names}) is held by "
+                        f"{len(holds)} prepared claim(s) ({', '.join(h.claim for h in holds[:10])}); a drain must "
+                        f"evict their pods first (dra-guard drain-plan {node}). Driver name learned from: "
+                        + "; ".join(f"{n}: {how}" for n, how in learned.items()) + ".",
+                summary=f"node {node}: driver pod {pod.name} held by {len(holds)} claim(s)",
+                node=node, driver=names, learned=learned, claims=[h.claim for h in holds]))
     return out

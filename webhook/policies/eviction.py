@@ -6,7 +6,8 @@ away; if the driver leaves the node first, that cleanup cannot finish, the pods 
 (kubernetes/kubernetes#129402) and their devices cannot be reused. Custom drain logic should check
 for allocated and reserved ResourceClaims before terminating the driver.
 
-Decision: the driver pod of driver D on node N is still needed while a ResourceClaim has an
+Decision: the driver pod of driver D on node N (which drivers a pod serves, and the seamless-upgrade
+exception: webhook.model.attribution) is still needed while a ResourceClaim has an
 allocation result with ``driver == D`` on N (N from ``status.allocation.nodeSelector``, or the node of
 a reserving pod for devices usable anywhere) and a ``status.reservedFor`` pod on N that has not
 finished (a Terminating pod counts: it is the one waiting for the driver). Then the eviction is
@@ -24,7 +25,7 @@ from typing import Any
 
 from webhook import metrics
 from webhook.config import Config, EvictionConfig
-from webhook.model import drivers
+from webhook.model import attribution, drivers
 from webhook.model.claim_index import ClaimIndex
 from webhook.model.claims import Hold
 from webhook.model.facts import Facts
@@ -77,24 +78,38 @@ def review(request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionCon
     if found is None:
         return ALLOW
     pod, driver = found
-    if not driver.name:
-        return Decision(warnings=(short(f"dra-guard: cannot tell the driver name of DaemonSet {pod.daemonset}; "
-                                        f"set the {drivers.DRIVER_KEY} annotation"),))
+    if not driver.protects:
+        return Decision(warnings=(short(f"dra-guard: pod not protected from eviction: {drivers.DRIVER_KEY} on "
+                                        f"DaemonSet {pod.daemonset} is trusted only when its ServiceAccount may write "
+                                        f"ResourceSlices or a drivers.selectors entry matches"),))
     if not pod.node:
         return ALLOW
-    holds = index.holds(driver.name, pod.node)
-    if not holds:
+    needed = attribution.need(index, pod, driver)
+    if not needed.names:
+        return Decision(warnings=(short(f"dra-guard: cannot tell the driver name of DaemonSet {pod.daemonset} and no "
+                                        f"unclaimed driver publishes ResourceSlices on {pod.node}; set the "
+                                        f"{drivers.DRIVER_KEY} annotation"),))
+    if not needed.holds:
         return ALLOW
+    holds = list(dict.fromkeys(h for _, h in needed.holds))
+    names = ",".join(needed.held_names)
+    if needed.peer:
+        return Decision(warnings=(short(f"dra-guard: seamless upgrade: Ready pod {needed.peer} of the same DaemonSet "
+                                        f"serves driver {names} on {pod.node}, so {name} may go"),))
+    learned = {n: how for n, how in needed.names if n in needed.held_names}
     verb = "evict" if operation == "CREATE" else "delete"
-    message = (f"dra-guard: DRA driver pod {namespace}/{name} (driver {driver.name}) is still needed on node {pod.node}: "
+    message = (f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) is still needed on node {pod.node}: "
                f"{len(holds)} ResourceClaim(s) allocated to it there are still reserved by pods that have not finished: "
                f"{describe_holds(holds, config.max_listed_claims)}. Drain the DRA driver last: {verb} those pods "
                f"first; this {'eviction' if verb == 'evict' else 'deletion'} can be retried once their claims are released.")
+    if any(how.startswith(("ResourceSlice", "ResourceClaim")) for how in learned.values()):
+        message += " (Driver name learned from: " + "; ".join(f"{n}: {h}" for n, h in learned.items()) + ".)"
     return Decision(findings=(Finding(
         policy=POLICY, kind="Pod", namespace=namespace, name=name, code=429, reason="TooManyRequests",
         check="driver-still-needed", message=message,
         summary=short(f"dra-guard: driver pod {name} still needed on {pod.node} by {len(holds)} claim(s)"),
-        details={"driver": driver.name, "node": pod.node, "claims": [h.claim for h in holds]}),))
+        details={"driver": names, "drivers": list(needed.held_names), "learned": learned, "node": pod.node,
+                 "claims": [h.claim for h in holds]}),))
 
 
 def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
@@ -112,12 +127,14 @@ def record(request: Mapping[str, Any], decision: Decision, index: ClaimIndex) ->
     eviction (dra_guard_blocking_claims)."""
     refused = [f for f in decision.findings if f.check == "driver-still-needed"]
     for f in refused:
-        metrics.DRIVER_EVICTIONS.labels(driver=f.details["driver"], decision="refused").inc()
+        for name in f.details["drivers"]:
+            metrics.DRIVER_EVICTIONS.labels(driver=name, decision="refused").inc()
         metrics.BLOCKING_CLAIMS.labels(node=f.details["node"]).set(len(f.details["claims"]))
     if not decision.findings:
         found = index.driver_of_pod(as_str(request.get("namespace")), as_str(request.get("name")))
         if found is not None:
             pod, driver = found
-            metrics.DRIVER_EVICTIONS.labels(driver=driver.name or "unknown", decision="allowed").inc()
+            for name in driver.names or ("unknown",):
+                metrics.DRIVER_EVICTIONS.labels(driver=name, decision="allowed").inc()
             if pod.node:
                 metrics.BLOCKING_CLAIMS.labels(node=pod.node).set(0)

@@ -13,6 +13,12 @@ Rules: never touch a container that has a livenessProbe of any handler type (a c
 most one handler); add a probe only where the health port is known (a probe on a port the driver
 does not serve would crash-loop it); patch with `add` only, idempotently; on UPDATE, do not start a
 rollout of every driver pod on our own: when the pod template is otherwise unchanged, warn instead.
+A health port of 0 or below (annotation, --healthcheck-port, HEALTHCHECK_PORT) means "no health
+service" (the NVIDIA and Intel charts document it): no probe, even with assumeDefaultPort; an
+advisory finding says so. By default a startupProbe on the same gRPC endpoint comes with the
+liveness probe (probes.startupProbe: 10 s x 30 = 5 min): device discovery on a real node can take
+minutes, and NVIDIA replaced its liveness-only probe for that reason; a container's own
+startupProbe is never touched.
 """
 from __future__ import annotations
 
@@ -39,15 +45,19 @@ _PORT_FLAG = re.compile(r"^--?healthcheck-port(?:=(.*))?$")
 
 
 def _port(value: Any) -> int | None:
+    """A health port value: 1..65535, 0 for "no health service" (0 or below, as two driver projects
+    document it), None when it is no number or above 65535."""
     try:
         port = int(str(value).strip())
     except (TypeError, ValueError):
         return None
-    return port if 1 <= port <= 65535 else None
+    return None if port > 65535 else max(port, 0)
 
 
 def health_port(container: Mapping[str, Any], *, annotation: str, config: ProbeConfig) -> tuple[int | None, str]:
-    """(port, where it came from) of a container's gRPC health service, (None, "") when unknown.
+    """(port, where it came from) of a container's gRPC health service, (None, "") when unknown;
+    port 0 when a source says "no health service" (a value of 0 or below): then no probe is added,
+    even with assumeDefaultPort.
 
     Order: the DaemonSet annotation dra-guard.io/healthcheck-port ("51515", or per container
     "plugin=51515,gpus=51516"), a containerPort named healthcheck/health/grpc-health, a
@@ -59,9 +69,9 @@ def health_port(container: Mapping[str, Any], *, annotation: str, config: ProbeC
         if "=" in annotation:
             for part in annotation.split(","):
                 key, _, value = part.partition("=")
-                if key.strip() == name and _port(value):
+                if key.strip() == name and _port(value) is not None:
                     return _port(value), f"annotation {PORT_ANNOTATION}"
-        elif _port(annotation):
+        elif _port(annotation) is not None:
             return _port(annotation), f"annotation {PORT_ANNOTATION}"
     for p in map(_map, _list(container.get("ports"))):
         if p.get("name") in PORT_NAMES and _port(p.get("containerPort")):
@@ -71,10 +81,10 @@ def health_port(container: Mapping[str, Any], *, annotation: str, config: ProbeC
         m = _PORT_FLAG.match(word)
         if m:
             value = m.group(1) if m.group(1) is not None else (words[i + 1] if i + 1 < len(words) else "")
-            if _port(value):
+            if _port(value) is not None:
                 return _port(value), "--healthcheck-port"
     for env in map(_map, _list(container.get("env"))):
-        if env.get("name") == "HEALTHCHECK_PORT" and _port(env.get("value")):
+        if env.get("name") == "HEALTHCHECK_PORT" and _port(env.get("value")) is not None:
             return _port(env.get("value")), "HEALTHCHECK_PORT"
     if config.assume_default_port:
         return config.default_port, "probes.defaultPort"
@@ -218,14 +228,26 @@ def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config
                 f"dra-guard: driver container {cname} has no livenessProbe and no known health port; see {PORT_ANNOTATION}",
                 container=cname))
             continue
+        if port == 0:
+            findings.append(_finding(
+                daemonset, "healthcheck-disabled",
+                f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) whose health service "
+                f"is switched off ({source} is 0 or below), so dra-guard adds no probe and a hung driver will not "
+                f"be restarted. Give it a health port to have a gRPC liveness probe added.",
+                f"dra-guard: driver container {cname} has its health service off ({source}); no probe added",
+                container=cname))
+            continue
         container["livenessProbe"] = grpc_probe(port, config)
-        if config.startup_probe and "startupProbe" not in container:
+        startup = config.startup_probe and "startupProbe" not in container
+        if startup:
             container["startupProbe"] = grpc_probe(port, config, startup=True)
         added[cname] = f"grpc:{port}"
         findings.append(_finding(
             daemonset, "missing-liveness-probe",
             f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe; "
-            f"dra-guard adds grpc port {port} service {config.service} (port from {source}).",
+            f"dra-guard adds grpc port {port} service {config.service} (port from {source})"
+            + (f", after a startupProbe on the same endpoint ({config.startup_period_seconds * config.startup_failure_threshold} s "
+               f"budget)" if startup else "") + ".",
             f"dra-guard would add a gRPC livenessProbe (port {port}) to driver container {cname}",
             fixed_by_patch=True, container=cname, port=port))
     metadata = daemonset.get("metadata")

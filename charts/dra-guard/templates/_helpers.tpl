@@ -117,6 +117,16 @@ clientConfig:
 
 {{/* Namespaces never sent to dra-guard: its own (it must be able to restart itself), kube-system
 (the cluster's own start-up), and webhooks.excludedNamespaces. */}}
+{{/* Driver webhooks (probes, eviction): DRA drivers install in kube-system too (the DRA CPU and
+network drivers do), so only dra-guard's own namespace and webhooks.excludedNamespaces stay out. */}}
+{{- define "dra-guard.driverNamespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: {{ concat (list .Release.Namespace) .Values.webhooks.excludedNamespaces | uniq | toJson }}
+{{- end }}
+
 {{- define "dra-guard.namespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
