@@ -61,7 +61,7 @@ rules:
     resources: [pods]
     verbs: [list, watch]
   - apiGroups: [resource.k8s.io]
-    resources: [resourceclaims]
+    resources: [resourceclaims, resourceslices]
     verbs: [list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
