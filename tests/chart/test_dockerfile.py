@@ -4,8 +4,8 @@ tools, and its entrypoint is the `dra-guard` console script the package installs
 from __future__ import annotations
 
 import fnmatch
-import json
 import importlib
+import json
 import pathlib
 import re
 import shlex
