@@ -179,7 +179,7 @@ def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane
         extra = verbs - {"list", "watch"} - allowed_writes.get(resource, set())
         assert not extra, f"{resource}: {sorted(extra)}"
     for needed in ("clusterroles.rbac.authorization.k8s.io", "clusterrolebindings.rbac.authorization.k8s.io",
-                   "daemonsets.apps", "pods", "resourceclaims.resource.k8s.io"):
+                   "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io", "daemonsets.apps", "pods", "resourceclaims.resource.k8s.io"):
         assert {"list", "watch"} <= grants.get(needed, set()), needed
 
 

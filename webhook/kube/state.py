@@ -34,7 +34,8 @@ MIN_READ_SHARE = 0.25
 class ClusterState:
     """The caches dra-guard keeps of the cluster, and what readiness needs to know about them.
 
-    rbac: ClusterRoles and ClusterRoleBindings (RBAC guard; driver detection by ServiceAccount).
+    rbac: ClusterRoles, ClusterRoleBindings, Roles and RoleBindings (RBAC guard; driver detection by
+    ServiceAccount).
     claims: DaemonSets, DaemonSet-owned and claim-using Pods, and allocated ResourceClaims
     (drain order), read through the newest resource.k8s.io version the cluster serves.
 
@@ -63,6 +64,13 @@ class ClusterState:
                      on_event=self._role_event, timeout_seconds=timeout),
             Informer(name="clusterrolebindings", list_func=rbac_api.list_cluster_role_binding,
                      on_replace=self._bindings_replaced, on_event=self._binding_event, timeout_seconds=timeout),
+            # Roles and RoleBindings (slimmed): namespaced powers in the sensitive namespaces (issue 16)
+            Informer(name="roles", list_func=rbac_api.list_role_for_all_namespaces,
+                     on_replace=lambda items: self.rbac.replace_roles(items, namespaced=True),
+                     on_event=self._role_event, timeout_seconds=timeout),
+            Informer(name="rolebindings", list_func=rbac_api.list_role_binding_for_all_namespaces,
+                     on_replace=lambda items: self.rbac.replace_bindings(items, namespaced=True),
+                     on_event=self._binding_event, timeout_seconds=timeout),
             Informer(name="daemonsets", list_func=apps_api.list_daemon_set_for_all_namespaces,
                      on_replace=self.claims.replace_daemonsets, on_event=self._daemonset_event, timeout_seconds=timeout),
             Informer(name="pods", list_func=core_api.list_pod_for_all_namespaces,
@@ -190,18 +198,22 @@ class ClusterState:
         self.claims.redetect()
 
     def _role_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        namespace, name = self._name(obj)
         if kind == "DELETED":
-            self.rbac.delete_role(self._name(obj)[1])
+            self.rbac.delete_role(name, namespace)
         else:
             self.rbac.upsert_role(obj)
-        self.claims.redetect()
+        if not namespace:
+            self.claims.redetect()
 
     def _binding_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        namespace, name = self._name(obj)
         if kind == "DELETED":
-            self.rbac.delete_binding(self._name(obj)[1])
+            self.rbac.delete_binding(name, namespace)
         else:
             self.rbac.upsert_binding(obj)
-        self.claims.redetect()
+        if not namespace:
+            self.claims.redetect()
 
     def _daemonset_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":
