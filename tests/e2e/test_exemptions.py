@@ -4,9 +4,9 @@ dra-guard is registered with the configurations `helm template` renders for name
 (tests/e2e/guard.py). Nothing dra-guard or the cluster needs to start may depend on it:
 - objects in dra-guard's own namespace never reach it (namespaceSelector): a DRA driver DaemonSet
   there gets no probe, an eviction there is not reviewed;
-- RBAC writes by kube-system's ServiceAccounts never reach it (matchConditions; ClusterRoleBindings
-  are cluster-scoped, where a namespaceSelector does nothing): a binding dra-guard would refuse is
-  stored.
+- RBAC writes by the ClusterRole aggregation controller never reach it (matchConditions by user
+  name; ClusterRoleBindings are cluster-scoped, where a namespaceSelector does nothing): a binding
+  dra-guard would refuse is stored. Since issue 16 any other kube-system ServiceAccount is reviewed.
 Each case is checked against a control that is sent, and against dra-guard's own /metrics.
 """
 from __future__ import annotations
@@ -100,14 +100,20 @@ def test_eviction_in_dra_guards_own_namespace_is_never_sent(control_plane, guard
     assert reviews(guard, "eviction") == before + 1
 
 
-def test_rbac_write_by_a_kube_system_service_account_is_never_sent(control_plane, guard):
+def test_rbac_write_by_the_aggregation_controller_is_never_sent(control_plane, guard):
     cp = control_plane
     # control: the same binding by admin is sent and refused (it grants ResourceSlice write to team-a)
     refused = cp.kubectl("admin", "create", "-f", "-", input=binding("e2e-exempt-by-admin"), check=False)
     assert refused.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in refused.stderr
     before = reviews(guard, "rbac")
     try:
-        out = cp.kubectl("admin", "create", "-f", "-", "--as=system:serviceaccount:kube-system:x",
+        # issue 16: another kube-system ServiceAccount is reviewed (acting as one is no way around)
+        other = cp.kubectl("admin", "create", "-f", "-", "--as=system:serviceaccount:kube-system:x",
+                           "--as-group=system:masters", input=binding("e2e-exempt-by-kube-system"), check=False)
+        assert other.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in other.stderr
+        before = reviews(guard, "rbac")
+        out = cp.kubectl("admin", "create", "-f", "-",
+                         "--as=system:serviceaccount:kube-system:clusterrole-aggregation-controller",
                          "--as-group=system:masters", input=binding("e2e-exempt-by-kube-system"), check=False)
         assert out.returncode == 0, out.stderr
         assert "Warning" not in out.stderr

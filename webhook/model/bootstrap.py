@@ -1,6 +1,6 @@
 """The default rules of the apiserver's bootstrap ClusterRoles that dra-guard knows (issue 16, path 7).
 
-A ClusterRole annotated rbac.authorization.k8s.io/autoupdate: "true" is reconciled by the
+A ClusterRole annotated rbac.authorization.kubernetes.io/autoupdate: "true" is reconciled by the
 apiserver at every start (k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy,
 "Auto-reconciliation" in the RBAC docs): rules and aggregationRule stripped from it come back. So
 such a role is judged by its current rules and its defaults together: stripping cluster-admin,
@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from webhook.model.readers import annotations_of, name_of, namespace_of
 
-AUTOUPDATE: Final = "rbac.authorization.k8s.io/autoupdate"
+AUTOUPDATE: Final = "rbac.authorization.kubernetes.io/autoupdate"
 
 
 def _agg(label: str) -> dict[str, Any]:
