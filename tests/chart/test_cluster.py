@@ -168,6 +168,7 @@ def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane
     grants = {r: v for r, v in grants.items() if v}
     assert all("*" not in r and "*" not in v for r, v in grants.items()), grants
     allowed_writes = {
+        "events": {"create"},  # issue 16: the Event of an RBAC violation a watch event shows
         "secrets": {"get", "create", "update"},
         "leases.coordination.k8s.io": {"get", "list", "create", "update", "delete"},
         "validatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},

@@ -307,6 +307,7 @@ CACHE_RULES = [
     {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # issue 16: RBAC drift Events
 ]
 AUDIT_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},

@@ -104,7 +104,7 @@ EXACT_MESSAGES = [
     ({"server": {"threads": True}}, "server.threads: expected a number, got a boolean"),
     ({"audit": {"qps": "x"}}, "audit.qps: expected int or float, got str 'x'"),
     ({"rbac": {"driverSubject": {}}}, "rbac.driverSubject: unknown key (known here: adminOnlyResources, adminSubjects, "
-                                      "aggregationControllerUsers, apiGroup, driverResources, driverSubjects, escalationChecks, "
+                                      "aggregationControllerUsers, apiGroup, driftRemediation, driverResources, driverSubjects, escalationChecks, "
                                       "sensitiveNamespaces, writeVerbs)"),
     ({"rbac": {"adminSubjects": {"serviceAccounts": ["a"]}}},
      "rbac.adminSubjects.serviceAccounts: 'a' must be 'namespace:name' or 'namespace:*'"),

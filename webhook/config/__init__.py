@@ -74,6 +74,7 @@ Example (all defaults shown)::
         - system:kube-controller-manager
       escalationChecks: [admission, bind-escalate, guard-rbac, impersonate, namespace-powers, nodes-csr]
       sensitiveNamespaces: [kube-system]  # besides the admin/driver ServiceAccounts' and dra-guard's own
+      driftRemediation: false       # delete a binding a watch event shows violating (off: report only)
     certificates:                 # the serving certificate
       mode: files                 # self | cert-manager | files
       namespace: ""               # self mode: "" = $POD_NAMESPACE, else dra-guard

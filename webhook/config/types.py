@@ -82,6 +82,10 @@ class RbacConfig:
         "sensitiveNamespaces",
         help="namespaces where acting as a ServiceAccount is a power, besides those of the admin and driver "
              "ServiceAccounts and dra-guard's own"))
+    drift_remediation: bool = dataclasses.field(default=False, metadata=key(
+        "driftRemediation",
+        help="delete a binding that a watch event shows giving a subject DRA write or a power admission let "
+             "through (a race, a writer the webhook never sees); off: report it only (log, metric, Event)"))
     # not config keys: dra-guard's own identity, filled from the certificates section (namespace,
     # service and webhook configuration names, which the chart renders from its release)
     guard_namespace: str = "dra-guard"

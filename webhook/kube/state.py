@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from webhook import metrics
 from webhook.config import Config
 from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions
+from webhook.kube.drift import RbacDrift
 from webhook.kube.informer import Informer
 from webhook.kube.pages import Pages
 from webhook.model.claim_index import ClaimIndex
@@ -50,6 +51,8 @@ class ClusterState:
         self.rbac = RbacIndex()
         self.claims = ClaimIndex(config.detection, self.service_account_writes_slices)
         self.informers: list[Informer] = []
+        # re-judges RBAC on each watch event: what admission let through is reported within seconds
+        self.drift = RbacDrift(self.rbac, config, client)
         self.resource_version = ""
         self._refresh_lock = threading.Lock()  # one ClusterRoleBinding read at a time (refresh_bindings)
         self._bindings_read_from = float("-inf")  # monotonic start of the last complete read
@@ -203,6 +206,7 @@ class ClusterState:
             self.rbac.delete_role(name, namespace)
         else:
             self.rbac.upsert_role(obj)
+        self.drift("Role" if namespace else "ClusterRole", kind, obj)
         if not namespace:
             self.claims.redetect()
 
@@ -212,6 +216,7 @@ class ClusterState:
             self.rbac.delete_binding(name, namespace)
         else:
             self.rbac.upsert_binding(obj)
+        self.drift("RoleBinding" if namespace else "ClusterRoleBinding", kind, obj)
         if not namespace:
             self.claims.redetect()
 

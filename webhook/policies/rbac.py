@@ -28,7 +28,8 @@ from webhook.model.readers import annotations_of, as_map, as_str, labels_of, nam
 from webhook.policies.decision import ALLOW, Decision, Finding, short
 from webhook.policies.rbac_violations import POLICY, Violation, binding_violations, finding
 
-__all__ = ["POLICY", "RbacIndex", "Violation", "admit", "audit", "audit_objects", "binding_violations", "review"]
+__all__ = ["POLICY", "RbacIndex", "Violation", "admit", "audit", "audit_objects", "binding_violations",
+           "bindings_reaching", "judge_binding", "review"]
 BREAK_GLASS_ANNOTATION = "dra-guard.io/allow-dra-write"
 
 
@@ -236,6 +237,32 @@ def _review_role(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index
 
 # --------------------------------------------------------------------------- audit
 
+def judge_binding(index: RbacIndex, config: RbacConfig, binding: Mapping[str, Any]) -> list[Finding]:
+    """Findings of one ClusterRoleBinding or RoleBinding dict as it stands in `index`: the grants of
+    its role (aggregation and bootstrap defaults included) that a subject may not hold. Skipped:
+    break-glass bindings (an admin accepted them), RoleBindings outside the sensitive namespaces,
+    bindings whose role is not known."""
+    namespace = namespace_of(binding)
+    if _break_glass(binding) is not None or (namespace and namespace not in config.sensitive):
+        return []
+    role = index.role(*reversed(ref_key(binding)))
+    if role is None:
+        return []
+    kind = "RoleBinding" if namespace else "ClusterRoleBinding"
+    return [finding(v, config, kind=kind, name=name_of(binding), namespace=namespace)
+            for v in binding_violations(binding, index.effective_grants(role, config), config, via=name_of(role))]
+
+
+def bindings_reaching(index: RbacIndex, config: RbacConfig, role: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The bindings a change of ClusterRole or Role dict `role` can affect: its own bindings, those of
+    every role aggregating it, and RoleBindings of them in sensitive namespaces."""
+    name, namespace = name_of(role), namespace_of(role)
+    if namespace:
+        return index.role_bindings_of(name, namespace) if namespace in config.sensitive else []
+    return [b for via in [name, *index.aggregators_of(labels_of(role), exclude=name)]
+            for b in [*index.bindings_of(via), *(rb for rb in index.role_bindings_of(via) if namespace_of(rb) in config.sensitive)]]
+
+
 def audit(index: RbacIndex, config: RbacConfig) -> Iterator[Finding]:
     """Findings for every ClusterRoleBinding, and every RoleBinding in a sensitive namespace, in
     `index` that gives a subject a grant it may not hold (DRA write or an escalation power).
@@ -244,15 +271,7 @@ def audit(index: RbacIndex, config: RbacConfig) -> Iterator[Finding]:
     Bindings carrying the break-glass annotation are skipped (an admin accepted them).
     """
     for binding in [*index.bindings(), *index.bindings(namespaced=True)]:
-        namespace = namespace_of(binding)
-        if _break_glass(binding) is not None or (namespace and namespace not in config.sensitive):
-            continue
-        role = index.role(*reversed(ref_key(binding)))
-        if role is None:
-            continue
-        kind = "RoleBinding" if namespace else "ClusterRoleBinding"
-        for v in binding_violations(binding, index.effective_grants(role, config), config, via=name_of(role)):
-            yield finding(v, config, kind=kind, name=name_of(binding), namespace=namespace)
+        yield from judge_binding(index, config, binding)
 
 
 # --------------------------------------------------------------------------- registry entry points
