@@ -264,3 +264,43 @@ def test_path8_device_taint_rule_write_is_refused(control_plane, guard):
     finally:
         delete(cp, "clusterrolebinding", "e2e-esc-taints")
         delete(cp, "clusterrole", "e2e-esc-taints")
+
+
+# ------------------------------------------------------------------ path 9: what admission cannot see
+def drift_reported(guard, kind):
+    text = guard.proc.session().get(guard.url + "/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("dra_guard_rbac_drift_violations_total{") and 'action="reported"' in line
+               and f'kind="{kind}"' in line)
+
+
+def test_path9_role_created_by_an_unseen_writer_is_reported_within_30s(control_plane, guard):
+    """A binding to a role that does not exist yet (allowed, with a warning), then the role with
+    DeviceClass write created by an identity the webhook never sees (the aggregation controller,
+    left out by matchConditions): the watch event is re-judged and reported (metric, Event)."""
+    cp = control_plane
+    before = drift_reported(guard, "ClusterRoleBinding")
+    writer = role("e2e-esc-later", [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]}])
+    try:
+        out = create(cp, "alice", bind("e2e-esc-early", "e2e-esc-later", ALICE))
+        assert out.returncode == 0 and "does not exist yet" in out.stderr, out.stderr
+        out = cp.kubectl(
+            "admin", "create", "-f", "-", "--as=system:serviceaccount:kube-system:clusterrole-aggregation-controller",
+            "--as-group=system:masters", input=json.dumps(writer), check=False)
+        assert out.returncode == 0, out.stderr
+        started = time.monotonic()
+        events = ""
+        while time.monotonic() - started < 30:
+            events = cp.kubectl("admin", "get", "events", "-n", "default", "--field-selector",
+                                "involvedObject.name=e2e-esc-early,reason=RbacViolation", "-o", "json").stdout
+            if drift_reported(guard, "ClusterRoleBinding") > before and json.loads(events)["items"]:
+                break
+            time.sleep(0.5)
+        assert drift_reported(guard, "ClusterRoleBinding") > before, "no drift reported within 30 s"
+        items = json.loads(events)["items"]
+        assert items and "User alice" in items[0]["message"] and "deviceclasses" in items[0]["message"]
+        assert items[0]["involvedObject"]["kind"] == "ClusterRoleBinding" and items[0]["type"] == "Warning"
+        assert exists(cp, "clusterrolebinding", "e2e-esc-early")  # remediation is off by default
+    finally:
+        delete(cp, "clusterrolebinding", "e2e-esc-early")
+        delete(cp, "clusterrole", "e2e-esc-later")

@@ -67,7 +67,7 @@ class RbacDrift:
                 for f in findings:
                     self._report(f)
         except Exception:  # a broken report must never stop the informer feeding the caches
-            log.exception("judging an RBAC watch event failed", extra={"kind": kind, "name": name_of(obj)})
+            log.exception("judging an RBAC watch event failed", extra={"kind": kind, "object": name_of(obj)})
 
     def _forget(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
@@ -81,9 +81,9 @@ class RbacDrift:
             self._seen.add(key)
         remediate = self.config.rbac.drift_remediation and self.client is not None
         log.warning("RBAC violation admission let through", extra={
-            "kind": f.kind, "namespace": f.namespace, "name": f.name, "check": f.check,
+            "kind": f.kind, "namespace": f.namespace, "object": f.name, "check": f.check,
             "subject": f.details.get("subject"), "resources": f.details.get("resources"),
-            "remediate": remediate, "message": f.message})
+            "remediate": remediate, "detail": f.message})
         metrics.RBAC_DRIFT.labels(kind=f.kind, action="reported").inc()
         if self.client is None:
             return
@@ -110,10 +110,10 @@ class RbacDrift:
             kubernetes.client.CoreV1Api(self.client).create_namespaced_event(namespace, body, _request_timeout=5)
         except ApiException as exc:
             metrics.KUBE_API_ERRORS.labels(resource="events").inc()
-            log.warning("writing the Event of an RBAC violation failed: HTTP %s", exc.status, extra={"name": f.name})
+            log.warning("writing the Event of an RBAC violation failed: HTTP %s", exc.status, extra={"object": f.name})
         except Exception as exc:  # timeouts and connection errors come in many urllib3 types
             metrics.KUBE_API_ERRORS.labels(resource="events").inc()
-            log.warning("writing the Event of an RBAC violation failed: %s", type(exc).__name__, extra={"name": f.name})
+            log.warning("writing the Event of an RBAC violation failed: %s", type(exc).__name__, extra={"object": f.name})
 
     def _delete(self, f: Finding) -> None:
         assert self.client is not None
