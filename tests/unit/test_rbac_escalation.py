@@ -178,3 +178,52 @@ def test_audit_reports_impersonation_rolebindings_and_webhook_write():
     ]
     found = {(f.kind, f.namespace, f.name) for f in rbac.audit(rbac.RbacIndex.from_objects(objects), CONFIG)}
     assert found == {("ClusterRoleBinding", "", "b1"), ("RoleBinding", "kube-system", "b2"), ("ClusterRoleBinding", "", "b4")}
+
+
+# ------------------------------------------------------------------ path 9: concurrent reviews in one replica
+OLD = cluster_role("racy", [rule(["resourceclaims"], ["create"])])
+NEW = cluster_role("racy", [rule(["deviceclasses"], ["create"])])
+RACY_BINDING = binding("racy", "racy", ALICE)
+
+
+def test_binding_judged_while_the_role_update_is_judged_sees_the_pending_role():
+    index = rbac.RbacIndex.from_objects([OLD])
+    got = {}
+
+    def meanwhile():  # the binding review runs while the role review is between record and read
+        got["binding"] = rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG)
+        return None
+
+    got["role"] = rbac.review(review(NEW, operation="UPDATE", old=OLD)["request"], index=index, config=CONFIG,
+                              refresh_bindings=meanwhile)
+    assert not (got["role"].allowed and got["binding"].allowed)
+    assert not got["binding"].allowed and "deviceclasses" in got["binding"].findings[0].message
+
+
+def test_role_update_judged_while_the_binding_is_judged_sees_the_pending_binding():
+    index = rbac.RbacIndex()  # the role is not cached yet: the binding review asks fetch_role
+    got = {}
+
+    def fetch(name):
+        got["role"] = rbac.review(review(NEW, operation="UPDATE", old=OLD)["request"], index=index, config=CONFIG)
+        return OLD
+
+    got["binding"] = rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG, fetch_role=fetch)
+    assert not (got["role"].allowed and got["binding"].allowed)
+    assert not got["role"].allowed and "racy" in got["role"].findings[0].message
+
+
+def test_a_refused_or_dry_run_review_leaves_nothing_pending():
+    index = rbac.RbacIndex.from_objects([NEW])
+    assert not rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG).allowed
+    assert index.pending.bindings_of("racy") == []
+    harmless = binding("h", "racy", [subject("User", "root")])
+    assert rbac.review(review(harmless, dry_run=True, user="root", groups=["system:masters"])["request"],
+                       index=rbac.RbacIndex.from_objects([OLD]), config=CONFIG).allowed
+    idx = rbac.RbacIndex.from_objects([OLD])
+    rbac.review(review(harmless, dry_run=True)["request"], index=idx, config=CONFIG)
+    assert idx.pending.bindings_of("racy") == []
+    rbac.review(review(harmless)["request"], index=idx, config=CONFIG)
+    assert len(idx.pending.bindings_of("racy")) == 1
+    idx.upsert_binding(harmless)  # the watch delivers it
+    assert idx.pending.bindings_of("racy") == []

@@ -13,6 +13,7 @@ from typing import Any
 
 from webhook.config import RbacConfig
 from webhook.model.bootstrap import default_rules, with_defaults
+from webhook.model.pending import Pending
 from webhook.model.powers import power_grants
 from webhook.model.rbac import Grant, aggregates, protected_grants, subjects_of
 from webhook.model.readers import annotations_of, as_list, as_map, as_str, labels_of, name_of, namespace_of
@@ -69,6 +70,7 @@ class RbacIndex:
         self._grants_memo: dict[tuple[Key, int], tuple[Grant, ...]] = {}  # (role key, id(config)) -> grants
         self._visiting: set[Key] = set()
         self._sa_memo: dict[tuple[str, str, str], bool] = {}  # (namespace, name, resource) -> may write
+        self.pending = Pending()  # objects this replica allowed that the watch has not delivered yet
 
     def _changed(self) -> None:
         """Drop memoised answers after any RBAC change (caller holds the lock)."""
@@ -80,6 +82,7 @@ class RbacIndex:
         """Add or replace a ClusterRole or Role (rbac.authorization.k8s.io/v1 dict)."""
         slim = _slim_role(obj)
         key = _key(slim)
+        self.pending.settle("role", *key)
         with self._lock:
             self._roles[key] = slim
             if not key[0]:
@@ -97,6 +100,7 @@ class RbacIndex:
     def upsert_binding(self, obj: Mapping[str, Any]) -> None:
         """Add or replace a ClusterRoleBinding or RoleBinding (rbac.authorization.k8s.io/v1 dict)."""
         slim = _slim_binding(obj)
+        self.pending.settle("binding", *_key(slim))
         with self._lock:
             self.delete_binding(*reversed(_key(slim)))
             self._changed()

@@ -100,11 +100,25 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
             message=f"dra-guard cannot judge this {kind} now: its RBAC caches are not in sync with the apiserver "
                     f"({why}); it does not decide on stale data. Retry in a few seconds.",
             summary=short(f"dra-guard: RBAC caches not synced ({why}); not judged")),))
-    if kind in ("ClusterRoleBinding", "RoleBinding"):
-        return _review_binding(obj, old, index=index, config=config, requester=requester, fetch_role=fetch_role)
-    if kind in ("ClusterRole", "Role"):
-        return _review_role(obj, old, index=index, config=config, requester=requester, refresh_bindings=refresh_bindings)
-    return ALLOW
+    if kind not in ("ClusterRoleBinding", "RoleBinding", "ClusterRole", "Role"):
+        return ALLOW
+    # path 9: recorded before judging, so that of two concurrent reviews of a role and a binding of
+    # it at least one sees the other (webhook.model.pending); dropped again when refused
+    dry_run = request.get("dryRun") is True
+    if not dry_run:
+        index.pending.add(obj)
+    try:
+        if kind in ("ClusterRoleBinding", "RoleBinding"):
+            decision = _review_binding(obj, old, index=index, config=config, requester=requester, fetch_role=fetch_role)
+        else:
+            decision = _review_role(obj, old, index=index, config=config, requester=requester,
+                                    refresh_bindings=refresh_bindings)
+    except BaseException:
+        index.pending.drop(obj)
+        raise
+    if not decision.allowed and not dry_run:
+        index.pending.drop(obj)
+    return decision
 
 
 def _guards_own(kind: str, name: str, namespace: str, config: RbacConfig) -> str | None:
@@ -173,10 +187,11 @@ def _review_binding(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, in
     role = index.role(role_name, role_ns)
     if role is None and fetch_role is not None and role_name and role_kind == "ClusterRole":
         role = fetch_role(role_name)
-    if role is None:
+    pending = index.pending.role(role_name, role_ns)  # an UPDATE of the role allowed a moment ago
+    if role is None and pending is None:
         return Decision(warnings=(short(f"dra-guard: {role_kind} {role_name} does not exist yet; "
                                         f"it will be checked against {kind} {name} when it is created"),))
-    grants = index.effective_grants(role, config)
+    grants = tuple(sorted({g for r in (role, pending) if r is not None for g in index.effective_grants(r, config)}))
     new = binding_violations(obj, grants, config, via=role_name)
     old_v = binding_violations(old, grants, config, via=role_name) if old is not None else []
     added, kept = _split_new(new, old_v)
@@ -191,14 +206,14 @@ def _role_violations(role: Mapping[str, Any], *, index: RbacIndex, config: RbacC
     grants = index.effective_grants(role, config)
     if not grants:
         return []
-    if namespace:
-        bindings = [(name, b) for b in index.role_bindings_of(name, namespace)] if namespace in config.sensitive else []
-    else:
-        bindings = [(via, b) for via in [name, *index.aggregators_of(labels_of(role), exclude=name)]
-                    for b in [*index.bindings_of(via), *(rb for rb in index.role_bindings_of(via)
-                                                         if namespace_of(rb) in config.sensitive)]]
+    found: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = {}
+    vias = [name] if namespace else [name, *index.aggregators_of(labels_of(role), exclude=name)]
+    for via in vias:
+        for b in [*bindings_reaching(index, config, role, via=via), *index.pending.bindings_of(via, namespace)]:
+            if not namespace_of(b) or namespace_of(b) in config.sensitive:
+                found[namespace_of(b), name_of(b)] = (via, b)  # a pending binding replaces its cached version
     out: list[Violation] = []
-    for via, binding in bindings:
+    for via, binding in found.values():
         if _break_glass(binding) is not None and requester.is_admin(config.admin_subjects):
             continue
         out.extend(binding_violations(binding, grants, config, via=via))
@@ -253,14 +268,17 @@ def judge_binding(index: RbacIndex, config: RbacConfig, binding: Mapping[str, An
             for v in binding_violations(binding, index.effective_grants(role, config), config, via=name_of(role))]
 
 
-def bindings_reaching(index: RbacIndex, config: RbacConfig, role: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The bindings a change of ClusterRole or Role dict `role` can affect: its own bindings, those of
-    every role aggregating it, and RoleBindings of them in sensitive namespaces."""
+def bindings_reaching(index: RbacIndex, config: RbacConfig, role: Mapping[str, Any], *,
+                      via: str | None = None) -> list[Mapping[str, Any]]:
+    """The cached bindings a change of ClusterRole or Role dict `role` can affect: its own bindings,
+    those of every role aggregating it, and RoleBindings of them in sensitive namespaces. `via`:
+    only the bindings of that one role (`role` itself or one of its aggregators)."""
     name, namespace = name_of(role), namespace_of(role)
     if namespace:
         return index.role_bindings_of(name, namespace) if namespace in config.sensitive else []
-    return [b for via in [name, *index.aggregators_of(labels_of(role), exclude=name)]
-            for b in [*index.bindings_of(via), *(rb for rb in index.role_bindings_of(via) if namespace_of(rb) in config.sensitive)]]
+    vias = [via] if via is not None else [name, *index.aggregators_of(labels_of(role), exclude=name)]
+    return [b for v in vias
+            for b in [*index.bindings_of(v), *(rb for rb in index.role_bindings_of(v) if namespace_of(rb) in config.sensitive)]]
 
 
 def audit(index: RbacIndex, config: RbacConfig) -> Iterator[Finding]:
