@@ -3,8 +3,9 @@
 alice (tests/e2e/manifests/rbac-managers.yaml) holds bind/escalate and write on roles and bindings,
 nothing else. Each test tries one path of the issue as alice and expects dra-guard's refusal (the
 object is not stored), then shows that the same write by an admin (break-glass, or a subject in
-rbac.adminSubjects) or a real driver's install still passes. Path 9 (races, exempt writers) is not
-covered here yet: see docs/threat-model.md.
+rbac.adminSubjects) or a real driver's install still passes. Path 9 (races, writers the webhook
+never sees): concurrent writes are never both stored, and an unseen writer's role is reported
+within 30 s.
 """
 from __future__ import annotations
 
@@ -304,3 +305,44 @@ def test_path9_role_created_by_an_unseen_writer_is_reported_within_30s(control_p
     finally:
         delete(cp, "clusterrolebinding", "e2e-esc-early")
         delete(cp, "clusterrole", "e2e-esc-later")
+
+
+def test_path9_concurrent_role_update_and_binding_are_never_both_stored(control_plane, guard):
+    """The race of the issue: a role UPDATE adding DeviceClass write and a binding of that role, sent
+    by alice at the same moment (both were stored about one try in five). One replica judges them
+    against each other's pending decisions: at most one is stored, in every try."""
+    import threading
+
+    cp = control_plane
+    base = f"{cp.url}/apis/{RBAC}/v1"
+    session = cp.session("alice")
+    both = []
+    for i in range(10):
+        name = f"e2e-esc-race-{i}"
+        create(cp, "admin", role(name, [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["create"]}]))
+        barrier = threading.Barrier(2)
+        codes = {}
+
+        def update(name=name, barrier=barrier, codes=codes):
+            barrier.wait()
+            codes["role"] = session.patch(f"{base}/clusterroles/{name}", headers={"Content-Type": "application/merge-patch+json"},
+                                          json={"rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"],
+                                                           "verbs": ["create"]}]}, timeout=15).status_code
+
+        def bind_it(name=name, barrier=barrier, codes=codes):
+            barrier.wait()
+            codes["binding"] = session.post(f"{base}/clusterrolebindings", json=bind(name, name, ALICE), timeout=15).status_code
+
+        threads = [threading.Thread(target=update), threading.Thread(target=bind_it)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        try:
+            assert set(codes.values()) <= {200, 201, 403}, codes
+            if codes["role"] == 200 and codes["binding"] == 201:
+                both.append(i)
+        finally:
+            delete(cp, "clusterrolebinding", name)
+            delete(cp, "clusterrole", name)
+    assert not both, f"role update and binding both stored in tries {both}"
