@@ -227,3 +227,13 @@ def test_a_refused_or_dry_run_review_leaves_nothing_pending():
     assert len(idx.pending.bindings_of("racy")) == 1
     idx.upsert_binding(harmless)  # the watch delivers it
     assert idx.pending.bindings_of("racy") == []
+
+
+def test_dra_guards_own_cluster_role_in_self_mode_is_no_violation():
+    """The chart's ClusterRole in self certificate mode: get/patch on its own webhook configurations."""
+    own = cluster_role("dra-guard", [rule(["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+                                          ["get", "patch"], groups=["admissionregistration.k8s.io"], resourceNames=["dra-guard"])])
+    crb = binding("dra-guard", "dra-guard", [subject("ServiceAccount", "dra-guard", "dra-guard")])
+    assert list(rbac.audit(rbac.RbacIndex.from_objects([own, crb]), CONFIG)) == []
+    other = binding("x", "dra-guard", [subject("ServiceAccount", "dra-guard", "elsewhere")])
+    assert list(rbac.audit(rbac.RbacIndex.from_objects([own, other]), CONFIG))

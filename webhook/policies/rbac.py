@@ -228,10 +228,12 @@ def _review_role(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index
     if namespace and namespace not in config.sensitive:
         return ALLOW
     warnings: list[str] = []
-    if refresh_bindings is not None and not namespace and index.effective_grants(obj, config):
-        # A role that grants protected write: a binding created a moment ago may not have reached
-        # the watch yet, so the bindings are read from the API once before judging (rare: roles
-        # with DRA write are few; everything else is decided from the cache).
+    if refresh_bindings is not None and not namespace and any(
+            not g.namespaced for g in index.effective_grants(obj, config)):
+        # A role that grants DRA write or a cluster-scoped power: a binding created a moment ago may
+        # not have reached the watch yet, so the bindings are read from the API once before judging
+        # (rare: such roles are few). Roles with only namespaced powers (workload or Service write:
+        # common) are decided from the cache: the pending record and the watch re-judging cover them.
         note = refresh_bindings()
         if note:
             warnings.append(short(f"dra-guard: {note}"))

@@ -4,8 +4,9 @@ Source: "Good practices for Dynamic Resource Allocation as a Cluster Admin" (Dev
 ResourceSlice, DeviceTaintRule belong to cluster admins; ResourceSlices to drivers too) and
 "Role Based Access Control Good Practices" (escalation powers: webhook.model.powers). Trust:
 adminSubjects may hold everything; driverSubjects the driver resources and the namespaced powers a
-driver's own controllers need (DaemonSets, Pods, Secrets...); dra-guard's own ServiceAccount the
-namespaced powers; everyone else none. A ClusterRoleBinding grants everything its role holds; a
+driver's own controllers need (DaemonSets, Pods, Secrets...); dra-guard's own ServiceAccount
+everything it is given (it is the guard; acting as it is itself a power of its namespace);
+everyone else none. A ClusterRoleBinding grants everything its role holds; a
 RoleBinding only the namespaced powers, and only in a sensitive namespace (RbacConfig.sensitive)
 do they matter; ConfigMap and Service write only in dra-guard's own namespace.
 """
@@ -30,8 +31,8 @@ def may_hold(subject: Subject, grant: Grant, config: RbacConfig) -> bool:
     kw = {"kind": subject.kind, "name": subject.name, "namespace": subject.namespace}
     if config.admin_subjects.contains(**kw):
         return True
-    if grant.namespaced and config.is_guard(**kw):
-        return True
+    if config.is_guard(**kw):
+        return True  # dra-guard itself (self mode: patch on its own webhook configurations)
     if config.driver_subjects.contains(**kw):
         return grant.resource in config.driver_resources or (grant.namespaced and grant.resource in NAMESPACE_POWER_NAMES)
     return False
