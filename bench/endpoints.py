@@ -50,7 +50,9 @@ def _rbac_request(obj: dict[str, Any], plural: str) -> dict[str, Any]:
 
 def rbac_bodies(scale: fill.Scale) -> list[tuple[dict[str, Any], bool]]:
     """(AdmissionReview, expected allowed) for the RBAC endpoint: 3 allowed, 1 refused."""
-    ordinary = fill.cluster_role_binding(scale.roles // 2)
+    # a role with read-only rules (index divisible by 4): since issue 16 cluster-wide write on Jobs,
+    # Deployments or Services is an escalation power, refused like DRA write
+    ordinary = fill.cluster_role_binding(scale.roles // 2 // 4 * 4)
     ordinary["metadata"] = {"name": "bench-new-binding"}
     writer = fill.cluster_role_binding(1)
     writer["metadata"] = {"name": "bench-team-slices"}

@@ -65,6 +65,12 @@ BINDING_REFRESHES = Counter(
     "cache), failed (answered by the failureMode).",
     ["outcome"],
 )
+RBAC_DRIFT = Counter(
+    "dra_guard_rbac_drift_violations_total",
+    "RBAC violations seen on a watch event that admission let through (a race, a writer the webhook "
+    "never sees, warn/audit mode), by kind of the offending binding and action: reported, remediated.",
+    ["kind", "action"],
+)
 CACHE_LIST_SECONDS = Gauge(
     "dra_guard_cache_list_seconds",
     "Seconds the last full LIST of a cache took, pages and indexing included (start-up and every relist).",

@@ -170,6 +170,7 @@ def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane
     grants = {r: v for r, v in grants.items() if v}
     assert all("*" not in r and "*" not in v for r, v in grants.items()), grants
     allowed_writes = {
+        "events": {"create"},  # issue 16: the Event of an RBAC violation a watch event shows
         "secrets": {"get", "create", "update"},
         "leases.coordination.k8s.io": {"get", "list", "create", "update", "delete"},
         "validatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},
@@ -181,7 +182,8 @@ def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane
         extra = verbs - {"list", "watch"} - allowed_writes.get(resource, set())
         assert not extra, f"{resource}: {sorted(extra)}"
     for needed in ("clusterroles.rbac.authorization.k8s.io", "clusterrolebindings.rbac.authorization.k8s.io",
-                   "daemonsets.apps", "pods", "resourceclaims.resource.k8s.io", "resourceslices.resource.k8s.io"):
+                   "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io", "daemonsets.apps", "pods",
+                   "resourceclaims.resource.k8s.io", "resourceslices.resource.k8s.io"):
         assert {"list", "watch"} <= grants.get(needed, set()), needed
 
 

@@ -247,16 +247,20 @@ def test_webhooks_by_default():
         assert w["failurePolicy"] == policy and w["timeoutSeconds"] == 3
         assert w["sideEffects"] == "None" and w["admissionReviewVersions"] == ["v1"] and w["matchPolicy"] == "Equivalent"
         assert w["clientConfig"]["service"] == {"name": "dra-guard", "namespace": "dra-guard", "path": path, "port": 443}
-        # issue 15: drivers install in kube-system too: only the RBAC guard's RoleBindings skip it
-        left_out = ["dra-guard", "kube-system"] if name == "rbac.dra-guard.io" else ["dra-guard"]
-        assert w["namespaceSelector"] == {"matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": left_out}]}
+        # issue 15: drivers install in kube-system too; issue 16: the RBAC guard reviews every namespace
+        if name != "rbac.dra-guard.io":
+            assert w["namespaceSelector"] == {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["dra-guard"]}]}
     rbac = hooks["rbac.dra-guard.io"]
+    # issue 16: Roles/RoleBindings in kube-system and dra-guard's own namespace are reviewed
+    assert "namespaceSelector" not in rbac or rbac["namespaceSelector"] == {}
     assert rbac["rules"] == [{"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-                              "resources": ["clusterroles", "clusterrolebindings", "rolebindings"], "scope": "*"}]
+                              "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"], "scope": "*"}]
     expression = rbac["matchConditions"][0]["expression"]
-    for who in ("system:apiserver", "system:kube-controller-manager", "system:serviceaccount:kube-system:"):
+    for who in ("system:apiserver", "system:kube-controller-manager",
+                "system:serviceaccount:kube-system:clusterrole-aggregation-controller"):
         assert who in expression
+    assert "startsWith" not in expression  # no longer every kube-system ServiceAccount
     assert hooks["evictions.dra-guard.io"]["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
                                                          "resources": ["pods/eviction"], "scope": "Namespaced"}]
     assert hooks["probes.dra-guard.io"]["rules"][0]["resources"] == ["daemonsets"]
@@ -302,10 +306,12 @@ def test_helm_test_pod_knows_the_rbac_mode(mode):
 
 # ---------------------------------------------------------------- least privilege
 CACHE_RULES = [
-    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"],
+     "verbs": ["list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # issue 16: RBAC drift Events
 ]
 AUDIT_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},

@@ -52,8 +52,11 @@ rules:
     resourceNames: [{CONFIG_NAME}]
     verbs: [get, patch]
   - apiGroups: [rbac.authorization.k8s.io]
-    resources: [clusterroles, clusterrolebindings]
+    resources: [clusterroles, clusterrolebindings, roles, rolebindings]
     verbs: [list, watch]
+  - apiGroups: [""]
+    resources: [events]
+    verbs: [create]
   - apiGroups: [apps]
     resources: [daemonsets]
     verbs: [list, watch]
@@ -156,6 +159,9 @@ def replicas(control_plane, tmp_path_factory):
                    "--ignore-not-found")
         for p in procs:
             p.stop()
+        # its cluster-scoped RBAC too: write on webhook configurations (self mode) is an escalation
+        # power for the test's User dra-guard, which later cluster audits would report (issue 16)
+        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "dra-guard-certs-e2e", "--ignore-not-found")
         cp.kubectl("admin", "delete", "namespace", NS, "--wait=false", check=False)
 
 

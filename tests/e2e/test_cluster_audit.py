@@ -225,3 +225,45 @@ def test_report_crds_show_the_summary_columns(control_plane):
         assert out[1].split()[:6] == ["e2e-columns", "3", "1", "2", "0", "0"]
     finally:
         cp.kubectl("admin", "delete", "clusterpolicyreport", "e2e-columns")
+
+
+ESCALATIONS = json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+    # path 1: impersonation of admins
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-audit-imp"},
+     "rules": [{"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["system:masters"]}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-audit-imp"},
+     "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+     "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-imp", "apiGroup": "rbac.authorization.k8s.io"}},
+    # path 2: edit in kube-system
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+     "metadata": {"name": "e2e-audit-edit", "namespace": "kube-system"},
+     "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+     "roleRef": {"kind": "ClusterRole", "name": "edit", "apiGroup": "rbac.authorization.k8s.io"}},
+    # path 5: write on webhook configurations
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-audit-vwc"},
+     "rules": [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"],
+                "verbs": ["update", "patch"]}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-audit-vwc"},
+     "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+     "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-vwc", "apiGroup": "rbac.authorization.k8s.io"}},
+]})
+
+
+def test_escalation_paths_1_2_5_are_reported(control_plane):
+    """Issue 16: `dra-guard audit --cluster` reported none of paths 1, 2 and 5; stored here with no
+    webhook registered, each is a finding naming the subject and the power."""
+    cp = control_plane
+    cp.kubectl("admin", "apply", "-f", "-", input=ESCALATIONS)
+    try:
+        code, findings = audit_cluster(cp)
+        ours = {(f["kind"], f["namespace"], f["name"]): f["message"] for f in findings if f["policy"] == "rbac"}
+        assert code == 1
+        assert "impersonate:groups" in ours["ClusterRoleBinding", "", "e2e-audit-imp"]
+        assert "pods" in ours["RoleBinding", "kube-system", "e2e-audit-edit"]
+        assert "User alice" in ours["RoleBinding", "kube-system", "e2e-audit-edit"]
+        assert "validatingwebhookconfigurations" in ours["ClusterRoleBinding", "", "e2e-audit-vwc"]
+        out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+                              str(cp.kubeconfig("admin")), "--output", "policyreport"], capture_output=True, text=True)
+        assert "e2e-audit-edit" in out.stdout and "e2e-audit-imp" in out.stdout
+    finally:
+        cp.kubectl("admin", "delete", "-f", "-", input=ESCALATIONS, check=False)

@@ -5,9 +5,10 @@ dra-guard is registered with the configurations `helm template` renders for name
 - objects in dra-guard's own namespace never reach it (namespaceSelector): a DRA driver DaemonSet
   there gets no probe, an eviction there is not reviewed; kube-system's DaemonSets and evictions
   do reach it (issue 15: some DRA drivers install there), with failurePolicy Ignore;
-- RBAC writes by kube-system's ServiceAccounts never reach it (matchConditions; ClusterRoleBindings
-  are cluster-scoped, where a namespaceSelector does nothing): a binding dra-guard would refuse is
-  stored.
+- RBAC writes by the ClusterRole aggregation controller never reach it (matchConditions by user
+  name; ClusterRoleBindings are cluster-scoped, where a namespaceSelector does nothing): a binding
+  dra-guard would refuse is stored. Since issue 16 any other kube-system ServiceAccount is reviewed;
+  since issue 17 the admins of config.rbac.adminSubjects are not sent (matchConditions).
 Each case is checked against a control that is sent, and against dra-guard's own /metrics.
 """
 from __future__ import annotations
@@ -101,22 +102,28 @@ def test_eviction_in_dra_guards_own_namespace_is_never_sent(control_plane, guard
     assert reviews(guard, "eviction") == before + 1
 
 
-def test_rbac_write_by_a_kube_system_service_account_is_never_sent(control_plane, guard):
+def test_rbac_write_by_the_aggregation_controller_is_never_sent(control_plane, guard):
     cp = control_plane
-    sa = "system:serviceaccount:kube-system:x"
-    # the ServiceAccount may manage RBAC like alice, and is in no admin group: only its namespace
-    # (kube-system, the control plane's controllers) keeps it out of the RBAC webhook
+    other_sa = "system:serviceaccount:kube-system:x"
+    aggregator = "system:serviceaccount:kube-system:clusterrole-aggregation-controller"
+    # both may manage RBAC like alice and are in no admin group: only the user name keeps the
+    # aggregation controller out of the RBAC webhook (since issue 16, not its namespace)
     grant = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
              "metadata": {"name": "e2e-exempt-sa-manages-rbac"},
-             "subjects": [{"kind": "User", "name": sa, "apiGroup": "rbac.authorization.k8s.io"}],
+             "subjects": [{"kind": "User", "name": who, "apiGroup": "rbac.authorization.k8s.io"}
+                          for who in (other_sa, aggregator)],
              "roleRef": {"kind": "ClusterRole", "name": "e2e-rbac-manager", "apiGroup": "rbac.authorization.k8s.io"}}
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(grant))
     # control: the same binding by alice (an RBAC manager, not an admin) is sent and refused
     refused = cp.kubectl("alice", "create", "-f", "-", input=binding("e2e-exempt-by-alice"), check=False)
     assert refused.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in refused.stderr
-    before = reviews(guard, "rbac")
     try:
-        out = cp.kubectl("admin", "create", "-f", "-", f"--as={sa}", "--as-group=system:authenticated",
+        # issue 16: another kube-system ServiceAccount is reviewed (acting as one is no way around)
+        other = cp.kubectl("admin", "create", "-f", "-", f"--as={other_sa}", "--as-group=system:authenticated",
+                           input=binding("e2e-exempt-by-kube-system"), check=False)
+        assert other.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in other.stderr
+        before = reviews(guard, "rbac")
+        out = cp.kubectl("admin", "create", "-f", "-", f"--as={aggregator}", "--as-group=system:authenticated",
                          input=binding("e2e-exempt-by-kube-system"), check=False)
         assert out.returncode == 0, out.stderr
         assert "Warning" not in out.stderr

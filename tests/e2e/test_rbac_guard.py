@@ -23,8 +23,9 @@ def role_yaml(name, resources, verbs, labels=None):
     return json.dumps(doc)
 
 
-def binding_yaml(name, role, group):
-    return json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+def binding_yaml(name, role, group, annotations=None):
+    meta = {"name": name, **({"annotations": annotations} if annotations else {})}
+    return json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
                        "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
                        "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": "rbac.authorization.k8s.io"}})
 
@@ -95,7 +96,11 @@ def test_audit_mode_stores_silently_and_counts_the_finding(control_plane, guard)
 # ---------------------------------------------------------------- scenarios 3 and 4
 def test_member_role_aggregated_into_bound_edit_is_refused(control_plane, enforce):
     cp = control_plane
-    assert apply(cp, "admin", binding_yaml("e2e-devs-edit", "edit", "devs")).returncode == 0
+    # issue 16: `edit` everywhere is itself refused now (pods, secrets and ServiceAccount
+    # impersonation in kube-system); the admin stores it with the break-glass annotation
+    glass = {"dra-guard.io/allow-dra-write": "e2e: edit for devs, accepted"}
+    out = apply(cp, "admin", binding_yaml("e2e-devs-edit", "edit", "devs", annotations=glass))
+    assert out.returncode == 0, out.stderr
     try:
         out = apply(cp, "alice", role_yaml("e2e-edit-slices", ["resourceslices"], ["patch"],
                                            labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}))

@@ -11,7 +11,7 @@ def test_defaults():
     assert cfg.mode == "enforce"
     assert cfg.policy("rbac").mode == "enforce" and cfg.policy("rbac").failure_mode == "deny"
     assert cfg.rbac.admin_subjects.groups == {"system:masters"}
-    assert cfg.rbac.protected_resources == {"deviceclasses", "resourceslices"}
+    assert cfg.rbac.protected_resources == {"deviceclasses", "devicetaintrules", "resourceslices"}  # issue 16
     assert cfg.server.port == 8443 and cfg.server.max_request_bytes == 8 * 1024 * 1024
 
 
@@ -104,7 +104,8 @@ EXACT_MESSAGES = [
     ({"server": {"threads": True}}, "server.threads: expected a number, got a boolean"),
     ({"audit": {"qps": "x"}}, "audit.qps: expected int or float, got str 'x'"),
     ({"rbac": {"driverSubject": {}}}, "rbac.driverSubject: unknown key (known here: adminOnlyResources, adminSubjects, "
-                                      "aggregationControllerUsers, apiGroup, driverResources, driverSubjects, writeVerbs)"),
+                                      "aggregationControllerUsers, apiGroup, driftRemediation, driverResources, driverSubjects, escalationChecks, "
+                                      "sensitiveNamespaces, writeVerbs)"),
     ({"rbac": {"adminSubjects": {"serviceAccounts": ["a"]}}},
      "rbac.adminSubjects.serviceAccounts: 'a' must be 'namespace:name' or 'namespace:*'"),
     ({"rbac": {"writeVerbs": [""]}}, "rbac.writeVerbs[0]: expected a non-empty string, got ''"),

@@ -40,13 +40,32 @@ Example (all defaults shown)::
       daemonSetControllerUsers: [system:serviceaccount:kube-system:daemon-set-controller, system:kube-controller-manager]
     rbac:
       apiGroup: resource.k8s.io
-      adminOnlyResources: [deviceclasses]          # only adminSubjects may write these
+      adminOnlyResources: [deviceclasses, devicetaintrules]  # only adminSubjects may write these
       driverResources: [resourceslices]            # adminSubjects and driverSubjects may write these
       writeVerbs: [create, update, patch, delete, deletecollection]
       adminSubjects:
         groups: [system:masters]
-        users: []
-        serviceAccounts: ["kube-system:*"]   # "namespace:name" or "namespace:*"; kube-system: the controllers
+        users: [system:kube-controller-manager]
+        serviceAccounts:            # "namespace:name" or "namespace:*": the kube-system controllers the
+                                    # v1.37 bootstrap RBAC gives DRA write or an escalation power
+          - kube-system:bootstrap-signer
+          - kube-system:certificate-controller
+          - kube-system:cronjob-controller
+          - kube-system:daemon-set-controller
+          - kube-system:deployment-controller
+          - kube-system:device-taint-eviction-controller
+          - kube-system:generic-garbage-collector
+          - kube-system:job-controller
+          - kube-system:legacy-service-account-token-cleaner
+          - kube-system:namespace-controller
+          - kube-system:persistent-volume-binder
+          - kube-system:replicaset-controller
+          - kube-system:replication-controller
+          - kube-system:resourcequota-controller
+          - kube-system:root-ca-cert-publisher
+          - kube-system:statefulset-controller
+          - kube-system:storage-version-migrator-controller
+          - kube-system:token-cleaner
       driverSubjects:
         groups: []
         users: []
@@ -54,6 +73,9 @@ Example (all defaults shown)::
       aggregationControllerUsers:   # whose rule copies into aggregating roles only warn
         - system:serviceaccount:kube-system:clusterrole-aggregation-controller
         - system:kube-controller-manager
+      escalationChecks: [admission, bind-escalate, guard-rbac, impersonate, namespace-powers, nodes-csr]
+      sensitiveNamespaces: [kube-system]  # besides the admin/driver ServiceAccounts' and dra-guard's own
+      driftRemediation: false       # delete a binding a watch event shows violating (off: report only)
     certificates:                 # the serving certificate
       mode: files                 # self | cert-manager | files
       namespace: ""               # self mode: "" = $POD_NAMESPACE, else dra-guard
@@ -88,15 +110,20 @@ from __future__ import annotations
 
 from webhook.config.declare import ConfigError
 from webhook.config.load import from_mapping, load_config
+from webhook.config.subjects import (
+    ESCALATION_CHECKS,
+    KUBE_SYSTEM_CONTROLLERS,
+    NEVER_PRIVILEGED_GROUP_PREFIXES,
+    NEVER_PRIVILEGED_GROUPS,
+    NEVER_PRIVILEGED_USERS,
+    SubjectSet,
+)
 from webhook.config.types import (
     CONFIG_API_VERSION,
     CONFIG_KIND,
     DEFAULT_FAILURE_MODES,
     FAILURE_MODES,
     MODES,
-    NEVER_PRIVILEGED_GROUP_PREFIXES,
-    NEVER_PRIVILEGED_GROUPS,
-    NEVER_PRIVILEGED_USERS,
     POLICY_NAMES,
     AuditConfig,
     CertificatesConfig,
@@ -111,11 +138,11 @@ from webhook.config.types import (
     ProbeConfig,
     RbacConfig,
     ServerConfig,
-    SubjectSet,
 )
 
 __all__ = [
-    "CONFIG_API_VERSION", "CONFIG_KIND", "DEFAULT_FAILURE_MODES", "FAILURE_MODES", "MODES",
+    "CONFIG_API_VERSION", "CONFIG_KIND", "DEFAULT_FAILURE_MODES", "ESCALATION_CHECKS", "FAILURE_MODES",
+    "KUBE_SYSTEM_CONTROLLERS", "MODES",
     "NEVER_PRIVILEGED_GROUPS", "NEVER_PRIVILEGED_GROUP_PREFIXES", "NEVER_PRIVILEGED_USERS", "POLICY_NAMES",
     "AuditConfig", "CertificatesConfig", "ClusterConfig", "Config", "ConfigError", "DetectionConfig",
     "DriverSelector", "EvictionConfig", "FailureMode", "Mode", "PolicyConfig", "ProbeConfig", "RbacConfig",

@@ -6,6 +6,7 @@ Every error is a ConfigError whose message starts with the key's dotted path
 from __future__ import annotations
 
 import ipaddress
+import os
 import pathlib
 import re
 from collections.abc import Callable, Mapping
@@ -14,14 +15,13 @@ from typing import Any
 import yaml
 
 from webhook.config.declare import ConfigError, Entry, Key, class_defaults, entries, instance_values
-from webhook.config.types import (
-    HEADER_KEYS,
+from webhook.config.subjects import (
     NEVER_PRIVILEGED_GROUP_PREFIXES,
     NEVER_PRIVILEGED_GROUPS,
     NEVER_PRIVILEGED_USERS,
-    Config,
     SubjectSet,
 )
+from webhook.config.types import HEADER_KEYS, Config
 
 
 class _Reader:
@@ -190,7 +190,9 @@ def from_mapping(data: Any) -> Config:
         top.choice(header.name, header.choices, header.choices[0])
     notes: list[str] = []
     values = _read_section(Config, top, instance_values(Config()), notes)
-    return Config(**values, ignored=tuple(notes))
+    config = Config(**values, ignored=tuple(notes))
+    # dra-guard's own namespace: the chart renders certificates.namespace; else the pod's ($POD_NAMESPACE)
+    return config.with_guard(config.certificates.namespace or os.environ.get("POD_NAMESPACE", ""))
 
 
 def load_config(path: str | pathlib.Path | None) -> Config:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import ClassVar, Final, Literal, get_args
 
 from webhook.config.declare import Key, key
+from webhook.config.subjects import CONTROL_PLANE_USERS, ESCALATION_CHECKS, KUBE_SYSTEM_CONTROLLERS, SubjectSet
 
 Mode = Literal["enforce", "warn", "audit"]
 FailureMode = Literal["deny", "allow"]
@@ -30,60 +31,7 @@ HEADER_KEYS: Final = (
     Key("kind", choices=(CONFIG_KIND,), chart=False, help="the config file's kind"),
 )
 
-# Identities that are never admins or drivers, whatever the config says: they stand for everyone
-# (or every ServiceAccount), so granting them DRA write would grant it to the whole cluster.
-# Source: Kubernetes RBAC docs, "Default roles and role bindings" / "Referring to subjects".
-NEVER_PRIVILEGED_GROUPS: Final = frozenset({"system:authenticated", "system:unauthenticated", "system:serviceaccounts"})
-NEVER_PRIVILEGED_GROUP_PREFIXES: Final = ("system:serviceaccounts:",)
-NEVER_PRIVILEGED_USERS: Final = frozenset({"system:anonymous"})
-
 _STRINGS = "a list of non-empty strings"
-
-
-@dataclasses.dataclass(frozen=True)
-class SubjectSet:
-    """A set of RBAC identities: user names, group names and ServiceAccounts ("ns:name" / "ns:*")."""
-
-    users: frozenset[str] = dataclasses.field(default=frozenset(), metadata=key(
-        "users", help="user names"))
-    groups: frozenset[str] = dataclasses.field(default=frozenset(), metadata=key(
-        "groups", help="group names (system:authenticated and the like are never trusted)"))
-    service_accounts: frozenset[str] = dataclasses.field(default=frozenset(), metadata=key(
-        "serviceAccounts", pattern="^[^:]+:[^:]+$", pattern_help="'namespace:name' or 'namespace:*'",
-        help="ServiceAccounts as namespace:name, or namespace:* for every one of a namespace"))
-
-    def contains(self, *, kind: str, name: str, namespace: str = "") -> bool:
-        """Whether an RBAC subject belongs to the set.
-
-        kind is "User", "Group" or "ServiceAccount" (rbac.authorization.k8s.io/v1 Subject.kind).
-        A User named ``system:serviceaccount:<ns>:<name>`` is the ServiceAccount <ns>/<name>, as the
-        apiserver authenticates it. Never-privileged identities (system:authenticated, ...) are
-        never members.
-        """
-        if kind == "Group":
-            if name in NEVER_PRIVILEGED_GROUPS or name.startswith(NEVER_PRIVILEGED_GROUP_PREFIXES):
-                return False
-            return name in self.groups
-        if kind == "User":
-            if name in NEVER_PRIVILEGED_USERS:
-                return False
-            if name.startswith("system:serviceaccount:") and name.count(":") == 3:
-                _, _, ns, sa = name.split(":")
-                if self._has_service_account(ns, sa):
-                    return True
-            return name in self.users
-        if kind == "ServiceAccount":
-            return self._has_service_account(namespace, name)
-        return False
-
-    def _has_service_account(self, namespace: str, name: str) -> bool:
-        return f"{namespace}:{name}" in self.service_accounts or f"{namespace}:*" in self.service_accounts
-
-    def contains_requester(self, *, username: str, groups: list[str] | tuple[str, ...]) -> bool:
-        """Whether an authenticated requester (AdmissionReview request.userInfo) is in the set."""
-        if self.contains(kind="User", name=username):
-            return True
-        return any(self.contains(kind="Group", name=g) for g in groups)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,28 +53,62 @@ class RbacConfig:
 
     api_group: str = dataclasses.field(default="resource.k8s.io", metadata=key(
         "apiGroup", min_length=1, help="the API group of the protected resources"))
-    admin_only_resources: frozenset[str] = dataclasses.field(default=frozenset({"deviceclasses"}), metadata=key(
-        "adminOnlyResources", help="resources only adminSubjects may write"))
+    admin_only_resources: frozenset[str] = dataclasses.field(
+        default=frozenset({"deviceclasses", "devicetaintrules"}), metadata=key(
+            "adminOnlyResources", help="resources only adminSubjects may write (a NoExecute DeviceTaintRule evicts pods)"))
     driver_resources: frozenset[str] = dataclasses.field(default=frozenset({"resourceslices"}), metadata=key(
         "driverResources", help="resources adminSubjects and driverSubjects may write"))
     write_verbs: frozenset[str] = dataclasses.field(
         default=frozenset({"create", "update", "patch", "delete", "deletecollection"}), metadata=key(
             "writeVerbs", help="the verbs that count as write"))
-    # kube-system's ServiceAccounts are the control plane's controllers: the garbage collector, the
+    # only the named kube-system controllers (KUBE_SYSTEM_CONTROLLERS): the garbage collector, the
     # namespace controller and the storage version migrator hold write on every resource by design
     admin_subjects: SubjectSet = dataclasses.field(
-        default=SubjectSet(groups=frozenset({"system:masters"}), service_accounts=frozenset({"kube-system:*"})),
-        metadata=key("adminSubjects", help="who may write the admin-only and the driver resources"))
+        default=SubjectSet(groups=frozenset({"system:masters"}), users=CONTROL_PLANE_USERS,
+                           service_accounts=KUBE_SYSTEM_CONTROLLERS),
+        metadata=key("adminSubjects", help="who may write the admin-only and the driver resources and hold escalation powers"))
     driver_subjects: SubjectSet = dataclasses.field(default=SubjectSet(), metadata=key(
         "driverSubjects", help="DRA drivers: who may write the driver resources (ResourceSlices), not DeviceClasses"))
     aggregation_controller_users: frozenset[str] = dataclasses.field(default=frozenset({
         "system:serviceaccount:kube-system:clusterrole-aggregation-controller", "system:kube-controller-manager"}),
         metadata=key("aggregationControllerUsers", help="users whose rule copies into aggregating roles only warn"))
+    escalation_checks: frozenset[str] = dataclasses.field(default=frozenset(ESCALATION_CHECKS), metadata=key(
+        "escalationChecks",
+        help="escalation powers judged like DRA write: impersonate, admission (webhook configurations and "
+             "admission policies), guard-rbac (dra-guard's own ClusterRole/Binding), bind-escalate (on roles "
+             "that hold any of these), namespace-powers (tokens, pods, exec, workloads, secrets in sensitive "
+             "namespaces), nodes-csr (nodes/proxy, CSR approval)"))
+    sensitive_namespaces: frozenset[str] = dataclasses.field(default=frozenset({"kube-system"}), metadata=key(
+        "sensitiveNamespaces",
+        help="namespaces where acting as a ServiceAccount is a power, besides those of the admin and driver "
+             "ServiceAccounts and dra-guard's own"))
+    drift_remediation: bool = dataclasses.field(default=False, metadata=key(
+        "driftRemediation",
+        help="delete a binding that a watch event shows giving a subject DRA write or a power admission let "
+             "through (a race, a writer the webhook never sees); off: report it only (log, metric, Event)"))
+    # not config keys: dra-guard's own identity, filled from the certificates section (namespace,
+    # service and webhook configuration names, which the chart renders from its release)
+    guard_namespace: str = "dra-guard"
+    guard_names: frozenset[str] = frozenset({"dra-guard"})
 
     @property
     def protected_resources(self) -> frozenset[str]:
         """Every resource the guard protects (admin-only plus driver resources)."""
         return self.admin_only_resources | self.driver_resources
+
+    @property
+    def sensitive(self) -> frozenset[str]:
+        """Namespaces whose ServiceAccounts hold (or may hold) DRA write: sensitiveNamespaces, the
+        namespaces of the admin and driver ServiceAccounts, and dra-guard's own."""
+        spaces = {entry.split(":", 1)[0] for entry in self.admin_subjects.service_accounts | self.driver_subjects.service_accounts}
+        return frozenset(self.sensitive_namespaces | spaces | {self.guard_namespace})
+
+    def is_guard(self, kind: str, name: str, namespace: str = "") -> bool:
+        """Whether an RBAC subject is dra-guard's own ServiceAccount (trusted in its namespace)."""
+        if kind == "User" and name.startswith("system:serviceaccount:") and name.count(":") == 3:
+            _, _, namespace, name = name.split(":")
+            kind = "ServiceAccount"
+        return kind == "ServiceAccount" and namespace == self.guard_namespace and name in self.guard_names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,6 +302,13 @@ class Config:
     cluster: ClusterConfig = dataclasses.field(default=ClusterConfig(), metadata=key(
         "cluster", help="Kubernetes API access"))
     ignored: tuple[str, ...] = ()  # "key: reason" lines for entries that were accepted but have no effect
+
+    def with_guard(self, namespace: str) -> Config:
+        """This config with dra-guard's own identity (namespace, ClusterRole/Binding and
+        ServiceAccount names) filled into rbac from the certificates section."""
+        names = frozenset({self.certificates.service, self.certificates.validating_webhook} - {""})
+        return dataclasses.replace(self, rbac=dataclasses.replace(
+            self.rbac, guard_namespace=namespace or "dra-guard", guard_names=names or frozenset({"dra-guard"})))
 
     def policy(self, name: str) -> PolicyConfig:
         """The settings of policy `name` (one of POLICY_NAMES), falling back to the global mode."""

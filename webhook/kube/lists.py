@@ -14,7 +14,7 @@ from webhook.kube.pages import RateLimiter, list_all
 def list_audit_objects(client: kubernetes.client.ApiClient, *, served_versions: list[str] | None = None,
                        limiter: RateLimiter | None = None) -> list[dict[str, Any]]:
     """What `dra-guard audit --cluster` judges, as plain dicts with kind set, in paged lists:
-    ClusterRoles, ClusterRoleBindings, DaemonSets, Pods, Nodes, kube-system ConfigMaps and, when
+    ClusterRoles, ClusterRoleBindings, Roles, RoleBindings, DaemonSets, Pods, Nodes, kube-system ConfigMaps and, when
     resource.k8s.io is served, ResourceSlices and ResourceClaims."""
     rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
     apps_api = kubernetes.client.AppsV1Api(client)
@@ -25,6 +25,9 @@ def list_audit_objects(client: kubernetes.client.ApiClient, *, served_versions: 
 
     out = (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole", limiter=limiter)
            + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding",
+                      limiter=limiter)
+           + list_all(rbac_api.list_role_for_all_namespaces, resource="roles", kind="Role", limiter=limiter)
+           + list_all(rbac_api.list_role_binding_for_all_namespaces, resource="rolebindings", kind="RoleBinding",
                       limiter=limiter)
            + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet", limiter=limiter)
            + list_all(core_api.list_pod_for_all_namespaces, resource="pods", kind="Pod", limiter=limiter)

@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from webhook import metrics
 from webhook.config import Config
 from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions
+from webhook.kube.drift import RbacDrift
 from webhook.kube.informer import Informer
 from webhook.kube.pages import Pages
 from webhook.model.claim_index import ClaimIndex
@@ -34,7 +35,8 @@ MIN_READ_SHARE = 0.25
 class ClusterState:
     """The caches dra-guard keeps of the cluster, and what readiness needs to know about them.
 
-    rbac: ClusterRoles and ClusterRoleBindings (RBAC guard; driver detection by ServiceAccount).
+    rbac: ClusterRoles, ClusterRoleBindings, Roles and RoleBindings (RBAC guard; driver detection by
+    ServiceAccount).
     claims: DaemonSets, DaemonSet-owned and claim-using Pods, allocated ResourceClaims (drain
     order) and, compact (driver, nodeName, pool), ResourceSlices (which drivers serve which node),
     read through the newest resource.k8s.io version the cluster serves.
@@ -50,6 +52,8 @@ class ClusterState:
         self.rbac = RbacIndex()
         self.claims = ClaimIndex(config.detection, self.service_account_writes_slices)
         self.informers: list[Informer] = []
+        # re-judges RBAC on each watch event: what admission let through is reported within seconds
+        self.drift = RbacDrift(self.rbac, config, client)
         self.resource_version = ""
         self._refresh_lock = threading.Lock()  # one ClusterRoleBinding read at a time (refresh_bindings)
         self._bindings_read_from = float("-inf")  # monotonic start of the last complete read
@@ -64,6 +68,13 @@ class ClusterState:
                      on_event=self._role_event, timeout_seconds=timeout),
             Informer(name="clusterrolebindings", list_func=rbac_api.list_cluster_role_binding,
                      on_replace=self._bindings_replaced, on_event=self._binding_event, timeout_seconds=timeout),
+            # Roles and RoleBindings (slimmed): namespaced powers in the sensitive namespaces (issue 16)
+            Informer(name="roles", list_func=rbac_api.list_role_for_all_namespaces,
+                     on_replace=lambda items: self.rbac.replace_roles(items, namespaced=True),
+                     on_event=self._role_event, timeout_seconds=timeout),
+            Informer(name="rolebindings", list_func=rbac_api.list_role_binding_for_all_namespaces,
+                     on_replace=lambda items: self.rbac.replace_bindings(items, namespaced=True),
+                     on_event=self._binding_event, timeout_seconds=timeout),
             Informer(name="daemonsets", list_func=apps_api.list_daemon_set_for_all_namespaces,
                      on_replace=self.claims.replace_daemonsets, on_event=self._daemonset_event, timeout_seconds=timeout),
             Informer(name="pods", list_func=core_api.list_pod_for_all_namespaces,
@@ -202,18 +213,24 @@ class ClusterState:
         self.claims.redetect()
 
     def _role_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        namespace, name = self._name(obj)
         if kind == "DELETED":
-            self.rbac.delete_role(self._name(obj)[1])
+            self.rbac.delete_role(name, namespace)
         else:
             self.rbac.upsert_role(obj)
-        self.claims.redetect()
+        self.drift("Role" if namespace else "ClusterRole", kind, obj)
+        if not namespace:
+            self.claims.redetect()
 
     def _binding_event(self, kind: str, obj: Mapping[str, Any]) -> None:
+        namespace, name = self._name(obj)
         if kind == "DELETED":
-            self.rbac.delete_binding(self._name(obj)[1])
+            self.rbac.delete_binding(name, namespace)
         else:
             self.rbac.upsert_binding(obj)
-        self.claims.redetect()
+        self.drift("RoleBinding" if namespace else "ClusterRoleBinding", kind, obj)
+        if not namespace:
+            self.claims.redetect()
 
     def _daemonset_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":

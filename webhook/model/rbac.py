@@ -20,11 +20,14 @@ from webhook.model.readers import as_list, as_map, as_str, strings
 
 @dataclasses.dataclass(frozen=True, order=True)
 class Grant:
-    """Write access to one protected resource with one verb ("*" for all verbs), via a ClusterRole."""
+    """Write access to one protected resource with one verb ("*" for all verbs), via a role; or an
+    escalation power (webhook.model.powers) named in `resource`. namespaced: a RoleBinding grants
+    it in its namespace (DRA write and cluster-scoped powers only through a ClusterRoleBinding)."""
 
     resource: str
     verb: str
     role: str
+    namespaced: bool = False
 
 
 def protected_grants(rules: Any, config: RbacConfig, *, role: str) -> list[Grant]:

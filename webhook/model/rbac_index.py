@@ -1,7 +1,9 @@
-"""RbacIndex: the in-memory view of ClusterRoles and ClusterRoleBindings the RBAC guard reads.
+"""RbacIndex: the in-memory view of ClusterRoles, ClusterRoleBindings, Roles and RoleBindings
+the RBAC guard reads.
 
 webhook.kube keeps one up to date from watches; `dra-guard audit` and `drain-plan` fill one from
 manifest files or lists (webhook.model.facts). Thread-safe; lookups never do I/O.
+Objects are keyed (namespace, name): namespace "" for the cluster-scoped kinds.
 """
 from __future__ import annotations
 
@@ -10,43 +12,65 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.config import RbacConfig
+from webhook.model.bootstrap import default_rules, with_defaults
+from webhook.model.pending import Pending
+from webhook.model.powers import power_grants
 from webhook.model.rbac import Grant, aggregates, protected_grants, subjects_of
-from webhook.model.readers import annotations_of, as_list, as_map, as_str, labels_of, name_of
+from webhook.model.readers import annotations_of, as_list, as_map, as_str, labels_of, name_of, namespace_of
+
+Key = tuple[str, str]  # (namespace, name); "" for ClusterRoles and ClusterRoleBindings
 
 
 def _slim_role(obj: Mapping[str, Any]) -> dict[str, Any]:
+    ns = namespace_of(obj)
     return {
-        "metadata": {"name": name_of(obj), "labels": dict(labels_of(obj)), "annotations": dict(annotations_of(obj))},
+        "metadata": {"name": name_of(obj), "labels": dict(labels_of(obj)), "annotations": dict(annotations_of(obj)),
+                     **({"namespace": ns} if ns else {})},
         "rules": as_list(obj.get("rules")),
         **({"aggregationRule": obj["aggregationRule"]} if isinstance(obj.get("aggregationRule"), Mapping) else {}),
     }
 
 
 def _slim_binding(obj: Mapping[str, Any]) -> dict[str, Any]:
+    ns = namespace_of(obj)
     return {
-        "metadata": {"name": name_of(obj), "annotations": dict(annotations_of(obj))},
+        "metadata": {"name": name_of(obj), "annotations": dict(annotations_of(obj)), **({"namespace": ns} if ns else {})},
         "roleRef": dict(as_map(obj.get("roleRef"))),
         "subjects": as_list(obj.get("subjects")),
     }
 
 
-class RbacIndex:
-    """Thread-safe in-memory view of ClusterRoles and ClusterRoleBindings, indexed for the guard.
+def _key(slim: Mapping[str, Any]) -> Key:
+    return namespace_of(slim), name_of(slim)
 
-    Holds slimmed copies (name, labels, annotations, rules, aggregationRule; roleRef, subjects), so
-    memory is proportional to the RBAC objects, not to their managedFields. Lookups are O(1) by
-    name and by roleRef; aggregation lookups scan only the aggregating roles and are memoised
-    until the next ClusterRole change.
+
+def ref_key(binding: Mapping[str, Any]) -> Key:
+    """The (namespace, name) of a binding's roleRef: ("", name) for a ClusterRole, (the binding's
+    namespace, name) for a Role."""
+    ref = as_map(binding.get("roleRef"))
+    ns = namespace_of(binding) if as_str(ref.get("kind")) == "Role" else ""
+    return ns, as_str(ref.get("name"))
+
+
+class RbacIndex:
+    """Thread-safe in-memory view of the RBAC objects, indexed for the guard.
+
+    Holds slimmed copies (name, namespace, labels, annotations, rules, aggregationRule; roleRef,
+    subjects), so memory is proportional to the RBAC objects, not to their managedFields. Lookups
+    are O(1) by key and by roleRef; aggregation lookups scan only the aggregating roles; grants are
+    memoised until the next RBAC change.
     """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._roles: dict[str, dict[str, Any]] = {}
+        self._roles: dict[Key, dict[str, Any]] = {}
         self._aggregators: set[str] = set()
-        self._bindings: dict[str, dict[str, Any]] = {}
-        self._by_role: dict[str, set[str]] = {}
-        self._grants_memo: dict[str, tuple[Grant, ...]] = {}  # role name -> effective grants
+        self._bindings: dict[Key, dict[str, Any]] = {}
+        self._by_role: dict[Key, set[Key]] = {}  # roleRef key -> binding keys
+        self._grants_memo: dict[tuple[Key, int], tuple[Grant, ...]] = {}  # (role key, id(config)) -> grants
+        self._visiting: set[Key] = set()
         self._sa_memo: dict[tuple[str, str, str], bool] = {}  # (namespace, name, resource) -> may write
+        self.pending = Pending()  # objects this replica allowed that the watch has not delivered yet
 
     def _changed(self) -> None:
         """Drop memoised answers after any RBAC change (caller holds the lock)."""
@@ -55,90 +79,97 @@ class RbacIndex:
 
     # -- updates (from watches or manifest files)
     def upsert_role(self, obj: Mapping[str, Any]) -> None:
-        """Add or replace a ClusterRole (rbac.authorization.k8s.io/v1 dict)."""
+        """Add or replace a ClusterRole or Role (rbac.authorization.k8s.io/v1 dict)."""
         slim = _slim_role(obj)
-        name = slim["metadata"]["name"]
+        key = _key(slim)
+        self.pending.settle("role", *key)
         with self._lock:
-            self._roles[name] = slim
-            if "aggregationRule" in slim:
-                self._aggregators.add(name)
-            else:
+            self._roles[key] = slim
+            if not key[0]:
+                (self._aggregators.add if "aggregationRule" in with_defaults(slim) else self._aggregators.discard)(key[1])
+            self._changed()
+
+    def delete_role(self, name: str, namespace: str = "") -> None:
+        """Forget a ClusterRole (or the Role namespace/name) (no error when unknown)."""
+        with self._lock:
+            self._roles.pop((namespace, name), None)
+            if not namespace:
                 self._aggregators.discard(name)
             self._changed()
 
-    def delete_role(self, name: str) -> None:
-        """Forget a ClusterRole by name (no error when unknown)."""
-        with self._lock:
-            self._roles.pop(name, None)
-            self._aggregators.discard(name)
-            self._changed()
-
     def upsert_binding(self, obj: Mapping[str, Any]) -> None:
-        """Add or replace a ClusterRoleBinding (rbac.authorization.k8s.io/v1 dict)."""
+        """Add or replace a ClusterRoleBinding or RoleBinding (rbac.authorization.k8s.io/v1 dict)."""
         slim = _slim_binding(obj)
-        name = slim["metadata"]["name"]
+        self.pending.settle("binding", *_key(slim))
         with self._lock:
-            self.delete_binding(name)
+            self.delete_binding(*reversed(_key(slim)))
             self._changed()
             self._put_binding(slim)
 
     def _put_binding(self, slim: dict[str, Any]) -> None:
-        """Index a slimmed binding by name and by its roleRef's name; the lock is held."""
-        name = slim["metadata"]["name"]
-        self._bindings[name] = slim
-        self._by_role.setdefault(as_str(slim["roleRef"].get("name")), set()).add(name)
+        """Index a slimmed binding by key and by its roleRef; the lock is held."""
+        key = _key(slim)
+        self._bindings[key] = slim
+        self._by_role.setdefault(ref_key(slim), set()).add(key)
 
-    def delete_binding(self, name: str) -> None:
-        """Forget a ClusterRoleBinding by name (no error when unknown)."""
+    def delete_binding(self, name: str, namespace: str = "") -> None:
+        """Forget a ClusterRoleBinding (or the RoleBinding namespace/name) (no error when unknown)."""
         with self._lock:
-            old = self._bindings.pop(name, None)
+            old = self._bindings.pop((namespace, name), None)
             if old is not None:
                 self._changed()
-                role = as_str(old["roleRef"].get("name"))
-                names = self._by_role.get(role)
-                if names is not None:
-                    names.discard(name)
-                    if not names:
-                        del self._by_role[role]
+                ref = ref_key(old)
+                keys = self._by_role.get(ref)
+                if keys is not None:
+                    keys.discard((namespace, name))
+                    if not keys:
+                        del self._by_role[ref]
 
-    def replace_roles(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        """Replace every ClusterRole with `objects` (after a relist). `objects` may be a stream of
-        list pages: it is consumed, and slimmed, before the lock is taken."""
+    def replace_roles(self, objects: Iterable[Mapping[str, Any]], *, namespaced: bool = False) -> None:
+        """Replace every ClusterRole (namespaced: every Role) with `objects` (after a relist).
+        `objects` may be a stream of list pages: it is consumed, and slimmed, before the lock is taken."""
         slims = [_slim_role(o) for o in objects]
         with self._lock:
-            self._roles = {s["metadata"]["name"]: s for s in slims}
-            self._aggregators = {n for n, s in self._roles.items() if "aggregationRule" in s}
+            self._roles = {k: v for k, v in self._roles.items() if bool(k[0]) != namespaced}
+            self._roles.update((_key(s), s) for s in slims)
+            self._aggregators = {k[1] for k, s in self._roles.items() if not k[0] and "aggregationRule" in with_defaults(s)}
             self._changed()
 
-    def replace_bindings(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        """Replace every ClusterRoleBinding with `objects` (after a relist). `objects` may be a
-        stream of list pages: it is consumed, and slimmed, before the lock is taken."""
+    def replace_bindings(self, objects: Iterable[Mapping[str, Any]], *, namespaced: bool = False) -> None:
+        """Replace every ClusterRoleBinding (namespaced: every RoleBinding) with `objects` (after a
+        relist). `objects` may be a stream of list pages: consumed and slimmed before the lock is taken."""
         slims = [_slim_binding(o) for o in objects]
         with self._lock:
+            kept = [s for k, s in self._bindings.items() if bool(k[0]) != namespaced]
             self._bindings = {}
             self._by_role = {}
-            for slim in slims:
+            for slim in kept + slims:
                 self._put_binding(slim)
             self._changed()
 
     # -- queries
-    def role(self, name: str) -> Mapping[str, Any] | None:
-        """The slimmed ClusterRole `name`, or None."""
+    def role(self, name: str, namespace: str = "") -> Mapping[str, Any] | None:
+        """The slimmed ClusterRole `name` (or Role namespace/name), or None."""
         with self._lock:
-            return self._roles.get(name)
+            return self._roles.get((namespace, name))
 
-    def bindings(self) -> list[Mapping[str, Any]]:
-        """All ClusterRoleBindings (slimmed), sorted by name."""
+    def bindings(self, *, namespaced: bool = False) -> list[Mapping[str, Any]]:
+        """All ClusterRoleBindings (namespaced: all RoleBindings) (slimmed), sorted by namespace and name."""
         with self._lock:
-            return [self._bindings[n] for n in sorted(self._bindings)]
+            return [self._bindings[k] for k in sorted(self._bindings) if bool(k[0]) == namespaced]
 
     def bindings_of(self, role: str) -> list[Mapping[str, Any]]:
         """The ClusterRoleBindings whose roleRef names ClusterRole `role`."""
         with self._lock:
-            return [self._bindings[n] for n in sorted(self._by_role.get(role, ()))]
+            return [self._bindings[k] for k in sorted(self._by_role.get(("", role), ())) if not k[0]]
+
+    def role_bindings_of(self, role: str, namespace: str = "") -> list[Mapping[str, Any]]:
+        """The RoleBindings whose roleRef names ClusterRole `role` (namespace ""), or Role namespace/role."""
+        with self._lock:
+            return [self._bindings[k] for k in sorted(self._by_role.get((namespace, role), ())) if k[0]]
 
     def counts(self) -> tuple[int, int]:
-        """(number of ClusterRoles, number of ClusterRoleBindings)."""
+        """(number of ClusterRoles and Roles, number of ClusterRoleBindings and RoleBindings)."""
         with self._lock:
             return len(self._roles), len(self._bindings)
 
@@ -151,43 +182,72 @@ class RbacIndex:
             while frontier:
                 _, lbls = frontier.pop(0)
                 for agg in sorted(self._aggregators):
-                    if agg not in seen and aggregates(self._roles[agg], lbls):
+                    if agg not in seen and aggregates(self._aggregation(agg), lbls):
                         seen.add(agg)
                         found.append(agg)
-                        frontier.append((agg, labels_of(self._roles[agg])))
+                        frontier.append((agg, labels_of(self._roles["", agg])))
             return found
+
+    def _aggregation(self, name: str) -> Mapping[str, Any]:
+        """ClusterRole `name` with a bootstrap role's default aggregationRule (webhook.model.bootstrap)."""
+        return with_defaults(self._roles["", name])
 
     def members_of(self, aggregator: Mapping[str, Any]) -> list[str]:
         """Names of ClusterRoles whose labels match `aggregator`'s aggregationRule (direct members)."""
         name = name_of(aggregator)
+        aggregator = with_defaults(aggregator)
         with self._lock:
-            return sorted(n for n, r in self._roles.items() if n != name and aggregates(aggregator, labels_of(r)))
+            return sorted(k[1] for k, r in self._roles.items()
+                          if not k[0] and k[1] != name and aggregates(aggregator, labels_of(r)))
+
+    def _own_grants(self, role: Mapping[str, Any], config: RbacConfig) -> set[Grant]:
+        """DRA write and escalation powers of one role's own rules (bootstrap defaults included)."""
+        name, namespaced = name_of(role), bool(namespace_of(role))
+        rules = as_list(role.get("rules")) + default_rules(role)
+        grants = set() if namespaced else set(protected_grants(rules, config, role=name))
+        grants |= set(power_grants(
+            rules, role=name, write_verbs=config.write_verbs, checks=config.escalation_checks,
+            guard_names=config.guard_names, privileged_name=lambda kind, n: _privileged(kind, n, config),
+            role_grants=self._role_has_grants(config)))
+        return {g for g in grants if g.namespaced} if namespaced else grants
+
+    def _role_has_grants(self, config: RbacConfig) -> Any:
+        def has(name: str) -> bool:
+            role = self._roles.get(("", name))
+            if role is None or ("", name) in self._visiting:
+                return False
+            return bool(self.effective_grants(role, config))
+        return has
 
     def effective_grants(self, role: Mapping[str, Any], config: RbacConfig) -> tuple[Grant, ...]:
-        """Protected grants of a ClusterRole dict: its own rules plus, for an aggregating role, its
-        members' rules (transitively), as the aggregation controller would merge them."""
-        name = name_of(role)
+        """DRA write grants and escalation powers of a ClusterRole or Role dict: its own rules plus,
+        for an aggregating role, its members' rules (transitively), as the aggregation controller
+        would merge them; a bootstrap role's default rules count too (webhook.model.bootstrap)."""
+        key = _key(role)
         with self._lock:
-            indexed = self._roles.get(name) is role
-            if indexed and name in self._grants_memo:
-                return self._grants_memo[name]
-            grants: set[Grant] = set(protected_grants(role.get("rules"), config, role=name))
-            seen = {name}
-            stack = [role]
-            while stack:
-                current = stack.pop()
-                if not isinstance(current.get("aggregationRule"), Mapping):
-                    continue
-                for member_name in self.members_of(current):
-                    if member_name in seen:
+            indexed = self._roles.get(key) is role
+            if indexed and (key, id(config)) in self._grants_memo:
+                return self._grants_memo[key, id(config)]
+            self._visiting.add(key)
+            try:
+                grants = self._own_grants(role, config)
+                seen = {key[1]}
+                stack = [role] if not key[0] else []
+                while stack:
+                    current = stack.pop()
+                    if not isinstance(with_defaults(current).get("aggregationRule"), Mapping):
                         continue
-                    seen.add(member_name)
-                    member = self._roles[member_name]
-                    grants |= set(protected_grants(member.get("rules"), config, role=member_name))
-                    stack.append(member)
+                    for member_name in self.members_of(current):
+                        if member_name not in seen:
+                            seen.add(member_name)
+                            member = self._roles["", member_name]
+                            grants |= self._own_grants(member, config)
+                            stack.append(member)
+            finally:
+                self._visiting.discard(key)
             result = tuple(sorted(grants))
             if indexed:
-                self._grants_memo[name] = result
+                self._grants_memo[key, id(config)] = result
             return result
 
     def service_account_may_write(self, namespace: str, name: str, resource: str, config: RbacConfig) -> bool:
@@ -204,12 +264,12 @@ class RbacIndex:
             groups = {"system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"}
             user = f"system:serviceaccount:{namespace}:{name}"
             result = False
-            for binding in self._bindings.values():
-                if not any((s.kind == "ServiceAccount" and s.namespace == namespace and s.name == name)
-                           or (s.kind == "User" and s.name == user) or (s.kind == "Group" and s.name in groups)
-                           for s in subjects_of(binding)):
+            for bkey, binding in self._bindings.items():
+                if bkey[0] or not any((s.kind == "ServiceAccount" and s.namespace == namespace and s.name == name)
+                                      or (s.kind == "User" and s.name == user) or (s.kind == "Group" and s.name in groups)
+                                      for s in subjects_of(binding)):
                     continue
-                role = self._roles.get(as_str(as_map(binding.get("roleRef")).get("name")))
+                role = self._roles.get(ref_key(binding))
                 if role is not None and any(g.resource == resource for g in self.effective_grants(role, config)):
                     result = True
                     break
@@ -218,12 +278,28 @@ class RbacIndex:
 
     @classmethod
     def from_objects(cls, objects: Iterable[Mapping[str, Any]]) -> RbacIndex:
-        """An index of the ClusterRoles and ClusterRoleBindings among `objects` (others ignored)."""
+        """An index of the ClusterRoles, ClusterRoleBindings, Roles and RoleBindings among `objects`
+        (others ignored)."""
         index = cls()
         for obj in objects:
             kind = obj.get("kind")
-            if kind == "ClusterRole":
+            if kind in ("ClusterRole", "Role"):
                 index.upsert_role(obj)
-            elif kind == "ClusterRoleBinding":
+            elif kind in ("ClusterRoleBinding", "RoleBinding"):
                 index.upsert_binding(obj)
         return index
+
+
+#: identities impersonation of which is always a power, whatever the config says
+ALWAYS_PRIVILEGED: frozenset[tuple[str, str]] = frozenset({("Group", "system:masters")})
+
+
+def _privileged(kind: str, name: str, config: RbacConfig) -> bool:
+    """Whether an impersonation target named `name` ("User", "Group", or a ServiceAccount name in
+    any namespace) may hold DRA write: admins, drivers, system:masters, dra-guard's ServiceAccount."""
+    if (kind, name) in ALWAYS_PRIVILEGED:
+        return True
+    if kind == "ServiceAccount":
+        entries = config.admin_subjects.service_accounts | config.driver_subjects.service_accounts
+        return name in config.guard_names or any(e.split(":", 1)[1] in (name, "*") for e in entries)
+    return any(s.contains(kind=kind, name=name) for s in (config.admin_subjects, config.driver_subjects))

@@ -1,11 +1,16 @@
-"""RBAC guard: only cluster admins and DRA drivers may write DeviceClasses and ResourceSlices.
+"""RBAC guard: only cluster admins and DRA drivers may write DeviceClasses, ResourceSlices and
+DeviceTaintRules, and only cluster admins may hold what is as good as that write (escalation powers).
 
 Source: "Good practices for Dynamic Resource Allocation as a Cluster Admin", section "Separate
 permissions to DRA related APIs": DeviceClass and ResourceSlice (resource.k8s.io, cluster-scoped)
 belong to cluster admins and DRA drivers; workload operators need only ResourceClaim and
-ResourceClaimTemplate. What counts as a protected grant, and how aggregation merges rules, is in
-webhook.model.rbac. Because DeviceClass and ResourceSlice are cluster-scoped, only a
-ClusterRoleBinding can grant them.
+ResourceClaimTemplate. "Role Based Access Control Good Practices", "Privilege escalation risks":
+impersonation, bind/escalate, tokens, pods and workloads, secrets, admission webhooks; each path is
+in docs/threat-model.md. What counts as a grant is in webhook.model.rbac and webhook.model.powers,
+who may hold it in webhook.policies.rbac_violations. DRA write and cluster-scoped powers come only
+through ClusterRoleBindings; namespaced powers also through RoleBindings in sensitive namespaces.
+dra-guard's own ClusterRole/ClusterRoleBinding, and Roles/RoleBindings in its namespace, are
+written by cluster admins only (removing one rule would blind its caches).
 
 Decisions only: plain dicts and the RbacIndex (webhook.model.rbac_index) in, Decisions and
 Findings out; no I/O of its own (the two API reads it may ask for come as callables from Facts).
@@ -13,96 +18,24 @@ Findings out; no I/O of its own (the two API reads it may ask for come as callab
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from webhook.config import Config, RbacConfig, SubjectSet
 from webhook.model.facts import Facts
-from webhook.model.rbac import Grant, Subject, subjects_of
-from webhook.model.rbac_index import RbacIndex
+from webhook.model.rbac_index import RbacIndex, ref_key
 from webhook.model.readers import annotations_of, as_map, as_str, labels_of, name_of, namespace_of, strings
 from webhook.policies.decision import ALLOW, Decision, Finding, short
+from webhook.policies.rbac_violations import POLICY, Violation, binding_violations, finding
 
-POLICY = "rbac"
+__all__ = ["POLICY", "RbacIndex", "Violation", "admit", "audit", "audit_objects", "binding_violations",
+           "bindings_reaching", "judge_binding", "review"]
 BREAK_GLASS_ANNOTATION = "dra-guard.io/allow-dra-write"
 
 
 def _break_glass(obj: Mapping[str, Any]) -> str | None:
     value = annotations_of(obj).get(BREAK_GLASS_ANNOTATION)
     return value if isinstance(value, str) else None
-
-
-# --------------------------------------------------------------------------- violations
-def allowed_resources(subject: Subject, config: RbacConfig) -> frozenset[str]:
-    """The protected resources `subject` may write: all for admins, driver resources for drivers."""
-    if config.admin_subjects.contains(kind=subject.kind, name=subject.name, namespace=subject.namespace):
-        return config.protected_resources
-    if config.driver_subjects.contains(kind=subject.kind, name=subject.name, namespace=subject.namespace):
-        return config.driver_resources
-    return frozenset()
-
-
-@dataclasses.dataclass(frozen=True)
-class Violation:
-    """A subject of a ClusterRoleBinding that gets grants it must not have."""
-
-    binding: str
-    subject: Subject
-    grants: tuple[Grant, ...]
-    via: str  # the roleRef's ClusterRole name
-
-    def keys(self) -> set[tuple[str, Subject, str, str]]:
-        """(binding, subject, resource, verb) for each grant: what makes a violation 'new' on UPDATE."""
-        return {(self.binding, self.subject, g.resource, g.verb) for g in self.grants}
-
-
-def binding_violations(binding: Mapping[str, Any], grants: Iterable[Grant], config: RbacConfig, *, via: str) -> list[Violation]:
-    """Violations of one ClusterRoleBinding dict given the protected grants of its roleRef."""
-    grants = tuple(grants)
-    out: list[Violation] = []
-    if not grants:
-        return out
-    for subject in subjects_of(binding):
-        may = allowed_resources(subject, config)
-        bad = tuple(g for g in grants if g.resource not in may)
-        if bad:
-            out.append(Violation(binding=name_of(binding), subject=subject, grants=bad, via=via))
-    return out
-
-
-def _describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
-    """(message, summary) for a violation."""
-    resources = sorted({g.resource for g in v.grants})
-    verbs = sorted({g.verb for g in v.grants})
-    verb_text = "every verb: *" if "*" in verbs else ", ".join(verbs)
-    roles = sorted({g.role for g in v.grants} - {v.via})
-    via = f"ClusterRole {v.via}" + (f" (aggregating {', '.join(roles)})" if roles else "")
-    admin_only = [r for r in resources if r in config.admin_only_resources]
-    if admin_only:
-        who = f"only cluster admins may write {', '.join(admin_only)}"
-        fix = "add the subject to rbac.adminSubjects in dra-guard's config (Helm value config.rbac.adminSubjects)"
-    else:
-        who = f"only cluster admins and DRA drivers may write {', '.join(resources)}"
-        fix = ("add the subject to rbac.adminSubjects or rbac.driverSubjects in dra-guard's config (Helm values "
-               "config.rbac.adminSubjects, config.rbac.driverSubjects)")
-    message = (f"ClusterRoleBinding {v.binding} grants write ({verb_text}) on {', '.join(resources)} "
-               f"({config.api_group}) to {v.subject} via {via}; {who}. "
-               f"Bind a narrower role (ResourceClaims and ResourceClaimTemplates are enough for workloads), "
-               f"or {fix}.")
-    summary = short(f"dra-guard: {v.subject} would get write on {', '.join(resources)} via ClusterRoleBinding {v.binding}")
-    return message, summary
-
-
-def _finding(v: Violation, config: RbacConfig, *, kind: str, name: str) -> Finding:
-    message, summary = _describe(v, config)
-    if kind == "ClusterRole":
-        message = f"ClusterRole {name}: " + message
-    return Finding(
-        policy=POLICY, kind=kind, name=name, message=message, summary=summary, check="rbac-write",
-        details={"binding": v.binding, "subject": str(v.subject), "roleRef": v.via,
-                 "resources": sorted({g.resource for g in v.grants}), "verbs": sorted({g.verb for g in v.grants}),
-                 "roles": sorted({g.role for g in v.grants})},
-    )
 
 
 # --------------------------------------------------------------------------- admission review
@@ -127,44 +60,77 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
            synced: tuple[bool, str] = (True, "")) -> Decision:
     """Judge one AdmissionReview request (the `request` dict of admission.k8s.io/v1 or v1beta1).
 
-    Handles ClusterRoleBinding, RoleBinding and ClusterRole CREATE/UPDATE; DELETE and CONNECT,
-    and any other kind, are allowed. Uses `index` for roleRef and aggregation lookups (no I/O).
-    fetch_role(name): asked only when a binding's roleRef is not in the index (a role created a
+    Handles ClusterRoleBinding, RoleBinding, ClusterRole and Role CREATE/UPDATE, and DELETE of
+    dra-guard's own RBAC objects; anything else is allowed. Uses `index` for roleRef and
+    aggregation lookups (no I/O).
+    fetch_role(name): asked only when a binding's ClusterRole is not in the index (a role created a
     moment ago may not have reached the watch yet); returns the ClusterRole dict or None.
     refresh_bindings(): asked before judging a ClusterRole that grants protected write, to add
     ClusterRoleBindings the watch has not delivered yet to `index` (the reverse race); returns
     None, or a note when it could read only part of them in time (the decision then carries it
     as a warning and is made from `index` as it stands).
-    synced: (False, why) when the ClusterRole/ClusterRoleBinding caches lost their watch: a
-    ClusterRole or ClusterRoleBinding write is then refused (enforce) with the reason rather
-    than judged on stale data; warn and audit modes let it through with the reason.
+    synced: (False, why) when the RBAC caches lost their watch: an RBAC write is then refused
+    (enforce) with the reason rather than judged on stale data; warn and audit modes let it
+    through with the reason.
     Returns the decision enforce mode would give.
     """
     operation = as_str(request.get("operation"))
-    if operation not in ("CREATE", "UPDATE"):
-        return ALLOW
-    obj = request.get("object")
-    if not isinstance(obj, Mapping):
+    obj = request.get("oldObject") if operation == "DELETE" else request.get("object")
+    if operation not in ("CREATE", "UPDATE", "DELETE") or not isinstance(obj, Mapping):
         return ALLOW
     old = request.get("oldObject") if operation == "UPDATE" else None
     old = old if isinstance(old, Mapping) else None
     kind = as_str(as_map(request.get("kind")).get("kind")) or as_str(obj.get("kind"))
+    namespace = as_str(request.get("namespace")) or namespace_of(obj)
     requester = _Requester.from_request(request)
+    own = _guards_own(kind, as_str(request.get("name")) or name_of(obj), namespace, config)
+    if own is not None and not requester.is_admin(config.admin_subjects):
+        return Decision(findings=(Finding(
+            policy=POLICY, kind=kind, name=name_of(obj), namespace=namespace, check="guard-own-rbac",
+            message=f"{own} belongs to dra-guard: only cluster admins (rbac.adminSubjects) may {operation.lower()} it; "
+                    f"a changed rule would blind dra-guard's caches or grant its powers. Change it with "
+                    f"`helm upgrade` as a cluster admin.",
+            summary=short(f"dra-guard: only cluster admins may change {own}")),))
+    if operation == "DELETE" or (kind in ("Role", "RoleBinding") and namespace not in config.sensitive):
+        return ALLOW  # the common case for namespaced RBAC: no power of it matters outside the sensitive namespaces
     ok, why = synced
-    if not ok and kind in ("ClusterRoleBinding", "ClusterRole"):
+    if not ok and kind in ("ClusterRoleBinding", "ClusterRole", "RoleBinding", "Role"):
         return Decision(findings=(Finding(
             policy=POLICY, kind=kind, name=name_of(obj), check="cache-not-synced", code=503, reason="ServiceUnavailable",
             message=f"dra-guard cannot judge this {kind} now: its RBAC caches are not in sync with the apiserver "
                     f"({why}); it does not decide on stale data. Retry in a few seconds.",
             summary=short(f"dra-guard: RBAC caches not synced ({why}); not judged")),))
-    if kind == "ClusterRoleBinding":
-        return _review_cluster_role_binding(obj, old, index=index, config=config, requester=requester, fetch_role=fetch_role)
-    if kind == "ClusterRole":
-        return _review_cluster_role(obj, old, index=index, config=config, requester=requester,
+    if kind not in ("ClusterRoleBinding", "RoleBinding", "ClusterRole", "Role"):
+        return ALLOW
+    # path 9: recorded before judging, so that of two concurrent reviews of a role and a binding of
+    # it at least one sees the other (webhook.model.pending); dropped again when refused
+    dry_run = request.get("dryRun") is True
+    if not dry_run:
+        index.pending.add(obj)
+    try:
+        if kind in ("ClusterRoleBinding", "RoleBinding"):
+            decision = _review_binding(obj, old, index=index, config=config, requester=requester, fetch_role=fetch_role)
+        else:
+            decision = _review_role(obj, old, index=index, config=config, requester=requester,
                                     refresh_bindings=refresh_bindings)
-    if kind == "RoleBinding":
-        return _review_role_binding(obj, index=index, config=config)
-    return ALLOW
+    except BaseException:
+        index.pending.drop(obj)
+        raise
+    if not decision.allowed and not dry_run:
+        index.pending.drop(obj)
+    return decision
+
+
+def _guards_own(kind: str, name: str, namespace: str, config: RbacConfig) -> str | None:
+    """"<kind> <name>" when the object is dra-guard's own RBAC (its ClusterRole/ClusterRoleBinding,
+    or a Role/RoleBinding in its namespace), else None."""
+    if "guard-rbac" not in config.escalation_checks:
+        return None
+    if kind in ("ClusterRole", "ClusterRoleBinding") and name in config.guard_names:
+        return f"{kind} {name}"
+    if kind in ("Role", "RoleBinding") and namespace == config.guard_namespace:
+        return f"{kind} {namespace}/{name}"
+    return None
 
 
 def _split_new(new: list[Violation], old: list[Violation]) -> tuple[list[Violation], list[Violation]]:
@@ -172,7 +138,7 @@ def _split_new(new: list[Violation], old: list[Violation]) -> tuple[list[Violati
     old_keys: set[Any] = set().union(*(v.keys() for v in old)) if old else set()
     added, kept = [], []
     for v in new:
-        fresh = tuple(g for g in v.grants if (v.binding, v.subject, g.resource, g.verb) not in old_keys)
+        fresh = tuple(g for g in v.grants if (v.namespace, v.binding, v.subject, g.resource, g.verb) not in old_keys)
         if fresh:
             added.append(dataclasses.replace(v, grants=fresh))
         else:
@@ -182,86 +148,92 @@ def _split_new(new: list[Violation], old: list[Violation]) -> tuple[list[Violati
 
 def _decide(kind: str, name: str, obj: Mapping[str, Any], added: list[Violation], kept: list[Violation],
             *, config: RbacConfig, requester: _Requester, warnings: list[str]) -> Decision:
+    namespace = namespace_of(obj)
+    ref = f"{kind} {namespace + '/' if namespace else ''}{name}"
     for v in kept:
-        warnings.append(short(f"dra-guard: {kind} {name} already grants {v.subject} write on "
+        warnings.append(short(f"dra-guard: {ref} already grants {v.subject} "
                               f"{', '.join(sorted({g.resource for g in v.grants}))}; allowed, please fix"))
     if not added:
         return Decision(warnings=tuple(warnings))
     reason = _break_glass(obj)
     if reason is not None:
         if requester.is_admin(config.admin_subjects):
-            warnings.append(short(f"dra-guard: break-glass {BREAK_GLASS_ANNOTATION} honoured for {kind} {name}"))
+            warnings.append(short(f"dra-guard: break-glass {BREAK_GLASS_ANNOTATION} honoured for {ref}"))
             return Decision(warnings=tuple(warnings),
                             audit_annotations={"break-glass": short(f"{requester.username}: {reason}", 250)})
         findings = tuple(dataclasses.replace(
-            _finding(v, config, kind=kind, name=name),
-            message=_finding(v, config, kind=kind, name=name).message
+            finding(v, config, kind=kind, name=name, namespace=namespace),
+            message=finding(v, config, kind=kind, name=name, namespace=namespace).message
             + f" The annotation {BREAK_GLASS_ANNOTATION} is honoured only when a cluster admin makes the request.")
             for v in added)
         return Decision(findings=findings, warnings=tuple(warnings))
-    return Decision(findings=tuple(_finding(v, config, kind=kind, name=name) for v in added), warnings=tuple(warnings))
+    return Decision(findings=tuple(finding(v, config, kind=kind, name=name, namespace=namespace) for v in added),
+                    warnings=tuple(warnings))
 
 
-def _review_cluster_role_binding(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index: RbacIndex,
-                                 config: RbacConfig, requester: _Requester,
-                                 fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None) -> Decision:
-    name = name_of(obj)
+def _review_binding(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index: RbacIndex,
+                    config: RbacConfig, requester: _Requester,
+                    fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None) -> Decision:
+    """A ClusterRoleBinding, or a RoleBinding (which matters only in a sensitive namespace)."""
+    name, namespace = name_of(obj), namespace_of(obj)
+    kind = "RoleBinding" if namespace else "ClusterRoleBinding"
+    if namespace and namespace not in config.sensitive:
+        return ALLOW  # the common case: no power of a RoleBinding matters outside them
     role_ref = as_map(obj.get("roleRef"))
-    role_name = as_str(role_ref.get("name"))
-    if as_str(role_ref.get("kind")) not in ("", "ClusterRole"):
+    role_name, role_kind = as_str(role_ref.get("name")), as_str(role_ref.get("kind")) or "ClusterRole"
+    if role_kind not in ("ClusterRole", "Role") or (role_kind == "Role" and not namespace):
         return ALLOW
-    role = index.role(role_name)
-    if role is None and fetch_role is not None and role_name:
+    role_ns = namespace if role_kind == "Role" else ""
+    role = index.role(role_name, role_ns)
+    if role is None and fetch_role is not None and role_name and role_kind == "ClusterRole":
         role = fetch_role(role_name)
-    if role is None:
-        return Decision(warnings=(short(f"dra-guard: ClusterRole {role_name} does not exist yet; "
-                                        f"it will be checked against {name} when it is created"),))
-    grants = index.effective_grants(role, config)
+    pending = index.pending.role(role_name, role_ns)  # an UPDATE of the role allowed a moment ago
+    if role is None and pending is None:
+        return Decision(warnings=(short(f"dra-guard: {role_kind} {role_name} does not exist yet; "
+                                        f"it will be checked against {kind} {name} when it is created"),))
+    grants = tuple(sorted({g for r in (role, pending) if r is not None for g in index.effective_grants(r, config)}))
     new = binding_violations(obj, grants, config, via=role_name)
     old_v = binding_violations(old, grants, config, via=role_name) if old is not None else []
     added, kept = _split_new(new, old_v)
-    return _decide("ClusterRoleBinding", name, obj, added, kept, config=config, requester=requester, warnings=[])
-
-
-def _review_role_binding(obj: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig) -> Decision:
-    role_ref = as_map(obj.get("roleRef"))
-    if as_str(role_ref.get("kind")) != "ClusterRole":
-        return ALLOW
-    role = index.role(as_str(role_ref.get("name")))
-    if role is None or not index.effective_grants(role, config):
-        return ALLOW
-    ns = namespace_of(obj)
-    return Decision(warnings=(short(
-        f"dra-guard: RoleBinding {ns}/{name_of(obj)} binds ClusterRole {role_ref.get('name')}, whose DRA write "
-        f"grants nothing in a namespace; allowed"),))
+    return _decide(kind, name, obj, added, kept, config=config, requester=requester, warnings=[])
 
 
 def _role_violations(role: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
                      requester: _Requester) -> list[Violation]:
-    """Violations created by ClusterRole `role` through every ClusterRoleBinding that reaches it:
-    bindings of the role itself and of every role that aggregates it."""
-    name = name_of(role)
+    """Violations created by a ClusterRole or Role through every binding that reaches it: bindings
+    of the role itself and of every role that aggregates it; RoleBindings in sensitive namespaces."""
+    name, namespace = name_of(role), namespace_of(role)
     grants = index.effective_grants(role, config)
     if not grants:
         return []
+    found: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = {}
+    vias = [name] if namespace else [name, *index.aggregators_of(labels_of(role), exclude=name)]
+    for via in vias:
+        for b in [*bindings_reaching(index, config, role, via=via), *index.pending.bindings_of(via, namespace)]:
+            if not namespace_of(b) or namespace_of(b) in config.sensitive:
+                found[namespace_of(b), name_of(b)] = (via, b)  # a pending binding replaces its cached version
     out: list[Violation] = []
-    for via in [name, *index.aggregators_of(labels_of(role), exclude=name)]:
-        for binding in index.bindings_of(via):
-            if _break_glass(binding) is not None and requester.is_admin(config.admin_subjects):
-                continue
-            out.extend(binding_violations(binding, grants, config, via=via))
+    for via, binding in found.values():
+        if _break_glass(binding) is not None and requester.is_admin(config.admin_subjects):
+            continue
+        out.extend(binding_violations(binding, grants, config, via=via))
     return out
 
 
-def _review_cluster_role(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index: RbacIndex,
-                         config: RbacConfig, requester: _Requester,
-                         refresh_bindings: Callable[[], str | None] | None = None) -> Decision:
-    name = name_of(obj)
+def _review_role(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index: RbacIndex,
+                 config: RbacConfig, requester: _Requester,
+                 refresh_bindings: Callable[[], str | None] | None = None) -> Decision:
+    name, namespace = name_of(obj), namespace_of(obj)
+    kind = "Role" if namespace else "ClusterRole"
+    if namespace and namespace not in config.sensitive:
+        return ALLOW
     warnings: list[str] = []
-    if refresh_bindings is not None and index.effective_grants(obj, config):
-        # A role that grants protected write: a binding created a moment ago may not have reached
-        # the watch yet, so the bindings are read from the API once before judging (rare: roles
-        # with DRA write are few; everything else is decided from the cache).
+    if refresh_bindings is not None and not namespace and any(
+            not g.namespaced for g in index.effective_grants(obj, config)):
+        # A role that grants DRA write or a cluster-scoped power: a binding created a moment ago may
+        # not have reached the watch yet, so the bindings are read from the API once before judging
+        # (rare: such roles are few). Roles with only namespaced powers (workload or Service write:
+        # common) are decided from the cache: the pending record and the watch re-judging cover them.
         note = refresh_bindings()
         if note:
             warnings.append(short(f"dra-guard: {note}"))
@@ -274,29 +246,52 @@ def _review_cluster_role(obj: Mapping[str, Any], old: Mapping[str, Any] | None, 
         # The aggregation controller copying members' rules into an aggregating role: the member
         # role is where enforcement bites; refusing here would only wedge the controller. Anyone
         # else adding rules or labels to an aggregating role is judged like any other change.
-        warnings.extend(short(f"dra-guard: aggregated rules of ClusterRole {name} give {v.subject} write on "
+        warnings.extend(short(f"dra-guard: aggregated rules of ClusterRole {name} give {v.subject} "
                               f"{', '.join(sorted({g.resource for g in v.grants}))}") for v in added)
         return Decision(warnings=tuple(warnings))
-    return _decide("ClusterRole", name, obj, added, kept, config=config, requester=requester, warnings=warnings)
+    return _decide(kind, name, obj, added, kept, config=config, requester=requester, warnings=warnings)
 
 
 # --------------------------------------------------------------------------- audit
 
+def judge_binding(index: RbacIndex, config: RbacConfig, binding: Mapping[str, Any]) -> list[Finding]:
+    """Findings of one ClusterRoleBinding or RoleBinding dict as it stands in `index`: the grants of
+    its role (aggregation and bootstrap defaults included) that a subject may not hold. Skipped:
+    break-glass bindings (an admin accepted them), RoleBindings outside the sensitive namespaces,
+    bindings whose role is not known."""
+    namespace = namespace_of(binding)
+    if _break_glass(binding) is not None or (namespace and namespace not in config.sensitive):
+        return []
+    role = index.role(*reversed(ref_key(binding)))
+    if role is None:
+        return []
+    kind = "RoleBinding" if namespace else "ClusterRoleBinding"
+    return [finding(v, config, kind=kind, name=name_of(binding), namespace=namespace)
+            for v in binding_violations(binding, index.effective_grants(role, config), config, via=name_of(role))]
+
+
+def bindings_reaching(index: RbacIndex, config: RbacConfig, role: Mapping[str, Any], *,
+                      via: str | None = None) -> list[Mapping[str, Any]]:
+    """The cached bindings a change of ClusterRole or Role dict `role` can affect: its own bindings,
+    those of every role aggregating it, and RoleBindings of them in sensitive namespaces. `via`:
+    only the bindings of that one role (`role` itself or one of its aggregators)."""
+    name, namespace = name_of(role), namespace_of(role)
+    if namespace:
+        return index.role_bindings_of(name, namespace) if namespace in config.sensitive else []
+    vias = [via] if via is not None else [name, *index.aggregators_of(labels_of(role), exclude=name)]
+    return [b for v in vias
+            for b in [*index.bindings_of(v), *(rb for rb in index.role_bindings_of(v) if namespace_of(rb) in config.sensitive)]]
+
+
 def audit(index: RbacIndex, config: RbacConfig) -> Iterator[Finding]:
-    """Findings for every ClusterRoleBinding in `index` that gives a non-admin protected write.
+    """Findings for every ClusterRoleBinding, and every RoleBinding in a sensitive namespace, in
+    `index` that gives a subject a grant it may not hold (DRA write or an escalation power).
 
     Grants reached through aggregation are attributed to the binding of the aggregating role.
     Bindings carrying the break-glass annotation are skipped (an admin accepted them).
     """
-    for binding in index.bindings():
-        if _break_glass(binding) is not None:
-            continue
-        role_name = as_str(as_map(binding.get("roleRef")).get("name"))
-        role = index.role(role_name)
-        if role is None:
-            continue
-        for v in binding_violations(binding, index.effective_grants(role, config), config, via=role_name):
-            yield _finding(v, config, kind="ClusterRoleBinding", name=name_of(binding))
+    for binding in [*index.bindings(), *index.bindings(namespaced=True)]:
+        yield from judge_binding(index, config, binding)
 
 
 # --------------------------------------------------------------------------- registry entry points
@@ -305,10 +300,10 @@ def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
     """review() over Facts: the RBAC caches, their two bounded API reads, and whether the
     ClusterRole/ClusterRoleBinding caches are in sync. (The registry's `review`.)"""
     return review(request, index=facts.rbac, config=config.rbac, fetch_role=facts.fetch_cluster_role,
-                  refresh_bindings=facts.refresh_bindings, synced=facts.synced(("clusterroles", "clusterrolebindings")))
+                  refresh_bindings=facts.refresh_bindings, synced=facts.synced(("clusterroles", "clusterrolebindings", "roles", "rolebindings")))
 
 
 def audit_objects(facts: Facts, config: Config, objects: Mapping[str, list[dict[str, Any]]]) -> Iterator[Finding]:
     """audit() over Facts (the registry's `audit`); `objects` (kind -> object dicts) is not needed:
-    every ClusterRoleBinding is already in facts.rbac."""
+    every binding is already in facts.rbac."""
     return audit(facts.rbac, config.rbac)

@@ -62,7 +62,7 @@ def resolve_namespace(config: Config) -> Config:
     if certs_cfg.namespace:
         return config
     namespace = os.environ.get("POD_NAMESPACE") or "dra-guard"
-    return dataclasses.replace(config, certificates=dataclasses.replace(certs_cfg, namespace=namespace))
+    return dataclasses.replace(config, certificates=dataclasses.replace(certs_cfg, namespace=namespace)).with_guard(namespace)
 
 
 def identity(port: int) -> str:

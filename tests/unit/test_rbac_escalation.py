@@ -1,0 +1,239 @@
+"""Issue 16: escalation powers, sensitive namespaces, bootstrap defaults and dra-guard's own RBAC,
+as pure functions (the e2e proof per path is tests/e2e/test_escalation.py)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.builders import binding, cluster_role, review, rule, subject
+from webhook.config import from_mapping
+from webhook.model.powers import power_grants
+from webhook.policies import rbac
+
+CONFIG = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": ["dra-system:driver"]}}}).rbac
+ALICE = [subject("User", "alice")]
+CHECKS = CONFIG.escalation_checks
+
+
+def powers(rules, **kw):
+    return {(g.resource, g.verb, g.namespaced) for g in power_grants(
+        rules, role="r", write_verbs=CONFIG.write_verbs, checks=kw.pop("checks", CHECKS), **kw)}
+
+
+def decide(obj, objects=(), config=CONFIG, **kw):
+    return rbac.review(review(obj, **kw)["request"], index=rbac.RbacIndex.from_objects(objects), config=config)
+
+
+def role_in(ns, name, rules):
+    return {**cluster_role(name, rules), "kind": "Role", "metadata": {"name": name, "namespace": ns}}
+
+
+# ------------------------------------------------------------------ the powers found in rules
+@pytest.mark.parametrize("name, rules, expected", [
+    ("impersonate groups", [rule(["groups"], ["impersonate"], groups=[""])], {("impersonate:groups", "impersonate", False)}),
+    ("impersonate sa (namespaced)", [rule(["serviceaccounts"], ["impersonate"], groups=[""])],
+     {("impersonate:serviceaccounts", "impersonate", True)}),
+    ("impersonate uids", [rule(["uids"], ["impersonate"], groups=["authentication.k8s.io"])],
+     {("impersonate:uids", "impersonate", False)}),
+    ("webhook write", [rule(["validatingwebhookconfigurations"], ["patch"], groups=["admissionregistration.k8s.io"])],
+     {("validatingwebhookconfigurations", "patch", False)}),
+    ("webhook read only", [rule(["validatingwebhookconfigurations"], ["get", "list"], groups=["admissionregistration.k8s.io"])],
+     set()),
+    ("token", [rule(["serviceaccounts/token"], ["create"], groups=[""])], {("serviceaccounts/token", "create", True)}),
+    ("exec via */exec", [rule(["*/exec"], ["get"], groups=[""])], {("pods/exec", "get", True)}),
+    ("deployments", [rule(["deployments"], ["update", "get"], groups=["apps"])], {("deployments", "update", True)}),
+    ("secrets read", [rule(["secrets"], ["list"], groups=[""])], {("secrets", "list", True)}),
+    ("nodes/proxy", [rule(["nodes/proxy"], ["get"], groups=[""])], {("nodes/proxy", "get", False)}),
+    ("csr approval", [rule(["certificatesigningrequests/approval"], ["update"], groups=["certificates.k8s.io"])],
+     {("certificatesigningrequests/approval", "update", False)}),
+    ("pods read only", [rule(["pods", "pods/log"], ["get", "list", "watch"], groups=[""])], set()),
+    ("configmaps read", [rule(["configmaps"], ["get"], groups=[""])], set()),
+])
+def test_power_grants(name, rules, expected):
+    assert powers(rules) == expected, name
+
+
+def test_impersonation_limited_to_harmless_names_is_no_power():
+    limited = [rule(["groups"], ["impersonate"], groups=[""], resourceNames=["team-b"])]
+    assert powers(limited, privileged_name=lambda kind, n: n == "system:masters") == set()
+    masters = [rule(["groups"], ["impersonate"], groups=[""], resourceNames=["team-b", "system:masters"])]
+    assert powers(masters, privileged_name=lambda kind, n: n == "system:masters")
+
+
+def test_checks_switch_families_off():
+    assert powers([rule(["groups"], ["impersonate"], groups=[""])], checks=frozenset({"admission"})) == set()
+
+
+def test_bind_on_a_named_powerful_role_is_a_power_bind_on_all_is_not():
+    named = [rule(["clusterroles"], ["bind"], groups=["rbac.authorization.k8s.io"], resourceNames=["cluster-admin"])]
+    assert powers(named, role_grants=lambda n: n == "cluster-admin") == {("clusterroles:bind-escalate", "bind", False)}
+    everything = [rule(["clusterroles"], ["bind"], groups=["rbac.authorization.k8s.io"])]
+    assert powers(everything, role_grants=lambda n: True) == set()
+
+
+# ------------------------------------------------------------------ bindings
+def test_path1_impersonating_system_masters_is_refused():
+    imp = cluster_role("imp", [rule(["groups"], ["impersonate"], groups=[""], resourceNames=["system:masters"])])
+    d = decide(binding("b", "imp", ALICE), [imp])
+    assert not d.allowed and "impersonate:groups" in d.findings[0].message
+
+
+@pytest.mark.parametrize("namespace, allowed", [("kube-system", False), ("dra-system", False), ("team-a", True)])
+def test_path2_3_edit_like_rolebinding_is_refused_in_sensitive_namespaces_only(namespace, allowed):
+    edit = cluster_role("edit-like", [rule(["pods"], ["create"], groups=[""])])
+    d = decide(binding("b", "edit-like", ALICE, kind="RoleBinding", namespace=namespace), [edit])
+    assert d.allowed is allowed
+    if not allowed:
+        assert f"RoleBinding {namespace}/b" in d.findings[0].message and "pods" in d.findings[0].message
+
+
+def test_role_in_kube_system_is_judged_against_its_rolebindings():
+    rb = binding("b", "tokens", ALICE, kind="RoleBinding", namespace="kube-system", role_kind="Role")
+    d = decide(role_in("kube-system", "tokens", [rule(["serviceaccounts/token"], ["create"], groups=[""])]), [rb])
+    assert not d.allowed and "serviceaccounts/token" in d.findings[0].message
+
+
+def test_cluster_role_with_a_power_is_judged_against_rolebindings_in_sensitive_namespaces():
+    rb = binding("b", "pods", ALICE, kind="RoleBinding", namespace="kube-system")
+    d = decide(cluster_role("pods", [rule(["pods"], ["create"], groups=[""])]), [rb])
+    assert not d.allowed
+
+
+def test_dra_write_through_a_rolebinding_grants_nothing():
+    slices = cluster_role("slices", [rule(["resourceslices"], ["create"])])
+    assert decide(binding("b", "slices", ALICE, kind="RoleBinding", namespace="kube-system"), [slices]).allowed
+
+
+def test_driver_may_hold_workload_powers_but_not_impersonation():
+    sa = [subject("ServiceAccount", "driver", "dra-system")]
+    ctrl = cluster_role("ctrl", [rule(["resourceslices"], ["create"]), rule(["daemonsets"], ["create"], groups=["apps"]),
+                                 rule(["pods"], ["create"], groups=[""])])
+    assert decide(binding("b", "ctrl", sa), [ctrl]).allowed
+    imp = cluster_role("imp", [rule(["users"], ["impersonate"], groups=[""])])
+    assert not decide(binding("b", "imp", sa), [imp]).allowed
+
+
+def test_path8_device_taint_rules_are_admin_only():
+    taints = cluster_role("t", [rule(["devicetaintrules"], ["create"])])
+    assert not decide(binding("b", "t", [subject("ServiceAccount", "driver", "dra-system")]), [taints]).allowed
+
+
+def test_narrowed_kube_system_admins():
+    gc = cluster_role("gc", [rule(["*"], ["*"], groups=["*"])])
+    assert decide(binding("b", "gc", [subject("ServiceAccount", "generic-garbage-collector", "kube-system")]), [gc]).allowed
+    assert not decide(binding("b", "gc", [subject("ServiceAccount", "anything-else", "kube-system")]), [gc]).allowed
+
+
+# ------------------------------------------------------------------ dra-guard's own RBAC (path 6, path 4)
+def test_path6_own_cluster_role_is_changed_by_admins_only():
+    own = cluster_role("dra-guard", [rule(["clusterroles"], ["list", "watch"], groups=["rbac.authorization.k8s.io"])])
+    stripped = cluster_role("dra-guard", [])
+    d = decide(stripped, operation="UPDATE", old=own)
+    assert not d.allowed and d.findings[0].check == "guard-own-rbac"
+    assert decide(stripped, operation="UPDATE", old=own, user="root", groups=["system:masters"]).allowed
+
+
+def test_path4_rolebinding_in_dra_guards_namespace_is_changed_by_admins_only():
+    rb = binding("b", "view", ALICE, kind="RoleBinding", namespace="dra-guard")
+    assert not decide(rb).allowed
+    assert decide(rb, user="root", groups=["system:masters"]).allowed
+
+
+def test_dra_guards_own_service_account_may_hold_its_secrets_in_its_namespace():
+    sa = [subject("ServiceAccount", "dra-guard", "dra-guard")]
+    tls = role_in("dra-guard", "dra-guard", [rule(["secrets"], ["get", "create", "update"], groups=[""])])
+    rb = binding("dra-guard", "dra-guard", sa, kind="RoleBinding", namespace="dra-guard", role_kind="Role")
+    assert decide(rb, [tls], user="root", groups=["system:masters"]).allowed and not decide(rb, [tls], user="root",
+                                                                                           groups=["system:masters"]).warnings
+
+
+# ------------------------------------------------------------------ bootstrap roles (path 7)
+AUTO = {"rbac.authorization.kubernetes.io/autoupdate": "true"}
+
+
+def test_path7_stripped_cluster_admin_is_judged_by_its_defaults():
+    stripped = cluster_role("cluster-admin", [], annotations=AUTO)
+    d = decide(binding("b", "cluster-admin", ALICE), [stripped])
+    assert not d.allowed and "deviceclasses" in d.findings[0].message
+    # without the autoupdate annotation the apiserver restores nothing: judged as it is
+    assert decide(binding("b", "cluster-admin", ALICE), [cluster_role("cluster-admin", [])]).allowed
+
+
+def test_path7_stripped_edit_aggregation_is_restored():
+    edit = cluster_role("edit", [], annotations=AUTO)  # aggregationRule removed
+    member = cluster_role("system:aggregate-to-edit", [], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"},
+                          annotations=AUTO)  # rules stripped too
+    d = decide(binding("b", "edit", ALICE, kind="RoleBinding", namespace="kube-system"), [edit, member])
+    assert not d.allowed
+
+
+# ------------------------------------------------------------------ audit (item F)
+def test_audit_reports_impersonation_rolebindings_and_webhook_write():
+    objects = [
+        cluster_role("imp", [rule(["groups"], ["impersonate"], groups=[""])]), binding("b1", "imp", ALICE),
+        cluster_role("edit-like", [rule(["pods"], ["create"], groups=[""])]),
+        binding("b2", "edit-like", ALICE, kind="RoleBinding", namespace="kube-system"),
+        binding("b3", "edit-like", ALICE, kind="RoleBinding", namespace="team-a"),
+        cluster_role("vwc", [rule(["mutatingwebhookconfigurations"], ["update"], groups=["admissionregistration.k8s.io"])]),
+        binding("b4", "vwc", ALICE),
+    ]
+    found = {(f.kind, f.namespace, f.name) for f in rbac.audit(rbac.RbacIndex.from_objects(objects), CONFIG)}
+    assert found == {("ClusterRoleBinding", "", "b1"), ("RoleBinding", "kube-system", "b2"), ("ClusterRoleBinding", "", "b4")}
+
+
+# ------------------------------------------------------------------ path 9: concurrent reviews in one replica
+OLD = cluster_role("racy", [rule(["resourceclaims"], ["create"])])
+NEW = cluster_role("racy", [rule(["deviceclasses"], ["create"])])
+RACY_BINDING = binding("racy", "racy", ALICE)
+
+
+def test_binding_judged_while_the_role_update_is_judged_sees_the_pending_role():
+    index = rbac.RbacIndex.from_objects([OLD])
+    got = {}
+
+    def meanwhile():  # the binding review runs while the role review is between record and read
+        got["binding"] = rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG)
+        return None
+
+    got["role"] = rbac.review(review(NEW, operation="UPDATE", old=OLD)["request"], index=index, config=CONFIG,
+                              refresh_bindings=meanwhile)
+    assert not (got["role"].allowed and got["binding"].allowed)
+    assert not got["binding"].allowed and "deviceclasses" in got["binding"].findings[0].message
+
+
+def test_role_update_judged_while_the_binding_is_judged_sees_the_pending_binding():
+    index = rbac.RbacIndex()  # the role is not cached yet: the binding review asks fetch_role
+    got = {}
+
+    def fetch(name):
+        got["role"] = rbac.review(review(NEW, operation="UPDATE", old=OLD)["request"], index=index, config=CONFIG)
+        return OLD
+
+    got["binding"] = rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG, fetch_role=fetch)
+    assert not (got["role"].allowed and got["binding"].allowed)
+    assert not got["role"].allowed and "racy" in got["role"].findings[0].message
+
+
+def test_a_refused_or_dry_run_review_leaves_nothing_pending():
+    index = rbac.RbacIndex.from_objects([NEW])
+    assert not rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG).allowed
+    assert index.pending.bindings_of("racy") == []
+    harmless = binding("h", "racy", [subject("User", "root")])
+    assert rbac.review(review(harmless, dry_run=True, user="root", groups=["system:masters"])["request"],
+                       index=rbac.RbacIndex.from_objects([OLD]), config=CONFIG).allowed
+    idx = rbac.RbacIndex.from_objects([OLD])
+    rbac.review(review(harmless, dry_run=True)["request"], index=idx, config=CONFIG)
+    assert idx.pending.bindings_of("racy") == []
+    rbac.review(review(harmless)["request"], index=idx, config=CONFIG)
+    assert len(idx.pending.bindings_of("racy")) == 1
+    idx.upsert_binding(harmless)  # the watch delivers it
+    assert idx.pending.bindings_of("racy") == []
+
+
+def test_dra_guards_own_cluster_role_in_self_mode_is_no_violation():
+    """The chart's ClusterRole in self certificate mode: get/patch on its own webhook configurations."""
+    own = cluster_role("dra-guard", [rule(["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+                                          ["get", "patch"], groups=["admissionregistration.k8s.io"], resourceNames=["dra-guard"])])
+    crb = binding("dra-guard", "dra-guard", [subject("ServiceAccount", "dra-guard", "dra-guard")])
+    assert list(rbac.audit(rbac.RbacIndex.from_objects([own, crb]), CONFIG)) == []
+    other = binding("x", "dra-guard", [subject("ServiceAccount", "dra-guard", "elsewhere")])
+    assert list(rbac.audit(rbac.RbacIndex.from_objects([own, other]), CONFIG))

@@ -1,0 +1,134 @@
+"""Escalation powers: PolicyRules that are as good as DRA write, because they let a user act as,
+or switch off, someone who holds it (issue 16; docs/threat-model.md lists every path).
+
+Source: Kubernetes "Role Based Access Control Good Practices", section "Privilege escalation
+risks" (impersonate, bind/escalate, serviceaccounts/token, workload creation, secrets, admission
+webhooks, nodes/proxy, CSR approval), matched with the RBAC authorizer's rules
+(k8s.io/kubernetes/pkg/apis/rbac/v1/evaluation_helpers.go: "*" matches every group, resource and
+verb; "*/<subresource>" matches that subresource of every resource; resourceNames narrows).
+
+A power is returned as a webhook.model.rbac.Grant whose `resource` names the power (e.g.
+"impersonate:groups", "validatingwebhookconfigurations", "pods/exec", "secrets") and whose
+`namespaced` says whether a RoleBinding grants it in its namespace (namespaced powers matter in
+the sensitive namespaces only: those whose ServiceAccounts hold DRA write).
+Pure: plain dicts in, Grants out.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from webhook.config import ESCALATION_CHECKS
+from webhook.model.rbac import Grant
+from webhook.model.readers import as_list, as_map, strings
+
+#: the check names of rbac.escalationChecks (all on by default)
+CHECKS: Final = ESCALATION_CHECKS
+
+ADMISSION_GROUP: Final = "admissionregistration.k8s.io"
+ADMISSION_RESOURCES: Final = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations",
+                              "validatingadmissionpolicies", "validatingadmissionpolicybindings",
+                              "mutatingadmissionpolicies", "mutatingadmissionpolicybindings")
+RBAC_GROUP: Final = "rbac.authorization.k8s.io"
+#: workload controllers: write on them runs pods as any ServiceAccount of the namespace
+WORKLOADS: Final = (("apps", "deployments"), ("apps", "daemonsets"), ("apps", "statefulsets"),
+                    ("apps", "replicasets"), ("batch", "jobs"), ("batch", "cronjobs"), ("", "replicationcontrollers"))
+WORKLOAD_VERBS: Final = frozenset({"create", "update", "patch"})
+#: (group, resource, verbs, power name): namespaced powers that let a user act as a ServiceAccount
+#: of the namespace (or read what stands for one)
+NAMESPACE_POWERS: Final = (
+    ("", "serviceaccounts/token", frozenset({"create"}), "serviceaccounts/token"),
+    ("", "pods", frozenset({"create"}), "pods"),
+    ("", "pods/exec", frozenset({"create", "get"}), "pods/exec"),
+    ("", "pods/attach", frozenset({"create", "get"}), "pods/attach"),
+    ("", "pods/ephemeralcontainers", frozenset({"update", "patch"}), "pods/ephemeralcontainers"),
+    ("", "secrets", frozenset({"get", "list", "watch", "create", "update", "patch"}), "secrets"),
+    *((g, r, WORKLOAD_VERBS, r) for g, r in WORKLOADS),
+)
+#: extra namespaced powers in dra-guard's own namespace: its configuration and its Service
+GUARD_NAMESPACE_POWERS: Final = (
+    ("", "configmaps", frozenset({"create", "update", "patch", "delete"}), "configmaps"),
+    ("", "services", frozenset({"create", "update", "patch", "delete"}), "services"),
+)
+#: every namespaced power name a DRA driver subject may hold (drivers run controllers of their own)
+NAMESPACE_POWER_NAMES: Final = frozenset(p[3] for p in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS)
+
+#: impersonation: (group, resource, namespaced)
+IMPERSONATE: Final = (("", "users", False), ("", "groups", False), ("", "serviceaccounts", True),
+                      ("authentication.k8s.io", "uids", False))
+
+
+def _group_ok(groups: list[str], group: str) -> bool:
+    return "*" in groups or group in groups
+
+
+def resource_ok(resources: list[str], resource: str) -> bool:
+    """Whether a rule's resources match `resource` ("pods" or "pods/exec"), as the authorizer does."""
+    if "*" in resources or resource in resources:
+        return True
+    if "/" in resource:
+        sub = resource.split("/", 1)[1]
+        return f"*/{sub}" in resources
+    return False
+
+
+def _verbs(verbs: list[str], wanted: Iterable[str]) -> list[str]:
+    return ["*"] if "*" in verbs else sorted(set(verbs) & set(wanted))
+
+
+def power_grants(rules: Any, *, role: str, write_verbs: frozenset[str], checks: frozenset[str],
+                 guard_names: frozenset[str] = frozenset(),
+                 privileged_name: Callable[[str, str], bool] = lambda kind, name: True,
+                 role_grants: Callable[[str], bool] = lambda name: False) -> list[Grant]:
+    """The escalation powers in a list of PolicyRules (rbac.authorization.k8s.io/v1 dicts).
+
+    checks: which families to look for (CHECKS). guard_names: dra-guard's own ClusterRole and
+    ClusterRoleBinding names (write on them, by resourceNames, is a power; write on every
+    ClusterRole is the RBAC manager's right, judged object by object instead). Write on ConfigMaps
+    and Services is returned too (GUARD_NAMESPACE_POWERS): it counts in dra-guard's own namespace only.
+    privileged_name(kind, name): whether an impersonation target named by resourceNames ("User",
+    "Group" or "ServiceAccount") may hold DRA write; impersonation limited to names for which it
+    answers False is no power. role_grants(name): whether ClusterRole `name` holds DRA write or a
+    power (for bind/escalate limited by resourceNames; bind/escalate on every role is the RBAC
+    manager's right). Malformed rules grant nothing.
+    """
+    out: set[Grant] = set()
+    for rule in as_list(rules):
+        rule = as_map(rule)
+        groups, resources = strings(rule.get("apiGroups")), strings(rule.get("resources"))
+        verbs, names = strings(rule.get("verbs")), strings(rule.get("resourceNames"))
+        if not groups or not resources or not verbs:
+            continue
+
+        def add(group: str, resource: str, wanted: Iterable[str], power: str, namespaced: bool,
+                groups: list[str] = groups, resources: list[str] = resources, verbs: list[str] = verbs) -> None:
+            if _group_ok(groups, group) and resource_ok(resources, resource):
+                out.update(Grant(resource=power, verb=v, role=role, namespaced=namespaced) for v in _verbs(verbs, wanted))
+
+        if "impersonate" in checks:
+            imp = [v for v in verbs if v == "*" or v.startswith("impersonate")]
+            for group, resource, namespaced in IMPERSONATE:
+                if not imp or not (_group_ok(groups, group) and resource_ok(resources, resource)):
+                    continue
+                kind = {"users": "User", "groups": "Group", "serviceaccounts": "ServiceAccount"}.get(resource, "")
+                if names and kind and not any(privileged_name(kind, n) for n in names):
+                    continue
+                out.update(Grant(resource=f"impersonate:{resource}", verb=v, role=role, namespaced=namespaced)
+                           for v in (["*"] if "*" in imp else imp))
+        if "admission" in checks:
+            for resource in ADMISSION_RESOURCES:
+                add(ADMISSION_GROUP, resource, write_verbs, resource, False)
+        if "guard-rbac" in checks and guard_names & set(names):
+            for resource in ("clusterroles", "clusterrolebindings"):
+                add(RBAC_GROUP, resource, write_verbs, f"{resource}:dra-guard", False)
+        if "bind-escalate" in checks and names and any(role_grants(n) for n in names if n != role):
+            for resource in ("clusterroles", "roles"):
+                add(RBAC_GROUP, resource, ("bind", "escalate"), f"{resource}:bind-escalate", False)
+        if "nodes-csr" in checks:
+            add("", "nodes/proxy", ("get", "create"), "nodes/proxy", False)
+            add("certificates.k8s.io", "certificatesigningrequests/approval", ("update", "patch"),
+                "certificatesigningrequests/approval", False)
+        if "namespace-powers" in checks:
+            for group, resource, wanted, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS:
+                add(group, resource, wanted, power, True)
+    return sorted(out)

@@ -1,0 +1,133 @@
+"""Who may hold which grant, and the violations of one binding (the RBAC guard's core rule).
+
+Source: "Good practices for Dynamic Resource Allocation as a Cluster Admin" (DeviceClass,
+ResourceSlice, DeviceTaintRule belong to cluster admins; ResourceSlices to drivers too) and
+"Role Based Access Control Good Practices" (escalation powers: webhook.model.powers). Trust:
+adminSubjects may hold everything; driverSubjects the driver resources and the namespaced powers a
+driver's own controllers need (DaemonSets, Pods, Secrets...); dra-guard's own ServiceAccount
+everything it is given (it is the guard; acting as it is itself a power of its namespace);
+everyone else none. A ClusterRoleBinding grants everything its role holds; a
+RoleBinding only the namespaced powers, and only in a sensitive namespace (RbacConfig.sensitive)
+do they matter; ConfigMap and Service write only in dra-guard's own namespace.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from webhook.config import RbacConfig
+from webhook.model.powers import GUARD_NAMESPACE_POWERS, NAMESPACE_POWER_NAMES
+from webhook.model.rbac import Grant, Subject, subjects_of
+from webhook.model.readers import as_map, as_str, name_of, namespace_of
+from webhook.policies.decision import Finding, short
+
+POLICY = "rbac"
+_GUARD_ONLY = frozenset(p[3] for p in GUARD_NAMESPACE_POWERS)
+
+
+def may_hold(subject: Subject, grant: Grant, config: RbacConfig) -> bool:
+    """Whether `subject` may hold `grant` (see the module docstring)."""
+    kw = {"kind": subject.kind, "name": subject.name, "namespace": subject.namespace}
+    if config.admin_subjects.contains(**kw):
+        return True
+    if config.is_guard(**kw):
+        return True  # dra-guard itself (self mode: patch on its own webhook configurations)
+    if config.driver_subjects.contains(**kw):
+        return grant.resource in config.driver_resources or (grant.namespaced and grant.resource in NAMESPACE_POWER_NAMES)
+    return False
+
+
+def reaches(grant: Grant, namespace: str, config: RbacConfig) -> bool:
+    """Whether a binding in `namespace` ("" for a ClusterRoleBinding) gives `grant` where it matters."""
+    if grant.resource in _GUARD_ONLY and namespace not in ("", config.guard_namespace):
+        return False
+    if not namespace:
+        return True
+    return grant.namespaced and namespace in config.sensitive
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    """A subject of a binding that gets grants it must not have."""
+
+    binding: str
+    subject: Subject
+    grants: tuple[Grant, ...]
+    via: str  # the roleRef's role name
+    namespace: str = ""  # the RoleBinding's namespace; "" for a ClusterRoleBinding
+    via_kind: str = "ClusterRole"  # the roleRef's kind: ClusterRole or Role
+
+    @property
+    def binding_kind(self) -> str:
+        """ClusterRoleBinding or RoleBinding."""
+        return "RoleBinding" if self.namespace else "ClusterRoleBinding"
+
+    @property
+    def binding_ref(self) -> str:
+        """"RoleBinding ns/name" or "ClusterRoleBinding name"."""
+        return f"{self.binding_kind} {self.namespace + '/' if self.namespace else ''}{self.binding}"
+
+    def keys(self) -> set[tuple[str, str, Subject, str, str]]:
+        """(namespace, binding, subject, resource, verb) per grant: what makes a violation 'new' on UPDATE."""
+        return {(self.namespace, self.binding, self.subject, g.resource, g.verb) for g in self.grants}
+
+
+def binding_violations(binding: Mapping[str, Any], grants: Iterable[Grant], config: RbacConfig, *,
+                       via: str) -> list[Violation]:
+    """Violations of one ClusterRoleBinding or RoleBinding dict given the grants of its roleRef."""
+    ns = namespace_of(binding)
+    grants = tuple(g for g in grants if reaches(g, ns, config))
+    out: list[Violation] = []
+    if not grants:
+        return out
+    for subject in subjects_of(binding):
+        bad = tuple(g for g in grants if not may_hold(subject, g, config))
+        if bad:
+            out.append(Violation(binding=name_of(binding), subject=subject, grants=bad, via=via, namespace=ns,
+                                 via_kind=as_str(as_map(binding.get("roleRef")).get("kind")) or "ClusterRole"))
+    return out
+
+
+def describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
+    """(message, summary) for a violation."""
+    dra = sorted({g.resource for g in v.grants if g.resource in config.protected_resources})
+    powers = sorted({g.resource for g in v.grants} - set(dra))
+    verbs = sorted({g.verb for g in v.grants})
+    verb_text = "every verb: *" if "*" in verbs else ", ".join(verbs)
+    roles = sorted({g.role for g in v.grants} - {v.via})
+    via = f"{v.via_kind} {v.via}" + (f" (aggregating {', '.join(roles)})" if roles else "")
+    parts = []
+    if dra:
+        parts.append(f"write ({verb_text}) on {', '.join(dra)} ({config.api_group})")
+    if powers:
+        where = f" in namespace {v.namespace}" if v.namespace else ""
+        parts.append(f"escalation powers{where}: {', '.join(powers)} (each lets the holder act as, or switch off, "
+                     f"an identity that holds DRA write)")
+    admin_only = [r for r in dra if r in config.admin_only_resources] or powers
+    if admin_only:
+        who = f"only cluster admins may hold {', '.join(admin_only)}"
+        fix = "add the subject to rbac.adminSubjects in dra-guard's config (Helm value config.rbac.adminSubjects)"
+    else:
+        who = f"only cluster admins and DRA drivers may write {', '.join(dra)}"
+        fix = ("add the subject to rbac.adminSubjects or rbac.driverSubjects in dra-guard's config (Helm values "
+               "config.rbac.adminSubjects, config.rbac.driverSubjects)")
+    message = (f"{v.binding_ref} grants {'; and '.join(parts)} to {v.subject} via {via}; {who}. "
+               f"Bind a narrower role (ResourceClaims and ResourceClaimTemplates are enough for workloads), "
+               f"or {fix}.")
+    what = ", ".join(dra + powers)
+    summary = short(f"dra-guard: {v.subject} would get {what} via {v.binding_ref}")
+    return message, summary
+
+
+def finding(v: Violation, config: RbacConfig, *, kind: str, name: str, namespace: str = "") -> Finding:
+    """The Finding of a violation, reported on object `kind` `namespace`/`name`."""
+    message, summary = describe(v, config)
+    if kind in ("ClusterRole", "Role"):
+        message = f"{kind} {namespace + '/' if namespace else ''}{name}: " + message
+    return Finding(
+        policy=POLICY, kind=kind, name=name, namespace=namespace, message=message, summary=summary, check="rbac-write",
+        details={"binding": v.binding, "bindingNamespace": v.namespace, "subject": str(v.subject), "roleRef": v.via,
+                 "resources": sorted({g.resource for g in v.grants}), "verbs": sorted({g.verb for g in v.grants}),
+                 "roles": sorted({g.role for g in v.grants})},
+    )
