@@ -183,7 +183,11 @@ def test_self_mode_writes_to_a_memory_volume_and_renders_no_ca_bundle():
     assert config.certificates.extra_dns_names == ("dra-guard.example.com",)
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in find(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
-    assert volumes[mounts[config.certificates.dir]]["emptyDir"]["medium"] == "Memory"
+    # the emptyDir (mode 0777, as Kubernetes makes every emptyDir) is mounted one level up: dra-guard
+    # writes into its own 0700 subfolder and refuses a group/world-writable one (certs.secure_folder)
+    folder = pathlib.PurePosixPath(config.certificates.dir)
+    assert not folder.is_relative_to("/tmp") and str(folder.parent) in mounts and str(folder) not in mounts
+    assert volumes[mounts[str(folder.parent)]]["emptyDir"]["medium"] == "Memory"
     assert volumes[mounts["/tmp"]]["emptyDir"]
     for w in webhooks(objs).values():
         assert "caBundle" not in w["clientConfig"]

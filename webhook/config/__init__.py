@@ -63,7 +63,7 @@ Example (all defaults shown)::
       leaseName: dra-guard-certs  # self mode: one replica at a time writes
       validatingWebhookConfiguration: dra-guard   # self mode: whose caBundle is kept right
       mutatingWebhookConfiguration: dra-guard
-      dir: /tmp/dra-guard-certs   # self mode: where the serving files are written
+      dir: /run/dra-guard/certs    # self mode: where the serving files are written (ours, 0700)
       caValidityDays: 3650
       leafValidityDays: 365
       renewAfterShare: 0.6666666666666666   # renew once this share of the lifetime has passed

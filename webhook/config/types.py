@@ -223,8 +223,9 @@ class CertificatesConfig:
         "validatingWebhookConfiguration", help="self mode: the ValidatingWebhookConfiguration whose caBundle is kept right"))
     mutating_webhook: str = dataclasses.field(default="dra-guard", metadata=key(
         "mutatingWebhookConfiguration", help="self mode: the MutatingWebhookConfiguration whose caBundle is kept right"))
-    dir: str = dataclasses.field(default="/tmp/dra-guard-certs", metadata=key(
-        "dir", help="self mode: where the serving files are written"))
+    dir: str = dataclasses.field(default="/run/dra-guard/certs", metadata=key(
+        "dir", help="self mode: where the serving files are written; a folder of dra-guard's user "
+                    "that no one else may write (created 0700); never a shared one like /tmp"))
     ca_validity_days: int = dataclasses.field(default=3650, metadata=key(
         "caValidityDays", lo=1, hi=36500, help="days the self-made CA is valid"))
     leaf_validity_days: int = dataclasses.field(default=365, metadata=key(

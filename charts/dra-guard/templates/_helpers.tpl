@@ -62,7 +62,10 @@ app.kubernetes.io/part-of: dra-guard
 {{- end -}}
 {{- end }}
 {{- define "dra-guard.leaseName" -}}{{ include "dra-guard.fullname" . }}-certs{{- end }}
-{{- define "dra-guard.certDir" -}}/var/run/dra-guard/certs{{- end }}
+{{- /* self mode: the emptyDir is mounted at certMount (Kubernetes makes every emptyDir mode 0777) and
+dra-guard writes into certDir, a 0700 subfolder it creates: it refuses a group/world-writable folder. */}}
+{{- define "dra-guard.certMount" -}}/run/dra-guard{{- end }}
+{{- define "dra-guard.certDir" -}}/run/dra-guard/certs{{- end }}
 {{- define "dra-guard.tlsDir" -}}/etc/dra-guard/tls{{- end }}
 
 {{/* The policy's mode: its own, else the global config.mode. */}}
