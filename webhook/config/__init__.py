@@ -80,8 +80,18 @@ Example (all defaults shown)::
       workers: 1
       threads: 8
       shutdownDelaySeconds: 5     # on SIGTERM: /readyz says no, keep serving this long, then drain
+      reviewDeadlineSeconds: 2.5  # every review answered within this (else the overload answer; eviction: 429)
+      dropAfterSeconds: 3         # requests queued longer are dropped: the apiserver gave up on them
+      reservedThreads: 2          # threads RBAC and DaemonSet reviews never hold (evictions first)
+      clientCAFile: ""            # set: only clients with a certificate of these CAs (the apiserver) are served
+      limits:                     # beyond these a review is not judged: its failure mode answers
+        maxRules: 2000
+        maxSubjects: 2000
+        maxSelectorValues: 10000
+        maxContainers: 200
     cluster:
       requestTimeoutSeconds: 2
+      bindingRefreshIntervalSeconds: 2   # at most one full ClusterRoleBinding read per this many seconds
 """
 from __future__ import annotations
 

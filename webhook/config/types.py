@@ -257,6 +257,9 @@ class AuditConfig:
 class ServerConfig:
     """HTTP server settings (gunicorn). Sizes in bytes, times in seconds."""
 
+    key_groups: ClassVar[Mapping[str, str]] = {
+        "limits": "the most one review may make dra-guard evaluate; beyond, the policy's failure mode answers"}
+
     port: int = dataclasses.field(default=8443, metadata=key(
         "port", lo=1, hi=65535, help="the HTTPS port"))
     max_request_bytes: int = dataclasses.field(default=8 * 1024 * 1024, metadata=key(
@@ -268,6 +271,30 @@ class ServerConfig:
     shutdown_delay_seconds: int = dataclasses.field(default=5, metadata=key(
         "shutdownDelaySeconds", lo=0, hi=60,
         help="on SIGTERM: /readyz says no, keep serving this many seconds, then drain"))
+    review_deadline_seconds: float = dataclasses.field(default=2.5, metadata=key(
+        "reviewDeadlineSeconds", lo=0.1, hi=29,
+        help="every review is answered within this many seconds of its arrival, by its policy or else by the "
+             "overload answer (eviction: 429 retry); keep below the webhooks' timeoutSeconds (3)"))
+    drop_after_seconds: float = dataclasses.field(default=3.0, metadata=key(
+        "dropAfterSeconds", lo=0.1, hi=30,
+        help="a request still queued after this many seconds is dropped unanswered: the apiserver's timeout has passed"))
+    reserved_threads: int = dataclasses.field(default=2, metadata=key(
+        "reservedThreads", lo=1, hi=255, below="threads",
+        help="threads per worker that RBAC and DaemonSet reviews never hold: kept for evictions and probes"))
+    client_ca_file: str = dataclasses.field(default="", metadata=key(
+        "clientCAFile",
+        help="PEM file of CAs: when set, a client must present a certificate they signed (TLS); "
+             "give the apiserver one with an AdmissionConfiguration kubeconfig (docs/reliability.md)"))
+    max_rules: int = dataclasses.field(default=2000, metadata=key(
+        "limits.maxRules", lo=1, hi=1_000_000, help="a reviewed object with more RBAC rules is not judged (failure mode)"))
+    max_subjects: int = dataclasses.field(default=2000, metadata=key(
+        "limits.maxSubjects", lo=1, hi=1_000_000, help="a reviewed binding with more subjects is not judged (failure mode)"))
+    max_selector_values: int = dataclasses.field(default=10_000, metadata=key(
+        "limits.maxSelectorValues", lo=1, hi=10_000_000,
+        help="a reviewed ClusterRole whose aggregationRule has more label values is not judged (failure mode)"))
+    max_containers: int = dataclasses.field(default=200, metadata=key(
+        "limits.maxContainers", lo=1, hi=100_000,
+        help="a reviewed DaemonSet with more containers (init and regular) is not judged (failure mode)"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,6 +308,10 @@ class ClusterConfig:
     request_timeout_seconds: float = dataclasses.field(default=2.0, metadata=key(
         "requestTimeoutSeconds", lo=0, lo_exclusive=True, hi=30,
         help="seconds for each LIST page and for all API reads of one admission; below the RBAC webhook's timeout"))
+    binding_refresh_interval_seconds: float = dataclasses.field(default=2.0, metadata=key(
+        "bindingRefreshIntervalSeconds", lo=0, hi=300,
+        help="at most one full API read of the ClusterRoleBindings per this many seconds (ClusterRole reviews "
+             "in between share the last one and the watch)"))
 
 
 @dataclasses.dataclass(frozen=True)

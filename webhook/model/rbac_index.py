@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.config import RbacConfig
-from webhook.model.rbac import Grant, aggregates, protected_grants, subjects_of
+from webhook.model.rbac import Grant, LabelMatcher, aggregation_matcher, protected_grants, subjects_of
 from webhook.model.readers import annotations_of, as_list, as_map, as_str, labels_of, name_of
 
 
@@ -47,11 +47,20 @@ class RbacIndex:
         self._by_role: dict[str, set[str]] = {}
         self._grants_memo: dict[str, tuple[Grant, ...]] = {}  # role name -> effective grants
         self._sa_memo: dict[tuple[str, str, str], bool] = {}  # (namespace, name, resource) -> may write
+        self._matchers: dict[str, LabelMatcher] = {}  # aggregating role name -> its compiled aggregationRule
 
     def _changed(self) -> None:
         """Drop memoised answers after any RBAC change (caller holds the lock)."""
         self._grants_memo.clear()
         self._sa_memo.clear()
+        self._matchers.clear()
+
+    def _matcher(self, name: str) -> LabelMatcher:
+        """The compiled aggregationRule of indexed aggregating role `name` (the lock is held)."""
+        found = self._matchers.get(name)
+        if found is None:
+            found = self._matchers[name] = aggregation_matcher(self._roles[name]) or (lambda labels: False)
+        return found
 
     # -- updates (from watches or manifest files)
     def upsert_role(self, obj: Mapping[str, Any]) -> None:
@@ -151,7 +160,7 @@ class RbacIndex:
             while frontier:
                 _, lbls = frontier.pop(0)
                 for agg in sorted(self._aggregators):
-                    if agg not in seen and aggregates(self._roles[agg], lbls):
+                    if agg not in seen and self._matcher(agg)(lbls):
                         seen.add(agg)
                         found.append(agg)
                         frontier.append((agg, labels_of(self._roles[agg])))
@@ -161,7 +170,10 @@ class RbacIndex:
         """Names of ClusterRoles whose labels match `aggregator`'s aggregationRule (direct members)."""
         name = name_of(aggregator)
         with self._lock:
-            return sorted(n for n, r in self._roles.items() if n != name and aggregates(aggregator, labels_of(r)))
+            matcher = self._matcher(name) if self._roles.get(name) is aggregator else aggregation_matcher(aggregator)
+            if matcher is None:
+                return []
+            return sorted(n for n, r in self._roles.items() if n != name and matcher(labels_of(r)))
 
     def effective_grants(self, role: Mapping[str, Any], config: RbacConfig) -> tuple[Grant, ...]:
         """Protected grants of a ClusterRole dict: its own rules plus, for an aggregating role, its

@@ -18,6 +18,7 @@ error is JSON too (404, 405, 500): never an HTML page, never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,8 +30,10 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from webhook import admission, metrics
 from webhook.config import Config
 from webhook.model.facts import Facts
+from webhook.model.limits import over_limit
 from webhook.policies.decision import Decision
 from webhook.policies.registry import POLICIES, Review
+from webhook.serve.lanes import arrived, lanes_for
 
 log = logging.getLogger("dra_guard.app")
 
@@ -77,8 +80,10 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes + 1
     ready = readiness or Readiness(cluster=cluster)
 
-    def read_review(path: str) -> dict[str, Any] | Response:
-        """The request's AdmissionReview dict, or the 400 Response saying why there is none."""
+    def read_review(path: str, *, peek: bool = False) -> dict[str, Any] | Response:
+        """The request's AdmissionReview dict, or the 400 Response saying why there is none. peek:
+        only apiVersion and request.uid are needed (an overload answer): read without parsing the
+        whole body when they can be found at its start (admission.peek_review)."""
         mimetype = request.mimetype
         if mimetype != "application/json":
             return _bad_request(path, f"Content-Type must be application/json, got {mimetype or 'none'!r}")
@@ -92,16 +97,38 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
         if len(body) > limit:
             return _bad_request(path, f"body is larger than server.maxRequestBytes ({limit} bytes)")
         try:
-            return admission.parse_review(body)
+            return (peek and admission.peek_review(body)) or admission.parse_review(body)
         except admission.BadRequest as exc:
             return _bad_request(path, str(exc))
 
+    first = {p.name for p in POLICIES if p.first}
+    lanes = lanes_for(config.server.threads, config.server.reserved_threads, first, [p.name for p in POLICIES])
+    limits = functools.partial(over_limit, limits=config.server)
+
     def make_view(path: str, policy: str, evaluate: Callable[[Mapping[str, Any]], Decision]) -> Callable[[], Response]:
+        lane, settings, is_first = lanes[policy], config.policy(policy), policy in first
+
         def view() -> Response:
-            review = read_review(path)
-            if isinstance(review, Response):
-                return review
-            return jsonify(admission.respond(review, policy=policy, evaluate=evaluate, settings=config.policy(policy)))
+            deadline = arrived() + config.server.review_deadline_seconds
+            if not lane.enter(deadline):
+                # overloaded: answer at once, never queue past the apiserver's timeout
+                review = read_review(path, peek=True)
+                if isinstance(review, Response):
+                    return review
+                return jsonify(admission.overload_answer(
+                    review, policy=policy, settings=settings, first=is_first,
+                    why=f"overloaded: its {lane.slots} server threads are busy"))
+            try:
+                review = read_review(path)
+                if isinstance(review, Response):
+                    return review
+
+                def judged(req: Mapping[str, Any]) -> Decision:
+                    return lane.judge(evaluate, req, deadline)
+                return jsonify(admission.respond(review, policy=policy, evaluate=judged, settings=settings,
+                                                 first=is_first, limits=limits))
+            finally:
+                lane.leave()
         view.__name__ = f"review_{policy}"
         return view
 

@@ -176,6 +176,7 @@ class DraGuardServer(BaseApplication):
         for key, value in settings.items():
             self.cfg.set(key, value)
         worker.SHUTDOWN_DELAY[0] = float(o.config.server.shutdown_delay_seconds)
+        worker.DROP_AFTER[0] = float(o.config.server.drop_after_seconds)
 
     def load(self) -> Any:
         o = self.options
