@@ -9,7 +9,6 @@ import json
 import threading
 import time
 
-import pytest
 import requests
 
 from tests.builders import cluster_role, review, rule
@@ -30,7 +29,7 @@ def metric(guard, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
-def test_driver_eviction_is_refused_every_time_under_a_flood_of_heavy_reviews(control_plane, scenario):
+def test_driver_eviction_is_refused_every_time_under_a_flood_of_heavy_reviews(control_plane, scenario):  # noqa: F811
     cp, guard = control_plane, scenario
     driver_pod = wait_for("the driver pod", lambda: driver_pod_name(cp))
     wait_for("the claim to be reserved", lambda: claim_reserved(cp))
@@ -89,8 +88,3 @@ def test_driver_eviction_is_refused_every_time_under_a_flood_of_heavy_reviews(co
     # the flood was real: dra-guard received the heavy reviews, and refused them unjudged (limits, overload)
     assert sent["direct"] >= DIRECT_CLIENTS and sent["apiserver"] >= APISERVER_CLIENTS, sent
     assert metric(guard, "dra_guard_reviews_not_judged_total") > not_judged
-
-
-@pytest.fixture(autouse=True)
-def _quiet_flood_output():
-    yield

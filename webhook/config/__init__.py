@@ -84,6 +84,7 @@ Example (all defaults shown)::
       dropAfterSeconds: 3         # requests queued longer are dropped: the apiserver gave up on them
       reservedThreads: 2          # threads RBAC and DaemonSet reviews never hold (evictions first)
       clientCAFile: ""            # set: only clients with a certificate of these CAs (the apiserver) are served
+      probePort: 0                # a port without client certificates for probes and /metrics (0: off)
       limits:                     # beyond these a review is not judged: its failure mode answers
         maxRules: 2000
         maxSubjects: 2000

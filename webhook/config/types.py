@@ -285,6 +285,10 @@ class ServerConfig:
         "clientCAFile",
         help="PEM file of CAs: when set, a client must present a certificate they signed (TLS); "
              "give the apiserver one with an AdmissionConfiguration kubeconfig (docs/reliability.md)"))
+    probe_port: int = dataclasses.field(default=0, metadata=key(
+        "probePort", lo=0, hi=65535,
+        help="0: off; else a second HTTPS port that asks no client certificate, for the kubelet's probes and "
+             "Prometheus (/healthz, /readyz, /metrics only); needed with clientCAFile"))
     max_rules: int = dataclasses.field(default=2000, metadata=key(
         "limits.maxRules", lo=1, hi=1_000_000, help="a reviewed object with more RBAC rules is not judged (failure mode)"))
     max_subjects: int = dataclasses.field(default=2000, metadata=key(

@@ -109,6 +109,8 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
         lane, settings, is_first = lanes[policy], config.policy(policy), policy in first
 
         def view() -> Response:
+            if on_probe_port():
+                return _not_here()
             deadline = arrived() + config.server.review_deadline_seconds
             if not lane.enter(deadline):
                 # overloaded: answer at once, never queue past the apiserver's timeout
@@ -135,7 +137,14 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
     for path, (policy, evaluate) in policy_routes(config, cluster).items():
         app.add_url_rule(path, view_func=make_view(path, policy, evaluate), methods=["POST"])
 
+    def on_probe_port() -> bool:
+        """Whether this request came to server.probePort (no client certificate asked there)."""
+        port = config.server.probe_port
+        return bool(port) and request.environ.get("SERVER_PORT") == str(port)
+
     def noop() -> Response:
+        if on_probe_port():
+            return _not_here()
         review = read_review(NOOP_PATH)
         if isinstance(review, Response):
             return review
@@ -177,4 +186,10 @@ def _bad_request(path: str, message: str) -> Response:
     metrics.BAD_REQUESTS.labels(path=path).inc()
     resp = jsonify(error=message)
     resp.status_code = 400
+    return resp
+
+
+def _not_here() -> Response:
+    resp = jsonify(error="admission reviews are not served on server.probePort (it asks no client certificate)")
+    resp.status_code = 403
     return resp

@@ -217,14 +217,21 @@ class TimeoutWrapping:
     CLIENT_SOCKET_TIMEOUT seconds instead of holding it forever (gthread sockets are otherwise fully
     blocking); DeadlineSSLSocket bounds a trickled request."""
 
-    def __init__(self, context: Any, timeout: float) -> None:
+    def __init__(self, context: Any, timeout: float, *, probe_port: int = 0, open_context: Any = None) -> None:
         self.context = context
         self.timeout = timeout
+        self.probe_port = probe_port
+        self.open_context = open_context
 
     def wrap_socket(self, sock: Any, **kwargs: Any) -> Any:
+        """Wrap an accepted socket; one accepted on the probe port (server.probePort) gets
+        open_context, which asks no client certificate (the kubelet's probes, Prometheus)."""
         sock.settimeout(self.timeout)
-        self.context.sslsocket_class = DeadlineSSLSocket
-        return self.context.wrap_socket(sock, **kwargs)
+        context = self.context
+        if self.probe_port and self.open_context is not None and sock.getsockname()[1] == self.probe_port:
+            context = self.open_context
+        context.sslsocket_class = DeadlineSSLSocket
+        return context.wrap_socket(sock, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.context, name)
