@@ -213,3 +213,26 @@ def test_peek_finds_uid_and_version_as_the_apiserver_writes_them_and_defers_othe
                                            "request": {"uid": "705ab4f5-6393"}}
     assert admission.peek_review(b'{"request":{"uid":"a"},"kind":"AdmissionReview"}') is None
     assert admission.peek_review(b'{"kind":"AdmissionReview","apiVersion":"v9","request":{"uid":"a"}}') is None
+
+
+def test_a_review_that_arrives_past_its_deadline_is_answered_at_once_without_being_judged(monkeypatch):
+    """Queued work older than its deadline is not served: the overload answer, from the body's head."""
+    judged = []
+    from webhook.policies.decision import ALLOW
+
+    def policy(request, facts, config):
+        judged.append(request)
+        return ALLOW
+
+    monkeypatch.setattr(app_module, "POLICIES", tuple(dataclasses.replace(p, review=policy) for p in app_module.POLICIES))
+    c = client(server={"reviewDeadlineSeconds": 1})
+    lanes.set_arrival(time.monotonic() - 2)  # as webhook.serve.worker records a request queued 2 s ago
+    try:
+        body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")}
+        resp = post(c, body, "/validate/evictions").get_json()["response"]
+        rbac = post(c, review(binding("b", "r0", [subject("Group", "g")]))).get_json()["response"]
+    finally:
+        lanes.set_arrival(None)
+    assert resp["allowed"] is False and resp["status"]["code"] == 429 and "queue" in resp["status"]["message"]
+    assert rbac["allowed"] is False and rbac["status"]["code"] == 503
+    assert judged == []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -112,14 +113,16 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
             if on_probe_port():
                 return _not_here()
             deadline = arrived() + config.server.review_deadline_seconds
-            if not lane.enter(deadline):
-                # overloaded: answer at once, never queue past the apiserver's timeout
+            late = time.monotonic() >= deadline  # it waited in the worker's queue past its deadline
+            if late or not lane.enter(deadline):
+                # overloaded: answer at once (reading only the body's head), never queue past the timeout
                 review = read_review(path, peek=True)
                 if isinstance(review, Response):
                     return review
                 return jsonify(admission.overload_answer(
-                    review, policy=policy, settings=settings, first=is_first,
-                    why=f"overloaded: its {lane.slots} server threads are busy"))
+                    review, policy=policy, settings=settings, first=is_first, cause="deadline" if late else "overload",
+                    why="overloaded: it waited in the queue past server.reviewDeadlineSeconds" if late
+                    else f"overloaded: its {lane.slots} server threads are busy"))
             try:
                 review = read_review(path)
                 if isinstance(review, Response):
