@@ -17,6 +17,8 @@ about serving, not the policies' lookups. Scenarios:
 * parallel: 200 compliant ClusterRoleBinding reviews at once, each on a new TLS connection (like
   the apiserver opening connections under a burst): the slowest answer as a multiple of the floor,
   and answers over 3 s or missing.
+* overload: RBAC reviews offered at twice what one worker sustains (vegeta): how many were judged
+  in time, shed with the overload answer, answered after the 3 s timeout, or not answered.
 """
 from __future__ import annotations
 
@@ -142,6 +144,37 @@ def parallel(url: str, ca: str, count: int = 200) -> dict[str, Any]:
             "over_timeout_or_missing": sum(1 for a in answers if a is None or a > TIMEOUT)}
 
 
+def overload(url: str, ca: str, work: pathlib.Path, *, seconds: float) -> dict[str, Any]:
+    """RBAC reviews at twice the rate one worker sustains, estimated as 1 / the median of sequential
+    RBAC reviews (one thread's round trip: an upper bound of the worker's CPU cost per review), with
+    vegeta over keep-alive HTTPS for `seconds`."""
+    from bench.common import Target, attack
+
+    s = session(ca)
+    body = json.dumps(review(binding("ok", "view", [subject("Group", "g")]))).encode()
+    per_review = statistics.median(t for t in (timed_post(s, url + "/validate/rbac", body) for _ in range(300)) if t)
+    rate = round(2 / per_review)
+    (work / "rbac.json").write_bytes(body)
+    result = attack([Target(url=url + "/validate/rbac", body=work / "rbac.json")], rate=rate, seconds=seconds,
+                    workdir=work / "vegeta", ca_file=pathlib.Path(ca), keep_bodies=True, timeout=10, http2=False)
+    judged = shed = late = missing = 0
+    for code, latency, answer in zip(result.codes, result.latencies_ms, result.bodies, strict=True):
+        if code != 200:
+            missing += 1
+        elif latency > TIMEOUT * 1000:
+            late += 1
+        elif b"did not judge" in answer:
+            shed += 1
+        else:
+            judged += 1
+    answered = sorted(lat for code, lat in zip(result.codes, result.latencies_ms, strict=True) if code == 200)
+    return {"per_review_s": per_review, "offered_per_s": rate, "requests": result.requests,
+            "judged_in_time": judged, "shed_with_overload_answer": shed, "answered_after_timeout": late,
+            "no_answer": missing, "errors": result.errors[:3],
+            "answer_p50_s": answered[len(answered) // 2] / 1000 if answered else None,
+            "answer_p99_s": answered[int(len(answered) * 0.99)] / 1000 if answered else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--code", type=pathlib.Path, help="run webhook/ and certs/ from this folder (before)")
@@ -161,10 +194,11 @@ def main(argv: list[str] | None = None) -> int:
             results["heavy"] = under_flood(url, ca, json.dumps(review(heavy)).encode(), clients=6, seconds=args.seconds)
             results["forged"] = under_flood(url, ca, json.dumps(review(forged)).encode(), clients=6, seconds=args.seconds)
             results["parallel"] = parallel(url, ca)
+            results["overload"] = overload(url, ca, work, seconds=args.seconds)
         finally:
             proc.terminate()
             proc.wait(30)
-    for part in ("heavy", "forged", "parallel"):
+    for part in ("heavy", "forged", "parallel", "overload"):
         for key in list(results[part]):
             if key.endswith("_s") and results[part][key] is not None:
                 results[part][key.replace("_s", "_x_floor")] = round(results[part][key] / unit, 1)
