@@ -352,7 +352,8 @@ def profile(server: Server, scale: fill.Scale, *, out_dir: pathlib.Path, workdir
 def protected_role_bodies() -> list[tuple[dict[str, Any], bool]]:
     """A new ClusterRole that grants ResourceSlice write (bound to nobody yet: allowed). The RBAC
     guard reads every ClusterRoleBinding from the API before judging such a role (a binding created
-    a moment earlier may not have reached its watch): the one review that makes API requests."""
+    a moment earlier may not have reached its watch), at most once per
+    cluster.bindingRefreshIntervalSeconds: the one review that makes API requests."""
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "bench-new-slice-writer"},
             "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create", "update", "delete"]}]}
     return [(_review(_rbac_request(role, "clusterroles")), True)]

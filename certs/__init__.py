@@ -5,15 +5,20 @@ every DNS name and IP, serverAuth EKU, 1 year by default). The kube-apiserver ch
 (Go ignores the CN), so a certificate without SANs is never produced.
 
 Files written by write_bundle / ensure_self_signed: ``ca.crt``, ``ca.key``, ``tls.crt``, ``tls.key``
-(PEM; keys 0600), the names cert-manager and kubernetes.io/tls Secrets use.
+(PEM; keys 0600, certificates 0644), the names cert-manager and kubernetes.io/tls Secrets use.
+Files are written only into a folder of this process's user that nobody else may write
+(secure_folder), through exclusive, non-following opens of a temporary name (write_file).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import ipaddress
 import os
 import pathlib
+import secrets
+import stat
 from collections.abc import Iterable
 
 from cryptography import x509
@@ -132,18 +137,66 @@ def issued_by(leaf: x509.Certificate, ca: x509.Certificate) -> bool:
         return False
 
 
+class UnsafeFolderError(CertificateError):
+    """A folder dra-guard would write keys into is not its own, or others may write into it."""
+
+
+def secure_folder(directory: pathlib.Path) -> pathlib.Path:
+    """Create `directory` (mode 0700, parents as needed) or check the one there; return it.
+
+    A folder that is not a directory, is owned by another user than this process's effective
+    user, or is group- or world-writable is refused with UnsafeFolderError naming it: whoever
+    else may write there could plant a symlink or swap a key between our writes. (Kubernetes
+    makes every emptyDir mode 0777, so point certificates.dir at a subfolder of the mount: the
+    chart mounts one at /run/dra-guard and uses /run/dra-guard/certs.) An OSError while creating
+    it is a CertificateError naming the folder.
+    """
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(directory)
+    except OSError as exc:
+        raise CertificateError(f"{directory}: cannot create the certificate folder ({exc.strerror or exc})") from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeFolderError(f"{directory}: not a directory; refusing to write certificates and keys there")
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise UnsafeFolderError(f"{directory}: owned by uid {st.st_uid}, not by this process (uid {uid}); "
+                                "refusing to write certificates and keys there (use a folder of our own)")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeFolderError(f"{directory}: group- or world-writable (mode {stat.S_IMODE(st.st_mode):o}); "
+                                "refusing to write certificates and keys there (chmod go-w, or use a subfolder)")
+    return directory
+
+
 def write_file(path: pathlib.Path, data: bytes, *, private: bool) -> None:
-    """Write `data` to `path` atomically (temporary file + rename); mode 0600 when private, else 0644."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    tmp.replace(path)
+    """Write `data` to `path` atomically; mode 0600 when private (keys), else 0644.
+
+    The folder must pass secure_folder. The bytes go to a new temporary file of a random name in
+    the same folder, opened O_CREAT|O_EXCL|O_NOFOLLOW (a planted file or symlink of that name is
+    never followed or reused: the open fails), then os.replace puts it in place of `path` (a
+    symlink at `path` is replaced, its target never written). Raises UnsafeFolderError or OSError.
+    """
+    secure_folder(path.parent)
+    mode = 0o600 if private else 0o644
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)  # exactly this mode, whatever the umask
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write_bundle(directory: pathlib.Path, *, ca: KeyPair, serving: KeyPair) -> None:
-    """Write ca.crt, ca.key, tls.crt, tls.key into `directory` (created if needed), atomically per file."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write ca.crt, ca.key, tls.crt, tls.key into `directory` (created 0700 if needed; refused
+    unless ours and not group/world-writable, see secure_folder), atomically per file (write_file)."""
+    secure_folder(directory)
     write_file(directory / "ca.key", ca.key_pem(), private=True)
     write_file(directory / "ca.crt", ca.cert_pem(), private=False)
     write_file(directory / "tls.key", serving.key_pem(), private=True)
@@ -170,8 +223,10 @@ def ensure_self_signed(directory: pathlib.Path, *, dns_names: Iterable[str], ip_
 
     Reuses the files when the serving certificate chains to the CA, covers every requested name
     and is not yet due for renewal; otherwise makes new ones (a new CA only when the CA is
-    missing, unreadable or itself due for renewal).
+    missing, unreadable or itself due for renewal). Raises UnsafeFolderError for a folder that
+    is not ours or is group/world-writable (secure_folder).
     """
+    secure_folder(directory)  # never read keys from, or write them into, a folder others control
     dns, ips = list(dns_names), list(ip_addresses)
     ca: KeyPair | None = None
     try:

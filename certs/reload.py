@@ -34,11 +34,18 @@ def _digest(*paths: pathlib.Path) -> str | None:
     return h.hexdigest()
 
 
-def server_context(cert_file: pathlib.Path, key_file: pathlib.Path) -> ssl.SSLContext:
-    """A server SSLContext for the PEM pair, TLS 1.2 or newer. Raises ssl.SSLError / OSError."""
+def server_context(cert_file: pathlib.Path, key_file: pathlib.Path, *,
+                   client_ca_file: pathlib.Path | None = None) -> ssl.SSLContext:
+    """A server SSLContext for the PEM pair, TLS 1.2 or newer. With client_ca_file (PEM CAs), a
+    client must present a certificate those CAs signed, or the handshake fails (CERT_REQUIRED):
+    the kube-apiserver presents one when its AdmissionConfiguration gives it a kubeconfig for the
+    webhook. Raises ssl.SSLError / OSError."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(certfile=str(cert_file), keyfile=str(key_file))
+    if client_ca_file is not None:
+        context.load_verify_locations(cafile=str(client_ca_file))
+        context.verify_mode = ssl.CERT_REQUIRED
     return context
 
 
@@ -46,14 +53,19 @@ class ReloadingContext:
     """The SSLContext for a certificate/key pair, reloaded when the files change.
 
     cert_file, key_file: PEM paths. interval_seconds: the longest time a change goes unnoticed.
+    client_ca_file: PEM CAs whose client certificates context() requires (reloaded with the pair);
+    open_context() never asks for one (the probe port).
     on_load(certificate): called after each successful (re)load with the leaf certificate
     (cryptography x509.Certificate), e.g. to set the expiry metric.
     """
 
     def __init__(self, cert_file: pathlib.Path, key_file: pathlib.Path, *, interval_seconds: float = 10.0,
-                 on_load: Callable[[x509.Certificate], None] | None = None) -> None:
+                 on_load: Callable[[x509.Certificate], None] | None = None,
+                 client_ca_file: pathlib.Path | None = None) -> None:
         self.cert_file = pathlib.Path(cert_file)
         self.key_file = pathlib.Path(key_file)
+        self.client_ca_file = pathlib.Path(client_ca_file) if client_ca_file else None
+        self._open_context: ssl.SSLContext | None = None  # no client certificate asked (probe port)
         self.interval = interval_seconds
         self._on_load = on_load
         self._lock = threading.Lock()
@@ -79,15 +91,21 @@ class ReloadingContext:
             raise ssl.SSLError(f"no serving certificate loaded: {self.error}")
         return self._context
 
+    def open_context(self) -> ssl.SSLContext:
+        """Like context(), but never asking for a client certificate (same as context() without client_ca_file)."""
+        context = self.context()
+        return self._open_context or context
+
     def _reload(self) -> None:
-        digest = _digest(self.cert_file, self.key_file)
+        digest = _digest(self.cert_file, self.key_file, *([self.client_ca_file] if self.client_ca_file else []))
         if digest is None:
             self.error = f"cannot read {self.cert_file} / {self.key_file}"
             return
         if digest == self._digest or digest == self._failed_digest:
             return
         try:
-            context = server_context(self.cert_file, self.key_file)
+            context = server_context(self.cert_file, self.key_file, client_ca_file=self.client_ca_file)
+            open_context = server_context(self.cert_file, self.key_file) if self.client_ca_file else None
             cert = x509.load_pem_x509_certificate(self.cert_file.read_bytes())
         except (OSError, ssl.SSLError, ValueError) as exc:
             self._failed_digest = digest
@@ -96,6 +114,7 @@ class ReloadingContext:
             return
         first = self._context is None
         self._context, self._digest, self.certificate, self.error = context, digest, cert, ""
+        self._open_context = open_context
         log.info("serving certificate loaded" if first else "serving certificate reloaded",
                  extra={"subject": cert.subject.rfc4514_string(), "notAfter": cert.not_valid_after_utc.isoformat(),
                         "serial": format(cert.serial_number, "x")})

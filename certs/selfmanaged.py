@@ -342,7 +342,7 @@ class Reconciler:
             return False
         issuer = next((c for c in bundle.trusted if certs.issued_by(bundle.serving.cert, c)), None)
         files = {"tls.crt": bundle.serving.cert_pem(), "tls.key": bundle.serving.key_pem(), "ca.crt": bundle.trust_pem()}
-        self.dir.mkdir(parents=True, exist_ok=True)
+        certs.secure_folder(self.dir)  # ours, 0700: see certs.secure_folder
         current = {}
         for name in files:
             try:

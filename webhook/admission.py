@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -58,6 +59,59 @@ def parse_review(body: bytes) -> dict[str, Any]:
     return review
 
 
+class NotJudged(Exception):
+    """A review dra-guard does not judge: too large (server.limits), overloaded, or past its deadline
+    (server.reviewDeadlineSeconds). respond() answers it with not_judged(); `why` says which, for
+    the answer's message and the log."""
+
+    def __init__(self, why: str, *, cause: str) -> None:
+        super().__init__(why)
+        self.why = why
+        self.cause = cause  # metric label: limit, overload, deadline
+
+
+def not_judged(response: dict[str, Any], *, policy: str, settings: PolicyConfig, first: bool, why: str) -> None:
+    """Fill `response` (with its uid) for a review that was not judged (NotJudged).
+
+    first (the registry's Policy.first, the eviction guard): 429 TooManyRequests, the answer drains
+    retry, whatever the failureMode, never an allow. Otherwise the policy's failureMode: deny
+    refuses with 503 ServiceUnavailable ("retry"), allow admits with a warning.
+    """
+    text = f"dra-guard did not judge this request ({why}); retry"
+    if first:
+        response.update(allowed=False, status=_status(429, "TooManyRequests", text))
+    elif settings.failure_mode == "deny":
+        response.update(allowed=False, status=_status(503, "ServiceUnavailable", text))
+    else:
+        response["allowed"] = True
+        response["warnings"] = [short(f"dra-guard: policy {policy} not applied: {why}")]
+
+
+def overload_answer(review: Mapping[str, Any], *, policy: str, settings: PolicyConfig, first: bool,
+                    why: str, cause: str = "overload") -> dict[str, Any]:
+    """The AdmissionReview answer (apiVersion, kind, response with the request's uid) for a review
+    not judged, as not_judged() fills it; counted in dra_guard_reviews_not_judged_total."""
+    response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": True}
+    not_judged(response, policy=policy, settings=settings, first=first, why=why)
+    metrics.NOT_JUDGED.labels(policy=policy, cause=cause).inc()
+    return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
+
+
+_PEEK = re.compile(rb'^\s*\{\s*"kind"\s*:\s*"AdmissionReview"\s*,\s*"apiVersion"\s*:\s*"(admission\.k8s\.io/v1(?:beta1)?)"'
+                   rb'\s*,\s*"request"\s*:\s*\{\s*"uid"\s*:\s*"([0-9A-Za-z._-]{1,128})"')
+
+
+def peek_review(body: bytes) -> dict[str, Any] | None:
+    """apiVersion and request.uid of an AdmissionReview body as the kube-apiserver writes it (kind,
+    apiVersion, then request with uid first), found without parsing the rest; None when the body
+    does not start that way (then parse_review). Only for answers that need nothing else."""
+    found = _PEEK.match(body[:4096])
+    if found is None:
+        return None
+    return {"apiVersion": found.group(1).decode(), "kind": "AdmissionReview",
+            "request": {"uid": found.group(2).decode()}}
+
+
 def _username(request: Mapping[str, Any]) -> str:
     info = request.get("userInfo")
     name = info.get("username") if isinstance(info, Mapping) else None
@@ -68,13 +122,16 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"code": code, "reason": reason, "message": message, "status": "Failure" if code >= 400 else "Success"}
 
 
-def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, settings: PolicyConfig) -> dict[str, Any]:
+def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, settings: PolicyConfig,
+            first: bool = False, limits: Callable[[Mapping[str, Any]], str | None] | None = None) -> dict[str, Any]:
     """Answer a parsed AdmissionReview (from parse_review) with policy `policy`.
 
     evaluate: the policy, request dict -> Decision (enforce-mode verdict).
-    settings: the policy's mode and failureMode.
+    settings: the policy's mode and failureMode. first: the registry's Policy.first (see not_judged).
+    limits: request -> why it is too large to judge, or None (webhook.model.limits.over_limit).
     Returns the response AdmissionReview dict with the request's apiVersion and uid echoed.
-    Never raises for a policy error: the policy's failureMode answers instead.
+    Never raises for a policy error: the policy's failureMode answers instead; a NotJudged (a
+    limit, overload, the deadline) is answered by not_judged().
     """
     started = time.perf_counter()
     request = review["request"]
@@ -84,7 +141,15 @@ def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, set
     mode = settings.mode
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     try:
+        too_large = limits(request) if limits is not None else None
+        if too_large:
+            raise NotJudged(too_large, cause="limit")
         decision = evaluate(request)
+    except NotJudged as exc:
+        metrics.NOT_JUDGED.labels(policy=policy, cause=exc.cause).inc()
+        log.warning("review not judged", extra={"uid": uid, "policy": policy, "why": exc.why, "cause": exc.cause})
+        not_judged(response, policy=policy, settings=settings, first=first, why=exc.why)
+        outcome = "error"
     except Exception:
         metrics.POLICY_ERRORS.labels(policy=policy).inc()
         log.exception("policy raised; answering with its failureMode",

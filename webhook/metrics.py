@@ -61,7 +61,7 @@ CLIENT_TIMEOUTS = Counter(
 BINDING_REFRESHES = Counter(
     "dra_guard_binding_refreshes_total",
     "Reads of every ClusterRoleBinding before judging a ClusterRole with DeviceClass/ResourceSlice write, by "
-    "outcome: read (in full), shared (served by a concurrent read), partial (budget ran out: judged from the "
+    "outcome: read (in full), shared (served by a concurrent read), recent (within cluster.bindingRefreshIntervalSeconds of the last read), partial (budget ran out: judged from the "
     "cache), failed (answered by the failureMode).",
     ["outcome"],
 )
@@ -109,4 +109,14 @@ AUDIT_VIOLATIONS = Gauge(
 AUDIT_LAST_RUN = Gauge(
     "dra_guard_audit_last_run_timestamp_seconds",
     "When this replica last completed the periodic cluster audit (Unix time, seconds).",
+)
+NOT_JUDGED = Counter(
+    "dra_guard_reviews_not_judged_total",
+    "Reviews answered without being judged (server.limits, overload, server.reviewDeadlineSeconds), "
+    "by policy and cause (limit, overload, deadline): eviction 429, else the policy's failureMode.",
+    ["policy", "cause"],
+)
+DROPPED_REQUESTS = Counter(
+    "dra_guard_requests_dropped_total",
+    "Requests closed unanswered because they waited in a worker's queue longer than server.dropAfterSeconds.",
 )

@@ -104,7 +104,8 @@ def test_default_objects():
     objs = rendered("defaults")
     assert kinds([o for o in objs if "helm.sh/hook" not in (o["metadata"].get("annotations") or {})]) == sorted([
         "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
-        "MutatingWebhookConfiguration", "PodDisruptionBudget", "Role", "Role", "RoleBinding", "RoleBinding", "Service",
+        "MutatingWebhookConfiguration", "NetworkPolicy", "PodDisruptionBudget", "Role", "Role", "RoleBinding",
+        "RoleBinding", "Service",
         "ServiceAccount", "ValidatingWebhookConfiguration"])
     assert not [o for o in objs if o["kind"] == "Job"], "the pre-delete Job is opt-in (preDelete.enabled)"
     assert {o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"} == {"dra-guard"}
@@ -168,6 +169,63 @@ def test_config_change_rolls_the_pods():
     assert before != after and before == same
 
 
+def test_restart_without_a_gap():
+    """Issue 21, item 5: the settings that keep at least one replica answering through restarts,
+    rollouts and drains (a single replica left the apiserver without an answer for 6-7 s per restart,
+    and the eviction webhook's failurePolicy Ignore let driver evictions through meanwhile)."""
+    objs = rendered("defaults")
+    dep = find(objs, "Deployment")
+    spec, pod = dep["spec"], dep["spec"]["template"]["spec"]
+    config = from_mapping(config_of(objs))
+    assert spec["replicas"] >= 2
+    # a rollout first starts a new pod, and takes an old one away only once the new one has been ready a while
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert spec["minReadySeconds"] >= 5
+    # voluntary disruptions (drains) take one replica at a time
+    assert find(objs, "PodDisruptionBudget")["spec"]["maxUnavailable"] < spec["replicas"]
+    # ready means serving: the Service sends reviews only to replicas whose caches and certificate are loaded
+    c = pod["containers"][0]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz" and c["readinessProbe"]["periodSeconds"] <= 5
+    # on SIGTERM a replica keeps serving shutdownDelaySeconds with readiness off, then drains (20 s)
+    assert config.server.shutdown_delay_seconds >= 5
+    assert pod["terminationGracePeriodSeconds"] >= config.server.shutdown_delay_seconds + 20
+    one = find(rendered("replicas-1"), "Deployment")["spec"]
+    assert one["strategy"]["rollingUpdate"]["maxUnavailable"] == 0  # even one replica is replaced surge-first
+
+
+def test_network_policy_by_default_opens_only_the_webhook_port_to_any_source():
+    np = find(rendered("defaults"), "NetworkPolicy")
+    dep = find(rendered("defaults"), "Deployment")
+    assert np["spec"]["podSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert np["spec"]["policyTypes"] == ["Ingress"]  # no egress rule: the apiserver is always reachable
+    assert np["spec"]["ingress"] == [{"ports": [{"port": "https", "protocol": "TCP"}]}]  # no `from`: the apiserver is never cut off
+    assert "NetworkPolicy" not in kinds(rendered("no-network-policy"))
+
+
+def test_client_auth_requires_the_apiserver_certificate_and_moves_probes_to_the_probe_port():
+    objs = rendered("client-auth")
+    config = from_mapping(config_of(objs))
+    assert config.server.client_ca_file == "/etc/dra-guard/client-ca/ca.crt" and config.server.probe_port == 8444
+    assert config.rbac.admin_subjects == from_mapping(config_of(rendered("defaults"))).rbac.admin_subjects  # merged, not replaced
+    dep = find(objs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert {"name": "probes", "containerPort": 8444, "protocol": "TCP"} in c["ports"]
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert c[probe]["httpGet"]["port"] == "probes", probe
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["client-ca"]["mountPath"] == "/etc/dra-guard/client-ca" and mounts["client-ca"]["readOnly"] is True
+    assert {"name": "client-ca", "configMap": {"name": "apiserver-client-ca"}} in pod["volumes"]
+    np = find(objs, "NetworkPolicy")
+    assert np["spec"]["ingress"] == [
+        {"ports": [{"port": "https", "protocol": "TCP"}], "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}]},
+        {"ports": [{"port": "probes", "protocol": "TCP"}],
+         "from": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]}]
+    # without clientAuth the probes stay on the webhook port
+    c0 = container(rendered("defaults"))
+    assert c0["readinessProbe"]["httpGet"]["port"] == "https" and len(c0["ports"]) == 1
+
+
 def test_pdb_only_with_more_than_one_replica():
     assert find(rendered("defaults"), "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
     assert "PodDisruptionBudget" not in kinds(rendered("replicas-1"))
@@ -183,7 +241,11 @@ def test_self_mode_writes_to_a_memory_volume_and_renders_no_ca_bundle():
     assert config.certificates.extra_dns_names == ("dra-guard.example.com",)
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in find(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
-    assert volumes[mounts[config.certificates.dir]]["emptyDir"]["medium"] == "Memory"
+    # the emptyDir (mode 0777, as Kubernetes makes every emptyDir) is mounted one level up: dra-guard
+    # writes into its own 0700 subfolder and refuses a group/world-writable one (certs.secure_folder)
+    folder = pathlib.PurePosixPath(config.certificates.dir)
+    assert not folder.is_relative_to("/tmp") and str(folder.parent) in mounts and str(folder) not in mounts
+    assert volumes[mounts[str(folder.parent)]]["emptyDir"]["medium"] == "Memory"
     assert volumes[mounts["/tmp"]]["emptyDir"]
     for w in webhooks(objs).values():
         assert "caBundle" not in w["clientConfig"]
@@ -285,8 +347,8 @@ def test_switches():
             "scope": "Namespaced"} in hooks["evictions.dra-guard.io"]["rules"]
     assert hooks["evictions.dra-guard.io"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
         "dra-guard", "gpu-operator"]
-    assert hooks["rbac.dra-guard.io"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
-        "dra-guard", "kube-system", "gpu-operator"]
+    # issue 16: the RBAC guard reviews kube-system and its own namespace; only excludedNamespaces stay out
+    assert hooks["rbac.dra-guard.io"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["gpu-operator"]
     assert find(objs, "MutatingWebhookConfiguration", "guard").get("webhooks") is None
     c = container(objs)
     assert c["image"] == "dra-guard@sha256:" + "a" * 64

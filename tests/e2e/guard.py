@@ -43,6 +43,24 @@ roleRef: {kind: ClusterRole, name: cluster-admin, apiGroup: rbac.authorization.k
 """
 
 
+#: The apiserver's refusal when dra-guard's RBAC webhook denies: the exact text only its answer produces.
+DENIED = 'admission webhook "rbac.dra-guard.io" denied the request'
+#: kubectl's line for a warning header dra-guard returned (its warnings start with "dra-guard:").
+WARNED = "Warning: dra-guard:"
+
+
+def called(stderr: str, *, mode: str) -> bool:
+    """Whether kubectl's stderr for PROBE shows dra-guard's answer in `mode` (enforce: DENIED,
+    warn: WARNED; audit answers leave no trace here). The probe's own name (dra-guard-probe) is
+    echoed by the apiserver in its own messages ("... dra-guard-probe created (server dry run)",
+    or RBAC's "forbidden"), so it never counts."""
+    if mode == "enforce":
+        return DENIED in stderr
+    if mode == "warn":
+        return WARNED in stderr
+    return False
+
+
 class Guard:
     """A dra-guard server registered with a ControlPlane (tests.e2e.cluster).
 
@@ -85,15 +103,32 @@ class Guard:
         self.wait_called()
 
     def wait_called(self, timeout: float = 30.0) -> None:
-        """Poll with a server-side dry run that only dra-guard refuses (or warns about) until it does."""
+        """Poll with a server-side dry run of PROBE until dra-guard's own answer to it is seen.
+
+        Only what dra-guard's real answer produces counts (never a name in the probe itself, which
+        the apiserver echoes in its own messages): enforce, the apiserver's denial naming the
+        webhook (DENIED); warn, kubectl's "Warning: dra-guard:" line (dra-guard's warning header);
+        audit, which leaves no trace in the answer, one more rbac review in dra-guard's
+        dra_guard_admission_requests_total. Raises TimeoutError after `timeout` seconds.
+        """
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
+            before = self.reviews_counted()
             last = self.cp.kubectl("alice", "create", "--dry-run=server", "-f", "-", input=PROBE, check=False)
-            if "dra-guard" in last.stderr or "dra-guard" in last.stdout:
+            if called(last.stderr, mode=self.mode) or (self.mode == "audit" and self.reviews_counted() > before):
                 return
             time.sleep(0.3)
-        raise TimeoutError(f"the apiserver did not call dra-guard within {timeout} s: {last.stderr if last else ''}")
+        raise TimeoutError(f"the apiserver did not call dra-guard within {timeout} s: "
+                           f"{(last.stdout + last.stderr) if last else ''}")
+
+    def reviews_counted(self) -> float:
+        """dra-guard's count of answered rbac reviews (every decision, every mode), from /metrics."""
+        if self.proc is None:
+            return 0.0
+        text = self.proc.session().get(self.url + "/metrics", timeout=10).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("dra_guard_admission_requests_total{") and 'policy="rbac"' in line)
 
     def unregister(self) -> None:
         """Delete the webhook configuration (the documented break-glass)."""

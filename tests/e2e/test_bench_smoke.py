@@ -23,9 +23,10 @@ def test_quick_bench_runs_and_checks_what_it_measures(tmp_path):
         assert answers["checked"] >= 500 and answers["wrong"] == 0, (name, answers)
         assert repeat[name]["rates"]["200"]["success"] == 1.0
         assert repeat[name]["floor"]["200"]["success"] == 1.0
-    # the common reviews make no API request; the rare protected-role review reads the bindings
+    # the common reviews make no API request; the rare protected-role review reads the bindings, at
+    # most once per cluster.bindingRefreshIntervalSeconds (2 s; the bench sends 2 such reviews/s)
     assert endpoints.per_review_requests(part["api_requests_during_load"]) == 0
-    assert part["protected_role"]["api_requests_per_review"] >= 1
+    assert 0 < part["protected_role"]["api_requests_per_review"] <= 1
     variants = {run["variant"]: run for run in part["apiserver"]["runs"]}
     assert set(variants) == {"none", "vap", "noop-webhook", "dra-guard"}
     assert all(run["created"] == run["requests"] > 0 for run in variants.values())

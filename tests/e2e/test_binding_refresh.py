@@ -107,6 +107,22 @@ def test_concurrent_reviews_share_one_read(control_plane, bindings):
     assert names_in(st, bindings) == COUNT
 
 
+def test_a_burst_of_clusterrole_reviews_makes_one_full_read_per_interval(control_plane, bindings):
+    """Issue 21: each (forged) ClusterRole review with DRA write made dra-guard LIST every binding.
+    Now at most one full read per cluster.bindingRefreshIntervalSeconds; the rest are "recent"."""
+    st = state(control_plane, 2.0)
+    st.config = dataclasses.replace(st.config, cluster=dataclasses.replace(st.config.cluster,
+                                                                           binding_refresh_interval_seconds=30.0))
+    reads, recent, lists = refreshes("read"), refreshes("recent"), list_requests()
+    for _ in range(50):
+        assert st.refresh_bindings() is None
+    assert refreshes("read") - reads == 1 and refreshes("recent") - recent == 49
+    assert list_requests() - lists <= 3  # one read: up to 1,500 bindings in at most 3 pages
+    st.config = dataclasses.replace(st.config, cluster=dataclasses.replace(st.config.cluster,
+                                                                           binding_refresh_interval_seconds=0.0))
+    assert st.refresh_bindings() is None and refreshes("read") - reads == 2  # 0: every review reads
+
+
 def test_an_apiserver_that_does_not_answer_is_a_failure_in_time(control_plane, bindings):
     st = state(control_plane, 0.5)
     before = refreshes("failed")

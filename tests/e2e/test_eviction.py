@@ -128,7 +128,11 @@ def test_drain_waits_for_the_claim_then_evicts_the_driver(control_plane, scenari
     def refused():
         r = evict(cp, "gpu", driver_pod)
         last[:] = [r.status_code, r.text]
-        return [r] if r.status_code == 429 and "dra-guard" in r.text else None  # a 429 Response is falsy
+        # only dra-guard's own refusal of a still-needed driver counts: not a PDB's 429, not its
+        # "caches not ready" 429 (which names no claim), not "dra-guard" in some other text
+        message = r.json().get("message", "") if r.headers.get("Content-Type", "").startswith("application/json") else ""
+        ours = message.startswith('admission webhook "evictions.dra-guard.io" denied the request')
+        return [r] if r.status_code == 429 and ours and "is still needed on node" in message else None  # a 429 Response is falsy
 
     try:
         resp = wait_for("dra-guard to refuse the driver eviction", refused)[0]

@@ -86,7 +86,7 @@ Example (all defaults shown)::
       leaseName: dra-guard-certs  # self mode: one replica at a time writes
       validatingWebhookConfiguration: dra-guard   # self mode: whose caBundle is kept right
       mutatingWebhookConfiguration: dra-guard
-      dir: /tmp/dra-guard-certs   # self mode: where the serving files are written
+      dir: /run/dra-guard/certs    # self mode: where the serving files are written (ours, 0700)
       caValidityDays: 3650
       leafValidityDays: 365
       renewAfterShare: 0.6666666666666666   # renew once this share of the lifetime has passed
@@ -103,13 +103,25 @@ Example (all defaults shown)::
       workers: 1
       threads: 8
       shutdownDelaySeconds: 5     # on SIGTERM: /readyz says no, keep serving this long, then drain
+      reviewDeadlineSeconds: 2.5  # every review answered within this (else the overload answer; eviction: 429)
+      dropAfterSeconds: 3         # requests queued longer are dropped: the apiserver gave up on them
+      reservedThreads: 2          # threads RBAC and DaemonSet reviews never hold (evictions first)
+      clientCAFile: ""            # set: only clients with a certificate of these CAs (the apiserver) are served
+      probePort: 0                # a port without client certificates for probes and /metrics (0: off)
+      limits:                     # beyond these a review is not judged: its failure mode answers
+        maxRules: 2000
+        maxSubjects: 2000
+        maxSelectorValues: 10000
+        maxContainers: 200
     cluster:
       requestTimeoutSeconds: 2
+      bindingRefreshIntervalSeconds: 2   # at most one full ClusterRoleBinding read per this many seconds
 """
 from __future__ import annotations
 
 from webhook.config.declare import ConfigError
 from webhook.config.load import from_mapping, load_config
+from webhook.config.process import AuditConfig, CertificatesConfig, ClusterConfig, ServerConfig
 from webhook.config.subjects import (
     ESCALATION_CHECKS,
     KUBE_SYSTEM_CONTROLLERS,
@@ -125,9 +137,6 @@ from webhook.config.types import (
     FAILURE_MODES,
     MODES,
     POLICY_NAMES,
-    AuditConfig,
-    CertificatesConfig,
-    ClusterConfig,
     Config,
     DetectionConfig,
     DriverSelector,
@@ -137,7 +146,6 @@ from webhook.config.types import (
     PolicyConfig,
     ProbeConfig,
     RbacConfig,
-    ServerConfig,
 )
 
 __all__ = [

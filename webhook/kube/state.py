@@ -125,16 +125,26 @@ class ClusterState:
         review is then judged from the watch-fed cache plus the pages read, which lags the API by
         the watch's delay only. Raises ClusterError when the apiserver gave no page in time or
         answered with an error, so the policy answers with its failureMode.
-        Counted in dra_guard_binding_refreshes_total{outcome}: read, shared, partial, failed."""
+        At most one full read per cluster.bindingRefreshIntervalSeconds (issue 21: each forged
+        ClusterRole review used to LIST every binding): a review within that time of the start of
+        the last complete read is judged from it plus the watch, which delivers later bindings
+        within milliseconds.
+        Counted in dra_guard_binding_refreshes_total{outcome}: read, shared, recent, partial, failed."""
         if self.client is None:
             return None
         budget = self.config.cluster.request_timeout_seconds
         asked = time.monotonic()
         deadline = asked + budget
+        if asked - self._bindings_read_from < self.config.cluster.binding_refresh_interval_seconds:
+            # rate limit: one full read per cluster.bindingRefreshIntervalSeconds, however many
+            # ClusterRole reviews (forged ones included) ask; the watch adds what came since
+            metrics.BINDING_REFRESHES.labels(outcome="recent").inc()
+            return None
         if not self._refresh_lock.acquire(timeout=budget):
             return self._bindings_from_cache("another read of them took the whole budget", budget)
         try:
-            if self._bindings_read_from >= asked:
+            if self._bindings_read_from >= asked or (
+                    time.monotonic() - self._bindings_read_from < self.config.cluster.binding_refresh_interval_seconds):
                 metrics.BINDING_REFRESHES.labels(outcome="shared").inc()
                 return None
             if deadline - time.monotonic() < MIN_READ_SHARE * budget:

@@ -11,7 +11,7 @@ nothing here.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.config import RbacConfig
@@ -59,41 +59,70 @@ def protected_grants(rules: Any, config: RbacConfig, *, role: str) -> list[Grant
 
 
 
-def selector_matches(selector: Any, labels: Mapping[str, str]) -> bool:
-    """Whether a metav1.LabelSelector dict matches `labels` (an empty selector matches everything).
+LabelMatcher = Callable[[Mapping[str, str]], bool]
+
+
+def compile_selector(selector: Any) -> LabelMatcher:
+    """A metav1.LabelSelector dict made into a function labels -> bool (an empty selector matches
+    everything). The values of In / NotIn are held as sets, so matching costs O(number of
+    requirements), not O(number of values): a selector with 500,000 values is read once, then each
+    role's labels are looked up in it (issue 21).
 
     Supports matchLabels and matchExpressions with In, NotIn, Exists, DoesNotExist. An unknown
     operator matches nothing (the apiserver would have rejected it).
     """
     selector = as_map(selector)
-    for key, value in as_map(selector.get("matchLabels")).items():
-        if labels.get(key) != value:
-            return False
+    exact = [(key, value) for key, value in as_map(selector.get("matchLabels")).items()]
+    checks: list[tuple[str, str, frozenset[str]]] = []
     for expr in as_list(selector.get("matchExpressions")):
         expr = as_map(expr)
-        key, op, values = as_str(expr.get("key")), as_str(expr.get("operator")), strings(expr.get("values"))
-        present = key in labels
-        if op == "In":
-            ok = present and labels[key] in values
-        elif op == "NotIn":
-            ok = not present or labels[key] not in values
-        elif op == "Exists":
-            ok = present
-        elif op == "DoesNotExist":
-            ok = not present
-        else:
-            ok = False
-        if not ok:
-            return False
-    return True
+        op = as_str(expr.get("operator"))
+        checks.append((as_str(expr.get("key")), op, frozenset(strings(expr.get("values"))) if op in ("In", "NotIn")
+                       else frozenset()))
+
+    def matches(labels: Mapping[str, str]) -> bool:
+        for key, value in exact:
+            if labels.get(key) != value:
+                return False
+        for key, op, values in checks:
+            present = key in labels
+            if op == "In":
+                ok = present and labels[key] in values
+            elif op == "NotIn":
+                ok = not present or labels[key] not in values
+            elif op == "Exists":
+                ok = present
+            elif op == "DoesNotExist":
+                ok = not present
+            else:
+                ok = False
+            if not ok:
+                return False
+        return True
+
+    return matches
+
+
+def selector_matches(selector: Any, labels: Mapping[str, str]) -> bool:
+    """Whether a metav1.LabelSelector dict matches `labels` (see compile_selector; to test many
+    label sets against one selector, compile it once)."""
+    return compile_selector(selector)(labels)
+
+
+def aggregation_matcher(aggregator: Mapping[str, Any]) -> LabelMatcher | None:
+    """For ClusterRole dict `aggregator`: a function labels -> whether its aggregationRule selects a
+    role with those labels (any of its clusterRoleSelectors), or None when it has no aggregationRule."""
+    rule = aggregator.get("aggregationRule")
+    if not isinstance(rule, Mapping):
+        return None
+    selectors = [compile_selector(sel) for sel in as_list(rule.get("clusterRoleSelectors"))]
+    return lambda labels: any(m(labels) for m in selectors)
 
 
 def aggregates(aggregator: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     """Whether ClusterRole dict `aggregator` has an aggregationRule selecting a role with `labels`."""
-    rule = aggregator.get("aggregationRule")
-    if not isinstance(rule, Mapping):
-        return False
-    return any(selector_matches(sel, labels) for sel in as_list(rule.get("clusterRoleSelectors")))
+    matcher = aggregation_matcher(aggregator)
+    return matcher is not None and matcher(labels)
 
 
 

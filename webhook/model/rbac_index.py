@@ -15,7 +15,7 @@ from webhook.config import RbacConfig
 from webhook.model.bootstrap import default_rules, with_defaults
 from webhook.model.pending import Pending
 from webhook.model.powers import power_grants
-from webhook.model.rbac import Grant, aggregates, protected_grants, subjects_of
+from webhook.model.rbac import Grant, LabelMatcher, aggregation_matcher, protected_grants, subjects_of
 from webhook.model.readers import annotations_of, as_list, as_map, as_str, labels_of, name_of, namespace_of
 
 Key = tuple[str, str]  # (namespace, name); "" for ClusterRoles and ClusterRoleBindings
@@ -71,11 +71,22 @@ class RbacIndex:
         self._visiting: set[Key] = set()
         self._sa_memo: dict[tuple[str, str, str], bool] = {}  # (namespace, name, resource) -> may write
         self.pending = Pending()  # objects this replica allowed that the watch has not delivered yet
+        self._matchers: dict[str, LabelMatcher] = {}  # aggregating ClusterRole name -> compiled aggregationRule
 
     def _changed(self) -> None:
         """Drop memoised answers after any RBAC change (caller holds the lock)."""
         self._grants_memo.clear()
         self._sa_memo.clear()
+        self._matchers.clear()
+
+    def _matcher(self, name: str) -> LabelMatcher:
+        """The compiled aggregationRule (bootstrap defaults included) of indexed aggregating
+        ClusterRole `name`: selector values held as sets, compiled once per RBAC change (issue 21;
+        the lock is held)."""
+        found = self._matchers.get(name)
+        if found is None:
+            found = self._matchers[name] = aggregation_matcher(self._aggregation(name)) or (lambda labels: False)
+        return found
 
     # -- updates (from watches or manifest files)
     def upsert_role(self, obj: Mapping[str, Any]) -> None:
@@ -182,7 +193,7 @@ class RbacIndex:
             while frontier:
                 _, lbls = frontier.pop(0)
                 for agg in sorted(self._aggregators):
-                    if agg not in seen and aggregates(self._aggregation(agg), lbls):
+                    if agg not in seen and self._matcher(agg)(lbls):
                         seen.add(agg)
                         found.append(agg)
                         frontier.append((agg, labels_of(self._roles["", agg])))
@@ -195,10 +206,12 @@ class RbacIndex:
     def members_of(self, aggregator: Mapping[str, Any]) -> list[str]:
         """Names of ClusterRoles whose labels match `aggregator`'s aggregationRule (direct members)."""
         name = name_of(aggregator)
-        aggregator = with_defaults(aggregator)
         with self._lock:
-            return sorted(k[1] for k, r in self._roles.items()
-                          if not k[0] and k[1] != name and aggregates(aggregator, labels_of(r)))
+            indexed = self._roles.get(("", name)) is aggregator
+            matcher = self._matcher(name) if indexed else aggregation_matcher(with_defaults(aggregator))
+            if matcher is None:
+                return []
+            return sorted(k[1] for k, r in self._roles.items() if not k[0] and k[1] != name and matcher(labels_of(r)))
 
     def _own_grants(self, role: Mapping[str, Any], config: RbacConfig) -> set[Grant]:
         """DRA write and escalation powers of one role's own rules (bootstrap defaults included)."""

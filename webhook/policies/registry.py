@@ -42,6 +42,11 @@ class Policy:
     title: one line for --help and docs.
     source: the section of the source page the policy enforces (a URL).
     review: the decision on one request. audit: findings about existing objects, or None.
+    first: served first (issue 21): its own share of the server's threads (server.reservedThreads),
+    which no other policy's reviews can take, and a review not judged in time (overload, deadline,
+    limits) is answered 429 TooManyRequests "retry" whatever its failureMode, never an allow by
+    timeout. The eviction guard: drains retry on 429, and its failurePolicy Ignore would turn a
+    timeout into an eviction.
     """
 
     name: str
@@ -51,6 +56,7 @@ class Policy:
     source: str
     review: Review
     audit: Audit | None = None
+    first: bool = False
 
     @property
     def failure_mode(self) -> FailureMode:
@@ -65,7 +71,7 @@ POLICIES: tuple[Policy, ...] = (
     Policy(name="probes", path="/mutate/daemonsets", mutating=True, review=probes.admit, audit=probes.audit_objects,
            title="driver liveness probes: a gRPC livenessProbe for DRA driver DaemonSets that lack one",
            source=PAGE + "#confirm-your-dra-driver-exposes-a-liveness-probe-and-utilize-it"),
-    Policy(name="eviction", path="/validate/evictions", mutating=False, review=eviction.admit,
+    Policy(name="eviction", path="/validate/evictions", mutating=False, review=eviction.admit, first=True,
            title="drain order: 429 for evicting a DRA driver pod whose claims are still reserved on its node",
            source=PAGE + "#when-draining-a-node-drain-the-dra-driver-as-late-as-possible"),
 )

@@ -18,7 +18,9 @@ error is JSON too (404, 405, 500): never an HTML page, never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,8 +31,10 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from webhook import admission, metrics
 from webhook.config import Config
 from webhook.model.facts import Facts
+from webhook.model.limits import over_limit
 from webhook.policies.decision import Decision
 from webhook.policies.registry import POLICIES, Review
+from webhook.serve.lanes import arrived, lanes_for
 
 log = logging.getLogger("dra_guard.app")
 
@@ -77,8 +81,10 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes + 1
     ready = readiness or Readiness(cluster=cluster)
 
-    def read_review(path: str) -> dict[str, Any] | Response:
-        """The request's AdmissionReview dict, or the 400 Response saying why there is none."""
+    def read_review(path: str, *, peek: bool = False) -> dict[str, Any] | Response:
+        """The request's AdmissionReview dict, or the 400 Response saying why there is none. peek:
+        only apiVersion and request.uid are needed (an overload answer): read without parsing the
+        whole body when they can be found at its start (admission.peek_review)."""
         mimetype = request.mimetype
         if mimetype != "application/json":
             return _bad_request(path, f"Content-Type must be application/json, got {mimetype or 'none'!r}")
@@ -92,23 +98,56 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
         if len(body) > limit:
             return _bad_request(path, f"body is larger than server.maxRequestBytes ({limit} bytes)")
         try:
-            return admission.parse_review(body)
+            return (peek and admission.peek_review(body)) or admission.parse_review(body)
         except admission.BadRequest as exc:
             return _bad_request(path, str(exc))
 
+    first = {p.name for p in POLICIES if p.first}
+    lanes = lanes_for(config.server.threads, config.server.reserved_threads, first, [p.name for p in POLICIES])
+    limits = functools.partial(over_limit, limits=config.server)
+
     def make_view(path: str, policy: str, evaluate: Callable[[Mapping[str, Any]], Decision]) -> Callable[[], Response]:
+        lane, settings, is_first = lanes[policy], config.policy(policy), policy in first
+
         def view() -> Response:
-            review = read_review(path)
-            if isinstance(review, Response):
-                return review
-            return jsonify(admission.respond(review, policy=policy, evaluate=evaluate, settings=config.policy(policy)))
+            if on_probe_port():
+                return _not_here()
+            deadline = arrived() + config.server.review_deadline_seconds
+            late = time.monotonic() >= deadline  # it waited in the worker's queue past its deadline
+            if late or not lane.enter(deadline):
+                # overloaded: answer at once (reading only the body's head), never queue past the timeout
+                review = read_review(path, peek=True)
+                if isinstance(review, Response):
+                    return review
+                return jsonify(admission.overload_answer(
+                    review, policy=policy, settings=settings, first=is_first, cause="deadline" if late else "overload",
+                    why="overloaded: it waited in the queue past server.reviewDeadlineSeconds" if late
+                    else f"overloaded: its {lane.slots} server threads are busy"))
+            try:
+                review = read_review(path)
+                if isinstance(review, Response):
+                    return review
+
+                def judged(req: Mapping[str, Any]) -> Decision:
+                    return lane.judge(evaluate, req, deadline)
+                return jsonify(admission.respond(review, policy=policy, evaluate=judged, settings=settings,
+                                                 first=is_first, limits=limits))
+            finally:
+                lane.leave()
         view.__name__ = f"review_{policy}"
         return view
 
     for path, (policy, evaluate) in policy_routes(config, cluster).items():
         app.add_url_rule(path, view_func=make_view(path, policy, evaluate), methods=["POST"])
 
+    def on_probe_port() -> bool:
+        """Whether this request came to server.probePort (no client certificate asked there)."""
+        port = config.server.probe_port
+        return bool(port) and request.environ.get("SERVER_PORT") == str(port)
+
     def noop() -> Response:
+        if on_probe_port():
+            return _not_here()
         review = read_review(NOOP_PATH)
         if isinstance(review, Response):
             return review
@@ -150,4 +189,10 @@ def _bad_request(path: str, message: str) -> Response:
     metrics.BAD_REQUESTS.labels(path=path).inc()
     resp = jsonify(error=message)
     resp.status_code = 400
+    return resp
+
+
+def _not_here() -> Response:
+    resp = jsonify(error="admission reviews are not served on server.probePort (it asks no client certificate)")
+    resp.status_code = 403
     return resp

@@ -122,7 +122,9 @@ def reloader(options: ServeOptions) -> ReloadingContext:
                             extra={"notAfter": cert.not_valid_after_utc.isoformat()})
 
         found = _RELOADERS[pid] = ReloadingContext(options.cert_file, options.key_file, on_load=loaded,
-                                                    interval_seconds=options.config.certificates.reload_interval_seconds)
+                                                    interval_seconds=options.config.certificates.reload_interval_seconds,
+                                                    client_ca_file=pathlib.Path(options.config.server.client_ca_file)
+                                                    if options.config.server.client_ca_file else None)
     return found
 
 
@@ -135,8 +137,10 @@ class DraGuardServer(BaseApplication):
 
     def load_config(self) -> None:
         o = self.options
+        probe_port = o.config.server.probe_port
+        binds = [f"[{o.host}]:{port}" if ":" in o.host else f"{o.host}:{port}" for port in (o.port, probe_port) if port]
         settings = {
-            "bind": [f"[{o.host}]:{o.port}" if ":" in o.host else f"{o.host}:{o.port}"],
+            "bind": binds,
             "worker_class": "webhook.serve.worker.DrainingThreadWorker",
             "workers": o.config.server.workers,
             "threads": o.config.server.threads,
@@ -144,7 +148,11 @@ class DraGuardServer(BaseApplication):
             "keyfile": str(o.key_file),
             # every new connection asks for the context: the reloader hands out the current one and
             # swaps in a new one when the files' digest changes (TLS 1.2+, no restart)
-            "ssl_context": lambda conf, default_factory: worker.TimeoutWrapping(reloader(o).context(), worker.CLIENT_SOCKET_TIMEOUT),
+            # server.clientCAFile: the admission port asks for a client certificate; server.probePort
+            # (if set) does not, and serves only /healthz, /readyz and /metrics (create_app)
+            "ssl_context": lambda conf, default_factory: worker.TimeoutWrapping(
+                reloader(o).context(), worker.CLIENT_SOCKET_TIMEOUT, probe_port=probe_port,
+                open_context=reloader(o).open_context()),
             "timeout": 30,
             "graceful_timeout": 20,
             "keepalive": 75,
@@ -176,6 +184,7 @@ class DraGuardServer(BaseApplication):
         for key, value in settings.items():
             self.cfg.set(key, value)
         worker.SHUTDOWN_DELAY[0] = float(o.config.server.shutdown_delay_seconds)
+        worker.DROP_AFTER[0] = float(o.config.server.drop_after_seconds)
 
     def load(self) -> Any:
         o = self.options

@@ -20,11 +20,13 @@ from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.workers.gthread import _DEFER, ThreadWorker
 
 from webhook import metrics
+from webhook.serve.lanes import set_arrival
 
 log = logging.getLogger("dra_guard.server")
 
 DRAINING = threading.Event()  # set in a worker on SIGTERM: /readyz fails while it keeps serving
 SHUTDOWN_DELAY = [5.0]        # seconds; set from server.shutdownDelaySeconds before the workers fork
+DROP_AFTER = [3.0]            # seconds; set from server.dropAfterSeconds: older queued requests are dropped
 KEEPALIVE_CONNECTIONS = 250  # idle keep-alive connections per worker: far above what apiservers, probes and Prometheus hold
 FIRST_BYTE_WAIT = 0.1  # seconds a new connection may hold a pool thread before its first byte (then: the poller)
 CLOSE_LINGER = 0.5  # seconds a closing connection waits for the client's FIN (RFC 9112 9.6) before it is dropped
@@ -65,7 +67,28 @@ class DrainingThreadWorker(ThreadWorker):
         timer.daemon = True
         timer.start()
 
+    def enqueue_req(self, conn: Any) -> None:
+        """gthread's enqueue_req(), noting when the request was queued (conn.queued_at, monotonic):
+        its age decides whether it is still worth serving (handle) and its review's deadline
+        (webhook.serve.lanes.arrived)."""
+        conn.queued_at = time.monotonic()
+        super().enqueue_req(conn)
+
     def handle(self, conn: Any) -> Any:
+        """Drop a request queued longer than DROP_AFTER[0] seconds (its apiserver has given up on
+        it: serving it would only delay the ones still waited for), then serve it (_handle)."""
+        queued_at = conn.__dict__.get("queued_at")
+        if queued_at is not None and time.monotonic() - queued_at > DROP_AFTER[0]:
+            metrics.DROPPED_REQUESTS.inc()
+            conn.sock.close()
+            return False
+        set_arrival(queued_at)
+        try:
+            return self._handle(conn)
+        finally:
+            set_arrival(None)
+
+    def _handle(self, conn: Any) -> Any:
         """gthread's handle() (in a pool thread), with three changes:
 
         * a new connection waits at most FIRST_BYTE_WAIT seconds in this thread for its first byte
@@ -194,14 +217,21 @@ class TimeoutWrapping:
     CLIENT_SOCKET_TIMEOUT seconds instead of holding it forever (gthread sockets are otherwise fully
     blocking); DeadlineSSLSocket bounds a trickled request."""
 
-    def __init__(self, context: Any, timeout: float) -> None:
+    def __init__(self, context: Any, timeout: float, *, probe_port: int = 0, open_context: Any = None) -> None:
         self.context = context
         self.timeout = timeout
+        self.probe_port = probe_port
+        self.open_context = open_context
 
     def wrap_socket(self, sock: Any, **kwargs: Any) -> Any:
+        """Wrap an accepted socket; one accepted on the probe port (server.probePort) gets
+        open_context, which asks no client certificate (the kubelet's probes, Prometheus)."""
         sock.settimeout(self.timeout)
-        self.context.sslsocket_class = DeadlineSSLSocket
-        return self.context.wrap_socket(sock, **kwargs)
+        context = self.context
+        if self.probe_port and self.open_context is not None and sock.getsockname()[1] == self.probe_port:
+            context = self.open_context
+        context.sslsocket_class = DeadlineSSLSocket
+        return context.wrap_socket(sock, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.context, name)

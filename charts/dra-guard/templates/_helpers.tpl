@@ -62,8 +62,14 @@ app.kubernetes.io/part-of: dra-guard
 {{- end -}}
 {{- end }}
 {{- define "dra-guard.leaseName" -}}{{ include "dra-guard.fullname" . }}-certs{{- end }}
-{{- define "dra-guard.certDir" -}}/var/run/dra-guard/certs{{- end }}
+{{- /* self mode: the emptyDir is mounted at certMount (Kubernetes makes every emptyDir mode 0777) and
+dra-guard writes into certDir, a 0700 subfolder it creates: it refuses a group/world-writable folder. */}}
+{{- define "dra-guard.certMount" -}}/run/dra-guard{{- end }}
+{{- define "dra-guard.certDir" -}}/run/dra-guard/certs{{- end }}
 {{- define "dra-guard.tlsDir" -}}/etc/dra-guard/tls{{- end }}
+{{- define "dra-guard.clientCADir" -}}/etc/dra-guard/client-ca{{- end }}
+{{- /* the container port the kubelet's probes use: the probe port when clients need certificates */}}
+{{- define "dra-guard.probePortName" -}}{{ if .Values.clientAuth.caConfigMap }}probes{{ else }}https{{ end }}{{- end }}
 
 {{/* The policy's mode: its own, else the global config.mode. */}}
 {{- define "dra-guard.policyMode" -}}
@@ -78,7 +84,12 @@ certificates section naming the objects this chart creates.
 {{- define "dra-guard.config" -}}
 apiVersion: dra-guard.io/v1alpha1
 kind: DraGuardConfiguration
-{{ toYaml .Values.config }}
+{{- $config := deepCopy .Values.config }}
+{{- if .Values.clientAuth.caConfigMap }}
+{{- $server := dict "clientCAFile" (printf "%s/ca.crt" (include "dra-guard.clientCADir" .)) "probePort" .Values.clientAuth.probePort }}
+{{- $config = mergeOverwrite $config (dict "server" $server) }}
+{{- end }}
+{{ toYaml $config }}
 certificates:
   mode: {{ .Values.certificates.mode }}
   namespace: {{ .Release.Namespace | quote }}

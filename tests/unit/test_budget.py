@@ -1,0 +1,238 @@
+"""Every review answered within its budget (issue 21, items 1-3) through the Flask app (no network):
+size limits, selector values held as sets, the per-review deadline, lanes that keep threads for
+evictions, and the overload answer (eviction 429 retry, never an allow).
+
+Times: CPU time of this thread where the claim is about work (robust on a shared 2-core machine),
+wall time only with generous bounds.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import threading
+import time
+
+import pytest
+
+from tests.builders import binding, cluster_role, driver_daemonset, eviction_request, review, rule, subject
+from webhook import admission
+from webhook.config import from_mapping
+from webhook.kube.state import ClusterState
+from webhook.serve import app as app_module
+from webhook.serve import lanes
+from webhook.serve.app import create_app
+
+VALUES = 500_000
+
+
+def heavy_role(values: int = VALUES) -> dict:
+    role = cluster_role("heavy", [rule(["resourceslices"], ["create"])],
+                        aggregation=[{"matchExpressions": [{"key": "k", "operator": "In",
+                                                            "values": [f"x{i}" for i in range(values)]}]}])
+    return role
+
+
+def state_with_roles(n: int = 300) -> ClusterState:
+    state = ClusterState(None)
+    for i in range(n):
+        state.rbac.upsert_role(cluster_role(f"r{i}", [rule(["resourceslices"], ["create"])], labels={"k": f"v{i}"}))
+        state.rbac.upsert_binding(binding(f"b{i}", f"r{i}", [subject("Group", "g")]))
+    return state
+
+
+def client(state=None, **extra):
+    return create_app(config=from_mapping(extra or None), cluster=state or ClusterState(None)).test_client()
+
+
+def post(c, body, path="/validate/rbac"):
+    return c.post(path, data=body if isinstance(body, bytes) else json.dumps(body), content_type="application/json")
+
+
+# ------------------------------------------------------------------ a 500,000-value selector
+def test_a_500000_value_selector_is_refused_by_the_limit_within_1_s():
+    c = client(state_with_roles())
+    body = json.dumps(review(heavy_role())).encode()
+    assert len(body) > 5_000_000
+    cpu, wall = time.thread_time(), time.monotonic()
+    resp = post(c, body).get_json()["response"]
+    cpu, wall = time.thread_time() - cpu, time.monotonic() - wall
+    assert resp["allowed"] is False and resp["status"]["code"] == 503
+    assert "500001 aggregationRule label values" in resp["status"]["message"]
+    assert "server.limits.maxSelectorValues" in resp["status"]["message"]
+    assert cpu < 1.0 and wall < 5.0, (cpu, wall)
+
+
+def test_a_500000_value_selector_under_a_raised_limit_is_judged_within_1_s():
+    """The values are a set: matching 300 roles against it costs a lookup each (it was 22 s)."""
+    state = state_with_roles()
+    state.rbac.upsert_binding(binding("bound-heavy", "heavy", [subject("Group", "h")]))
+    c = client(state, server={"limits": {"maxSelectorValues": 1_000_000}, "reviewDeadlineSeconds": 20})
+    role = heavy_role()
+    role["rules"] = []
+    role["aggregationRule"]["clusterRoleSelectors"][0]["matchExpressions"][0]["values"].append("v7")
+    body = json.dumps(review(role)).encode()
+    cpu, wall = time.process_time(), time.monotonic()  # the judgment runs in the lane's thread
+    resp = post(c, body).get_json()["response"]
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    # it aggregates r7's ResourceSlice write, and is bound to Group h: judged, and refused for that
+    assert resp["allowed"] is False and resp["status"]["code"] == 403 and "Group h" in resp["status"]["message"]
+    assert "aggregating r7" in resp["status"]["message"]
+    assert cpu < 1.0 and wall < 5.0, (cpu, wall)
+
+
+@pytest.mark.parametrize("obj, path, what", [
+    (cluster_role("many-rules", [rule(["pods"], ["get"])] * 2001), "/validate/rbac", "2001 rules"),
+    (binding("many", "r0", [subject("Group", f"g{i}") for i in range(2001)]), "/validate/rbac", "2001 subjects"),
+    (driver_daemonset(containers=[{"name": f"c{i}", "image": "x"} for i in range(201)]), "/mutate/daemonsets",
+     "201 containers"),
+])
+def test_objects_over_a_limit_are_not_judged_and_the_failure_mode_answers(obj, path, what):
+    req = review(obj)
+    if path == "/mutate/daemonsets":
+        req["request"]["kind"] = {"group": "apps", "version": "v1", "kind": "DaemonSet"}
+    resp = post(client(), req, path).get_json()["response"]
+    assert resp["uid"] == req["request"]["uid"]
+    if path == "/validate/rbac":  # failureMode deny
+        assert resp["allowed"] is False and resp["status"]["code"] == 503 and what in resp["status"]["message"]
+    else:  # probes: failureMode allow, with a warning and no patch
+        assert resp["allowed"] is True and "patch" not in resp and what in resp["warnings"][0]
+
+
+def test_old_object_counts_too():
+    old = binding("many", "r0", [subject("Group", f"g{i}") for i in range(2001)])
+    resp = post(client(), review(binding("many", "r0", []), operation="UPDATE", old=old)).get_json()["response"]
+    assert resp["allowed"] is False and "request.oldObject has 2001 subjects" in resp["status"]["message"]
+
+
+# ------------------------------------------------------------------ the deadline
+def slow_policies(monkeypatch, seconds: float, gate: threading.Event | None = None):
+    """Every policy sleeps `seconds` (or waits for `gate`) before allowing."""
+    from webhook.policies.decision import ALLOW
+
+    def slow(request, facts, config):
+        if gate is not None:
+            gate.wait(seconds)
+        else:
+            time.sleep(seconds)
+        return ALLOW
+
+    monkeypatch.setattr(app_module, "POLICIES", tuple(
+        dataclasses.replace(p, review=slow) if p.name != "eviction" or gate is None else p
+        for p in app_module.POLICIES))
+
+
+@pytest.mark.parametrize("path, body, code", [
+    ("/validate/rbac", review(binding("b", "r0", [subject("Group", "g")])), 503),
+    ("/validate/evictions", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                             "request": eviction_request("gpu-driver-abc")}, 429),
+])
+def test_a_review_past_its_deadline_gets_the_overload_answer_never_an_allow(monkeypatch, path, body, code):
+    slow_policies(monkeypatch, 3.0)
+    c = client(server={"reviewDeadlineSeconds": 0.3})
+    started = time.monotonic()
+    resp = post(c, body, path).get_json()["response"]
+    elapsed = time.monotonic() - started
+    assert resp["allowed"] is False and resp["status"]["code"] == code, resp
+    assert "reviewDeadlineSeconds" in resp["status"]["message"] and "retry" in resp["status"]["message"]
+    assert elapsed < 2.0, elapsed  # 0.3 s plus scheduling; the policy itself would take 3 s
+
+
+def test_the_eviction_failure_mode_allow_still_answers_429_when_not_judged(monkeypatch):
+    slow_policies(monkeypatch, 3.0)
+    c = client(server={"reviewDeadlineSeconds": 0.2}, policies={"eviction": {"failureMode": "allow"}})
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")}
+    resp = post(c, body, "/validate/evictions").get_json()["response"]
+    assert resp["allowed"] is False and resp["status"]["code"] == 429 and resp["status"]["reason"] == "TooManyRequests"
+
+
+# ------------------------------------------------------------------ lanes: evictions first, overload shed fast
+def test_heavy_rbac_reviews_never_hold_the_threads_kept_for_evictions(monkeypatch):
+    """threads 4, reservedThreads 2: two RBAC reviews in flight fill their lane; a third is answered
+    "overloaded" at once (not queued), and an eviction is judged meanwhile."""
+    gate = threading.Event()
+    slow_policies(monkeypatch, 10.0, gate=gate)
+    app = create_app(config=from_mapping({"server": {"threads": 4, "reservedThreads": 2, "reviewDeadlineSeconds": 10}}),
+                     cluster=ClusterState(None))
+    rbac_body = review(binding("b", "r0", [subject("Group", "g")]))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(post, app.test_client(), rbac_body) for _ in range(2)]
+        deadline = time.monotonic() + 5
+        while (app_module_lane_free(app) and time.monotonic() < deadline):
+            time.sleep(0.01)
+        try:
+            started = time.monotonic()
+            shed = post(app.test_client(), rbac_body).get_json()["response"]
+            shed_seconds = time.monotonic() - started
+            eviction = post(app.test_client(), {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                                "request": eviction_request("p")}, "/validate/evictions").get_json()
+        finally:
+            gate.set()
+        assert all(f.result().get_json()["response"]["allowed"] for f in held)
+    assert shed["allowed"] is False and shed["status"]["code"] == 503 and "overloaded" in shed["status"]["message"]
+    assert shed["uid"] == rbac_body["request"]["uid"]
+    assert shed_seconds < 2.0, shed_seconds  # ENTER_WAIT (0.1 s), not the 10 s the held reviews take
+    # judged by the eviction guard itself (no cache: "cannot tell yet"), not "overloaded"
+    assert eviction["response"]["uid"] == "u"
+    assert "did not judge" not in json.dumps(eviction), eviction
+
+
+def app_module_lane_free(app) -> bool:
+    """Whether the RBAC lane of `app` still has a free slot (peeks at the semaphore's counter)."""
+    view = app.view_functions["review_rbac"]
+    lane = next(c.cell_contents for c in view.__closure__ if isinstance(c.cell_contents, lanes.Lane))
+    return lane._free._value > 0
+
+
+def test_an_overloaded_eviction_is_answered_429():
+    lane = lanes.Lane("first", 1)
+    assert lane.enter(time.monotonic() + 1)
+    started = time.monotonic()
+    assert not lane.enter(time.monotonic() + 1)
+    assert time.monotonic() - started < 1.0
+    settings = from_mapping(None).policy("eviction")
+    answer = admission.overload_answer({"apiVersion": "admission.k8s.io/v1", "request": {"uid": "x"}},
+                                       policy="eviction", settings=settings, first=True, why="overloaded")
+    assert answer["response"] == {"uid": "x", "allowed": False, "status": {
+        "code": 429, "reason": "TooManyRequests", "status": "Failure",
+        "message": "dra-guard did not judge this request (overloaded); retry"}}
+
+
+def test_work_whose_deadline_passed_while_queued_is_dropped_not_run():
+    lane = lanes.Lane("x", 1)
+    ran = []
+    with pytest.raises(admission.NotJudged, match="deadline"):
+        lane.judge(lambda r: ran.append(r), {}, time.monotonic() - 1)
+    time.sleep(0.05)
+    assert ran == []
+
+
+def test_peek_finds_uid_and_version_as_the_apiserver_writes_them_and_defers_otherwise():
+    body = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"705ab4f5-6393","kind":{}}}'
+    assert admission.peek_review(body) == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                           "request": {"uid": "705ab4f5-6393"}}
+    assert admission.peek_review(b'{"request":{"uid":"a"},"kind":"AdmissionReview"}') is None
+    assert admission.peek_review(b'{"kind":"AdmissionReview","apiVersion":"v9","request":{"uid":"a"}}') is None
+
+
+def test_a_review_that_arrives_past_its_deadline_is_answered_at_once_without_being_judged(monkeypatch):
+    """Queued work older than its deadline is not served: the overload answer, from the body's head."""
+    judged = []
+    from webhook.policies.decision import ALLOW
+
+    def policy(request, facts, config):
+        judged.append(request)
+        return ALLOW
+
+    monkeypatch.setattr(app_module, "POLICIES", tuple(dataclasses.replace(p, review=policy) for p in app_module.POLICIES))
+    c = client(server={"reviewDeadlineSeconds": 1})
+    lanes.set_arrival(time.monotonic() - 2)  # as webhook.serve.worker records a request queued 2 s ago
+    try:
+        body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")}
+        resp = post(c, body, "/validate/evictions").get_json()["response"]
+        rbac = post(c, review(binding("b", "r0", [subject("Group", "g")]))).get_json()["response"]
+    finally:
+        lanes.set_arrival(None)
+    assert resp["allowed"] is False and resp["status"]["code"] == 429 and "queue" in resp["status"]["message"]
+    assert rbac["allowed"] is False and rbac["status"]["code"] == 503
+    assert judged == []

@@ -1,0 +1,90 @@
+"""Capacity and deadlines of the admission reviews in one worker (issue 21: every review answered
+within its budget, evictions first, overload shed fast).
+
+gunicorn's gthread worker serves requests with `server.threads` threads from one FIFO queue. Here:
+
+* a Lane per class of policy bounds how many of that class's reviews hold a thread at once:
+  the eviction guard (the registry's Policy.first) may use every thread; RBAC and DaemonSet
+  reviews together at most threads - server.reservedThreads. However heavy or many they are, a
+  thread is always left for an eviction, which no timeout may turn into an allow (its webhook is
+  failurePolicy Ignore).
+* a review that finds its lane full waits at most ENTER_WAIT seconds for a slot, then is answered
+  at once with the overload answer (webhook.admission.overload_answer: eviction 429 retry, else the
+  policy's failure mode), rather than queueing past the apiserver's timeout.
+* each review is judged in its lane's own threads and waited for until server.reviewDeadlineSeconds
+  after its arrival in the worker (arrived(), set by webhook.serve.worker); past it the overload
+  answer goes out and a judgment not yet started is dropped. (A started judgment cannot be
+  interrupted in Python; server.limits keep it short.)
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook.admission import NotJudged
+from webhook.policies.decision import Decision
+
+#: seconds a review waits for a slot of its lane before it is answered "overloaded"
+ENTER_WAIT = 0.1
+
+_ARRIVAL = threading.local()
+
+
+def set_arrival(monotonic: float | None) -> None:
+    """Record when the current thread's request arrived in the worker's queue (webhook.serve.worker)."""
+    _ARRIVAL.value = monotonic
+
+
+def arrived() -> float:
+    """time.monotonic() when the current request was queued in the worker (else now: no gunicorn)."""
+    value = getattr(_ARRIVAL, "value", None)
+    return value if value is not None else time.monotonic()
+
+
+class Lane:
+    """At most `slots` reviews of one class in flight, judged in the lane's own `slots` threads.
+
+    enter(deadline) / leave() bracket a review's whole time in a server thread (reading, judging,
+    answering); judge() runs the policy with the deadline.
+    """
+
+    def __init__(self, name: str, slots: int) -> None:
+        self.name = name
+        self.slots = slots
+        self._free = threading.BoundedSemaphore(slots)
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"judge-{name}")
+
+    def enter(self, deadline: float) -> bool:
+        """Take a slot, waiting at most ENTER_WAIT seconds (and never past `deadline`); False if none."""
+        return self._free.acquire(timeout=max(0.0, min(ENTER_WAIT, deadline - time.monotonic())))
+
+    def leave(self) -> None:
+        """Give the slot back."""
+        self._free.release()
+
+    def judge(self, evaluate: Callable[[Mapping[str, Any]], Decision], request: Mapping[str, Any],
+              deadline: float) -> Decision:
+        """evaluate(request) in the lane's threads; raises NotJudged (cause "deadline") when it has not
+        finished by `deadline` (time.monotonic()), or when its turn came only after it."""
+        def run() -> Decision:
+            if time.monotonic() >= deadline:
+                raise NotJudged("its deadline passed before it was judged", cause="deadline")
+            return evaluate(request)
+
+        future = self._pool.submit(run)
+        try:
+            return future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise NotJudged("not judged within server.reviewDeadlineSeconds", cause="deadline") from None
+
+
+def lanes_for(threads: int, reserved: int, first: set[str], policies: list[str]) -> dict[str, Lane]:
+    """policy name -> its Lane: the `first` policies share one of `threads` slots, the others one
+    of threads - reserved (at least 1)."""
+    priority = Lane("first", threads)
+    others = Lane("others", max(1, threads - reserved))
+    return {name: priority if name in first else others for name in policies}
