@@ -13,6 +13,7 @@ import yaml
 from tests.builders import driver_daemonset
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import Guard
+from tests.e2e.kube import evict, get_json, wait_for
 
 NODE = "e2e-node-a"
 DRIVER = "gpu.example.com"
@@ -56,28 +57,6 @@ def consumer_pod(name):
             "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE}, "tolerations": TOLERATE_ALL,
                      "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
                      "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}]}}
-
-
-def wait_for(what, fn, timeout=60.0, interval=0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")
-
-
-def get_json(cp, *args):
-    out = cp.kubectl("admin", "get", *args, "-o", "json", check=False)
-    return json.loads(out.stdout) if out.returncode == 0 else None
-
-
-def evict(cp, namespace, name, *, grace=None):
-    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
-    if grace is not None:
-        body["deleteOptions"] = {"gracePeriodSeconds": grace}
-    return cp.session("admin").post(f"{cp.url}/api/v1/namespaces/{namespace}/pods/{name}/eviction", json=body, timeout=10)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,32 @@
+"""Small helpers of the end-to-end tests: waiting for a real effect, reading objects, evicting."""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.3) -> Any:
+    """fn()'s first truthy value, polled every `interval` seconds; TimeoutError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def get_json(cp: Any, *args: str) -> Any:
+    """`kubectl get ARGS -o json` as admin, parsed; None when kubectl fails (e.g. not found)."""
+    out = cp.kubectl("admin", "get", *args, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def evict(cp: Any, namespace: str, name: str, *, grace: int | None = None) -> Any:
+    """POST a policy/v1 Eviction of pod namespace/name as admin; the requests.Response."""
+    body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    if grace is not None:
+        body["deleteOptions"] = {"gracePeriodSeconds": grace}
+    return cp.session("admin").post(f"{cp.url}/api/v1/namespaces/{namespace}/pods/{name}/eviction", json=body, timeout=10)
