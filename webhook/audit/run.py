@@ -48,12 +48,8 @@ def config_from(objects: list[dict[str, Any]]) -> Config:
 
 def merge(files: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Live objects overlaid with the files' (same kind, namespace and name: the file's wins)."""
-    def key(o: Mapping[str, Any]) -> tuple[str, str, str]:
-        meta = o.get("metadata")
-        meta = meta if isinstance(meta, Mapping) else {}
-        return str(o.get("kind")), str(meta.get("namespace", "")), str(meta.get("name", ""))
-    merged = {key(o): o for o in live}
-    merged.update({key(o): o for o in files})
+    merged = {object_key(o): o for o in live}
+    merged.update({object_key(o): o for o in files})
     return list(merged.values())
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 import textwrap
-from importlib import metadata
 
+from webhook.audit.render import version
 from webhook.policies.registry import POLICIES
 
 EXAMPLES = textwrap.dedent("""\
@@ -34,13 +34,6 @@ POLICY_LIST = "policies (config key policies.<name>):\n" + "".join(
     f"  {p.name:<9} {p.path:<20} {p.title}\n" for p in POLICIES) + "\n"
 
 
-def _version() -> str:
-    try:
-        return metadata.version("dra-guard")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The `dra-guard` parser (argparse), subcommands included."""
     parser = argparse.ArgumentParser(
@@ -48,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Admission webhook enforcing the Kubernetes good practices for Dynamic Resource "
                     "Allocation (DRA) as a cluster admin.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"dra-guard {_version()}")
+    parser.add_argument("--version", action="version", version=f"dra-guard {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the admission webhook server (gunicorn over TLS)",
