@@ -17,6 +17,13 @@ A serving certificate is also re-issued when it is due (configurable share of it
 default 2/3) or lacks a required name. caBundles are set whenever they differ from the bundle,
 not only when empty.
 
+With `webhooksConfigMap` set (the chart does in self mode) the webhook configurations are
+reconciled whole, not only their caBundle: every replica compares them with the webhooks the chart
+rendered (that ConfigMap's key `webhooks.json`, read each round, so a `helm upgrade` or rollback
+moves every replica to the new webhooks at once), reports any difference (on_drift), and the Lease
+holder restores them (see certs.webhookspec). A configuration that was deleted is left deleted:
+deleting it is the documented break-glass.
+
 The Kubernetes calls go through a CertApi (webhook.kube.certapi.KubeCertApi in production), so this
 module holds the decisions only.
 """
@@ -34,6 +41,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 import certs
+from certs import webhookspec
 
 log = logging.getLogger("dra_guard.certs")
 
@@ -74,6 +82,8 @@ class CertSettings(Protocol):
     def check_interval_seconds(self) -> int: ...
     @property
     def reload_interval_seconds(self) -> int: ...
+    @property
+    def webhooks_config_map(self) -> str: ...
 
 
 class Conflict(Exception):
@@ -97,6 +107,9 @@ class CertApi(Protocol):
     def delete_lease(self, name: str) -> None: ...
     def webhook_ca_bundles(self, kind: str, name: str) -> list[bytes] | None: ...
     def set_webhook_ca_bundles(self, kind: str, name: str, bundle: bytes) -> None: ...
+    def get_config_map(self, name: str) -> dict[str, str] | None: ...
+    def webhook_configuration(self, kind: str, name: str) -> dict[str, Any] | None: ...
+    def replace_webhooks(self, kind: str, name: str, webhooks: list[dict[str, Any]], resource_version: str) -> None: ...
 
 
 def fingerprint(cert: x509.Certificate) -> str:
@@ -211,6 +224,8 @@ class Reconciler:
         self._serving_fp = ""
         self._serving_since = ""
         self.on_bundle: Callable[[Bundle], None] | None = None
+        # (kind, configuration name, differences, restored by this replica): see certs.webhookspec.drift
+        self.on_drift: Callable[[str, str, list[str], bool], None] | None = None
 
     # ------------------------------------------------------------------ building blocks
     def _ca_name(self) -> str:
@@ -318,6 +333,7 @@ class Reconciler:
                     log.info("certificate Secret changed meanwhile; next round", extra={"reason": reason})
                 bundle = self.get_or_create()
         wanted = bundle.trust_pem()
+        self.reconcile_webhooks(wanted, leader=leader)
         stale = any(raw != wanted for bundles in self._cluster_bundles() for raw in bundles)
         if stale:
             if leader:
@@ -330,6 +346,45 @@ class Reconciler:
         if self.on_bundle is not None:
             self.on_bundle(bundle)
         return bundle
+
+    def desired_webhooks(self) -> dict[str, list[dict[str, Any]]] | None:
+        """The chart's webhooks ({"validating": [...], "mutating": [...]}) from the ConfigMap
+        `webhooks_config_map`, key webhooks.json; None when not configured or not there (then only
+        caBundle is kept). Raises ValueError when webhooks.json is malformed."""
+        if not self.config.webhooks_config_map:
+            return None
+        data = self.api.get_config_map(self.config.webhooks_config_map)
+        if data is None or "webhooks.json" not in data:
+            log.warning("no webhooks.json in the ConfigMap; only caBundle is reconciled",
+                        extra={"configmap": self.config.webhooks_config_map})
+            return None
+        return webhookspec.parse_desired(data["webhooks.json"])
+
+    def reconcile_webhooks(self, ca_bundle: bytes, *, leader: bool) -> None:
+        """Compare both webhook configurations whole with desired_webhooks(); report each
+        difference through on_drift and, on the Lease holder, replace their `webhooks` with the
+        desired ones carrying `ca_bundle` (PEM). A deleted configuration is left deleted."""
+        desired = self.desired_webhooks()
+        if desired is None:
+            return
+        for kind, name in (("validating", self.config.validating_webhook), ("mutating", self.config.mutating_webhook)):
+            live = self.api.webhook_configuration(kind, name)
+            if live is None:
+                continue
+            differences = webhookspec.drift(live.get("webhooks") or [], desired[kind], kind)
+            restored = False
+            if differences and leader:
+                try:
+                    self.api.replace_webhooks(kind, name, webhookspec.restored(desired[kind], ca_bundle),
+                                              str((live.get("metadata") or {}).get("resourceVersion", "")))
+                    restored = True
+                except Conflict:
+                    log.info("webhook configuration changed meanwhile; next round", extra={"configuration": name})
+            if differences:
+                log.warning("webhook configuration differs from the chart's webhooks", extra={
+                    "kind": kind, "configuration": name, "differences": differences, "restored": restored})
+            if self.on_drift is not None:
+                self.on_drift(kind, name, differences, restored)
 
     def write_files(self, bundle: Bundle) -> bool:
         """Write tls.crt, tls.key and ca.crt (the trust bundle) to config.dir when they differ.

@@ -101,6 +101,17 @@ CERT_RECONCILE = Counter(
     "Rounds of the self-managed certificate reconciler (certificates.mode self), by result (ok, error).",
     ["result"],
 )
+WEBHOOK_DRIFT = Gauge(
+    "dra_guard_webhook_configuration_drift",
+    "Differences between dra-guard's live webhook configuration and the webhooks the chart rendered "
+    "(certificates.mode self with webhooksConfigMap) at this replica's last check, by kind (validating, mutating).",
+    ["kind"],
+)
+WEBHOOK_RESTORES = Counter(
+    "dra_guard_webhook_configuration_restores_total",
+    "Times this replica restored a drifted webhook configuration to the chart's webhooks, by kind.",
+    ["kind"],
+)
 AUDIT_VIOLATIONS = Gauge(
     "dra_guard_violations",
     "Findings of the last periodic cluster audit, by policy and mode (only on the replica that ran it).",

@@ -147,8 +147,8 @@ def test_installed_webhooks_answer(control_plane, installed):
 def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane, installed):
     # (before the pre-delete test, which uninstalls the release)
     """`kubectl auth can-i --list` as the chart's ServiceAccount: reads are list/watch (and the
-    Secret and Lease gets of self mode), writes only its Secret, Leases, PolicyReports and the caBundle
-    patch of its own two webhook configurations; no wildcard anywhere."""
+    Secret, ConfigMap and Lease gets of self mode), writes only its Secret, Leases, PolicyReports and
+    the patch of its own two webhook configurations; no wildcard anywhere."""
     cp = control_plane
 
     def can_list(who: str) -> dict[str, set[str]]:
@@ -172,6 +172,7 @@ def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane
     allowed_writes = {
         "events": {"create"},  # issue 16: the Event of an RBAC violation a watch event shows
         "secrets": {"get", "create", "update"},
+        "configmaps": {"get"},  # self mode: its own ConfigMap's webhooks.json (issue 16, path 5)
         "leases.coordination.k8s.io": {"get", "list", "create", "update", "delete"},
         "validatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},
         "mutatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},

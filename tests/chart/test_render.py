@@ -261,6 +261,27 @@ def test_self_mode_writes_to_a_memory_volume_and_renders_no_ca_bundle():
     assert patch_rule["resourceNames"] == ["dra-guard"] and patch_rule["verbs"] == ["get", "patch"]
 
 
+def test_self_mode_keeps_the_configurations_whole_from_the_webhooks_it_rendered():
+    """Issue 16, path 5: the ConfigMap's webhooks.json is exactly the webhooks of the two
+    configurations (so dra-guard restores what helm installed), the config names that ConfigMap,
+    and the Role may read only it. Other modes render neither."""
+    from certs import webhookspec
+
+    objs = rendered("certs-self")
+    cm = find(objs, "ConfigMap", "dra-guard")
+    desired = webhookspec.parse_desired(cm["data"]["webhooks.json"])
+    for kind, resource in (("validating", "ValidatingWebhookConfiguration"), ("mutating", "MutatingWebhookConfiguration")):
+        assert desired[kind] == find(objs, resource)["webhooks"]
+    assert [w["name"] for w in desired["validating"]] == ["rbac.dra-guard.io", "evictions.dra-guard.io"]
+    assert from_mapping(config_of(objs)).certificates.webhooks_config_map == "dra-guard"
+    rule = next(r for r in find(objs, "Role", "dra-guard")["rules"] if r["resources"] == ["configmaps"])
+    assert rule == {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["dra-guard"], "verbs": ["get"]}
+    for case in ("certs-cert-manager", "certs-files"):
+        other = rendered(case)
+        assert "webhooks.json" not in find(other, "ConfigMap", "dra-guard")["data"]
+        assert from_mapping(config_of(other)).certificates.webhooks_config_map == ""
+
+
 def test_cert_manager_mode():
     objs = rendered("certs-cert-manager")
     issuers = [o for o in objs if o["kind"] == "Issuer"]

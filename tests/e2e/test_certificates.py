@@ -1,6 +1,8 @@
 """certificates.mode self against the real apiserver (issue 6 acceptance 2, 3 and 5): two replicas
 share one Secret and CA, a stale caBundle is corrected, and the webhook keeps being called while
-the CA rotates."""
+the CA rotates. Issue 16, path 5: the webhook configurations are kept whole (a matchCondition
+added by someone who may write them is reported and removed), and the chart's webhooks read back
+from the real apiserver compare equal (its defaults are what certs.webhookspec assumes)."""
 from __future__ import annotations
 
 import base64
@@ -36,6 +38,10 @@ rules:
   - apiGroups: [coordination.k8s.io]
     resources: [leases]
     verbs: [get, list, create, update, delete]
+  - apiGroups: [""]
+    resources: [configmaps]
+    resourceNames: [dra-guard-webhooks]
+    verbs: [get]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
@@ -80,6 +86,18 @@ PROBE = json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Clust
                     "roleRef": {"kind": "ClusterRole", "name": "cluster-admin", "apiGroup": "rbac.authorization.k8s.io"}})
 
 
+def desired_webhooks(url: str) -> dict:
+    """The webhooks of webhook_config() as the chart's webhooks.json carries them (no caBundle)."""
+    items = json.loads(webhook_config(url, b""))["items"]
+    out = {}
+    for item, kind in zip(items, ("mutating", "validating"), strict=True):
+        hooks = item["webhooks"]
+        for hook in hooks:
+            hook["clientConfig"].pop("caBundle")
+        out[kind] = hooks
+    return out
+
+
 def webhook_config(url: str, ca_bundle: bytes) -> str:
     # only the probe objects of this module reach these replicas; the mutating one matches nothing
     # real (dra-guard keeps its caBundle too)
@@ -112,6 +130,7 @@ certificates:
   extraIpAddresses: [127.0.0.1]
   validatingWebhookConfiguration: {CONFIG_NAME}
   mutatingWebhookConfiguration: {CONFIG_NAME}
+  webhooksConfigMap: dra-guard-webhooks
   dir: {workdir / name / "certs"}
   checkIntervalSeconds: {CHECK}
   reloadIntervalSeconds: 1
@@ -150,6 +169,8 @@ def replicas(control_plane, tmp_path_factory):
                                      config=config(workdir, name), env={"POD_NAME": name},
                                      ca_file=workdir / name / "certs" / "ca.crt"))
     cp.kubectl("admin", "apply", "-f", "-", input=webhook_config(procs[0].url, stale))
+    cp.kubectl("admin", "create", "configmap", "-n", NS, "dra-guard-webhooks",
+               f"--from-literal=webhooks.json={json.dumps(desired_webhooks(procs[0].url))}")
     try:
         for p in procs:
             p.wait("/readyz", timeout=60)
@@ -253,3 +274,69 @@ def test_no_secret_material_in_logs(control_plane, replicas):
         log = p.log_file.read_text(errors="replace")
         assert "PRIVATE KEY" not in log and "BEGIN CERTIFICATE" not in log
         assert token not in log
+
+
+def live_validating(cp):
+    return json.loads(cp.kubectl("admin", "get", "validatingwebhookconfiguration", CONFIG_NAME, "-o", "json").stdout)
+
+
+def metric(proc, name, labels):
+    text = proc.session().get(f"{proc.url}/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_match_condition_added_to_skip_the_guard_is_reported_and_removed(control_plane, replicas):
+    """Issue 16, path 5: a user who can write the ValidatingWebhookConfiguration adds a
+    matchCondition that skips her own requests; a replica reports the drift and the Lease holder
+    restores the chart's webhooks (caBundle kept) within a few reconcile rounds."""
+    cp = control_plane
+    wanted = secret(cp)["ca-bundle.crt"]
+    wait_for("the caBundle to be set", lambda: cluster_bundle(cp) == wanted, 3 * CHECK + 5)
+    before = sum(metric(p, "dra_guard_webhook_configuration_restores_total", {"kind": "validating"}) for p in replicas)
+    skip = {"name": "skip-alice", "expression": "request.userInfo.username != 'alice'"}
+    cp.kubectl("admin", "patch", "validatingwebhookconfiguration", CONFIG_NAME, "--type=json",
+               "-p", json.dumps([{"op": "add", "path": "/webhooks/0/matchConditions/-", "value": skip}]))
+    assert "skip-alice" in json.dumps(live_validating(cp))  # the tampering really landed
+    started = time.monotonic()
+    wait_for("the added matchCondition to be removed",
+             lambda: "skip-alice" not in json.dumps(live_validating(cp)), 3 * CHECK + 5)
+    assert time.monotonic() - started <= 3 * CHECK + 5
+    hooks = live_validating(cp)["webhooks"]
+    assert [c["name"] for c in hooks[0]["matchConditions"]] == ["probe-only"]
+    assert cluster_bundle(cp) == wanted
+    wait_for("a restore counted", lambda: sum(
+        metric(p, "dra_guard_webhook_configuration_restores_total", {"kind": "validating"}) for p in replicas) > before, 10)
+    assert any("webhook configuration differs from the chart" in p.log() and "matchConditions differ" in p.log()
+               for p in replicas)
+    # the restored webhook is still called (caBundle intact): the probe binding is refused by it
+    out = cp.kubectl("admin", "create", "--dry-run=server", "-f", "-", input=PROBE, check=False)
+    assert "rbac.e2e-certs.dra-guard.io" in out.stderr and "denied the request" in out.stderr, out.stderr
+
+
+def test_the_charts_webhooks_read_back_from_the_apiserver_are_no_drift(control_plane):
+    """The chart's webhooks.json (self mode), created through the real apiserver (server-side dry
+    run: defaulted, not stored), compares equal to itself: certs.webhookspec fills in exactly the
+    defaults the apiserver adds, so an untouched installation never reports drift."""
+    from certs import webhookspec
+    from tests.chart import helm
+
+    docs = helm.template(values={"certificates": {"mode": "self"}, "config": {"eviction": {"guardDeletes": True}}},
+                         namespace="dra-guard", show_only=["templates/configmap.yaml"])
+    desired = webhookspec.parse_desired(docs[0]["data"]["webhooks.json"])
+    assert desired["validating"] and desired["mutating"]
+    for kind, resource in (("validating", "ValidatingWebhookConfiguration"), ("mutating", "MutatingWebhookConfiguration")):
+        obj = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": resource,
+               "metadata": {"name": "e2e-drift-dry-run"}, "webhooks": desired[kind]}
+        out = cp_create_dry_run(control_plane, obj)
+        assert webhookspec.drift(out["webhooks"], desired[kind], kind) == []
+        changed = json.loads(json.dumps(out["webhooks"]))
+        changed[0]["timeoutSeconds"] = 29
+        assert webhookspec.drift(changed, desired[kind], kind) != []
+
+
+def cp_create_dry_run(cp, obj):
+    return json.loads(cp.kubectl("admin", "create", "--dry-run=server", "-o", "json", "-f", "-",
+                                 input=json.dumps(obj)).stdout)

@@ -86,6 +86,7 @@ Example (all defaults shown)::
       leaseName: dra-guard-certs  # self mode: one replica at a time writes
       validatingWebhookConfiguration: dra-guard   # self mode: whose caBundle is kept right
       mutatingWebhookConfiguration: dra-guard
+      webhooksConfigMap: ""       # self mode: ConfigMap with webhooks.json; set: configurations kept whole
       dir: /run/dra-guard/certs    # self mode: where the serving files are written (ours, 0700)
       caValidityDays: 3650
       leafValidityDays: 365

@@ -41,6 +41,10 @@ class CertificatesConfig:
         "validatingWebhookConfiguration", help="self mode: the ValidatingWebhookConfiguration whose caBundle is kept right"))
     mutating_webhook: str = dataclasses.field(default="dra-guard", metadata=key(
         "mutatingWebhookConfiguration", help="self mode: the MutatingWebhookConfiguration whose caBundle is kept right"))
+    webhooks_config_map: str = dataclasses.field(default="", metadata=key(
+        "webhooksConfigMap", help="self mode: a ConfigMap in `namespace` whose key webhooks.json holds the webhooks "
+                                  "both configurations must have ({validating: [...], mutating: [...]}); they are "
+                                  "then reconciled whole and drift is reported, not only caBundle; the chart sets it"))
     dir: str = dataclasses.field(default="/run/dra-guard/certs", metadata=key(
         "dir", help="self mode: where the serving files are written; a folder of dra-guard's user "
                     "that no one else may write (created 0700); never a shared one like /tmp"))

@@ -123,3 +123,25 @@ class KubeCertApi:
             ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": value})
         if ops:
             self._call("patch", resource, patch, name, ops, _content_type="application/json-patch+json")
+
+    def get_config_map(self, name: str) -> dict[str, str] | None:
+        """The data of ConfigMap `name` in the namespace (the chart's webhooks.json), None on 404."""
+        obj = self._call("get", "configmaps", self.core.read_namespaced_config_map, name, self.namespace)
+        return None if obj is None else {str(k): str(v) for k, v in (obj.get("data") or {}).items()}
+
+    def webhook_configuration(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The live admissionregistration.k8s.io/v1 configuration dict ("validating" or
+        "mutating"), None on 404."""
+        read, _, resource = self._config_api(kind)
+        obj: dict[str, Any] | None = self._call("get", resource, read, name)
+        return obj
+
+    def replace_webhooks(self, kind: str, name: str, webhooks: list[dict[str, Any]], resource_version: str) -> None:
+        """Set the configuration's whole `webhooks` list: a JSON merge patch (lists are replaced
+        whole, RFC 7386) carrying metadata.resourceVersion, so a configuration changed since it was
+        read gets 409 and raises certs.selfmanaged.Conflict instead of being overwritten."""
+        _, patch, resource = self._config_api(kind)
+        body: dict[str, Any] = {"webhooks": webhooks}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        self._call("patch", resource, patch, name, body, _content_type="application/merge-patch+json")

@@ -78,7 +78,16 @@ def self_managed_reconciler(config: Config, kubeconfig: str | None, *, identity:
     reconciler = Reconciler(KubeCertApi(client, config.certificates.namespace), config.certificates,
                             identity=identity)
     reconciler.on_bundle = lambda bundle: metrics.CERT_EXPIRY.labels(cert="ca").set(bundle.ca.cert.not_valid_after_utc.timestamp())
+    reconciler.on_drift = webhook_drift_metrics
     return reconciler
+
+
+def webhook_drift_metrics(kind: str, name: str, differences: list[str], restored: bool) -> None:
+    """certs.selfmanaged.Reconciler.on_drift: the drift gauge (differences seen this round) and
+    the restores counter, by kind of configuration ("validating", "mutating")."""
+    metrics.WEBHOOK_DRIFT.labels(kind=kind).set(len(differences))
+    if restored:
+        metrics.WEBHOOK_RESTORES.labels(kind=kind).inc()
 
 
 def run_reconciler(reconciler: Any, *, interval_seconds: float, stop: threading.Event) -> None:

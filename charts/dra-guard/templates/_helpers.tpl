@@ -101,6 +101,9 @@ certificates:
   leaseName: {{ include "dra-guard.leaseName" . | quote }}
   validatingWebhookConfiguration: {{ include "dra-guard.fullname" . | quote }}
   mutatingWebhookConfiguration: {{ include "dra-guard.fullname" . | quote }}
+  {{- if eq .Values.certificates.mode "self" }}
+  webhooksConfigMap: {{ include "dra-guard.fullname" . | quote }}
+  {{- end }}
   dir: {{ include "dra-guard.certDir" . | quote }}
   caValidityDays: {{ .Values.certificates.caValidityDays }}
   leafValidityDays: {{ .Values.certificates.leafValidityDays }}
