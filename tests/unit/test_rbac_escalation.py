@@ -237,3 +237,48 @@ def test_dra_guards_own_cluster_role_in_self_mode_is_no_violation():
     assert list(rbac.audit(rbac.RbacIndex.from_objects([own, crb]), CONFIG)) == []
     other = binding("x", "dra-guard", [subject("ServiceAccount", "dra-guard", "elsewhere")])
     assert list(rbac.audit(rbac.RbacIndex.from_objects([own, other]), CONFIG))
+
+
+# ------------------------------------------------------------------ item 6: the audit reports every grant-shaped path
+AUTO_ANN = {"rbac.authorization.kubernetes.io/autoupdate": "true"}
+PATH_GRANTS = {
+    "path1 impersonate": ([cluster_role("imp", [rule(["users"], ["impersonate"], groups=[""])])],
+                          binding("p1", "imp", ALICE)),
+    "path2 kube-system edit": ([cluster_role("pods-w", [rule(["pods"], ["create"], groups=[""])])],
+                               binding("p2", "pods-w", ALICE, kind="RoleBinding", namespace="kube-system")),
+    "path3 driver namespace": ([cluster_role("tok", [rule(["serviceaccounts/token"], ["create"], groups=[""])])],
+                               binding("p3", "tok", ALICE, kind="RoleBinding", namespace="dra-system")),
+    "path4 dra-guard namespace": ([cluster_role("cm-w", [rule(["secrets"], ["get"], groups=[""])])],
+                                  binding("p4", "cm-w", ALICE, kind="RoleBinding", namespace="dra-guard")),
+    "path5 admission configuration": ([cluster_role("adm", [rule(["validatingadmissionpolicybindings"], ["create"],
+                                                                 groups=["admissionregistration.k8s.io"])])],
+                                      binding("p5", "adm", ALICE)),
+    "path7 stripped cluster-admin": ([cluster_role("cluster-admin", [], annotations=AUTO_ANN)],
+                                     binding("p7", "cluster-admin", ALICE)),
+    "path8 DeviceTaintRule": ([cluster_role("taint", [rule(["devicetaintrules"], ["create"])])],
+                              binding("p8", "taint", ALICE)),
+    "path10 exec cluster-wide": ([cluster_role("exec", [rule(["pods/exec"], ["create"], groups=[""])])],
+                                 binding("p10", "exec", ALICE)),
+    "path11 nodes/proxy": ([cluster_role("np", [rule(["nodes/proxy"], ["get"], groups=[""])])],
+                           binding("p11", "np", ALICE)),
+    "path12 bind a powerful role": ([cluster_role("imp", [rule(["groups"], ["impersonate"], groups=[""])]),
+                                     cluster_role("binder", [rule(["clusterroles"], ["bind"], groups=["rbac.authorization.k8s.io"],
+                                                                  resourceNames=["imp"])])],
+                                    binding("p12", "binder", ALICE)),
+}
+
+
+@pytest.mark.parametrize("path", sorted(PATH_GRANTS))
+def test_the_audit_reports_every_grant_shaped_path(path):
+    """Issue 16, item 6: what admission refuses for paths 1-5, 7, 8, 10-12, `audit --cluster` and
+    the periodic audit (both rbac.audit over the cached objects) report when it is found stored
+    (made in warn/audit mode, before dra-guard was installed, or by an admin). Paths 6 and 9 are
+    about who writes and when: admission and the watch re-judging (tests/unit/test_rbac_drift.py)."""
+    roles, bound = PATH_GRANTS[path]
+    found = {(f.kind, f.namespace, f.name) for f in rbac.audit(rbac.RbacIndex.from_objects([*roles, bound]), CONFIG)}
+    meta = bound["metadata"]
+    assert (bound["kind"], meta.get("namespace", ""), meta["name"]) in found, path
+    team = {**bound, "metadata": {**meta, "namespace": "team-a"}} if bound["kind"] == "RoleBinding" else None
+    if team is not None:  # the same RoleBinding outside a sensitive namespace is no finding
+        found = {(f.kind, f.namespace, f.name) for f in rbac.audit(rbac.RbacIndex.from_objects([*roles, team]), CONFIG)}
+        assert ("RoleBinding", "team-a", meta["name"]) not in found, path
