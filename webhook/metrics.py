@@ -76,6 +76,12 @@ CACHE_LIST_SECONDS = Gauge(
     "Seconds the last full LIST of a cache took, pages and indexing included (start-up and every relist).",
     ["cache"],
 )
+CACHE_OBJECTS = Gauge(
+    "dra_guard_cache_objects",
+    "Objects a cache holds now (compact index entries; Pods only those that are DaemonSet-owned or use "
+    "ResourceClaims), by cache. Worker memory grows with these: alert before the container's limit (README \"Sizing\").",
+    ["cache"],
+)
 CACHE_SYNCED = Gauge(
     "dra_guard_cache_synced",
     "1 when the cache has listed and keeps its watch, 0 otherwise.",

@@ -210,3 +210,26 @@ def test_cache_sync_time_is_a_metric_and_a_log_line(control_plane, enforce):
     assert set(caches) <= set(by_cache)
     assert by_cache["clusterroles"]["objects"] > 50  # the bootstrap roles at least
     assert by_cache["clusterroles"]["seconds"] >= 0
+
+
+def test_cache_sizes_are_exported_and_follow_the_cluster(control_plane, enforce):
+    """Issue 19, item 3: dra_guard_cache_objects{cache} says how many objects each cache holds, so
+    operators can alert before the memory limit; it equals what the apiserver lists and follows a
+    create within the watch's delay."""
+    cp = control_plane
+    listed = len(json.loads(cp.kubectl("admin", "get", "clusterroles", "-o", "json").stdout)["items"])
+    deadline = time.monotonic() + 10
+    while metric(enforce, "dra_guard_cache_objects", {"cache": "clusterroles"}) != listed and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert metric(enforce, "dra_guard_cache_objects", {"cache": "clusterroles"}) == listed
+    assert apply(cp, "admin", role_yaml("e2e-size-probe", ["resourceclaims"], ["get"])).returncode == 0
+    try:
+        deadline = time.monotonic() + 10
+        while metric(enforce, "dra_guard_cache_objects", {"cache": "clusterroles"}) != listed + 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert metric(enforce, "dra_guard_cache_objects", {"cache": "clusterroles"}) == listed + 1
+    finally:
+        cp.kubectl("admin", "delete", "clusterrole", "e2e-size-probe", "--ignore-not-found")
+    for cache in ("clusterrolebindings", "roles", "rolebindings", "daemonsets", "pods", "resourceclaims", "resourceslices"):
+        text = enforce.proc.session().get(enforce.url + "/metrics").text
+        assert f'dra_guard_cache_objects{{cache="{cache}"}}' in text, cache

@@ -266,6 +266,10 @@ class ClusterState:
         else:
             self.claims.upsert_claim(obj)
 
+    def sizes(self) -> dict[str, int]:
+        """Objects each cache holds now, by informer name (dra_guard_cache_objects)."""
+        return {**self.rbac.sizes(), **self.claims.sizes()}
+
     def start(self) -> None:
         """Start every informer (non-blocking)."""
         for informer in self.informers:

@@ -39,6 +39,12 @@ class ClaimIndex:
         self._claim_drivers_by_node: dict[str, set[str]] = {}  # node -> drivers of claims indexed there
         self.slices = SliceIndex()  # node -> drivers publishing ResourceSlices for it
 
+    def sizes(self) -> dict[str, int]:
+        """Objects held, by cache name (daemonsets, pods, resourceclaims, resourceslices); len() of
+        each dict, without the lock."""
+        return {"daemonsets": len(self._daemonsets), "pods": len(self._pods), "resourceclaims": len(self._claims),
+                "resourceslices": self.slices.size()}
+
     # -- pods
     def upsert_pod(self, pod: Mapping[str, Any]) -> None:
         """Add or replace a Pod (kept only when pod_is_relevant)."""

@@ -73,6 +73,15 @@ class RbacIndex:
         self.pending = Pending()  # objects this replica allowed that the watch has not delivered yet
         self._matchers: dict[str, LabelMatcher] = {}  # aggregating ClusterRole name -> compiled aggregationRule
 
+    def sizes(self) -> dict[str, int]:
+        """Objects held, by cache name (clusterroles, roles, clusterrolebindings, rolebindings).
+        Reads a snapshot of the keys without the lock: a scrape never delays a review."""
+        roles, bindings = list(self._roles), list(self._bindings)
+        namespaced_roles = sum(1 for namespace, _ in roles if namespace)
+        namespaced_bindings = sum(1 for namespace, _ in bindings if namespace)
+        return {"clusterroles": len(roles) - namespaced_roles, "roles": namespaced_roles,
+                "clusterrolebindings": len(bindings) - namespaced_bindings, "rolebindings": namespaced_bindings}
+
     def _changed(self) -> None:
         """Drop memoised answers after any RBAC change (caller holds the lock)."""
         self._grants_memo.clear()

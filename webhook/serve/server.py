@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import logging
 import os
 import pathlib
 import socket
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -80,6 +83,20 @@ def self_managed_reconciler(config: Config, kubeconfig: str | None, *, identity:
     reconciler.on_bundle = lambda bundle: metrics.CERT_EXPIRY.labels(cert="ca").set(bundle.ca.cert.not_valid_after_utc.timestamp())
     reconciler.on_drift = webhook_drift_metrics
     return reconciler
+
+
+def cache_sizes(state: ClusterState, max_age_seconds: float = 1.0) -> Callable[[], dict[str, int]]:
+    """state.sizes(), computed at most once per max_age_seconds (one scrape reads every cache's
+    gauge; counting namespaced RBAC keys is O(objects))."""
+    memo: dict[str, Any] = {"at": float("-inf"), "sizes": {}}
+
+    def read() -> dict[str, int]:
+        now = time.monotonic()
+        if now - memo["at"] > max_age_seconds:
+            memo["sizes"], memo["at"] = state.sizes(), now
+        sizes: dict[str, int] = memo["sizes"]
+        return sizes
+    return read
 
 
 def webhook_drift_metrics(kind: str, name: str, differences: list[str], restored: bool) -> None:
@@ -201,6 +218,9 @@ class DraGuardServer(BaseApplication):
         client = None if o.no_cluster else api_client(o.kubeconfig, timeout_seconds=o.config.cluster.request_timeout_seconds)
         state = ClusterState(client, config=o.config)
         state.start()
+        sizes = cache_sizes(state)
+        for cache in state.sizes():  # read at each scrape
+            metrics.CACHE_OBJECTS.labels(cache=cache).set_function(functools.partial(lambda c: sizes()[c], cache))
         if client is not None and o.config.audit.interval_seconds > 0:
             from webhook.serve.periodic import PeriodicAudit
 
