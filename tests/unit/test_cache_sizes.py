@@ -24,3 +24,46 @@ def test_claim_index_counts_only_the_pods_it_keeps():
     assert idx.sizes() == {"daemonsets": 1, "pods": 3, "resourceclaims": 1, "resourceslices": 0}
     idx.delete_claim("work", "gpu")
     assert idx.sizes()["resourceclaims"] == 0
+
+
+# ------------------------------------------------------------------ issue 19: no review waits on a relist
+def _lock_free_during(idx, method_name, monkeypatch):
+    """Call-site probe: each time ClaimIndex.<method_name> runs, record whether another thread could
+    take `idx`'s lock at that moment (a review would have waited if not)."""
+    import threading
+
+    from webhook.model.claim_index import ClaimIndex
+
+    seen = []
+    original = getattr(ClaimIndex, method_name)
+
+    def probe(self, *args, **kwargs):
+        got = []
+        t = threading.Thread(target=lambda: got.append(idx._lock.acquire(blocking=False)) or (got[-1] and idx._lock.release()))
+        t.start()
+        t.join()
+        seen.append(got[0])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ClaimIndex, method_name, probe)
+    return seen
+
+
+def test_a_claims_relist_indexes_outside_the_lock_reviews_use(monkeypatch):
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    seen = _lock_free_during(idx, "_put_claim", monkeypatch)
+    idx.replace_claims([claim(f"c{i}", reserved=(f"p{i}",)) for i in range(50)])
+    assert len(seen) == 50 and all(seen)  # before issue 19: indexed with the lock held (all False)
+    assert idx.sizes()["resourceclaims"] == 50
+    # node-local claims whose pods are not seen (yet) hold the node: the relisted ones replaced "gpu"
+    assert sorted(h.claim for h in idx.holds("gpu.example.com", "node-a")) == sorted(f"work/c{i}" for i in range(50))
+
+
+def test_a_pods_relist_indexes_outside_the_lock_and_claims_usable_anywhere_follow(monkeypatch):
+    idx = index_with(claim("net", node=None, reserved=("consumer",)), pod("consumer", "node-a"))
+    assert idx.claim_drivers_on("node-a")
+    seen = _lock_free_during(idx, "_put_pod", monkeypatch)
+    idx.replace_pods([pod("consumer", "node-b"), pod("gpu-driver-b", "node-b", namespace="gpu", ds="gpu-driver")])
+    assert len(seen) == 2 and all(seen)
+    assert not idx.claim_drivers_on("node-a") and idx.claim_drivers_on("node-b")  # the claim moved with its pod
+    assert [pd[0].name for pd in idx.driver_pods_on("node-b")] == ["gpu-driver-b"]

@@ -87,15 +87,17 @@ class ClaimIndex:
 
     def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """Replace every Pod (after a relist). `pods` may be a stream of list pages: it is consumed,
-        and reduced to PodInfo, before the lock is taken (reviews never wait on the network)."""
-        infos = [pod_info(pod) for pod in pods if pod_is_relevant(pod)]
+        reduced to PodInfo and indexed into fresh tables before the lock is taken; the lock is held
+        only to swap the tables and re-place the claims usable anywhere (a few), so no review waits
+        on a relist of 100,000 pods (issue 19). Pod events come from the same informer thread, so
+        nothing changes the pods while the fresh tables are built."""
+        fresh = ClaimIndex(self._detection, self._can_write)
+        for pod in pods:
+            if pod_is_relevant(pod):
+                fresh._put_pod(pod_info(pod))
         with self._lock:
-            self._pods.clear()
-            self._pods_by_uid.clear()
-            self._ds_pods_by_node.clear()
-            for info in infos:
-                self._put_pod(info)
-            self._reindex_all_claims()
+            self._pods, self._pods_by_uid, self._ds_pods_by_node = fresh._pods, fresh._pods_by_uid, fresh._ds_pods_by_node
+            self._reindex_anywhere_claims()
 
     # -- daemonsets
     def upsert_daemonset(self, ds: Mapping[str, Any]) -> None:
@@ -149,17 +151,20 @@ class ClaimIndex:
 
     def replace_claims(self, items: Iterable[Mapping[str, Any]]) -> None:
         """Replace every ResourceClaim (after a relist). `items` may be a stream of list pages: it
-        is consumed, and reduced to ClaimInfo (unallocated claims dropped), before the lock is
-        taken, so at most one page of raw claims is in memory (issue 9: peak RSS)."""
-        entries = [entry for entry in map(claim_entry, items) if entry[1] is not None]
+        is consumed, reduced to ClaimInfo (unallocated claims dropped; at most one page of raw
+        claims in memory, issue 9) and indexed into fresh tables before the lock is taken; the lock
+        is held only to swap them in (issue 19: no review waits on a relist). Claim events come
+        from the same informer thread; pods may move meanwhile, so the claims usable anywhere (the
+        only ones placed by their pods) are placed again under the lock."""
+        fresh = ClaimIndex(self._detection, self._can_write)
+        fresh._pods, fresh._pods_by_uid = self._pods, self._pods_by_uid  # read only: where pods run
+        for key, info in map(claim_entry, items):
+            if info is not None:
+                fresh._put_claim(key, info)
         with self._lock:
-            self._claims.clear()
-            self._by_driver_node.clear()
-            self._slots.clear()
-            self._anywhere_by_pod.clear()
-            self._claim_drivers_by_node.clear()
-            for key, info in entries:
-                self._put_claim(key, info)
+            self._claims, self._by_driver_node, self._slots = fresh._claims, fresh._by_driver_node, fresh._slots
+            self._anywhere_by_pod, self._claim_drivers_by_node = fresh._anywhere_by_pod, fresh._claim_drivers_by_node
+            self._reindex_anywhere_claims()
 
     def _claim_nodes(self, info: ClaimInfo) -> set[str]:
         if info.nodes:
@@ -212,13 +217,15 @@ class ClaimIndex:
                 self._claims[key] = info
                 self._index(key, info)
 
-    def _reindex_all_claims(self) -> None:
-        self._by_driver_node.clear()
-        self._claim_drivers_by_node.clear()
-        self._slots.clear()
-        self._anywhere_by_pod.clear()
-        for key, info in self._claims.items():
-            self._index(key, info)
+    def _reindex_anywhere_claims(self) -> None:
+        """Place every claim usable anywhere again by where its reserving pods run now (the lock is
+        held). Node-local claims do not depend on pods."""
+        for key in set().union(*self._anywhere_by_pod.values()) if self._anywhere_by_pod else ():
+            info = self._claims.get(key)
+            if info is not None:
+                self._unindex(key)
+                self._claims[key] = info
+                self._index(key, info)
 
     # -- queries
     def driver_of_pod(self, namespace: str, name: str) -> tuple[PodInfo, drivers.Driver] | None:

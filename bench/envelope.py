@@ -1,0 +1,421 @@
+"""The scalability envelope (issue 19): dra-guard at 5,000 nodes, side by side with today's scale.
+
+Kubernetes' published envelope is 5,000 nodes and 150,000 pods. On a real control plane
+(tests/e2e/cluster.py, no kubelet: pods are created with nodeName set and never run) this part
+creates, through the apiserver:
+
+* `roles` ClusterRoles and as many ClusterRoleBindings (bench/fill.py's ordinary mix);
+* `nodes` ResourceSlices (one per node) and `nodes` driver pods of one DRA driver DaemonSet;
+* `claims` consumer pods, each with an allocated ResourceClaim reserved for it (the pod's real
+  uid in reservedFor, status written through the status subresource as the scheduler does);
+* `namespaces` namespaces with `rolebindings_per_namespace` RoleBindings each;
+
+then starts `dra-guard serve` with the chart's production settings (1 worker, 8 threads, TLS,
+enforce mode; tests/e2e/guard.py) and measures: ready time; worker RSS when ready and its peak;
+API requests dra-guard made at start (its own dra_guard_kube_api_requests_total) and the bytes the
+apiserver answered to its LISTs (apiserver_response_sizes_sum by resource); p50/p99 per endpoint
+at `rate`/s (vegeta, answers checked), next to the no-op floor of the same server; p99 while every
+cache relists (the apiserver restarted during the attack: every watch breaks and relists); and
+`dra-guard audit --cluster` wall time and peak RSS.
+
+    python -m bench.envelope --out bench/results/envelope.json            # today + envelope
+    python -m bench.envelope --only envelope --out /tmp/envelope.json
+    python -m bench.envelope --smoke --out /tmp/envelope-smoke.json       # 1/100 of the envelope
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import requests  # noqa: E402
+
+from bench import endpoints, fill  # noqa: E402
+from bench.common import attack, machine, proc_status, write_json  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvelopeScale:
+    """How many objects of each kind (the issue's figures by default)."""
+
+    name: str = "envelope"
+    roles: int = 50_000                  # ClusterRoles, and as many ClusterRoleBindings
+    nodes: int = 5_000                   # ResourceSlices and driver pods (one per node)
+    claims: int = 100_000                # consumer pods, each with one allocated, reserved claim
+    namespaces: int = 1_000              # namespaces with RoleBindings
+    rolebindings_per_namespace: int = 5
+    threads: int = 8                     # concurrent API clients while filling
+
+    def fill_scale(self) -> fill.Scale:
+        """bench/fill.py's part (RBAC, slices, driver pods); claims are made here, with their pods."""
+        return fill.Scale(roles=self.roles, nodes=self.nodes, claims=0, threads=self.threads)
+
+    def as_fill_scale(self) -> fill.Scale:
+        """The same figures as a fill.Scale, for endpoints.bodies (which pods hold claims)."""
+        return fill.Scale(roles=self.roles, nodes=self.nodes, claims=self.claims, threads=self.threads)
+
+
+TODAY = EnvelopeScale(name="today", roles=5_000, nodes=1_000, claims=10_000, namespaces=100)
+ENVELOPE = EnvelopeScale()
+SMOKE = EnvelopeScale(name="smoke", roles=500, nodes=50, claims=1_000, namespaces=10)
+
+
+def log(message: str) -> None:
+    """Progress on stdout with a timestamp."""
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def consumer_pod(i: int, nodes: int) -> dict[str, Any]:
+    """Consumer pod i (core/v1), bound to node i % nodes, using claim i."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"consumer-{i:06d}", "namespace": fill.WORK_NAMESPACE, "labels": fill.LABEL},
+            "spec": {"nodeName": fill.node_name(i % nodes),
+                     "resourceClaims": [{"name": "gpu", "resourceClaimName": f"claim-{i:06d}"}],
+                     "containers": [{"name": "app", "image": "registry.example/app:1",
+                                     "resources": {"claims": [{"name": "gpu"}]}}]}}
+
+
+def claim(i: int) -> dict[str, Any]:
+    """ResourceClaim i (resource.k8s.io/v1), one GPU request."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": f"claim-{i:06d}", "namespace": fill.WORK_NAMESPACE, "labels": fill.LABEL},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": fill.DEVICE_CLASS}}]}}}
+
+
+def claim_status(i: int, nodes: int, pod_uid: str) -> dict[str, Any]:
+    """The status the scheduler writes: allocated on the pod's node, reserved for the pod."""
+    status = fill.claim_status(i, nodes)
+    status["status"]["reservedFor"] = [{"resource": "pods", "name": f"consumer-{i:06d}", "uid": pod_uid}]
+    return status
+
+
+def role_binding(ns: str, j: int) -> dict[str, Any]:
+    """RoleBinding j of namespace `ns`: the ClusterRole `view` to a Group (ordinary, allowed)."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": f"team-{j}", "namespace": ns, "labels": fill.LABEL},
+            "subjects": [{"kind": "Group", "name": f"{ns}-team-{j}", "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}}
+
+
+def _run_all(jobs: list[Callable[[requests.Session], None]], make: Callable[[], requests.Session], threads: int,
+             *, progress: Callable[[int], None] | None = None) -> None:
+    local = threading.local()
+
+    def run(job: Callable[[requests.Session], None]) -> None:
+        sess = getattr(local, "sess", None)
+        if sess is None:
+            sess = local.sess = make()
+        job(sess)
+
+    done = 0
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        for future in concurrent.futures.as_completed([pool.submit(run, j) for j in jobs]):
+            future.result()
+            done += 1
+            if progress is not None and done % 10_000 == 0:
+                progress(done)
+
+
+def _send(sess: requests.Session, method: str, url: str, body: dict[str, Any], *,
+          content_type: str = "application/json") -> dict[str, Any]:
+    """POST/PATCH with retries on 429/5xx; 409 on POST means it exists already (GET it back)."""
+    for attempt in range(8):
+        resp = sess.request(method, url, data=json.dumps(body), timeout=60, headers={"Content-Type": content_type})
+        if resp.status_code in (200, 201):
+            return dict(resp.json())
+        if resp.status_code == 409 and method == "POST":
+            name = body["metadata"]["name"]
+            return dict(sess.get(f"{url}/{name}", timeout=60).json())
+        if resp.status_code != 429 and resp.status_code < 500:
+            raise RuntimeError(f"{method} {url}: HTTP {resp.status_code} {resp.text[:300]}")
+        time.sleep(0.2 * (attempt + 1))
+    raise RuntimeError(f"{method} {url}: HTTP {resp.status_code} {resp.text[:300]}")
+
+
+def populate(cp: Any, scale: EnvelopeScale) -> dict[str, Any]:
+    """Create every object of `scale` through `cp` (a tests.e2e.cluster.ControlPlane) as admin.
+    Returns {"objects", "seconds"}; raises RuntimeError when the apiserver refuses an object."""
+    started = time.monotonic()
+    out = fill.fill(cp, scale.fill_scale(), log=lambda m: log(m))
+    objects = int(out["objects"])
+    base = cp.url
+
+    def make() -> requests.Session:
+        return cp.session("admin")
+
+    def pod_and_claim(i: int) -> Callable[[requests.Session], None]:
+        def job(sess: requests.Session) -> None:
+            pod = _send(sess, "POST", f"{base}/api/v1/namespaces/{fill.WORK_NAMESPACE}/pods", consumer_pod(i, scale.nodes))
+            claims = f"{base}/apis/resource.k8s.io/v1/namespaces/{fill.WORK_NAMESPACE}/resourceclaims"
+            _send(sess, "POST", claims, claim(i))
+            _send(sess, "PATCH", f"{claims}/claim-{i:06d}/status", claim_status(i, scale.nodes, pod["metadata"]["uid"]),
+                  content_type="application/merge-patch+json")
+        return job
+
+    _run_all([pod_and_claim(i) for i in range(scale.claims)], make, scale.threads,
+             progress=lambda n: log(f"  {n} consumer pods with allocated claims after {time.monotonic() - started:.0f} s"))
+    objects += 2 * scale.claims
+    log(f"  {scale.claims} consumer pods and claims after {time.monotonic() - started:.0f} s")
+    namespaces = [f"bench-ns-{k:04d}" for k in range(scale.namespaces)]
+    _run_all([lambda s, ns=ns: _send(s, "POST", f"{base}/api/v1/namespaces",
+                                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+              for ns in namespaces], make, scale.threads)
+    _run_all([lambda s, ns=ns, j=j: _send(s, "POST", f"{base}/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+                                          role_binding(ns, j))
+              for ns in namespaces for j in range(scale.rolebindings_per_namespace)], make, scale.threads)
+    objects += scale.namespaces * (1 + scale.rolebindings_per_namespace)
+    seconds = time.monotonic() - started
+    log(f"  filled: {objects} objects in {seconds:.0f} s")
+    return {"objects": objects, "seconds": round(seconds, 1)}
+
+
+def apiserver_list_bytes(cp: Any) -> dict[str, float]:
+    """apiserver_response_sizes_sum for verb LIST, by resource (bytes answered so far)."""
+    text = cp.session("admin").get(f"{cp.url}/metrics", timeout=30).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("apiserver_response_sizes_sum{") and 'verb="LIST"' in line:
+            resource = line.split('resource="', 1)[1].split('"', 1)[0]
+            out[resource] = out.get(resource, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def guard_api_requests(server: endpoints.Server) -> dict[str, float]:
+    """dra_guard_kube_api_requests_total by "verb resource", from dra-guard's /metrics."""
+    text = requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("dra_guard_kube_api_requests_total{"):
+            verb = line.split('verb="', 1)[1].split('"', 1)[0]
+            resource = line.split('resource="', 1)[1].split('"', 1)[0]
+            out[f"{verb} {resource}"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def cache_objects(server: endpoints.Server) -> dict[str, float]:
+    """dra_guard_cache_objects by cache."""
+    text = requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+    return {line.split('cache="', 1)[1].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("dra_guard_cache_objects{")}
+
+
+def peak_rss_of(argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 900) -> dict[str, Any]:
+    """Run argv; return wall seconds, peak RSS (MiB, VmHWM polled every 0.1 s), exit code and the
+    last 300 characters of stderr."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as outf:
+        proc = subprocess.Popen(argv, stdout=outf, stderr=err, env=env)
+        peak = 0
+        while proc.poll() is None:
+            try:
+                peak = max(peak, proc_status(proc.pid)["peak_rss_bytes"])
+            except (OSError, KeyError):
+                pass
+            if time.monotonic() - started > timeout:
+                proc.kill()
+            time.sleep(0.1)
+        err.seek(0)
+        return {"seconds": round(time.monotonic() - started, 1), "peak_rss_mib": round(peak / 2**20, 1),
+                "exit_code": proc.returncode, "stderr_tail": err.read().decode(errors="replace")[-300:]}
+
+
+def measure_endpoints(server: endpoints.Server, scale: EnvelopeScale, *, rate: float, seconds: float,
+                      workdir: pathlib.Path) -> dict[str, Any]:
+    """p50/p99 per endpoint at `rate`/s with answers checked, each next to the floor (/validate/noop
+    with the same bodies) measured right before it."""
+    out: dict[str, Any] = {}
+    for path, reviews in endpoints.bodies(scale.as_fill_scale()).items():
+        floor = endpoints.run_rate(server, "/validate/noop", endpoints.as_floor(reviews), rate=rate, seconds=seconds,
+                                   workdir=workdir / f"floor{path.replace('/', '-')}")
+        run = endpoints.run_rate(server, path, reviews, rate=rate, seconds=seconds, workdir=workdir / path.strip("/").replace("/", "-"),
+                                 check=True)
+        out[path] = {"run": run, "floor": floor}
+        log(f"    {path}: p50 {run['p50']:.2f} ms p99 {run['p99']:.2f} ms (floor p99 {floor['p99']:.2f} ms), "
+            f"success {run['success']}, wrong answers {run['answers']['wrong']}")
+    return out
+
+
+def measure_during_relist(cp: Any, server: endpoints.Server, scale: EnvelopeScale, *, rate: float,
+                          workdir: pathlib.Path, log_file: pathlib.Path) -> dict[str, Any]:
+    """Every endpoint at `rate`/s (round-robin) while the apiserver restarts: every watch breaks and
+    every cache relists at once. Latency over the whole window (the relists included), and how long
+    dra-guard took to be ready again after the apiserver's /readyz."""
+    reviews = [r for rs in endpoints.bodies(scale.as_fill_scale()).values() for r in rs]
+    # the attack outlasts the restart and the relists of the largest caches
+    seconds = 60.0 if scale.claims >= 50_000 else 30.0
+    targets = []
+    for path, rs in endpoints.bodies(scale.as_fill_scale()).items():
+        targets += endpoints.targets(server.url, path, rs, workdir / "bodies")
+    result: dict[str, Any] = {}
+    attacked: dict[str, Any] = {}
+    log_offset = log_file.stat().st_size
+    # the attack runs in a thread and the restart here: the control plane's children die with the
+    # thread that started them (PR_SET_PDEATHSIG follows the parent thread)
+    thread = threading.Thread(target=lambda: attacked.update(run=attack(
+        targets, rate=rate, seconds=seconds, workdir=workdir, ca_file=server.ca_file)))
+    thread.start()
+    time.sleep(5)
+    t0 = time.monotonic()
+    cp.restart_apiserver()
+    result["apiserver_ready_after_s"] = round(time.monotonic() - t0, 1)
+    t1 = time.monotonic()
+    while time.monotonic() - t1 < 120:
+        try:
+            if requests.get(server.url + "/readyz", verify=str(server.ca_file), timeout=5).status_code == 200:
+                result["dra_guard_ready_after_apiserver_s"] = round(time.monotonic() - t1, 1)
+                break
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    thread.join()
+    run = attacked["run"]
+    with log_file.open("rb") as fh:
+        fh.seek(log_offset)
+        relisted = endpoints.sync_seconds(fh.read().decode(errors="replace"))
+    result["relisted"] = relisted  # cache -> {objects, seconds} of its relist after the restart
+    result.update(run.summary())
+    result["answered_non_2xx"] = sum(1 for c in run.codes if not 200 <= c < 300)
+    log(f"    during the relist: p50 {result['p50']:.2f} ms p99 {result['p99']:.2f} ms max {result['max']:.0f} ms, "
+        f"ready again {result.get('dra_guard_ready_after_apiserver_s')} s after the apiserver; relisted "
+        + ", ".join(f"{k} in {v['seconds']:.1f} s" for k, v in relisted.items()))
+    del reviews
+    return result
+
+
+def run_scale(scale: EnvelopeScale, workdir: pathlib.Path, *, rate: float, seconds: float) -> dict[str, Any]:
+    """Fill a fresh control plane at `scale`, start dra-guard and measure (see the module doc)."""
+    from bench.main import control_plane
+    from tests.e2e.guard import Guard
+    out: dict[str, Any] = {"scale": dataclasses.asdict(scale)}
+    cp = control_plane(workdir / "cluster")
+    guard = None
+    try:
+        log(f"[{scale.name}] filling the apiserver ({cp.url})")
+        out["fill"] = populate(cp, scale)
+        bytes_before = apiserver_list_bytes(cp)
+        guard = Guard(cp, workdir / "dra-guard")
+        started = time.monotonic()
+        guard.start(mode="enforce")
+        out["ready_seconds"] = round(time.monotonic() - started, 2)
+        assert guard.proc is not None
+        server = endpoints.Server(guard.proc.proc.pid, guard.url, guard.proc.ca_file)
+        status = proc_status(server.worker)
+        out["ready_rss_mib"] = round(status["rss_bytes"] / 2**20, 1)
+        out["cache_sync"] = endpoints.sync_seconds(guard.proc.log_file.read_text(errors="replace"))
+        out["cache_objects"] = cache_objects(server)
+        bytes_after = apiserver_list_bytes(cp)
+        out["start_api_requests"] = guard_api_requests(server)
+        out["start_list_mib"] = {k: round((v - bytes_before.get(k, 0.0)) / 2**20, 1) for k, v in bytes_after.items()
+                                 if v - bytes_before.get(k, 0.0) > 0}
+        log(f"[{scale.name}] ready in {out['ready_seconds']} s, worker RSS {out['ready_rss_mib']} MiB; caches "
+            + ", ".join(f"{k} {int(v)}" for k, v in out["cache_objects"].items()))
+        log(f"[{scale.name}] listed at start (MiB): {out['start_list_mib']}")
+        before = guard_api_requests(server)
+        out["endpoints"] = measure_endpoints(server, scale, rate=rate, seconds=seconds, workdir=workdir / "vegeta")
+        after = guard_api_requests(server)
+        out["api_requests_during_load"] = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
+        out["relist"] = measure_during_relist(cp, server, scale, rate=rate, workdir=workdir / "relist",
+                                              log_file=guard.proc.log_file)
+        out["peak_rss_mib"] = round(proc_status(server.worker)["peak_rss_bytes"] / 2**20, 1)
+        log(f"[{scale.name}] worker peak RSS {out['peak_rss_mib']} MiB; API requests during the load: "
+            f"{out['api_requests_during_load'] or 'none'}")
+        guard.stop()
+        guard = None
+        argv = [sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig", str(cp.kubeconfig("admin")),
+                "-o", "json"]
+        out["audit_cluster"] = peak_rss_of(argv)
+        log(f"[{scale.name}] audit --cluster: {out['audit_cluster']['seconds']} s, "
+            f"peak RSS {out['audit_cluster']['peak_rss_mib']} MiB, exit {out['audit_cluster']['exit_code']}")
+    finally:
+        if guard is not None:
+            guard.stop()
+        cp.stop()
+    return out
+
+
+TARGETS = {  # issue 19, at the envelope
+    "ready_seconds": 60.0, "peak_rss_mib": 400.0, "p99_ms": 5.0, "relist_p99_ms": 20.0,
+    "audit_seconds": 120.0, "audit_rss_mib": 1024.0,
+}
+
+
+def report_lines(runs: dict[str, Any]) -> list[str]:
+    """A Markdown table, one column per scale (today, envelope), with the envelope's targets."""
+    names = list(runs)
+
+    def row(label: str, get: Callable[[dict[str, Any]], Any], target: str = "") -> str:
+        cells = []
+        for name in names:
+            try:
+                cells.append(str(get(runs[name])))
+            except (KeyError, TypeError):
+                cells.append("-")
+        return f"| {label} | " + " | ".join(cells) + f" | {target} |"
+
+    def ep(path: str, q: str) -> Callable[[dict[str, Any]], Any]:
+        return lambda r: f"{r['endpoints'][path]['run'][q]:.2f} (floor {r['endpoints'][path]['floor'][q]:.2f})"
+
+    lines = ["| | " + " | ".join(names) + " | target at the envelope |", "|---" * (len(names) + 2) + "|",
+             row("ClusterRoles / bindings", lambda r: f"{r['scale']['roles']:,}"),
+             row("nodes (ResourceSlices, driver pods)", lambda r: f"{r['scale']['nodes']:,}"),
+             row("pods with allocated, reserved claims", lambda r: f"{r['scale']['claims']:,}"),
+             row("RoleBindings", lambda r: f"{r['scale']['namespaces'] * r['scale']['rolebindings_per_namespace']:,}"),
+             row("objects created (fill time)", lambda r: f"{r['fill']['objects']:,} ({r['fill']['seconds']:.0f} s)"),
+             row("ready after start, s", lambda r: r["ready_seconds"], f"<= {TARGETS['ready_seconds']:g}"),
+             row("worker RSS when ready, MiB", lambda r: r["ready_rss_mib"]),
+             row("worker peak RSS, MiB", lambda r: r["peak_rss_mib"], f"<= {TARGETS['peak_rss_mib']:g}"),
+             row("listed at start, MiB", lambda r: f"{sum(r['start_list_mib'].values()):.1f}"),
+             row("API requests at start", lambda r: int(sum(r["start_api_requests"].values()))),
+             row("API requests during the load", lambda r: int(sum(r["api_requests_during_load"].values())), "0")]
+    for path in ("/validate/rbac", "/mutate/daemonsets", "/validate/evictions"):
+        lines.append(row(f"{path} p50 ms at 500/s", ep(path, "p50")))
+        lines.append(row(f"{path} p99 ms at 500/s", ep(path, "p99"), f"<= {TARGETS['p99_ms']:g}"))
+    lines += [row("p99 ms while every cache relists (all endpoints)", lambda r: r["relist"]["p99"],
+                  f"<= {TARGETS['relist_p99_ms']:g}"),
+              row("slowest relist after the restart, s", lambda r: max(v["seconds"] for v in r["relist"]["relisted"].values())),
+              row("`audit --cluster`, s", lambda r: r["audit_cluster"]["seconds"], f"<= {TARGETS['audit_seconds']:g}"),
+              row("`audit --cluster` peak RSS, MiB", lambda r: r["audit_cluster"]["peak_rss_mib"],
+                  f"<= {TARGETS['audit_rss_mib']:g}")]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: run today's scale and the envelope (or --only one), write JSON to --out."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=("today", "envelope"), help="run one scale only")
+    parser.add_argument("--smoke", action="store_true", help="1/100 of the envelope: checks the harness, not the figures")
+    parser.add_argument("--rate", type=float, default=500.0, help="reviews per second per endpoint (default 500)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="seconds per endpoint run (default 20)")
+    parser.add_argument("--out", type=pathlib.Path, default=REPO / "bench" / "results" / "envelope.json")
+    parser.add_argument("--workdir", type=pathlib.Path, help="keep the clusters' files here (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    scales = [SMOKE] if args.smoke else [s for s in (TODAY, ENVELOPE) if args.only in (None, s.name)]
+    work = args.workdir or pathlib.Path(tempfile.mkdtemp(prefix="dra-guard-envelope-"))
+    results: dict[str, Any] = {"machine": machine(), "rate": args.rate, "seconds": args.seconds, "runs": {}}
+    try:
+        for scale in scales:
+            results["runs"][scale.name] = run_scale(scale, work / scale.name, rate=args.rate, seconds=args.seconds)
+            write_json(args.out, results)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    log(f"results in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
