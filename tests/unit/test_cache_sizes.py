@@ -67,3 +67,28 @@ def test_a_pods_relist_indexes_outside_the_lock_and_claims_usable_anywhere_follo
     assert len(seen) == 2 and all(seen)
     assert not idx.claim_drivers_on("node-a") and idx.claim_drivers_on("node-b")  # the claim moved with its pod
     assert [pd[0].name for pd in idx.driver_pods_on("node-b")] == ["gpu-driver-b"]
+
+
+# ------------------------------------------------------------------ issue 19: compact entries
+def test_slimmed_rbac_objects_keep_only_what_dra_guard_reads_with_shared_strings():
+    import json
+
+    from webhook.model.slim import slim_binding, slim_role
+
+    role = cluster_role("r", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}])
+    role["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(role),
+                                       "rbac.authorization.kubernetes.io/autoupdate": "true"}
+    a, b = (slim_role(json.loads(json.dumps(role))) for _ in range(2))  # two parses: distinct strings
+    assert a["metadata"]["annotations"] == {"rbac.authorization.kubernetes.io/autoupdate": "true"}
+    assert a["rules"] == role["rules"] and a["rules"][0]["verbs"][0] is b["rules"][0]["verbs"][0]
+    crb = binding("x", "r", [subject("Group", "team-a")], annotations={"dra-guard.io/allow-dra-write": "ticket 42",
+                                                                       "note": "x" * 1000})
+    assert slim_binding(crb)["metadata"]["annotations"] == {"dra-guard.io/allow-dra-write": "ticket 42"}
+
+
+def test_claims_of_one_driver_share_their_driver_and_node_sets():
+    from webhook.model.claims import claim_info
+
+    one, two = claim_info(claim("a")), claim_info(claim("b"))
+    assert one.drivers is two.drivers and one.nodes is two.nodes
+    assert not hasattr(one, "__dict__")  # slots: no per-instance dict

@@ -33,7 +33,7 @@ class ClaimIndex:
         self._drivers: dict[tuple[str, str], drivers.Driver | None] = {}
         self._claims: dict[tuple[str, str], ClaimInfo] = {}
         self._by_driver_node: dict[tuple[str, str], set[tuple[str, str]]] = {}
-        self._slots: dict[tuple[str, str], set[tuple[str, str]]] = {}  # claim -> its (driver, node) keys
+        self._slots: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}  # claim -> its (driver, node) keys
         self._anywhere_by_pod: dict[tuple[str, str], set[tuple[str, str]]] = {}  # pod -> claims usable anywhere
         self._ds_pods_by_node: dict[str, set[tuple[str, str]]] = {}  # node -> DaemonSet pods on it
         self._claim_drivers_by_node: dict[str, set[str]] = {}  # node -> drivers of claims indexed there
@@ -178,7 +178,7 @@ class ClaimIndex:
 
     def _index(self, key: tuple[str, str], info: ClaimInfo) -> None:
         slots = {(driver, node) for node in self._claim_nodes(info) for driver in info.drivers}
-        self._slots[key] = slots
+        self._slots[key] = tuple(slots)  # a tuple: ~150 bytes less than a set per claim (issue 19)
         for dn in slots:
             self._by_driver_node.setdefault(dn, set()).add(key)
             self._claim_drivers_by_node.setdefault(dn[1], set()).add(dn[0])

@@ -16,28 +16,10 @@ from webhook.model.bootstrap import default_rules, with_defaults
 from webhook.model.pending import Pending
 from webhook.model.powers import power_grants
 from webhook.model.rbac import Grant, LabelMatcher, aggregation_matcher, protected_grants, subjects_of
-from webhook.model.readers import annotations_of, as_list, as_map, as_str, labels_of, name_of, namespace_of
+from webhook.model.readers import as_list, as_map, as_str, labels_of, name_of, namespace_of
+from webhook.model.slim import slim_binding, slim_role
 
 Key = tuple[str, str]  # (namespace, name); "" for ClusterRoles and ClusterRoleBindings
-
-
-def _slim_role(obj: Mapping[str, Any]) -> dict[str, Any]:
-    ns = namespace_of(obj)
-    return {
-        "metadata": {"name": name_of(obj), "labels": dict(labels_of(obj)), "annotations": dict(annotations_of(obj)),
-                     **({"namespace": ns} if ns else {})},
-        "rules": as_list(obj.get("rules")),
-        **({"aggregationRule": obj["aggregationRule"]} if isinstance(obj.get("aggregationRule"), Mapping) else {}),
-    }
-
-
-def _slim_binding(obj: Mapping[str, Any]) -> dict[str, Any]:
-    ns = namespace_of(obj)
-    return {
-        "metadata": {"name": name_of(obj), "annotations": dict(annotations_of(obj)), **({"namespace": ns} if ns else {})},
-        "roleRef": dict(as_map(obj.get("roleRef"))),
-        "subjects": as_list(obj.get("subjects")),
-    }
 
 
 def _key(slim: Mapping[str, Any]) -> Key:
@@ -100,7 +82,7 @@ class RbacIndex:
     # -- updates (from watches or manifest files)
     def upsert_role(self, obj: Mapping[str, Any]) -> None:
         """Add or replace a ClusterRole or Role (rbac.authorization.k8s.io/v1 dict)."""
-        slim = _slim_role(obj)
+        slim = slim_role(obj)
         key = _key(slim)
         self.pending.settle("role", *key)
         with self._lock:
@@ -119,7 +101,7 @@ class RbacIndex:
 
     def upsert_binding(self, obj: Mapping[str, Any]) -> None:
         """Add or replace a ClusterRoleBinding or RoleBinding (rbac.authorization.k8s.io/v1 dict)."""
-        slim = _slim_binding(obj)
+        slim = slim_binding(obj)
         self.pending.settle("binding", *_key(slim))
         with self._lock:
             self.delete_binding(*reversed(_key(slim)))
@@ -148,7 +130,7 @@ class RbacIndex:
     def replace_roles(self, objects: Iterable[Mapping[str, Any]], *, namespaced: bool = False) -> None:
         """Replace every ClusterRole (namespaced: every Role) with `objects` (after a relist).
         `objects` may be a stream of list pages: it is consumed, and slimmed, before the lock is taken."""
-        slims = [_slim_role(o) for o in objects]
+        slims = [slim_role(o) for o in objects]
         with self._lock:
             self._roles = {k: v for k, v in self._roles.items() if bool(k[0]) != namespaced}
             self._roles.update((_key(s), s) for s in slims)
@@ -158,7 +140,7 @@ class RbacIndex:
     def replace_bindings(self, objects: Iterable[Mapping[str, Any]], *, namespaced: bool = False) -> None:
         """Replace every ClusterRoleBinding (namespaced: every RoleBinding) with `objects` (after a
         relist). `objects` may be a stream of list pages: consumed and slimmed before the lock is taken."""
-        slims = [_slim_binding(o) for o in objects]
+        slims = [slim_binding(o) for o in objects]
         with self._lock:
             kept = [s for k, s in self._bindings.items() if bool(k[0]) != namespaced]
             self._bindings = {}

@@ -25,12 +25,12 @@ from webhook.config import Config, RbacConfig, SubjectSet
 from webhook.model.facts import Facts
 from webhook.model.rbac_index import RbacIndex, ref_key
 from webhook.model.readers import annotations_of, as_map, as_str, labels_of, name_of, namespace_of, strings
+from webhook.model.slim import BREAK_GLASS_ANNOTATION
 from webhook.policies.decision import ALLOW, Decision, Finding, short
 from webhook.policies.rbac_violations import POLICY, Violation, binding_violations, finding
 
 __all__ = ["POLICY", "RbacIndex", "Violation", "admit", "audit", "audit_objects", "binding_violations",
            "bindings_reaching", "judge_binding", "review"]
-BREAK_GLASS_ANNOTATION = "dra-guard.io/allow-dra-write"
 
 
 def _break_glass(obj: Mapping[str, Any]) -> str | None:

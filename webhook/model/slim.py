@@ -1,0 +1,62 @@
+"""What the RBAC index keeps of each object (issue 19: memory at 50,000 roles and bindings).
+
+Slimmed copies: no managedFields, no annotations but those dra-guard reads (kubectl's
+last-applied-configuration is a copy of the whole object), and the repeated short strings of
+rules and subjects ("get", "pods", "apps", "Group") interned. Pure.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.model.bootstrap import AUTOUPDATE
+from webhook.model.readers import annotations_of, as_list, as_map, labels_of, name_of, namespace_of
+
+#: the annotations dra-guard reads (bootstrap autoupdate, break-glass); others, such as kubectl's
+#: last-applied-configuration (a copy of the whole object), are not kept (issue 19: memory)
+#: a ClusterRoleBinding with this annotation (value: a reason) may give DRA write (policies/rbac.py)
+BREAK_GLASS_ANNOTATION = "dra-guard.io/allow-dra-write"
+KEPT_ANNOTATIONS = (AUTOUPDATE, BREAK_GLASS_ANNOTATION)
+
+
+def _kept_annotations(obj: Mapping[str, Any]) -> dict[str, Any]:
+    annotations = annotations_of(obj)
+    return {k: annotations[k] for k in KEPT_ANNOTATIONS if k in annotations}
+
+
+def compact(value: Any) -> Any:
+    """A copy of a parsed JSON value with every short string interned: RBAC rules and subjects
+    repeat the same verbs, resources, groups and kinds in every role ("get", "pods", "apps"), and
+    50,000 roles would otherwise hold a string object for each (issue 19: memory). Lists stay
+    lists (the readers expect them)."""
+    if isinstance(value, str):
+        return sys.intern(value) if len(value) <= 64 else value
+    if isinstance(value, list):
+        return [compact(v) for v in value]
+    if isinstance(value, Mapping):
+        return {sys.intern(str(k)): compact(v) for k, v in value.items()}
+    return value
+
+
+def slim_role(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the index keeps of a ClusterRole or Role dict: name, namespace, labels, the kept
+    annotations, rules and aggregationRule, strings interned."""
+    ns = namespace_of(obj)
+    return {
+        "metadata": {"name": name_of(obj), "labels": compact(dict(labels_of(obj))), "annotations": _kept_annotations(obj),
+                     **({"namespace": ns} if ns else {})},
+        "rules": compact(as_list(obj.get("rules"))),
+        **({"aggregationRule": compact(obj["aggregationRule"])} if isinstance(obj.get("aggregationRule"), Mapping) else {}),
+    }
+
+
+def slim_binding(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the index keeps of a ClusterRoleBinding or RoleBinding dict: name, namespace, the kept
+    annotations, roleRef and subjects, strings interned."""
+    ns = namespace_of(obj)
+    return {
+        "metadata": {"name": name_of(obj), "annotations": _kept_annotations(obj), **({"namespace": ns} if ns else {})},
+        "roleRef": compact(dict(as_map(obj.get("roleRef")))),
+        "subjects": compact(as_list(obj.get("subjects"))),
+    }
