@@ -125,10 +125,17 @@ class ClaimIndex:
                 self.upsert_daemonset(ds)
 
     def redetect(self) -> None:
-        """Judge every DaemonSet again (after RBAC changed what may write ResourceSlices)."""
+        """Judge every DaemonSet again (after RBAC changed what may write ResourceSlices). The
+        judging (which may ask the RBAC index) runs outside this index's lock: evictions are not
+        held up by an RBAC watch event (issue 19). A DaemonSet replaced meanwhile keeps its newer verdict."""
         with self._lock:
-            for key, ds in self._daemonsets.items():
-                self._drivers[key] = drivers.detect(ds, config=self._detection, can_write_slices=self._can_write)
+            daemonsets = dict(self._daemonsets)
+        verdicts = {key: drivers.detect(ds, config=self._detection, can_write_slices=self._can_write)
+                    for key, ds in daemonsets.items()}
+        with self._lock:
+            for key, verdict in verdicts.items():
+                if self._daemonsets.get(key) is daemonsets[key]:
+                    self._drivers[key] = verdict
 
     # -- claims
     def upsert_claim(self, claim: Mapping[str, Any]) -> None:

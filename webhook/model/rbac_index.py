@@ -22,6 +22,23 @@ from webhook.model.slim import slim_binding, slim_role
 Key = tuple[str, str]  # (namespace, name); "" for ClusterRoles and ClusterRoleBindings
 
 
+def _service_account_reach(binding: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """What of a binding's subjects can be a ServiceAccount: ("sa", "namespace/name") for a
+    ServiceAccount subject or its User form (system:serviceaccount:<ns>:<name>), ("group", name) for
+    the groups every ServiceAccount is in (system:serviceaccounts, system:serviceaccounts:<ns>,
+    system:authenticated)."""
+    out = set()
+    for s in subjects_of(binding):
+        if s.kind == "ServiceAccount":
+            out.add(("sa", f"{s.namespace}/{s.name}"))
+        elif s.kind == "User" and s.name.startswith("system:serviceaccount:") and s.name.count(":") == 3:
+            _, _, ns, sa = s.name.split(":")
+            out.add(("sa", f"{ns}/{sa}"))
+        elif s.kind == "Group" and (s.name == "system:authenticated" or s.name.startswith("system:serviceaccounts")):
+            out.add(("group", s.name))
+    return out
+
+
 def _key(slim: Mapping[str, Any]) -> Key:
     return namespace_of(slim), name_of(slim)
 
@@ -49,6 +66,9 @@ class RbacIndex:
         self._aggregators: set[str] = set()
         self._bindings: dict[Key, dict[str, Any]] = {}
         self._by_role: dict[Key, set[Key]] = {}  # roleRef key -> binding keys
+        # ("sa", "namespace/name") or ("group", name) -> keys of the ClusterRoleBindings whose subjects
+        # can be that ServiceAccount (issue 19: service_account_may_write reads these, not all bindings)
+        self._sa_reach: dict[tuple[str, str], set[Key]] = {}
         self._grants_memo: dict[tuple[Key, int], tuple[Grant, ...]] = {}  # (role key, id(config)) -> grants
         self._visiting: set[Key] = set()
         self._sa_memo: dict[tuple[str, str, str], bool] = {}  # (namespace, name, resource) -> may write
@@ -109,10 +129,14 @@ class RbacIndex:
             self._put_binding(slim)
 
     def _put_binding(self, slim: dict[str, Any]) -> None:
-        """Index a slimmed binding by key and by its roleRef; the lock is held."""
+        """Index a slimmed binding by key, by its roleRef and (ClusterRoleBindings) by the
+        ServiceAccounts its subjects can be; the lock is held."""
         key = _key(slim)
         self._bindings[key] = slim
         self._by_role.setdefault(ref_key(slim), set()).add(key)
+        if not key[0]:
+            for reach in _service_account_reach(slim):
+                self._sa_reach.setdefault(reach, set()).add(key)
 
     def delete_binding(self, name: str, namespace: str = "") -> None:
         """Forget a ClusterRoleBinding (or the RoleBinding namespace/name) (no error when unknown)."""
@@ -126,6 +150,12 @@ class RbacIndex:
                     keys.discard((namespace, name))
                     if not keys:
                         del self._by_role[ref]
+                for reach in _service_account_reach(old) if not namespace else ():
+                    reached = self._sa_reach.get(reach)
+                    if reached is not None:
+                        reached.discard((namespace, name))
+                        if not reached:
+                            del self._sa_reach[reach]
 
     def replace_roles(self, objects: Iterable[Mapping[str, Any]], *, namespaced: bool = False) -> None:
         """Replace every ClusterRole (namespaced: every Role) with `objects` (after a relist).
@@ -145,6 +175,7 @@ class RbacIndex:
             kept = [s for k, s in self._bindings.items() if bool(k[0]) != namespaced]
             self._bindings = {}
             self._by_role = {}
+            self._sa_reach = {}
             for slim in kept + slims:
                 self._put_binding(slim)
             self._changed()
@@ -265,15 +296,12 @@ class RbacIndex:
         with self._lock:
             if key in self._sa_memo:
                 return self._sa_memo[key]
-            groups = {"system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"}
-            user = f"system:serviceaccount:{namespace}:{name}"
+            reaches = [("sa", f"{namespace}/{name}"), ("group", "system:serviceaccounts"),
+                       ("group", f"system:serviceaccounts:{namespace}"), ("group", "system:authenticated")]
+            candidates = set().union(*(self._sa_reach.get(r, ()) for r in reaches))
             result = False
-            for bkey, binding in self._bindings.items():
-                if bkey[0] or not any((s.kind == "ServiceAccount" and s.namespace == namespace and s.name == name)
-                                      or (s.kind == "User" and s.name == user) or (s.kind == "Group" and s.name in groups)
-                                      for s in subjects_of(binding)):
-                    continue
-                role = self._roles.get(ref_key(binding))
+            for bkey in sorted(candidates):
+                role = self._roles.get(ref_key(self._bindings[bkey]))
                 if role is not None and any(g.resource == resource for g in self.effective_grants(role, config)):
                     result = True
                     break

@@ -1,4 +1,5 @@
-"""dra_guard_cache_objects (issue 19, item 3): the sizes each index reports are what it holds."""
+"""The caches at the scalability envelope (issue 19): sizes reported, relists and RBAC events that do
+not hold reviews up, compact entries, lookups that do not scan every binding."""
 from __future__ import annotations
 
 from tests.builders import binding, claim, cluster_role, index_with, pod, subject
@@ -92,3 +93,58 @@ def test_claims_of_one_driver_share_their_driver_and_node_sets():
     one, two = claim_info(claim("a")), claim_info(claim("b"))
     assert one.drivers is two.drivers and one.nodes is two.nodes
     assert not hasattr(one, "__dict__")  # slots: no per-instance dict
+
+
+def test_service_account_write_is_found_through_every_subject_form_without_scanning_other_bindings(monkeypatch):
+    from webhook.config import from_mapping
+    from webhook.model import rbac_index
+
+    config = from_mapping(None).rbac
+    writer = cluster_role("slices", [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}])
+    others = [binding(f"other-{i}", "slices", [subject("ServiceAccount", f"sa-{i}", "elsewhere")]) for i in range(300)]
+    forms = {
+        "ServiceAccount": [subject("ServiceAccount", "driver", "dra-system")],
+        "User form": [{"kind": "User", "name": "system:serviceaccount:dra-system:driver", "apiGroup": "rbac.authorization.k8s.io"}],
+        "namespace group": [subject("Group", "system:serviceaccounts:dra-system")],
+        "all ServiceAccounts": [subject("Group", "system:serviceaccounts")],
+    }
+    for label, subjects in forms.items():
+        idx = RbacIndex.from_objects([writer, *others, binding("mine", "slices", subjects)])
+        calls: list[int] = []
+        real = rbac_index.subjects_of
+        monkeypatch.setattr(rbac_index, "subjects_of", lambda b, calls=calls, real=real: calls.append(1) or real(b))
+        assert idx.service_account_may_write("dra-system", "driver", "resourceslices", config), label
+        assert calls == [], label  # before issue 19: every one of the 301 bindings was read
+        monkeypatch.setattr(rbac_index, "subjects_of", real)
+        assert not idx.service_account_may_write("dra-system", "other", "resourceslices", config) or label != "ServiceAccount"
+    idx = RbacIndex.from_objects([writer, *others])
+    assert not idx.service_account_may_write("dra-system", "driver", "resourceslices", config)
+    idx.delete_binding("other-7")
+    assert idx.service_account_may_write("elsewhere", "sa-8", "resourceslices", config)
+    assert not idx.service_account_may_write("elsewhere", "sa-7", "resourceslices", config)
+
+
+def test_redetecting_drivers_after_an_rbac_event_does_not_hold_the_claims_lock():
+    import threading
+
+    from tests.builders import driver_daemonset
+    from webhook.config import from_mapping
+    from webhook.model.claim_index import ClaimIndex
+
+    free = []
+
+    def can_write(namespace, name):  # asked while judging a DaemonSet (may scan RBAC)
+        got = []
+        t = threading.Thread(target=lambda: got.append(idx._lock.acquire(blocking=False)) or (got[-1] and idx._lock.release()))
+        t.start()
+        t.join()
+        free.append(got[0])
+        return True
+
+    idx = ClaimIndex(from_mapping(None).detection, can_write)
+    idx.upsert_daemonset(driver_daemonset(name="gpu-driver", namespace="gpu"))
+    free.clear()
+    idx.redetect()
+    assert free and all(free)  # before issue 19: judged with the lock held
+    idx.upsert_pod(pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"))
+    assert idx.driver_of_pod("gpu", "gpu-driver-a") is not None
