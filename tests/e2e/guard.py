@@ -83,15 +83,15 @@ class Guard:
         return f"https://127.0.0.1:{self.port}"
 
     def start(self, *, mode: str = "enforce", extra_config: str = "",
-              driver_service_accounts: tuple[str, ...] = ("dra-system:driver",)) -> DraGuardProcess:
+              driver_service_accounts: tuple[str, ...] = ("dra-system:driver",), ready_timeout: float = 60.0) -> DraGuardProcess:
         """(Re)start dra-guard with global `mode` and rbac.driverSubjects.serviceAccounts
-        ("namespace:name"); wait until /readyz (caches synced)."""
+        ("namespace:name"); wait until /readyz (caches synced), at most ready_timeout seconds."""
         self.stop_server()
         self.mode = mode
         self.proc = DraGuardProcess(self.workdir, "--kubeconfig", str(self.cp.kubeconfig("dra-guard")),
                                     config=BASE_CONFIG.format(mode=mode, driver_service_accounts=json.dumps(list(driver_service_accounts)))
                                     + extra_config, port=self.port)
-        self.proc.wait("/readyz", timeout=60)
+        self.proc.wait("/readyz", timeout=ready_timeout)
         return self.proc
 
     def register(self, *, failure_policy: str = "Fail") -> None:
