@@ -303,6 +303,7 @@ def control_plane(workdir: pathlib.Path, *, reuse_etcd: pathlib.Path | None = No
     from tests.e2e import binaries
     from tests.e2e.cluster import ControlPlane
     cp = ControlPlane(workdir, bin_dir=binaries.build_control_plane(), tools_dir=binaries.client_tools_dir())
+    cp.ready_timeout = 600.0  # kube-apiserver loads 300,000 objects into its watch cache first
     if reuse_etcd is not None:
         prepare = cp._prepare
 

@@ -240,6 +240,7 @@ class ControlPlane:
         self.logs_dir = self.workdir / "logs"
         self.kubeconfigs_dir = self.workdir / "kubeconfigs"
         self.etcd_dir = self.workdir / "etcd"
+        self.ready_timeout = READY_TIMEOUT  # per component; bench/envelope.py raises it for 300,000 objects
         self.ca_file = self.pki_dir / "ca.crt"
         self.audit_log_path: pathlib.Path | None = self.workdir / "audit.log" if audit_log else None
         self.url = ""
@@ -538,9 +539,10 @@ class ControlPlane:
         sess = self.session("admin")
         self._wait("kube-apiserver", lambda: sess.get(f"{self.url}/readyz", timeout=5).text == "ok")
 
-    def _wait(self, name: str, probe: Any, timeout: float = READY_TIMEOUT) -> None:
+    def _wait(self, name: str, probe: Any, timeout: float | None = None) -> None:
         """Call probe() every 0.2 s until it returns True; raise ControlPlaneError with the log tail
-        if the process exits or `timeout` seconds pass."""
+        if the process exits or `timeout` seconds (default: self.ready_timeout) pass."""
+        timeout = self.ready_timeout if timeout is None else timeout
         proc = self._procs[name]
         deadline = time.monotonic() + timeout
         last_error = "no answer yet"
