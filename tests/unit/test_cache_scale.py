@@ -148,3 +148,49 @@ def test_redetecting_drivers_after_an_rbac_event_does_not_hold_the_claims_lock()
     assert free and all(free)  # before issue 19: judged with the lock held
     idx.upsert_pod(pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"))
     assert idx.driver_of_pod("gpu", "gpu-driver-a") is not None
+
+
+# ------------------------------------------------------------------ issue 19: audit --cluster within 1 GiB
+def test_the_audit_keeps_only_what_it_reads_of_each_listed_object_and_finds_the_same():
+    import copy
+
+    from tests.builders import driver_daemonset
+    from webhook.audit.run import run
+    from webhook.config import from_mapping
+    from webhook.model.slim import audit_view
+
+    managed = [{"manager": "gpu-driver", "apiVersion": "resource.k8s.io/v1beta1", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
+    ds = {**driver_daemonset(name="gpu-driver", namespace="gpu"), "kind": "DaemonSet"}
+    objects = [
+        {**cluster_role("slices", [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}])},
+        {**binding("team-slices", "slices", [subject("Group", "team-a")]), "kind": "ClusterRoleBinding"},
+        ds,
+        {**pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"), "kind": "Pod"},
+        {**pod("consumer", "node-a"), "kind": "Pod"},
+        {**pod("web", "node-a", claims=()), "kind": "Pod"},
+        {**claim("gpu"), "kind": "ResourceClaim", "spec": {"devices": {"requests": [{"name": "gpu"}]}}},
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+         "metadata": {"name": "node-a-gpu", "managedFields": managed},
+         "spec": {"driver": "gpu.example.com", "nodeName": "node-a", "pool": {"name": "node-a"}, "devices": [{"name": "gpu-0"}] * 64}},
+        {"kind": "Node", "metadata": {"name": "node-a", "labels": {"a": "b"}, "managedFields": managed},
+         "status": {"nodeInfo": {"kubeletVersion": "v1.32.1"}, "images": [{"names": ["x" * 200]}] * 50}},
+    ]
+    for obj in objects:
+        obj.setdefault("metadata", {})["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{...}" * 100}
+    views = [v for v in (audit_view(copy.deepcopy(o)) for o in objects) if v is not None]
+    kinds = [v["kind"] for v in views]
+    assert kinds.count("Pod") == 2  # "web" (no claim, no DaemonSet) dropped
+    assert all("managedFields" not in v["metadata"] or v["kind"] == "ResourceSlice" for v in views)
+    assert all("kubectl.kubernetes.io/last-applied-configuration" not in (v["metadata"].get("annotations") or {}) for v in views)
+    sl = next(v for v in views if v["kind"] == "ResourceSlice")
+    assert sl["metadata"]["managedFields"] == [{"apiVersion": "resource.k8s.io/v1beta1", "manager": "gpu-driver"}]
+    assert "devices" not in sl["spec"]
+    assert next(v for v in views if v["kind"] == "Node")["status"] == {"nodeInfo": {"kubeletVersion": "v1.32.1"}}
+    config = from_mapping(None)
+
+    def found(objs):
+        return sorted((f.policy, f.kind, f.name, f.check) for f, _ in run(objs, config, served_versions=["v1", "v1beta1"]))
+
+    full = found(copy.deepcopy(objects))
+    assert full and found(views) == full  # the same findings from the views
+    assert any(check == "dra-beta-api-in-use" for *_, check in full)

@@ -9,6 +9,7 @@ from kubernetes.client.rest import ApiException
 
 from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions
 from webhook.kube.pages import RateLimiter, list_all
+from webhook.model.slim import audit_view
 
 
 def list_audit_objects(client: kubernetes.client.ApiClient, *, served_versions: list[str] | None = None,
@@ -23,22 +24,24 @@ def list_audit_objects(client: kubernetes.client.ApiClient, *, served_versions: 
     def system_configmaps(**kwargs: Any) -> Any:
         return core_api.list_namespaced_config_map("kube-system", **kwargs)
 
-    out = (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole", limiter=limiter)
+    # each object is reduced to what the audit reads as its page arrives (issue 19: memory)
+    out = (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole", limiter=limiter, view=audit_view)
            + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding",
-                      limiter=limiter)
-           + list_all(rbac_api.list_role_for_all_namespaces, resource="roles", kind="Role", limiter=limiter)
+                      limiter=limiter, view=audit_view)
+           + list_all(rbac_api.list_role_for_all_namespaces, resource="roles", kind="Role", limiter=limiter, view=audit_view)
            + list_all(rbac_api.list_role_binding_for_all_namespaces, resource="rolebindings", kind="RoleBinding",
-                      limiter=limiter)
-           + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet", limiter=limiter)
-           + list_all(core_api.list_pod_for_all_namespaces, resource="pods", kind="Pod", limiter=limiter)
-           + list_all(core_api.list_node, resource="nodes", kind="Node", limiter=limiter)
-           + list_all(system_configmaps, resource="configmaps", kind="ConfigMap", limiter=limiter))
+                      limiter=limiter, view=audit_view)
+           + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet", limiter=limiter,
+                      view=audit_view)
+           + list_all(core_api.list_pod_for_all_namespaces, resource="pods", kind="Pod", limiter=limiter, view=audit_view)
+           + list_all(core_api.list_node, resource="nodes", kind="Node", limiter=limiter, view=audit_view)
+           + list_all(system_configmaps, resource="configmaps", kind="ConfigMap", limiter=limiter, view=audit_view))
     if served_versions:
         custom = kubernetes.client.CustomObjectsApi(client)
         for plural, kind in (("resourceslices", "ResourceSlice"), ("resourceclaims", "ResourceClaim")):
             def lister(plural: str = plural, **kwargs: Any) -> Any:
                 return custom.list_cluster_custom_object(RESOURCE_GROUP, served_versions[0], plural, **kwargs)
-            out += list_all(lister, resource=plural, kind=kind, limiter=limiter)
+            out += list_all(lister, resource=plural, kind=kind, limiter=limiter, view=audit_view)
     return out
 
 

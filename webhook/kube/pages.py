@@ -104,15 +104,21 @@ def list_pages(list_func: Callable[..., Any], *, resource: str, timeout_seconds:
 
 
 def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout_seconds: float = 30.0,
-             limiter: RateLimiter | None = None) -> list[dict[str, Any]]:
+             limiter: RateLimiter | None = None,
+             view: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None) -> list[dict[str, Any]]:
     """Every object of one resource as plain dicts with `kind` set (list items carry none), for
-    audits: list_pages with a client-side rate limit. Raises ClusterError on API errors."""
+    audits: the pages with a client-side rate limit. view: applied to each object as its page
+    arrives (None drops it), so only what it keeps is held (e.g. webhook.model.slim.audit_view).
+    Raises ClusterError on API errors."""
+    items: list[dict[str, Any]] = []
     try:
-        items, _ = list_pages(list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter)
+        for item in Pages(list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter):
+            item.setdefault("kind", kind)
+            kept = item if view is None else view(item)
+            if kept is not None:
+                items.append(kept)
     except ApiException as exc:
         raise ClusterError(f"listing {resource} failed: HTTP {exc.status} {exc.reason}") from exc
     except Exception as exc:
         raise ClusterError(f"listing {resource} failed: {type(exc).__name__}: {exc}") from exc
-    for item in items:
-        item.setdefault("kind", kind)
     return items

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.model.bootstrap import AUTOUPDATE
+from webhook.model.claims import pod_is_relevant
 from webhook.model.readers import annotations_of, as_list, as_map, labels_of, name_of, namespace_of
 
 #: the annotations dra-guard reads (bootstrap autoupdate, break-glass); others, such as kubectl's
@@ -60,3 +61,44 @@ def slim_binding(obj: Mapping[str, Any]) -> dict[str, Any]:
         "roleRef": compact(dict(as_map(obj.get("roleRef")))),
         "subjects": compact(as_list(obj.get("subjects"))),
     }
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def audit_view(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """What `dra-guard audit --cluster` keeps of one listed object (kind set), or None to drop it
+    (issue 19: the audit of a 5,000-node cluster within 1 GiB). Every kind loses managedFields
+    (a ResourceSlice keeps each entry's apiVersion and manager: the beta-API check reads them) and
+    kubectl's last-applied annotation; a Pod outside kube-system is kept only when the claim index
+    would keep it (DaemonSet-owned or using claims), and then only what PodInfo reads; a
+    ResourceClaim keeps its status, a ResourceSlice its driver, node and pool, a Node its name,
+    labels and nodeInfo (the kubelet version). RBAC objects, DaemonSets, kube-system Pods and
+    ConfigMaps are kept whole otherwise: the admission policies and control-plane checks read them."""
+    meta = dict(as_map(obj.get("metadata")))
+    managed = meta.pop("managedFields", None)
+    annotations = as_map(meta.get("annotations"))
+    if LAST_APPLIED in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    kind = obj.get("kind")
+    if kind == "Pod" and meta.get("namespace") != "kube-system":
+        if not pod_is_relevant(obj):
+            return None
+        spec, status = as_map(obj.get("spec")), as_map(obj.get("status"))
+        keep = ("name", "namespace", "uid", "ownerReferences", "deletionTimestamp")
+        return {"kind": kind, "metadata": {k: meta[k] for k in keep if k in meta},
+                "spec": {k: spec[k] for k in ("nodeName", "resourceClaims") if k in spec},
+                "status": {k: status[k] for k in ("phase", "conditions") if k in status}}
+    if kind == "ResourceClaim":
+        return {"kind": kind, "apiVersion": obj.get("apiVersion"), "metadata": meta, "status": obj.get("status") or {}}
+    if kind == "ResourceSlice":
+        spec = as_map(obj.get("spec"))
+        meta["managedFields"] = [{"apiVersion": e.get("apiVersion"), "manager": e.get("manager")}
+                                 for e in map(as_map, as_list(managed))]
+        return {"kind": kind, "apiVersion": obj.get("apiVersion"), "metadata": meta,
+                "spec": {k: spec[k] for k in ("driver", "nodeName", "pool") if k in spec}}
+    if kind == "Node":
+        node_info = as_map(as_map(obj.get("status")).get("nodeInfo"))
+        return {"kind": kind, "metadata": {k: meta[k] for k in ("name", "labels") if k in meta},
+                "status": {"nodeInfo": dict(node_info)}}
+    return {**obj, "metadata": meta}
