@@ -2,7 +2,8 @@
 the gthread worker with dra-guard's connection handling, the logger, and the TLS socket bounds.
 
 When moving the gunicorn pin, run tests/http/test_connections.py first: DrainingThreadWorker
-overrides gthread internals (handle, finish_request, _keepalive_after, _DEFER, pending_conns).
+overrides gthread internals (handle, finish_request, _keepalive_after, _DEFER, pending_conns, and
+TConn.init/is_http2/parser for the handshake it runs itself).
 Timeouts (seconds) and why: docs/reliability.md.
 """
 from __future__ import annotations
@@ -92,11 +93,15 @@ class DrainingThreadWorker(ThreadWorker):
             set_arrival(None)
 
     def _handle(self, conn: Any) -> Any:
-        """gthread's handle() (in a pool thread), with three changes:
+        """gthread's handle() (in a pool thread), with four changes:
 
         * a new connection waits at most FIRST_BYTE_WAIT seconds in this thread for its first byte
           (gthread: 5 s), then in the poller: eight connections that send nothing held every
           thread for 5 s each;
+        * after its TLS handshake, a new connection waits at most REQUEST_AFTER_HANDSHAKE_WAIT
+          seconds here for its request, then in the poller as a kept-alive connection: the
+          apiserver leaves connections it dialed for a burst idle in its pool, and gthread waited
+          for their request in the thread until the 2 s socket timeout (docs/reliability.md);
         * a connection with a pipelined request already decrypted in its TLS buffer goes back to
           the pool (gthread waited for the socket to turn readable, which it never does then);
         * a connection gthread is about to close is closed here: gthread closes it in its event
