@@ -98,10 +98,13 @@ class Attack:
 
 def attack(targets: Sequence[Target], *, rate: float, seconds: float, workdir: pathlib.Path,
            ca_file: pathlib.Path | None = None, keep_bodies: bool = False, timeout: float = 5.0,
-           http2: bool = True) -> Attack:
+           http2: bool = True, max_workers: int = 0, max_connections: int = 0) -> Attack:
     """Run vegeta at `rate` requests/s for `seconds`, round-robin over `targets`, keep-alive on.
 
-    ca_file: the CA to verify the server with. Returns an Attack. Raises CalledProcessError when
+    ca_file: the CA to verify the server with. rate 0 with max_workers N: as fast as N clients
+    each waiting for its answer (a closed loop: the server's capacity). max_connections: at most
+    this many connections (else a new one whenever none is idle, as Go's and so the apiserver's
+    client does). Returns an Attack. Raises CalledProcessError when
     vegeta itself fails (not when requests fail: those are in Attack.codes/errors).
     """
     workdir.mkdir(parents=True, exist_ok=True)
@@ -111,6 +114,10 @@ def attack(targets: Sequence[Target], *, rate: float, seconds: float, workdir: p
     argv = [vegeta(), "attack", f"-rate={rate:g}/s", f"-duration={seconds:g}s", f"-targets={targets_file}",
             "-keepalive=true", f"-timeout={timeout:g}s", f"-output={results}", f"-http2={str(http2).lower()}",
             "-max-body=-1" if keep_bodies else "-max-body=0"]
+    if max_workers:
+        argv += [f"-workers={max_workers}", f"-max-workers={max_workers}"]
+    if max_connections:
+        argv.append(f"-max-connections={max_connections}")
     if ca_file is not None:
         argv.append(f"-root-certs={ca_file}")
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)

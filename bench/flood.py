@@ -14,11 +14,18 @@ about serving, not the policies' lookups. Scenarios:
   connection: the eviction answers' median and max, as multiples of the floor, and how many took
   longer than 3 s (the webhook timeout: with failurePolicy Ignore, an eviction let through).
 * forged: the same with 6 clients sending small forged RBAC reviews as fast as they can.
-* parallel: 200 compliant ClusterRoleBinding reviews at once, each on a new TLS connection (like
-  the apiserver opening connections under a burst): the slowest answer as a multiple of the floor,
-  and answers over 3 s or missing.
-* overload: RBAC reviews offered at twice what one worker sustains (vegeta): how many were judged
-  in time, shed with the overload answer, answered after the 3 s timeout, or not answered.
+* parallel: 200 compliant ClusterRoleBinding reviews at once, each on a new TLS connection from
+  its own Python client: the slowest answer as a multiple of the floor, and answers over 3 s or
+  missing.
+* burst: the same 200 at once through ONE Go http.Transport, 3 times (bench/burst, built with
+  `go build`): what the kube-apiserver's webhook client does under a burst, including the
+  connections it dials and then leaves idle after their TLS handshake.
+* overload: per endpoint (rbac, daemonsets, evictions), its capacity measured first (8 vegeta
+  clients each waiting for its answer: a closed loop), then reviews offered at --overload-factor
+  (2) times it for --seconds with vegeta (keep-alive, a new connection whenever none is idle, as
+  the apiserver's Go client): how many were judged in time, shed with a well-formed overload
+  answer (the right uid; eviction 429, RBAC 503, DaemonSets allowed with a warning), answered
+  after the 3 s timeout, or not answered.
 """
 from __future__ import annotations
 
@@ -144,36 +151,146 @@ def parallel(url: str, ca: str, count: int = 200) -> dict[str, Any]:
             "over_timeout_or_missing": sum(1 for a in answers if a is None or a > TIMEOUT)}
 
 
-def overload(url: str, ca: str, work: pathlib.Path, *, seconds: float, factor: float,
-             rate: float = 0) -> dict[str, Any]:
-    """RBAC reviews at `factor` times the rate one worker sustains, estimated as 1 / the median of
-    sequential RBAC reviews (one thread's round trip: an upper bound of the worker's cost per
-    review, so the real capacity is higher), with vegeta over keep-alive HTTPS for `seconds`."""
-    from bench.common import Target, attack
+def burst_tool() -> str:
+    """Path of bench/burst (Go, standard library only), built into the cache on first use."""
+    from bench.common import cache_dir
 
-    s = session(ca)
-    body = json.dumps(review(binding("ok", "view", [subject("Group", "g")]))).encode()
-    per_review = statistics.median(t for t in (timed_post(s, url + "/validate/rbac", body) for _ in range(300)) if t)
-    rate = rate or round(factor / per_review)
-    (work / "rbac.json").write_bytes(body)
-    result = attack([Target(url=url + "/validate/rbac", body=work / "rbac.json")], rate=rate, seconds=seconds,
-                    workdir=work / "vegeta", ca_file=pathlib.Path(ca), keep_bodies=True, timeout=10, http2=False)
-    judged = shed = late = missing = 0
-    for code, latency, answer in zip(result.codes, result.latencies_ms, result.bodies, strict=True):
+    binary = cache_dir() / "bin" / "burst"
+    source = pathlib.Path(__file__).resolve().parent / "burst"
+    if not binary.exists() or binary.stat().st_mtime < (source / "main.go").stat().st_mtime:
+        subprocess.run(["go", "build", "-o", str(binary), "."], check=True, cwd=source,
+                       env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"})
+    return str(binary)
+
+
+def burst(url: str, ca: str, work: pathlib.Path, *, count: int = 200, rounds: int = 3) -> dict[str, Any]:
+    """`count` RBAC reviews at once through one Go http.Transport, as the apiserver sends a burst
+    (bench/burst: a new connection per review without an idle one, connections it did not need
+    left idle after their TLS handshake), `rounds` times: per round, answers within TIMEOUT, the
+    rest (late, reset, none), and the slowest."""
+    (work / "burst.json").write_bytes(apiserver_order(review(binding("b", "view", [subject("Group", "g")]))))
+    out = subprocess.run([burst_tool(), "-url", url + "/validate/rbac", "-ca", ca, "-body", str(work / "burst.json"),
+                          "-n", str(count), "-rounds", str(rounds)], check=True, capture_output=True).stdout
+    result = []
+    for answers in json.loads(out):
+        in_time = [a["seconds"] for a in answers if a["status"] == 200 and a["seconds"] <= TIMEOUT]
+        result.append({"reviews": count, "in_time": len(in_time), "late_or_failed": count - len(in_time),
+                       "errors": sorted({a["error"].rsplit(": ", 1)[-1] for a in answers if a.get("error")})[:3],
+                       "slowest_s": max(a["seconds"] for a in answers), "median_s": statistics.median(a["seconds"] for a in answers)})
+    return {"rounds": result}
+
+
+def apiserver_order(review_: dict[str, Any]) -> bytes:
+    """The AdmissionReview as the kube-apiserver serializes it: kind, apiVersion, then request with
+    uid first (what webhook.admission.peek_review reads without parsing the rest)."""
+    request = review_["request"]
+    return json.dumps({"kind": "AdmissionReview", "apiVersion": review_["apiVersion"],
+                       "request": {"uid": request["uid"], **request}}).encode()
+
+
+def overload_bodies() -> dict[str, tuple[bytes, str]]:
+    """endpoint path -> (one review as the apiserver sends it, the overload answer its policy must
+    give by default: "503" deny, "warn" allowed with a warning, "429" eviction retry)."""
+    from bench.endpoints import daemonset_bodies
+
+    rbac = review(binding("ok", "view", [subject("Group", "g")]))
+    daemonset = daemonset_bodies()[0][0]
+    eviction = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {**eviction_request("gpu-driver-x"), "uid": "3f1c2f4e-0b4e-4a43-9d4c-7b1e6c0a9e01"}}
+    return {"/validate/rbac": (apiserver_order(rbac), "503"), "/mutate/daemonsets": (apiserver_order(daemonset), "warn"),
+            "/validate/evictions": (apiserver_order(eviction), "429")}
+
+
+def classify(codes: list[int], latencies_ms: list[float], bodies: list[bytes], *, uid: str,
+             shed_as: str) -> dict[str, Any]:
+    """Each answer of an overload run: judged in time, shed (the overload answer: well-formed, the
+    right uid, the policy's failure mode `shed_as`) or shed wrongly, answered after TIMEOUT, or
+    none (no HTTP 200: refused, reset, or no answer within the client's timeout)."""
+    judged: list[float] = []
+    shed: list[float] = []
+    wrong = late = missing = allowed_unjudged_evictions = 0
+    for code, latency, body in zip(codes, latencies_ms, bodies, strict=True):
         if code != 200:
             missing += 1
-        elif latency > TIMEOUT * 1000:
+            continue
+        if latency > TIMEOUT * 1000:
             late += 1
-        elif b"did not judge" in answer:
-            shed += 1
+            continue
+        try:
+            answer = json.loads(body)
+            response = answer["response"]
+            ok = answer["kind"] == "AdmissionReview" and response["uid"] == uid
+        except (ValueError, KeyError, TypeError):
+            wrong += 1
+            continue
+        text = json.dumps(response)
+        if "did not judge" not in text and "not applied" not in text:
+            if ok:
+                judged.append(latency)
+            else:
+                wrong += 1
+            continue
+        status = response.get("status") or {}
+        if shed_as == "429":
+            ok = ok and response["allowed"] is False and status.get("code") == 429
+            allowed_unjudged_evictions += response["allowed"] is not False
+        elif shed_as == "503":
+            ok = ok and response["allowed"] is False and status.get("code") == 503
         else:
-            judged += 1
-    answered = sorted(lat for code, lat in zip(result.codes, result.latencies_ms, strict=True) if code == 200)
-    return {"per_review_s": per_review, "offered_per_s": rate, "requests": result.requests,
-            "judged_in_time": judged, "shed_with_overload_answer": shed, "answered_after_timeout": late,
-            "no_answer": missing, "errors": result.errors[:3],
-            "answer_p50_s": answered[len(answered) // 2] / 1000 if answered else None,
-            "answer_p99_s": answered[int(len(answered) * 0.99)] / 1000 if answered else None}
+            ok = ok and response["allowed"] is True and bool(response.get("warnings"))
+        if ok:
+            shed.append(latency)
+        else:
+            wrong += 1
+
+    def pct(values: list[float], q: float) -> float | None:
+        values = sorted(values)
+        return values[min(len(values) - 1, int(len(values) * q))] / 1000 if values else None
+
+    return {"requests": len(codes), "judged_in_time": len(judged), "shed_well_formed": len(shed),
+            "wrong_answers": wrong, "answered_after_timeout": late, "no_answer": missing,
+            "evictions_allowed_unjudged": allowed_unjudged_evictions,
+            "judged_p50_s": pct(judged, 0.5), "judged_p99_s": pct(judged, 0.99), "judged_max_s": pct(judged, 1.0),
+            "shed_p50_s": pct(shed, 0.5), "shed_p99_s": pct(shed, 0.99), "shed_max_s": pct(shed, 1.0)}
+
+
+def capacity(url: str, ca: str, work: pathlib.Path, path: str, body: bytes, *, seconds: float = 5.0,
+             clients: int = 8) -> float:
+    """Reviews per second one worker judges when `clients` callers each wait for their answer
+    (vegeta, keep-alive HTTPS, a closed loop: no queue builds, nothing is shed)."""
+    from bench.common import Target, attack
+
+    (work / "capacity.json").write_bytes(body)
+    result = attack([Target(url=url + path, body=work / "capacity.json")], rate=0, seconds=seconds,
+                    workdir=work / "vegeta-capacity", ca_file=pathlib.Path(ca), timeout=10, http2=False,
+                    max_workers=clients)
+    return result.ok / seconds
+
+
+def overload(url: str, ca: str, work: pathlib.Path, *, seconds: float, factor: float,
+             rate: float = 0, paths: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Per endpoint: its capacity (capacity()), measured right before, then reviews offered at
+    `factor` times it (or at `rate`) for `seconds` with vegeta over keep-alive HTTPS (new
+    connections when all are busy, as the apiserver's client does), each answer classified."""
+    from bench.common import Target, attack
+
+    out: dict[str, Any] = {}
+    for path, (body, shed_as) in overload_bodies().items():
+        if paths and path not in paths:
+            continue
+        cap = capacity(url, ca, work, path, body)
+        offered = rate or round(factor * cap)
+        name = path.rsplit("/", 1)[1]
+        (work / f"{name}.json").write_bytes(body)
+        result = attack([Target(url=url + path, body=work / f"{name}.json")], rate=offered, seconds=seconds,
+                        workdir=work / f"vegeta-{name}", ca_file=pathlib.Path(ca), keep_bodies=True, timeout=10,
+                        http2=False)
+        uid = json.loads(body)["request"]["uid"]
+        out[name] = {"capacity_per_s": round(cap, 1), "offered_per_s": offered,
+                     **classify(result.codes, result.latencies_ms, result.bodies, uid=uid, shed_as=shed_as),
+                     "errors": result.errors[:3]}
+        time.sleep(3)  # let the queue and the connections of this run drain
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,9 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each flood, seconds")
     parser.add_argument("--out", type=pathlib.Path, help="write the figures as JSON here")
     parser.add_argument("--overload-factor", type=float, default=2.0,
-                        help="overload: offered rate as a multiple of 1 / a sequential review's time")
+                        help="overload: offered rate as a multiple of the endpoint's measured capacity")
     parser.add_argument("--overload-rate", type=float, default=0, help="overload: this rate (reviews/s) instead")
-    parser.add_argument("--only", choices=("", "heavy", "forged", "parallel", "overload"), default="",
+    parser.add_argument("--path", action="append", default=[],
+                        help="overload: only this endpoint (repeatable; default: rbac, daemonsets, evictions)")
+    parser.add_argument("--only", choices=("", "heavy", "forged", "parallel", "burst", "overload"), default="",
                         help="run one scenario (and the floor)")
     args = parser.parse_args(argv)
     heavy = cluster_role("heavy", [rule(["resourceslices"], ["create"])], aggregation=[{"matchExpressions": [
@@ -203,16 +322,23 @@ def main(argv: list[str] | None = None) -> int:
                 results["forged"] = under_flood(url, ca, json.dumps(review(forged)).encode(), clients=6, seconds=args.seconds)
             if args.only in ("", "parallel"):
                 results["parallel"] = parallel(url, ca)
+            if args.only in ("", "burst"):
+                results["burst"] = burst(url, ca, work)
             if args.only in ("", "overload"):
                 results["overload"] = overload(url, ca, work, seconds=args.seconds, factor=args.overload_factor,
-                                               rate=args.overload_rate)
+                                               rate=args.overload_rate, paths=tuple(args.path))
         finally:
             proc.terminate()
             proc.wait(30)
-    for part in ("heavy", "forged", "parallel", "overload"):
-        for key in list(results.get(part, ())):
-            if key.endswith("_s") and not key.endswith("_per_s") and results[part][key] is not None:
-                results[part][key.replace("_s", "_x_floor")] = round(results[part][key] / unit, 1)
+    parts = [results[p] for p in ("heavy", "forged", "parallel") if p in results]
+    parts += list(results.get("overload", {}).values()) + results.get("burst", {}).get("rounds", [])
+    for part in parts:
+        if "capacity_per_s" in part:  # reviews judged in the floor's round-trip time: the rate as a ratio
+            part["capacity_x_floor"] = round(part["capacity_per_s"] * unit, 2)
+            part["offered_x_floor"] = round(part["offered_per_s"] * unit, 2)
+        for key in list(part):
+            if key.endswith("_s") and not key.endswith("_per_s") and part[key] is not None:
+                part[key.replace("_s", "_x_floor")] = round(part[key] / unit, 1)
     print(json.dumps(results, indent=2))
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")

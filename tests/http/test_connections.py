@@ -178,3 +178,27 @@ def test_pipelined_requests_over_tls_are_all_answered(server):
         except TimeoutError:
             pass
     assert data.count(b"HTTP/1.1 200") == 2 and b'"ready"' in data, data
+
+
+def test_connections_idle_after_their_tls_handshake_do_not_hold_the_worker_threads(server):
+    """The kube-apiserver's webhook client (Go's http.Transport) dials a new connection for every
+    review of a burst that finds no idle one; a review whose connection is slow to come takes one
+    freed meanwhile, and the new connection, its TLS handshake done, waits idle in the client's
+    pool for a later review. gthread waited for its first request in a pool thread for the 2 s
+    socket timeout: in a burst of 200 through the apiserver, 8 such connections at a time held
+    every thread and the reviews behind them got the 3 s webhook timeout. A connection without a
+    request after its handshake now waits in the poller, kept alive for a later request."""
+    ctx = tls_context(server)
+    idle = [ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost")
+            for _ in range(2 * THREADS)]  # each returns once the handshake is done, and sends nothing
+    try:
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert server.session().get(server.url + "/healthz", timeout=10).status_code == 200
+        waited = time.monotonic() - started
+        assert waited < 1.0, f"/healthz waited {waited:.2f} s behind {len(idle)} connections idle after their handshake"
+        time.sleep(2.5)  # past the 2 s socket timeout: still kept alive, like a connection after an answer
+        assert get_healthz(idle[0]).startswith(b"HTTP/1.1 200")
+    finally:
+        for sock in idle:
+            sock.close()

@@ -2,13 +2,16 @@
 the gthread worker with dra-guard's connection handling, the logger, and the TLS socket bounds.
 
 When moving the gunicorn pin, run tests/http/test_connections.py first: DrainingThreadWorker
-overrides gthread internals (handle, finish_request, _keepalive_after, _DEFER, pending_conns).
+overrides gthread internals (handle, finish_request, _keepalive_after, _DEFER, pending_conns, and
+TConn.init/is_http2/parser for the handshake it runs itself).
 Timeouts (seconds) and why: docs/reliability.md.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import select
 import ssl
 import sys
 import threading
@@ -29,6 +32,7 @@ SHUTDOWN_DELAY = [5.0]        # seconds; set from server.shutdownDelaySeconds be
 DROP_AFTER = [3.0]            # seconds; set from server.dropAfterSeconds: older queued requests are dropped
 KEEPALIVE_CONNECTIONS = 250  # idle keep-alive connections per worker: far above what apiservers, probes and Prometheus hold
 FIRST_BYTE_WAIT = 0.1  # seconds a new connection may hold a pool thread before its first byte (then: the poller)
+REQUEST_AFTER_HANDSHAKE_WAIT = 0.01  # seconds a thread waits for a request after a TLS handshake (then: the poller)
 CLOSE_LINGER = 0.5  # seconds a closing connection waits for the client's FIN (RFC 9112 9.6) before it is dropped
 CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
 REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
@@ -89,11 +93,15 @@ class DrainingThreadWorker(ThreadWorker):
             set_arrival(None)
 
     def _handle(self, conn: Any) -> Any:
-        """gthread's handle() (in a pool thread), with three changes:
+        """gthread's handle() (in a pool thread), with four changes:
 
         * a new connection waits at most FIRST_BYTE_WAIT seconds in this thread for its first byte
           (gthread: 5 s), then in the poller: eight connections that send nothing held every
           thread for 5 s each;
+        * after its TLS handshake, a new connection waits at most REQUEST_AFTER_HANDSHAKE_WAIT
+          seconds here for its request, then in the poller as a kept-alive connection: the
+          apiserver leaves connections it dialed for a burst idle in its pool, and gthread waited
+          for their request in the thread until the 2 s socket timeout (docs/reliability.md);
         * a connection with a pipelined request already decrypted in its TLS buffer goes back to
           the pool (gthread waited for the socket to turn readable, which it never does then);
         * a connection gthread is about to close is closed here: gthread closes it in its event
@@ -101,9 +109,18 @@ class DrainingThreadWorker(ThreadWorker):
           never sends one (stalled, or gone after its own timeout) stalled every other connection
           of the worker meanwhile. The drain here waits at most CLOSE_LINGER seconds.
         """
-        if not conn.initialized and not conn.data_ready and not conn.wait_for_data(FIRST_BYTE_WAIT):
-            conn.first_byte_deferred = True  # read by finish_request, in the event loop
-            return _DEFER
+        if not conn.initialized:
+            if not conn.data_ready and not conn.wait_for_data(FIRST_BYTE_WAIT):
+                conn.first_byte_deferred = True  # read by finish_request, in the event loop
+                return _DEFER
+            if self.cfg.is_ssl:
+                if not self._handshake(conn):
+                    return False
+                if not conn.is_http2 and not _request_waiting(conn.sock, REQUEST_AFTER_HANDSHAKE_WAIT):
+                    # handshake done, no request: a client's pooled connection (the apiserver dials
+                    # one per review of a burst and keeps those it did not need): kept alive in the
+                    # poller, like a connection after an answer, not in this thread
+                    return True
         result = super().handle(conn)
         if result is False and conn.sock.fileno() != -1:
             util.close_graceful(conn.sock, timeout=CLOSE_LINGER)
@@ -112,6 +129,24 @@ class DrainingThreadWorker(ThreadWorker):
             # readable for it, so it goes straight back to the pool (finish_request)
             conn.tls_pending = True
         return result
+
+    def _handshake(self, conn: Any) -> bool:
+        """gthread's conn.init() (the TLS handshake, bounded by CLIENT_SOCKET_TIMEOUT) with its error
+        handling: a failed or abandoned handshake closes the connection (False); a timeout is the
+        "client timed out" warning (ServerLogger.exception)."""
+        try:
+            conn.sock.setblocking(True)
+            conn.init()
+            return True
+        except ssl.SSLError as exc:
+            self.log.debug("TLS handshake failed: %s", exc)
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                self.log.exception("Socket error processing request.")
+        except Exception:
+            self.log.exception("Error in the TLS handshake.")
+        conn.sock.close()
+        return False
 
     def finish_request(self, conn: Any, fs: Any) -> None:
         """gthread's finish_request(), except for a connection already closed (by handle() above,
@@ -140,6 +175,16 @@ class DrainingThreadWorker(ThreadWorker):
             return bool(super()._keepalive_after(conn, keepalive))
         except Exception:  # gunicorn's parser errors (bad chunk size, too many trailers, ...)
             return False
+
+
+def _request_waiting(sock: Any, timeout: float) -> bool:
+    """Whether a request's bytes are there (decrypted in the TLS layer, or readable on the socket)
+    within `timeout` seconds."""
+    if sock.pending():
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
 
 
 class ServerLogger(GunicornLogger):

@@ -1,0 +1,3 @@
+module dra-guard/bench/burst
+
+go 1.22
