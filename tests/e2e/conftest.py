@@ -57,7 +57,7 @@ def real_node(tmp_path_factory):
     """
     from tests.e2e import binaries
     from tests.e2e.cluster import ControlPlane, ControlPlaneError
-    from tests.e2e.node import Node, NodeError, leftovers
+    from tests.e2e.node import Node, NodeError
 
     try:
         bins = binaries.node_binaries()
@@ -80,5 +80,4 @@ def real_node(tmp_path_factory):
     finally:
         node.stop()
         cp.stop()
-    left = leftovers(node.sysctls_before, node.absent_before)
-    assert not left, f"the node left these on the host: {left}"
+    assert not node.left_after_stop, f"the node left these on the host: {node.left_after_stop}"
