@@ -26,7 +26,7 @@ run left behind (`cleanup()`). Host side effects and how they are undone by `sto
 `leftovers()` lists what of the node is still on the host (empty after a clean stop).
 
 Command line: ``python -m tests.e2e.node down`` removes the leftovers of a killed run;
-``python -m tests.e2e.node check`` lists them (exit 1 when there are any).
+``python -m tests.e2e.node check`` lists them (exit 1 when there are any; 2 when a node is running).
 """
 from __future__ import annotations
 
@@ -594,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m tests.e2e.node",
         description="The real node of the end-to-end tests (kubelet + containerd). `down` removes what a killed "
                     "run left on this machine (processes, mounts, kubepods cgroups, the bridge, folders, "
-                    "sysctls); `check` lists it (exit 1 when something is left). Needs root.")
+                    "sysctls); `check` lists it (exit 1 when something is left, 2 when a node runs now). Needs root.")
     parser.add_argument("command", choices=("down", "check"))
     parser.add_argument("--lock-timeout", type=float, default=10.0,
                         help="seconds to wait for a running node to stop (default 10)")
@@ -603,6 +603,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: needs root", file=sys.stderr)
         return 1
     if args.command == "check":
+        try:
+            with machine_lock(0):
+                pass
+        except NodeError as exc:  # a node is running now: what it holds is not a leftover
+            print(f"a node is running: {exc}")
+            return 2
         left = leftovers()
         print("\n".join(left) if left else "nothing of the node is left on this machine")
         return 1 if left else 0
