@@ -626,3 +626,22 @@ def test_installed_policyreport_crds_are_kept_on_uninstall():
                                                           "policyreports.wgpolicyk8s.io"]
     for crd in crds:
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_readme_sizing_matches_the_chart_defaults_and_the_measured_figures():
+    """Issue 19: README "Sizing" names the chart's default memory request and limit, and every row's
+    limit is above the peak bench/results measured for that size."""
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = [line for line in readme.split("### Sizing", 1)[1].split("\n\n", 3)[2].splitlines() if line.startswith("| ") and "MiB" in line]
+    values = yaml.safe_load((helm.CHART / "values.yaml").read_text())["resources"]
+    default_row = next(r for r in rows if "(default)" in r)
+    assert f"{values['requests']['memory']} (default)" in default_row and f"{values['limits']['memory']} (default)" in default_row
+    results = pathlib.Path(__file__).resolve().parents[2] / "bench" / "results"
+
+    def mib(quantity: str) -> float:
+        return float(quantity[:-2]) * (1024 if quantity.endswith("Gi") else 1)
+
+    for row, measured in zip(rows, ("envelope-today.json", "envelope-envelope.json"), strict=True):
+        run = next(iter(json.loads((results / measured).read_text())["runs"].values()))
+        limit = row.split("|")[5].strip().split()[0]
+        assert f"{run['peak_rss_mib']:.0f} MiB" in row and mib(limit) > run["peak_rss_mib"], row
