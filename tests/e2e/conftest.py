@@ -35,3 +35,16 @@ def guard(control_plane, tmp_path_factory):
         yield g
     finally:
         g.stop()
+
+
+@pytest.fixture(scope="session")
+def dra_guard_image():
+    """The dra-guard image built from the Dockerfile (tests/e2e/image.py: an `image.Image` with its
+    OCI archive), built once per source hash and cached. A host that cannot build it (not root, not
+    Linux, a missing Debian package that apt-get could not install) fails the test, never skips."""
+    from tests.e2e import image
+
+    try:
+        return image.build()
+    except image.ImageError as exc:
+        pytest.fail(f"cannot build the dra-guard image: {exc}", pytrace=False)
