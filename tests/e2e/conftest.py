@@ -68,16 +68,28 @@ def real_node(tmp_path_factory):
     Never skips: without root/Linux, the Debian packages or the binaries, the test fails and says
     what is missing (see README "Run the tests").
     """
+    yield from _real_node(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def real_node_in_cluster(tmp_path_factory):
+    """`real_node` whose control plane lets pods call the apiserver and webhooks be reached through
+    their Service (ControlPlane(in_cluster=True)): for the chart installed for real."""
+    yield from _real_node(tmp_path_factory, in_cluster=True)
+
+
+def _real_node(tmp_path_factory, **cp_options):
     from tests.e2e import binaries
     from tests.e2e.cluster import ControlPlane, ControlPlaneError
-    from tests.e2e.node import Node, NodeError, leftovers
+    from tests.e2e.node import Node, NodeError
 
     try:
         bins = binaries.node_binaries()
         cp_bins, tools = binaries.build_control_plane(), binaries.client_tools_dir()
     except binaries.BinariesError as exc:
         pytest.fail(f"cannot provide the real node's binaries: {exc}", pytrace=False)
-    cp = ControlPlane(tmp_path_factory.mktemp("node-control-plane"), controllers=True, bin_dir=cp_bins, tools_dir=tools)
+    cp = ControlPlane(tmp_path_factory.mktemp("node-control-plane"), controllers=True, bin_dir=cp_bins, tools_dir=tools,
+                      **cp_options)
     try:
         cp.start()
     except ControlPlaneError as exc:
@@ -93,5 +105,5 @@ def real_node(tmp_path_factory):
     finally:
         node.stop()
         cp.stop()
-    left = leftovers(node.sysctls_before, node.absent_before)
-    assert not left, f"the node left these on the host: {left}"
+    # taken by stop() under the machine lock (after it, another session's node may already run)
+    assert not node.left_after_stop, f"the node left these on the host: {node.left_after_stop}"

@@ -364,6 +364,8 @@ class Node:
         self.sysctls_before: dict[str, str] = {}
         #: HOST_DIRS that did not exist before start() (stop() removes them again)
         self.absent_before: list[str] = []
+        #: leftovers() right after stop(), taken before the machine lock was released
+        self.left_after_stop: list[str] = []
         self._lock: contextlib.ExitStack | None = None
         self._procs: dict[str, Any] = {}
 
@@ -412,6 +414,9 @@ class Node:
                 proc.stop()
         try:
             cleanup()
+            # checked while the machine lock is still held: once it is released, the next node on
+            # this machine (another test session) may start and would be counted as ours
+            self.left_after_stop = leftovers(self.sysctls_before, self.absent_before)
         finally:
             self._lock.close()
             self._lock = None
