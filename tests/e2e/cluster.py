@@ -255,6 +255,9 @@ class ControlPlane:
         #: ``https://127.0.0.1:PORT`` of kube-scheduler (controllers=True, after start()); its /metrics
         #: needs no token, its certificate is self-signed (verify=False)
         self.scheduler_url = ""
+        #: ``https://127.0.0.1:PORT`` of kube-controller-manager (controllers=True, after start()); the
+        #: same as scheduler_url for /metrics
+        self.controller_manager_url = ""
         self._tokens: dict[str, str] = {}
         self._procs: dict[str, _Proc] = {}
         self._started = False
@@ -521,6 +524,8 @@ class ControlPlane:
             "--kube-api-qps=75", "--kube-api-burst=150",
             # default /usr/libexec/kubernetes/kubelet-plugins/volume/exec/, which it would create on the host
             f"--flex-volume-plugin-dir={self.workdir / 'flexvolume'}",
+            # /metrics without a token, like the scheduler's (the chart's DRA queries are checked on it)
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
         ])
         self._spawn("kube-scheduler", [
             str(self.bin_dir / "kube-scheduler"),
@@ -532,6 +537,7 @@ class ControlPlane:
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
         ])
         self.scheduler_url = f"https://127.0.0.1:{sched_port}"
+        self.controller_manager_url = f"https://127.0.0.1:{kcm_port}"
         # Both serve /healthz without authentication (--authorization-always-allow-paths default)
         # over a self-signed certificate they make themselves, hence verify=False.
         for name, port in (("kube-controller-manager", kcm_port), ("kube-scheduler", sched_port)):
