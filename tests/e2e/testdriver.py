@@ -112,3 +112,54 @@ def consumer_objects(name: str, *, namespace: str = "work", grace: int = 5) -> l
                   "containers": [{"name": "app", "image": APP_IMAGE, "imagePullPolicy": "Never",
                                   "resources": {"claims": [{"name": "gpu"}]}}]}},
     ]
+
+
+# ---------------------------------------------------------------------------------- test helpers
+
+def apply(cp: Any, objects: list[dict[str, Any]], *, user: str = "admin") -> None:
+    """kubectl apply a list of objects as `user`."""
+    import json
+
+    cp.kubectl(user, "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+
+def driver_pods(cp: Any, *, include_terminating: bool = False) -> list[dict[str, Any]]:
+    """The test driver's pods (dicts), oldest first; without terminating ones unless asked."""
+    from tests.e2e.kube import get_json
+
+    pods = (get_json(cp, "pods", "-n", NAMESPACE, "-l", f"app={NAME}") or {"items": []})["items"]
+    pods = [p for p in pods if include_terminating or not p["metadata"].get("deletionTimestamp")]
+    return sorted(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+
+
+def restarts(pod: dict[str, Any]) -> int:
+    """The restartCount of the pod's first container (0 before it has a status)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+    return int(statuses[0].get("restartCount", 0))
+
+
+def ready(pod: dict[str, Any] | None) -> bool:
+    """Whether the pod's Ready condition is True."""
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def kubelet_probe_counts(cp: Any, pod: str, probe_type: str = "Liveness") -> dict[str, float]:
+    """The kubelet's own prober_probe_total for container "plugin" of `pod` (result -> count), read
+    from the real kubelet's /metrics/probes on 127.0.0.1:10250 with the admin token (the kubelet
+    authenticates it with a TokenReview and authorizes it with a SubjectAccessReview)."""
+    import warnings
+
+    import urllib3
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+        sess = cp.session("admin")
+        text = sess.get("https://127.0.0.1:10250/metrics/probes", verify=False, timeout=10).text
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("prober_probe_total{") and f'pod="{pod}"' in line and f'probe_type="{probe_type}"' in line \
+                and 'container="plugin"' in line:
+            result = line.split('result="', 1)[1].split('"', 1)[0]
+            counts[result] = counts.get(result, 0) + float(line.rsplit(" ", 1)[1])
+    return counts
