@@ -14,8 +14,9 @@ Caches, under ``$DRA_GUARD_CACHE`` or ``~/.cache/dra-guard`` (tests.e2e.binaries
   archives are removed when a new one is written.
 - ``buildah/``: buildah's image storage (overlay driver); the run root is /run/dra-guard-buildah.
 
-Measured here (2 cores): cold about 3 minutes (both bases ~75 s each, in parallel; the Dockerfile
-~35 s, its build stage pip-installs from PyPI); warm (archive cached) well under a second.
+Measured here (2 cores): cold 84 s (both bases made in parallel, then the Dockerfile: ~35 s of it,
+its build stage pip-installs from PyPI); after a source change with the bases cached 35 s (125 s
+with other test runs on the machine); warm (archive cached) well under a second.
 
 Needs root on Linux and the Debian packages buildah, mmdebstrap and umoci (tests/e2e/hostdeps.py's
 list, installed by tests/run; ``ensure_host_packages`` installs them too when root, otherwise
