@@ -38,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -196,7 +197,19 @@ func main() {
 		*nodeName, *devices, *pluginDir, *registryDir, metav1.Now().Format(time.RFC3339))
 
 	if *healthPort > 0 {
-		lis, err := net.Listen("tcp", net.JoinHostPort(*healthAddr, strconv.Itoa(*healthPort)))
+		// SO_REUSEPORT: with hostNetwork (forced by the test cluster) two instances share the host's
+		// port space; during a surge rollout the new pod must bind the same health port while the old
+		// one still serves it (without it the new pod crash-loops and the rollout never finishes).
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+		lis, err := lc.Listen(ctx, "tcp", net.JoinHostPort(*healthAddr, strconv.Itoa(*healthPort)))
 		if err != nil {
 			log.Fatalf("dradriver: health listener: %v", err)
 		}

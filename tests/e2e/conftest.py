@@ -105,5 +105,4 @@ def _real_node(tmp_path_factory, **cp_options):
     finally:
         node.stop()
         cp.stop()
-    # taken by stop() under the machine lock (after it, another session's node may already run)
     assert not node.left_after_stop, f"the node left these on the host: {node.left_after_stop}"

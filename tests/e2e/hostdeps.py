@@ -30,9 +30,10 @@ PACKAGES: Mapping[str, tuple[str, str]] = {
 }
 
 
-def missing(packages: Mapping[str, tuple[str, str]] = PACKAGES) -> list[str]:
-    """The packages whose marker file is absent (a list of Debian package names, in PACKAGES order)."""
-    return [name for name, (marker, _) in packages.items() if not os.path.exists(marker)]
+def missing(packages: Mapping[str, tuple[str, str]] | None = None) -> list[str]:
+    """The packages (default PACKAGES) whose marker file is absent: Debian package names, in order."""
+    return [name for name, (marker, _) in (PACKAGES if packages is None else packages).items()
+            if not os.path.exists(marker)]
 
 
 def ensure(*, install: bool = True) -> list[str]:

@@ -364,7 +364,7 @@ class Node:
         self.sysctls_before: dict[str, str] = {}
         #: HOST_DIRS that did not exist before start() (stop() removes them again)
         self.absent_before: list[str] = []
-        #: leftovers() right after stop(), taken before the machine lock was released
+        #: leftovers() as stop() found them after its clean-up, before releasing the machine lock
         self.left_after_stop: list[str] = []
         self._lock: contextlib.ExitStack | None = None
         self._procs: dict[str, Any] = {}
@@ -402,8 +402,8 @@ class Node:
 
     def stop(self) -> None:
         """Stop the kubelet (SIGTERM, 10 s), kill containers, containerd and shims, then remove
-        mounts, cgroups, bridge, folders and restore the sysctls (cleanup()); release the lock.
-        Idempotent."""
+        mounts, cgroups, bridge, folders and restore the sysctls (cleanup()); record what is still
+        left in `left_after_stop` (checked under the lock); release the lock. Idempotent."""
         import atexit
 
         if self._lock is None:
@@ -414,8 +414,7 @@ class Node:
                 proc.stop()
         try:
             cleanup()
-            # checked while the machine lock is still held: once it is released, the next node on
-            # this machine (another test session) may start and would be counted as ours
+            # checked while the lock is held: afterwards another run's node may already be starting
             self.left_after_stop = leftovers(self.sysctls_before, self.absent_before)
         finally:
             self._lock.close()

@@ -1,0 +1,204 @@
+"""Issue 20, proofs 5(b), 5(c), 5(d): drain order and driver upgrades with a real kubelet and driver.
+
+A real node (tests/e2e/node.py) runs the test DRA driver (tests/dradriver) and consumer pods whose
+ResourceClaims the driver really prepares (a CDI spec file per claim, testdriver.cdi_file) and
+unprepares (the file removed, a "dradriver: unprepared claim" log line). The node is tainted
+``ToBeDeletedByClusterAutoscaler:NoSchedule`` as the Cluster Autoscaler does before it drains a
+node for scale-down: the DaemonSet controller then does not put an evicted driver pod back.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.e2e import testdriver
+from tests.e2e.guard import Guard
+from tests.e2e.kube import evict, get_json, wait_for
+
+TAINT = "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule"
+GUARD_REFUSAL = 'admission webhook "evictions.dra-guard.io" denied the request'
+
+
+@pytest.fixture(scope="module")
+def driver(real_node):
+    """The driver DaemonSet (surge-capable update strategy), running and publishing its ResourceSlice."""
+    cp = real_node.cp
+    testdriver.apply(cp, testdriver.driver_objects(cp, strategy={
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}))
+    wait_for("the driver's ResourceSlice", lambda: (get_json(cp, "resourceslices") or {}).get("items"), timeout=90)
+    return cp
+
+
+@pytest.fixture()
+def clean_node(real_node, driver):
+    """Each test starts with a Ready driver, no consumer and no taint, and leaves it so."""
+    cp = real_node.cp
+    restore(cp)
+    yield
+    restore(cp)
+
+
+def restore(cp):
+    cp.kubectl("admin", "taint", "node", real_node_name(cp), "ToBeDeletedByClusterAutoscaler-", check=False)
+    cp.kubectl("admin", "uncordon", real_node_name(cp), check=False)
+    cp.kubectl("admin", "delete", "pods", "-n", "work", "--all", "--wait=false", check=False)
+    wait_for("consumers gone", lambda: not (get_json(cp, "pods", "-n", "work") or {"items": []})["items"], timeout=90)
+    wait_for("a Ready driver", lambda: any(testdriver.ready(p) for p in testdriver.driver_pods(cp)), timeout=90)
+
+
+def real_node_name(cp):
+    return cp.kubectl("admin", "get", "nodes", "-o", "jsonpath={.items[0].metadata.name}").stdout
+
+
+@pytest.fixture(scope="module")
+def guard(real_node, driver, tmp_path_factory):
+    g = Guard(real_node.cp, tmp_path_factory.mktemp("dra-guard-drain"))
+    g.start(mode="enforce", driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",))
+    g.register()
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
+def start_consumer(cp, name):
+    """Create consumer pod `name` (its own claim from a template); return its claim's UID once the
+    pod runs and the driver has written the claim's CDI spec."""
+    testdriver.apply(cp, testdriver.consumer_objects(name))
+    pod = wait_for(f"{name} Running", lambda: (lambda p: p if p and p["status"].get("phase") == "Running" else None)(
+        get_json(cp, "pod", "-n", "work", name)), timeout=90)
+    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    uid = get_json(cp, "resourceclaim", "-n", "work", claim_name)["metadata"]["uid"]
+    assert testdriver.cdi_file(uid).exists(), "the driver did not prepare the claim"
+    return claim_name, uid
+
+
+def driver_log(node):
+    return node.container_log(testdriver.NAMESPACE, f"{testdriver.NAME}-*", "plugin")
+
+
+def test_without_dra_guard_evicting_the_driver_strands_the_consumer(real_node, clean_node):
+    cp, node = real_node.cp, real_node.node
+    claim, uid = start_consumer(cp, "stranded")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    cp.kubectl("admin", "taint", "node", node.name, TAINT)
+
+    assert evict(cp, testdriver.NAMESPACE, driver_pod).status_code == 201  # nothing stops it
+    wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=60)
+    log_offset = len(node.kubelet_log_text())
+    assert evict(cp, "work", "stranded").status_code == 201
+    time.sleep(25)  # 5x the pod's grace period
+    pod = get_json(cp, "pod", "-n", "work", "stranded")
+    assert pod is not None and pod["metadata"].get("deletionTimestamp"), "the consumer should be stuck Terminating"
+    assert f"DRA driver {testdriver.DRIVER} is not registered" in node.kubelet_log_text()[log_offset:]
+    assert testdriver.cdi_file(uid).exists(), "nobody could unprepare the claim"
+
+    # only the driver's return frees it (taint removed: the DaemonSet controller starts it again)
+    cp.kubectl("admin", "taint", "node", node.name, "ToBeDeletedByClusterAutoscaler-")
+    wait_for("the stranded consumer gone", lambda: get_json(cp, "pod", "-n", "work", "stranded") is None, timeout=90)
+    wait_for("the claim unprepared", lambda: not testdriver.cdi_file(uid).exists(), timeout=30)
+    assert f"dradriver: unprepared claim work/{claim} uid={uid}" in driver_log(node)
+
+
+def test_with_dra_guard_the_consumer_goes_first_and_then_the_driver(real_node, clean_node, guard):
+    cp, node = real_node.cp, real_node.node
+    claim, uid = start_consumer(cp, "consumer")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    cp.kubectl("admin", "taint", "node", node.name, TAINT)
+    log_offset = len(node.kubelet_log_text())
+
+    answers = []
+
+    def refused():
+        r = evict(cp, testdriver.NAMESPACE, driver_pod)
+        answers.append((r.status_code, r.text[:300]))
+        assert r.status_code != 201, f"the driver was evicted with a claim prepared: {answers}"
+        return [r] if r.status_code == 429 and r.json().get("message", "").startswith(GUARD_REFUSAL) else None  # a 429 Response is falsy
+
+    try:
+        resp = wait_for("dra-guard to refuse the driver's eviction", refused, timeout=60)[0]
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; answers {answers[-3:]}; dra-guard log:\n{guard.proc.log()[-3000:]}") from None
+    assert f"work/{claim}" in resp.json()["message"]
+    assert testdriver.ready(get_json(cp, "pod", "-n", testdriver.NAMESPACE, driver_pod))
+
+    assert evict(cp, "work", "consumer").status_code == 201
+    wait_for("the consumer gone", lambda: get_json(cp, "pod", "-n", "work", "consumer") is None, timeout=60)
+    assert not testdriver.cdi_file(uid).exists()
+    assert f"dradriver: unprepared claim work/{claim} uid={uid} cdi={testdriver.cdi_file(uid)} removed=true" in driver_log(node)
+
+    r = wait_for("the driver's eviction allowed", lambda: (lambda r: [r] if r.status_code == 201 else None)(
+        evict(cp, testdriver.NAMESPACE, driver_pod)), timeout=60)[0]
+    assert r.status_code == 201
+    wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=60)
+    assert "is not registered" not in node.kubelet_log_text()[log_offset:]
+
+
+def test_drain_loop_that_evicts_daemonset_pods_empties_the_node_in_order(real_node, clean_node, guard):
+    """Like node-maintenance tools and autoscalers: evict every pod on the node, DaemonSet pods
+    included, retry each 429 every second, in the order listed (the driver first)."""
+    cp, node = real_node.cp, real_node.node
+    claims = [start_consumer(cp, name) for name in ("consumer-a", "consumer-b")]
+    cp.kubectl("admin", "cordon", node.name)
+    cp.kubectl("admin", "taint", "node", node.name, TAINT)
+    log_offset = len(node.kubelet_log_text())
+
+    def on_node():
+        pods = (get_json(cp, "pods", "-A", "--field-selector", f"spec.nodeName={node.name}") or {"items": []})["items"]
+        return sorted(((p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods), key=lambda k: k[0] != testdriver.NAMESPACE)
+
+    evicted, refused, seen_log = {}, 0, ""
+    deadline = time.monotonic() + 120
+    while (pods := on_node()) and time.monotonic() < deadline:
+        seen_log = driver_log(node) or seen_log  # the kubelet deletes a pod's log files with the pod
+        for ns, name in pods:
+            if (ns, name) in evicted:
+                continue
+            r = evict(cp, ns, name)
+            if r.status_code == 201:
+                evicted[(ns, name)] = time.monotonic()
+            else:
+                assert r.status_code == 429, r.text
+                refused += 1
+        time.sleep(1)
+    assert not on_node(), f"pods left on the node (stuck?): {on_node()}"
+    driver_evicted = [t for (ns, _), t in evicted.items() if ns == testdriver.NAMESPACE]
+    consumers_evicted = [t for (ns, _), t in evicted.items() if ns == "work"]
+    assert len(driver_evicted) == 1 and len(consumers_evicted) == 2
+    assert refused >= 1 and driver_evicted[0] > max(consumers_evicted), "the driver must leave last"
+    for claim, uid in claims:
+        assert not testdriver.cdi_file(uid).exists()
+        assert f"dradriver: unprepared claim work/{claim} uid={uid}" in seen_log
+    assert "is not registered" not in node.kubelet_log_text()[log_offset:]
+
+
+def test_surge_rollout_of_the_driver_keeps_claims_served(real_node, clean_node, guard):
+    """The source page's seamless upgrade: maxSurge 1 / maxUnavailable 0 and the kubelet's
+    rolling-update registration (two instances of the driver registered at once)."""
+    cp, node = real_node.cp, real_node.node
+    claim_a, uid_a = start_consumer(cp, "before-rollout")
+    old = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    log_offset = len(node.kubelet_log_text())
+    cp.kubectl("admin", "patch", "daemonset", "-n", testdriver.NAMESPACE, testdriver.NAME, "--type=merge", "-p",
+               '{"spec":{"template":{"metadata":{"annotations":{"e2e/rollout":"2"}}}}}')
+    both = wait_for("old and new driver pods running side by side", lambda: (lambda ps: ps if len(ps) == 2 and all(
+        p["status"].get("phase") == "Running" for p in ps) else None)(testdriver.driver_pods(cp, include_terminating=True)),
+        timeout=60, interval=0.1)
+    new = next(p["metadata"]["name"] for p in both if p["metadata"]["name"] != old)
+    claim_b, uid_b = start_consumer(cp, "during-rollout")  # prepared while the rollout runs
+    try:
+        wait_for("the old driver pod gone", lambda: old not in [p["metadata"]["name"] for p in
+                                                               testdriver.driver_pods(cp, include_terminating=True)], timeout=90)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}: {cp.kubectl('admin', 'get', 'pods', '-A', '-o', 'wide').stdout}\n"
+                             f"{cp.kubectl('admin', 'describe', 'pod', '-n', testdriver.NAMESPACE, old).stdout[-1500:]}\n"
+                             f"{node.container_log(testdriver.NAMESPACE, old, 'plugin')[-1500:]}") from None
+    assert testdriver.cdi_file(uid_a).exists() and testdriver.cdi_file(uid_b).exists()
+    for name in ("before-rollout", "during-rollout"):
+        cp.kubectl("admin", "delete", "pod", "-n", "work", name, "--wait=false")
+    wait_for("both consumers gone", lambda: not (get_json(cp, "pods", "-n", "work") or {"items": []})["items"], timeout=60)
+    assert not testdriver.cdi_file(uid_a).exists() and not testdriver.cdi_file(uid_b).exists()
+    new_log = node.container_log(testdriver.NAMESPACE, new, "plugin")
+    assert f"dradriver: unprepared claim work/{claim_a} uid={uid_a}" in new_log  # prepared by the old instance
+    assert "is not registered" not in node.kubelet_log_text()[log_offset:]
