@@ -4,9 +4,21 @@
 #
 # Stage 1 builds the wheels (dra-guard and every dependency) and installs them into a virtualenv;
 # stage 2 copies only that virtualenv onto a fresh slim base: no compiler, no pip, no sources.
-# The base is pinned by version (bump both FROM lines together; add @sha256:... to pin the digest).
+# The bases are pinned by version (bump both defaults together; add @sha256:... to pin the digest).
+#
+# Both bases are build arguments, so the image can be built without a registry from bases made
+# locally (tests/e2e/image.py: Debian 12 packages put together by mmdebstrap, built with buildah):
+#   BUILD_BASE  the build stage: python3 with the venv module (ensurepip), e.g. Debian's python3-venv
+#   BASE        the final stage: python3 alone (no pip, no ensurepip, no compiler)
+# Any pair works whose python3 is at the same path in both (the venv links to it) and >= 3.11.
+ARG BUILD_BASE=python:3.11.13-slim-bookworm
+ARG BASE=python:3.11.13-slim-bookworm
 
-FROM python:3.11.13-slim-bookworm AS build
+FROM ${BUILD_BASE} AS build
+# Optional: a private index, or the CA bundle of a TLS-intercepting egress proxy (mount the file with
+# `buildah bud -v BUNDLE:/run/pip-ca.crt:ro --build-arg PIP_CERT=/run/pip-ca.crt`); build stage only.
+ARG PIP_INDEX_URL
+ARG PIP_CERT
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -14,13 +26,14 @@ COPY pyproject.toml README.md ./
 COPY webhook/ webhook/
 COPY certs/ certs/
 # Every dependency ships manylinux wheels (cryptography included): nothing is compiled here.
-RUN python -m pip wheel --wheel-dir /wheels . \
- && python -m venv /opt/dra-guard \
+# The venv's own pip builds the wheels, so the base needs no pip of its own (Debian's python3 has none).
+RUN python3 -m venv /opt/dra-guard \
+ && /opt/dra-guard/bin/pip wheel --wheel-dir /wheels . \
  && /opt/dra-guard/bin/pip install --no-index --find-links /wheels dra-guard \
  && /opt/dra-guard/bin/python -m pip uninstall --yes pip setuptools \
  && /opt/dra-guard/bin/dra-guard --help >/dev/null
 
-FROM python:3.11.13-slim-bookworm
+FROM ${BASE}
 LABEL org.opencontainers.image.title="dra-guard" \
       org.opencontainers.image.description="Admission webhook enforcing the Kubernetes good practices for Dynamic Resource Allocation" \
       org.opencontainers.image.version="0.2.0" \

@@ -59,11 +59,36 @@ def parse(text: str) -> list[Stage]:
             words = arg.split()
             alias = words[2] if len(words) == 3 and words[1].upper() == "AS" else ""
             stages.append(Stage(image=words[0], alias=alias))
+        elif not stages and keyword == "ARG":
+            continue  # global build arguments: read by global_args()
         elif not stages:
             raise ValueError(f"{keyword} before the first FROM")
         else:
             stages[-1].instructions.append((keyword, arg.strip()))
     return stages
+
+
+def global_args(text: str) -> dict[str, str | None]:
+    """The ARG lines before the first FROM: {name: default or None}."""
+    args: dict[str, str | None] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.upper().startswith("FROM "):
+            break
+        if line.upper().startswith("ARG "):
+            name, eq, default = line[4:].strip().partition("=")
+            args[name] = default if eq else None
+    return args
+
+
+def base_image(stage: Stage, args: dict[str, str | None]) -> str:
+    """The stage's base with a build argument (`${NAME}` or `$NAME`) replaced by its default."""
+    match = re.fullmatch(r"\$\{?(\w+)\}?", stage.image)
+    if not match:
+        return stage.image
+    default = args.get(match.group(1))
+    assert default, f"FROM {stage.image}: the build argument has no default"
+    return default
 
 
 def exec_form(arg: str) -> list[str]:
@@ -82,13 +107,28 @@ def test_parses_into_a_build_stage_and_a_final_stage():
 
 
 def test_every_base_image_is_pinned_by_version():
-    for stage in parse(DOCKERFILE.read_text()):
-        image = stage.image
+    """Each base is pinned by default; a build argument may replace it (tests/e2e/image.py passes
+    bases made from Debian packages) but `docker build .` with no argument gets the pinned image."""
+    text = DOCKERFILE.read_text()
+    args = global_args(text)
+    for stage in parse(text):
+        image = base_image(stage, args)
         assert "$" not in image, image
         name, _, tag = image.partition("@")[0].partition(":")
         assert tag and tag != "latest", image
         assert re.fullmatch(r"3\.\d+\.\d+-slim-\w+", tag), f"{image}: pin an exact Python x.y.z slim tag"
         assert name in ("python", "docker.io/library/python"), image
+
+
+def test_bases_are_build_arguments_the_final_stage_never_sees_the_pip_settings():
+    text = DOCKERFILE.read_text()
+    stages = parse(text)
+    args = global_args(text)
+    assert stages[0].image == "${BUILD_BASE}" and stages[-1].image == "${BASE}"
+    assert args["BUILD_BASE"] == args["BASE"], "the same pinned Python by default in both stages"
+    # PIP_CERT / PIP_INDEX_URL are declared in the build stage only: they never reach the final image.
+    assert {a.partition("=")[0] for a in stages[0].all("ARG")} >= {"PIP_CERT", "PIP_INDEX_URL"}
+    assert not stages[-1].all("ARG")
 
 
 def test_final_stage_runs_as_numeric_non_root_user():
@@ -148,6 +188,8 @@ def test_build_stage_gets_what_the_wheel_needs_and_dockerignore_keeps_it():
         assert path in ignored, path
     run = " ".join(build.all("RUN"))
     assert "pip wheel" in run and "venv" in run
+    # the venv's own pip: a base without pip (Debian's python3 + python3-venv) builds it too
+    assert "python -m pip wheel" not in run and "python3 -m pip wheel" not in run
 
 
 def test_run_lines_are_valid_shell():

@@ -645,3 +645,28 @@ def test_readme_sizing_matches_the_chart_defaults_and_the_measured_figures():
         run = next(iter(json.loads((results / measured).read_text())["runs"].values()))
         limit = row.split("|")[5].strip().split()[0]
         assert f"{run['peak_rss_mib']:.0f} MiB" in row and mib(limit) > run["peak_rss_mib"], row
+
+
+def test_host_network_extra_env_and_rolling_update_reach_every_pod_the_chart_makes():
+    """hostNetwork, extraEnv and rollingUpdate (values.yaml): the server, the `helm test` pod and the
+    pre-delete Job all get the node's network and the extra variables (each calls the apiserver);
+    by default none of them, and the rollout never goes below replicaCount ready replicas."""
+    env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}, {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]
+    objs = helm.template(values={"hostNetwork": True, "extraEnv": env, "preDelete": {"enabled": True},
+                                 "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}})
+    specs = [find(objs, "Deployment")["spec"]["template"]["spec"], find(objs, "Pod")["spec"],
+             find(objs, "Job")["spec"]["template"]["spec"]]
+    for spec in specs:
+        assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        container_env = spec["containers"][0]["env"]
+        assert all(var in container_env for var in env), container_env
+        assert container_env[-2:] == env  # after the chart's own, as given
+    assert find(objs, "Deployment")["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    default = helm.template(values={"preDelete": {"enabled": True}})
+    for spec in (find(default, "Deployment")["spec"]["template"]["spec"], find(default, "Pod")["spec"],
+                 find(default, "Job")["spec"]["template"]["spec"]):
+        assert "hostNetwork" not in spec and "dnsPolicy" not in spec
+        assert not any(v["name"].startswith("KUBERNETES_") for v in spec["containers"][0]["env"])
+    assert find(default, "Deployment")["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    with pytest.raises(helm.HelmError):
+        helm.template(values={"extraEnv": [{"value": "no name"}]})

@@ -217,6 +217,8 @@ class ControlPlane:
         bin_dir: folder with kube-apiserver, kube-controller-manager, kube-scheduler and etcd;
             default `binaries.build_control_plane()` (builds them on the first run, ~12 min).
         tools_dir: folder with kubectl and helm; default `binaries.client_tools_dir()`.
+        in_cluster: for a real node's pods that call the apiserver (tests/e2e/test_chart_in_cluster.py):
+            ServiceAccount tokens mounted in pods, webhooks reached through their Service's endpoints.
 
     After `start()`: `url` (``https://127.0.0.1:PORT``), `ca_file`, `kubeconfig(user)`,
     `token(user)`, `kubectl(user, ...)`. `stop()` ends every process; it runs at interpreter
@@ -230,8 +232,13 @@ class ControlPlane:
     """
 
     def __init__(self, workdir: pathlib.Path, *, controllers: bool = False, audit_log: bool = False,
-                 bin_dir: pathlib.Path | None = None, tools_dir: pathlib.Path | None = None) -> None:
+                 bin_dir: pathlib.Path | None = None, tools_dir: pathlib.Path | None = None,
+                 in_cluster: bool = False) -> None:
         self.workdir = pathlib.Path(workdir).resolve()
+        #: for pods of a real node that talk to the apiserver (the chart installed for real): the
+        #: ServiceAccount admission plugin on (pods get a token volume) and webhooks reached through
+        #: their Service's endpoints (--enable-aggregator-routing), since no kube-proxy serves ClusterIPs
+        self.in_cluster = in_cluster
         self.controllers = controllers
         self.audit_log = audit_log
         self._bin_dir = bin_dir
@@ -249,6 +256,9 @@ class ControlPlane:
         #: ``https://127.0.0.1:PORT`` of kube-scheduler (controllers=True, after start()); its /metrics
         #: needs no token, its certificate is self-signed (verify=False)
         self.scheduler_url = ""
+        #: ``https://127.0.0.1:PORT`` of kube-controller-manager (controllers=True, after start()); the
+        #: same as scheduler_url for /metrics
+        self.controller_manager_url = ""
         self._tokens: dict[str, str] = {}
         self._procs: dict[str, _Proc] = {}
         self._started = False
@@ -480,7 +490,11 @@ class ControlPlane:
             f"--service-account-signing-key-file={self.pki_dir / 'sa.key'}",
             "--authorization-mode=RBAC",
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
-            "--disable-admission-plugins=ServiceAccount",
+            *(() if self.in_cluster else ("--disable-admission-plugins=ServiceAccount",)),
+            # kube-apiserver's service resolver (cmd/kube-apiserver/app/server.go buildServiceResolver)
+            # is used for admission webhooks too: with this flag it picks one of the Service's
+            # EndpointSlice addresses instead of the ClusterIP (which nothing routes without kube-proxy)
+            *(("--enable-aggregator-routing=true",) if self.in_cluster else ()),
             "--allow-privileged=true",
             # Required with --advertise-address=127.0.0.1: otherwise the apiserver exits with "cannot
             # use public IP 127.0.0.1 with endpoint reconciler: ... may not be in the loopback range".
@@ -511,6 +525,8 @@ class ControlPlane:
             "--kube-api-qps=75", "--kube-api-burst=150",
             # default /usr/libexec/kubernetes/kubelet-plugins/volume/exec/, which it would create on the host
             f"--flex-volume-plugin-dir={self.workdir / 'flexvolume'}",
+            # /metrics without a token, like the scheduler's (the chart's DRA queries are checked on it)
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
         ])
         self._spawn("kube-scheduler", [
             str(self.bin_dir / "kube-scheduler"),
@@ -522,6 +538,7 @@ class ControlPlane:
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
         ])
         self.scheduler_url = f"https://127.0.0.1:{sched_port}"
+        self.controller_manager_url = f"https://127.0.0.1:{kcm_port}"
         # Both serve /healthz without authentication (--authorization-always-allow-paths default)
         # over a self-signed certificate they make themselves, hence verify=False.
         for name, port in (("kube-controller-manager", kcm_port), ("kube-scheduler", sched_port)):

@@ -37,6 +37,19 @@ def guard(control_plane, tmp_path_factory):
         g.stop()
 
 
+@pytest.fixture(scope="session")
+def dra_guard_image():
+    """The dra-guard image built from the Dockerfile (tests/e2e/image.py: an `image.Image` with its
+    OCI archive), built once per source hash and cached. A host that cannot build it (not root, not
+    Linux, a missing Debian package that apt-get could not install) fails the test, never skips."""
+    from tests.e2e import image
+
+    try:
+        return image.build()
+    except image.ImageError as exc:
+        pytest.fail(f"cannot build the dra-guard image: {exc}", pytrace=False)
+
+
 class RealNode:
     """What the `real_node` fixture yields: `cp` (a ControlPlane of the node's own, controllers on)
     and `node` (a started tests.e2e.node.Node joined to it)."""
@@ -55,6 +68,17 @@ def real_node(tmp_path_factory):
     Never skips: without root/Linux, the Debian packages or the binaries, the test fails and says
     what is missing (see README "Run the tests").
     """
+    yield from _real_node(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def real_node_in_cluster(tmp_path_factory):
+    """`real_node` whose control plane lets pods call the apiserver and webhooks be reached through
+    their Service (ControlPlane(in_cluster=True)): for the chart installed for real."""
+    yield from _real_node(tmp_path_factory, in_cluster=True)
+
+
+def _real_node(tmp_path_factory, **cp_options):
     from tests.e2e import binaries
     from tests.e2e.cluster import ControlPlane, ControlPlaneError
     from tests.e2e.node import Node, NodeError
@@ -64,7 +88,8 @@ def real_node(tmp_path_factory):
         cp_bins, tools = binaries.build_control_plane(), binaries.client_tools_dir()
     except binaries.BinariesError as exc:
         pytest.fail(f"cannot provide the real node's binaries: {exc}", pytrace=False)
-    cp = ControlPlane(tmp_path_factory.mktemp("node-control-plane"), controllers=True, bin_dir=cp_bins, tools_dir=tools)
+    cp = ControlPlane(tmp_path_factory.mktemp("node-control-plane"), controllers=True, bin_dir=cp_bins, tools_dir=tools,
+                      **cp_options)
     try:
         cp.start()
     except ControlPlaneError as exc:

@@ -1,8 +1,9 @@
 """Debian packages the end-to-end tests need on the host, installed by the project's own set-up.
 
 The real node (tests/e2e/node.py) runs Debian's ``runc`` and the CNI plugins of
-``containernetworking-plugins`` (bridge, host-local, loopback under /usr/lib/cni); everything else
-is built from Go modules (tests/e2e/binaries.py). `PACKAGES` is the one list: add a package there
+``containernetworking-plugins`` (bridge, host-local, loopback under /usr/lib/cni); the dra-guard
+image (tests/e2e/image.py) is built with ``buildah`` from bases ``mmdebstrap`` makes, and checked
+with ``umoci``; everything else is built from Go modules (tests/e2e/binaries.py). `PACKAGES` is the one list: add a package there
 (with the reason) and both ``tests/run`` and the README pick it up.
 
 ``python -m tests.e2e.hostdeps`` installs what is missing with ``apt-get install -y
@@ -22,6 +23,10 @@ from collections.abc import Mapping, Sequence
 PACKAGES: Mapping[str, tuple[str, str]] = {
     "runc": ("/usr/sbin/runc", "the OCI runtime containerd's runc shim calls (Debian 12: 1.1.5)"),
     "containernetworking-plugins": ("/usr/lib/cni/bridge", "CNI bridge, host-local and loopback for pod networks"),
+    # the dra-guard image (tests/e2e/image.py): no registry is reachable, so its bases are made here
+    "buildah": ("/usr/bin/buildah", "builds the dra-guard image from the Dockerfile, daemonless (Debian 12: 1.28)"),
+    "mmdebstrap": ("/usr/bin/mmdebstrap", "makes the image's two bases from Debian 12 packages"),
+    "umoci": ("/usr/bin/umoci", "unpacks the built image to check its files and user (tests/e2e/test_image.py)"),
 }
 
 
@@ -42,9 +47,9 @@ def ensure(*, install: bool = True) -> list[str]:
         return []
     why = "; ".join(f"{p}: {PACKAGES[p][1]}" for p in todo)
     if not install:
-        raise RuntimeError(f"missing Debian packages for the real node: {' '.join(todo)} ({why})")
+        raise RuntimeError(f"missing Debian packages for the real node and image: {' '.join(todo)} ({why})")
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RuntimeError(f"the real node needs these Debian packages: {' '.join(todo)} ({why}); run as root on "
+        raise RuntimeError(f"the real node and image need these Debian packages: {' '.join(todo)} ({why}); run as root on "
                            f"Debian/Ubuntu, or install them yourself: apt-get install -y --no-install-recommends "
                            f"{' '.join(todo)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")

@@ -15,7 +15,7 @@ def test_missing_names_packages_whose_marker_file_is_absent(tmp_path):
 
 def test_ensure_without_install_raises_naming_the_packages(monkeypatch, tmp_path):
     monkeypatch.setattr(hostdeps, "PACKAGES", {"runc": (str(tmp_path / "nope"), "the OCI runtime")})
-    with pytest.raises(RuntimeError, match="missing Debian packages for the real node: runc"):
+    with pytest.raises(RuntimeError, match="missing Debian packages for the real node and image: runc"):
         hostdeps.ensure(install=False)
 
 

@@ -163,6 +163,21 @@ securityContext:
     type: RuntimeDefault
 {{- end }}
 
+{{/* hostNetwork (values.yaml): the node's network namespace, cluster DNS still first */}}
+{{- define "dra-guard.hostNetwork" -}}
+{{- if .Values.hostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+{{- end }}
+
+{{/* extraEnv (values.yaml): EnvVar objects appended to every container's env */}}
+{{- define "dra-guard.extraEnv" -}}
+{{- with .Values.extraEnv }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
 {{- define "dra-guard.podSecurityContext" -}}
 securityContext:
   runAsNonRoot: true
