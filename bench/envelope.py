@@ -254,7 +254,6 @@ def measure_during_relist(cp: Any, server: endpoints.Server, scale: EnvelopeScal
     """Every endpoint at `rate`/s (round-robin) while the apiserver restarts: every watch breaks and
     every cache relists at once. Latency over the whole window (the relists included), and how long
     dra-guard took to be ready again after the apiserver's /readyz."""
-    reviews = [r for rs in endpoints.bodies(scale.as_fill_scale()).values() for r in rs]
     # the attack outlasts the restart and the relists of the largest caches
     seconds = 60.0 if scale.claims >= 50_000 else 30.0
     targets = []
@@ -292,7 +291,6 @@ def measure_during_relist(cp: Any, server: endpoints.Server, scale: EnvelopeScal
     log(f"    during the relist: p50 {result['p50']:.2f} ms p99 {result['p99']:.2f} ms max {result['max']:.0f} ms, "
         f"ready again {result.get('dra_guard_ready_after_apiserver_s')} s after the apiserver; relisted "
         + ", ".join(f"{k} in {v['seconds']:.1f} s" for k, v in relisted.items()))
-    del reviews
     return result
 
 

@@ -40,10 +40,11 @@ class ClaimIndex:
         self.slices = SliceIndex()  # node -> drivers publishing ResourceSlices for it
 
     def sizes(self) -> dict[str, int]:
-        """Objects held, by cache name (daemonsets, pods, resourceclaims, resourceslices); len() of
-        each dict, without the lock."""
-        return {"daemonsets": len(self._daemonsets), "pods": len(self._pods), "resourceclaims": len(self._claims),
-                "resourceslices": self.slices.size()}
+        """counts() under the cache names of dra_guard_cache_objects (daemonsets, pods,
+        resourceclaims, resourceslices)."""
+        c = self.counts()
+        return {"daemonsets": c["daemonsets"], "pods": c["pods"], "resourceclaims": c["claims"],
+                "resourceslices": c["resourceslices"]}
 
     # -- pods
     def upsert_pod(self, pod: Mapping[str, Any]) -> None:

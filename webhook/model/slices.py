@@ -63,10 +63,6 @@ class SliceIndex:
         with self._lock:
             self._remove(name)
 
-    def size(self) -> int:
-        """ResourceSlices held (compact entries)."""
-        return len(self._slices)
-
     def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
         """Replace every slice (after a relist); `items` is consumed and slimmed before the lock."""
         entries = [(name, entry) for name, entry in map(slice_entry, items) if entry is not None]
