@@ -97,7 +97,7 @@ def test_claims_of_one_driver_share_their_driver_and_node_sets():
 
 def test_service_account_write_is_found_through_every_subject_form_without_scanning_other_bindings(monkeypatch):
     from webhook.config import from_mapping
-    from webhook.model import rbac_index
+    from webhook.model import rbac as rbac_model
 
     config = from_mapping(None).rbac
     writer = cluster_role("slices", [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}])
@@ -111,11 +111,11 @@ def test_service_account_write_is_found_through_every_subject_form_without_scann
     for label, subjects in forms.items():
         idx = RbacIndex.from_objects([writer, *others, binding("mine", "slices", subjects)])
         calls: list[int] = []
-        real = rbac_index.subjects_of
-        monkeypatch.setattr(rbac_index, "subjects_of", lambda b, calls=calls, real=real: calls.append(1) or real(b))
+        real = rbac_model.subjects_of
+        monkeypatch.setattr(rbac_model, "subjects_of", lambda b, calls=calls, real=real: calls.append(1) or real(b))
         assert idx.service_account_may_write("dra-system", "driver", "resourceslices", config), label
         assert calls == [], label  # before issue 19: every one of the 301 bindings was read
-        monkeypatch.setattr(rbac_index, "subjects_of", real)
+        monkeypatch.setattr(rbac_model, "subjects_of", real)
         assert not idx.service_account_may_write("dra-system", "other", "resourceslices", config) or label != "ServiceAccount"
     idx = RbacIndex.from_objects([writer, *others])
     assert not idx.service_account_may_write("dra-system", "driver", "resourceslices", config)
@@ -210,3 +210,88 @@ def test_after_a_list_the_caches_leave_the_garbage_collectors_view():
         assert gc.get_freeze_count() >= before + len(entries)
     finally:
         gc.unfreeze()
+
+
+# ------------------------------------------------------------------ issue 19: relists that do not stall reviews
+def _lock_free_when_called(lock, module, name, monkeypatch):
+    """Wrap module.<name>: each call records whether another thread could take `lock` at that
+    moment, then runs the original."""
+    import threading
+
+    seen = []
+    original = getattr(module, name)
+
+    def probe(*args, **kwargs):
+        got = []
+        t = threading.Thread(target=lambda: got.append(lock.acquire(blocking=False)) or (got[-1] and lock.release()))
+        t.start()
+        t.join()
+        seen.append(got[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, probe)
+    return seen
+
+
+def test_released_tables_are_emptied_entry_by_entry():
+    from webhook.model.release import release_gradually
+
+    d, s, lst, other = {i: str(i) for i in range(100)}, set(range(50)), list(range(10)), "kept"
+    release_gradually(d, s, lst, other)
+    assert d == {} and s == set() and lst == [] and other == "kept"
+
+
+def test_a_relist_frees_the_old_tables_outside_the_lock_and_empties_them(monkeypatch):
+    """Dropping 100,000 entries at once froze every thread for up to 340 ms at the envelope."""
+    from webhook.model import claim_index
+
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    old_pods, old_claims = idx._pods, idx._claims
+    seen = _lock_free_when_called(idx._lock, claim_index, "release_gradually", monkeypatch)
+    idx.replace_pods([pod("consumer", "node-b")])
+    idx.replace_claims([claim("gpu2", reserved=("consumer",))])
+    assert seen == [True, True]  # before: the old tables went while the swap held the lock
+    assert old_pods == {} and old_claims == {}  # emptied entry by entry, not dropped at once
+    assert [p.node for p in idx._pods.values()] == ["node-b"] and list(idx._claims) == [("work", "gpu2")]
+
+
+def _rbac_objects(n, prefix="r"):
+    return [cluster_role(f"{prefix}{i}") for i in range(n)] + [binding(f"{prefix}b{i}", f"{prefix}{i}", [subject("User", "u")])
+                                                              for i in range(n)]
+
+
+def test_an_rbac_relist_slims_and_indexes_outside_the_lock(monkeypatch):
+    """A relist of 50,000 ClusterRoles or ClusterRoleBindings held the RBAC lock for 200-340 ms."""
+    from webhook.model import rbac_index
+
+    idx = RbacIndex.from_objects(_rbac_objects(3) + [
+        binding("rb", "r0", [subject("User", "v")], kind="RoleBinding", namespace="team-a", role_kind="ClusterRole")])
+    slimmed = _lock_free_when_called(idx._lock, rbac_index, "slim_role", monkeypatch)
+    bound = _lock_free_when_called(idx._lock, rbac_index, "slim_binding", monkeypatch)
+    released = _lock_free_when_called(idx._lock, rbac_index, "release_gradually", monkeypatch)
+    new = _rbac_objects(5, prefix="n")
+    idx.replace_roles([o for o in new if o["kind"] == "ClusterRole"])
+    idx.replace_bindings([o for o in new if o["kind"] == "ClusterRoleBinding"])
+    assert len(slimmed) == 5 and all(slimmed) and len(bound) == 5 and all(bound)
+    assert released == [True, True]
+    assert idx.sizes() == {"clusterroles": 5, "roles": 0, "clusterrolebindings": 5, "rolebindings": 1}
+    # the other kind survived and is still indexed by its roleRef; the new bindings are indexed too
+    assert [b["metadata"]["name"] for b in idx.role_bindings_of("r0")] == ["rb"]
+    assert [b["metadata"]["name"] for b in idx.bindings_of("n3")] == ["nb3"] and idx.bindings_of("r0") == []
+
+
+def test_a_relist_of_the_smaller_binding_kind_is_applied_in_place():
+    """RoleBindings relisted beside many more ClusterRoleBindings: replaced in place (the lock is
+    held for the RoleBindings' work only), the ClusterRoleBindings and their indexes untouched."""
+    sa = subject("ServiceAccount", "drv", namespace="gpu")
+    objects = _rbac_objects(10) + [binding("sa-b", "r1", [sa])] + [
+        binding(f"rb{i}", "r0", [subject("User", "v")], kind="RoleBinding", namespace="team-a", role_kind="ClusterRole")
+        for i in range(3)]
+    idx = RbacIndex.from_objects(objects)
+    tables = idx._bindings, idx._by_role, idx._sa_reach
+    idx.replace_bindings([binding("rb9", "r2", [subject("User", "v")], kind="RoleBinding", namespace="team-b",
+                                  role_kind="ClusterRole")], namespaced=True)
+    assert (idx._bindings, idx._by_role, idx._sa_reach) == tables and idx._bindings is tables[0]  # in place
+    assert idx.sizes()["rolebindings"] == 1 and idx.sizes()["clusterrolebindings"] == 11
+    assert idx.role_bindings_of("r0") == [] and [b["metadata"]["name"] for b in idx.role_bindings_of("r2")] == ["rb9"]
+    assert ("sa", "gpu/drv") in idx._sa_reach  # the ServiceAccount reach of the ClusterRoleBindings is kept

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import logging
@@ -35,20 +36,42 @@ def _malloc_trim() -> Any:
 _TRIM = _malloc_trim()
 
 
+def settle_page() -> None:
+    """After each page of a list: collect the young garbage (generations 0 and 1: what the page's
+    decoding and the reviews served meanwhile left, cycles included) and move every object alive
+    now out of the cyclic garbage collector's view (gc.freeze).
+
+    A relist builds fresh tables of up to millions of small objects beside the old ones; unfrozen,
+    they made the collector's full collections walk them all with the GIL held, stalling every
+    review for up to ~100 ms at a time during a relist (issue 19, measured with
+    bench/relist_pauses.py). Frozen objects are still freed by reference counting (cache entries
+    hold no reference cycles); only cyclic garbage that is younger than the last collection and
+    still uncollected is frozen with them, and gen 0/1 are collected first so none is.
+    """
+    gc.collect(1)
+    gc.freeze()
+
+
 def release_free_memory() -> None:
-    """After a list: move every object alive now out of the cyclic garbage collector's view
-    (gc.freeze) and give the heap freed by the list back to the system (glibc malloc_trim(0)).
+    """After a list: settle_page(), then give the heap freed by the list back to the system (glibc
+    malloc_trim(0)).
 
     The caches of a large cluster are millions of small dicts, tuples and sets; each full
     collection walked them all with the GIL held, stalling every review for up to ~0.8 s at the
-    envelope (issue 19: p99 786 ms at 500/s). Cache entries hold no reference cycles, so reference
-    counting still frees them when a relist or an event replaces them. A list reads megabyte-sized
-    JSON pages and keeps compact entries; glibc kept the freed pages (malloc_trim is a no-op where
-    libc has none).
+    envelope (issue 19: p99 786 ms at 500/s). A list reads megabyte-sized JSON pages and keeps
+    compact entries; glibc kept the freed pages (malloc_trim is a no-op where libc has none; called
+    through ctypes, it runs without the GIL).
     """
-    gc.freeze()
+    settle_page()
     if _TRIM is not None:
         _TRIM(0)
+
+
+#: one relist at a time in a process. A relist builds its fresh tables beside the old ones (no review
+#: waits on it), so every cache relisting at once (every watch breaks when the apiserver restarts)
+#: held every large cache twice: 417 -> 600 MiB at the envelope (issue 19). The first lists at
+#: start-up run together: there is nothing old to hold beside them.
+RELIST_SLOT = threading.Lock()
 
 
 class Informer:
@@ -70,6 +93,7 @@ class Informer:
         self._watch: kubernetes.watch.Watch | None = None
         self.synced = threading.Event()
         self.last_sync = 0.0  # time.monotonic() of the last successful list or watch event
+        self.listed = False  # a list has been read to its end once (later lists are relists)
         self.thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
 
     def start(self) -> None:
@@ -86,13 +110,16 @@ class Informer:
         backoff = 0.5
         while not self._stop.is_set():
             try:
-                started = time.monotonic()
-                pages = Pages(self._list, resource=self.name, timeout_seconds=max(self._timeout, 10))
-                self._on_replace(pages)  # consumes the pages as they come
-                release_free_memory()
+                with RELIST_SLOT if self.listed else contextlib.nullcontext():
+                    started = time.monotonic()
+                    pages = Pages(self._list, resource=self.name, timeout_seconds=max(self._timeout, 10),
+                                  after_page=settle_page)
+                    self._on_replace(pages)  # consumes the pages as they come
+                    release_free_memory()
                 if pages.resource_version is None:
                     raise ClusterError(f"cache {self.name}: the list was not read to its end")
                 rv = pages.resource_version
+                self.listed = True
                 self.last_sync = time.monotonic()
                 seconds = self.last_sync - started
                 metrics.CACHE_LIST_SECONDS.labels(cache=self.name).set(seconds)

@@ -51,11 +51,17 @@ class Pages:
     `deadline` (a time.monotonic() value) bounds the whole list, not just each page: every page
     waits at most until then, and when it has passed before the next page is asked for, the
     iteration ends early with `truncated` True and `resource_version` None.
+
+    `after_page`: called (no arguments) when the consumer has taken every item of a page, before
+    the next page is asked for (the informers settle the garbage collector there:
+    webhook.kube.informer.settle_page).
     """
 
     def __init__(self, list_func: Callable[..., Any], *, resource: str, timeout_seconds: float,
-                 limiter: RateLimiter | None = None, deadline: float | None = None) -> None:
+                 limiter: RateLimiter | None = None, deadline: float | None = None,
+                 after_page: Callable[[], None] | None = None) -> None:
         self._list = list_func
+        self._after_page = after_page
         self.resource = resource
         self.timeout_seconds = timeout_seconds
         self.limiter = limiter
@@ -88,6 +94,8 @@ class Pages:
             self.count += len(items)
             yield from items
             del items  # this page's raw objects go before the next page is read
+            if self._after_page is not None:
+                self._after_page()
             cont = meta.get("continue")
             if not cont:
                 self.resource_version = str(meta.get("resourceVersion", ""))

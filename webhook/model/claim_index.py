@@ -12,6 +12,7 @@ from webhook.config import DetectionConfig
 from webhook.model import drivers
 from webhook.model.claims import ClaimInfo, Hold, PodInfo, claim_entry, pod_info, pod_is_relevant
 from webhook.model.readers import as_map, as_str
+from webhook.model.release import release_gradually
 from webhook.model.slices import SliceIndex
 
 
@@ -97,8 +98,12 @@ class ClaimIndex:
             if pod_is_relevant(pod):
                 fresh._put_pod(pod_info(pod))
         with self._lock:
+            old = self._pods, self._pods_by_uid, self._ds_pods_by_node
             self._pods, self._pods_by_uid, self._ds_pods_by_node = fresh._pods, fresh._pods_by_uid, fresh._ds_pods_by_node
             self._reindex_anywhere_claims()
+        # freed outside the lock, entry by entry (a claims relist reading the old pods meanwhile
+        # misses some: the claims usable anywhere are placed again under the lock at its swap)
+        release_gradually(*old)
 
     # -- daemonsets
     def upsert_daemonset(self, ds: Mapping[str, Any]) -> None:
@@ -170,9 +175,11 @@ class ClaimIndex:
             if info is not None:
                 fresh._put_claim(key, info)
         with self._lock:
+            old = (self._claims, self._by_driver_node, self._slots, self._anywhere_by_pod, self._claim_drivers_by_node)
             self._claims, self._by_driver_node, self._slots = fresh._claims, fresh._by_driver_node, fresh._slots
             self._anywhere_by_pod, self._claim_drivers_by_node = fresh._anywhere_by_pod, fresh._claim_drivers_by_node
             self._reindex_anywhere_claims()
+        release_gradually(*old)  # outside the lock, entry by entry
 
     def _claim_nodes(self, info: ClaimInfo) -> set[str]:
         if info.nodes:

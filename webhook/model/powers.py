@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from webhook.config import ESCALATION_CHECKS
+from webhook.config import ESCALATION_CHECKS, RbacConfig
 from webhook.model.rbac import Grant
 from webhook.model.readers import as_list, as_map, strings
 
@@ -132,3 +132,18 @@ def power_grants(rules: Any, *, role: str, write_verbs: frozenset[str], checks: 
             for group, resource, wanted, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS:
                 add(group, resource, wanted, power, True)
     return sorted(out)
+
+
+#: identities impersonation of which is always a power, whatever the config says
+ALWAYS_PRIVILEGED: frozenset[tuple[str, str]] = frozenset({("Group", "system:masters")})
+
+
+def privileged(kind: str, name: str, config: RbacConfig) -> bool:
+    """Whether an impersonation target named `name` ("User", "Group", or a ServiceAccount name in
+    any namespace) may hold DRA write: admins, drivers, system:masters, dra-guard's ServiceAccount."""
+    if (kind, name) in ALWAYS_PRIVILEGED:
+        return True
+    if kind == "ServiceAccount":
+        entries = config.admin_subjects.service_accounts | config.driver_subjects.service_accounts
+        return name in config.guard_names or any(e.split(":", 1)[1] in (name, "*") for e in entries)
+    return any(s.contains(kind=kind, name=name) for s in (config.admin_subjects, config.driver_subjects))

@@ -150,3 +150,19 @@ def subjects_of(binding: Mapping[str, Any]) -> list[Subject]:
             out.append(Subject(kind=kind, name=name, namespace=as_str(s.get("namespace"))))
     return out
 
+
+def service_account_reach(binding: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """What of a binding's subjects can be a ServiceAccount: ("sa", "namespace/name") for a
+    ServiceAccount subject or its User form (system:serviceaccount:<ns>:<name>), ("group", name) for
+    the groups every ServiceAccount is in (system:serviceaccounts, system:serviceaccounts:<ns>,
+    system:authenticated)."""
+    out = set()
+    for s in subjects_of(binding):
+        if s.kind == "ServiceAccount":
+            out.add(("sa", f"{s.namespace}/{s.name}"))
+        elif s.kind == "User" and s.name.startswith("system:serviceaccount:") and s.name.count(":") == 3:
+            _, _, ns, sa = s.name.split(":")
+            out.add(("sa", f"{ns}/{sa}"))
+        elif s.kind == "Group" and (s.name == "system:authenticated" or s.name.startswith("system:serviceaccounts")):
+            out.add(("group", s.name))
+    return out
