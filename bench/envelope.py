@@ -45,7 +45,7 @@ if str(REPO) not in sys.path:
 import requests  # noqa: E402
 
 from bench import endpoints, fill  # noqa: E402
-from bench.common import attack, machine, proc_status, write_json  # noqa: E402
+from bench.common import attack, latency_summary, machine, proc_status, write_json  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,6 +206,28 @@ def guard_api_requests(server: endpoints.Server) -> dict[str, float]:
     return out
 
 
+def gc_pauses(server: endpoints.Server) -> dict[str, dict[str, float]]:
+    """dra_guard_gc_pause_seconds by generation: collections, seconds in all, and how many took
+    over 0.1 s (every thread of the worker waits while one runs)."""
+    text = requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+    out: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        if not line.startswith("dra_guard_gc_pause_seconds_"):
+            continue
+        generation = line.split('generation="', 1)[1].split('"', 1)[0]
+        entry = out.setdefault(generation, {})
+        value = float(line.rsplit(" ", 1)[1])
+        if line.startswith("dra_guard_gc_pause_seconds_count"):
+            entry["collections"] = value
+        elif line.startswith("dra_guard_gc_pause_seconds_sum"):
+            entry["seconds"] = round(value, 3)
+        elif 'le="0.1"' in line:
+            entry["up_to_0.1s"] = value
+    for entry in out.values():
+        entry["over_0.1s"] = entry.get("collections", 0) - entry.pop("up_to_0.1s", 0)
+    return out
+
+
 def cache_objects(server: endpoints.Server) -> dict[str, float]:
     """dra_guard_cache_objects by cache."""
     text = requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
@@ -256,9 +278,12 @@ def measure_during_relist(cp: Any, server: endpoints.Server, scale: EnvelopeScal
     dra-guard took to be ready again after the apiserver's /readyz."""
     # the attack outlasts the restart and the relists of the largest caches
     seconds = 60.0 if scale.claims >= 50_000 else 30.0
-    targets = []
+    targets, paths = [], []
     for path, rs in endpoints.bodies(scale.as_fill_scale()).items():
-        targets += endpoints.targets(server.url, path, rs, workdir / "bodies")
+        for label, where, reviews in ((path, path, rs), (f"floor {path}", "/validate/noop", endpoints.as_floor(rs))):
+            made = endpoints.targets(server.url, where, reviews, workdir / "bodies" / label.replace("/", "-").replace(" ", ""))
+            targets += made
+            paths += [label] * len(made)
     result: dict[str, Any] = {}
     attacked: dict[str, Any] = {}
     log_offset = log_file.stat().st_size
@@ -266,16 +291,19 @@ def measure_during_relist(cp: Any, server: endpoints.Server, scale: EnvelopeScal
     # thread that started them (PR_SET_PDEATHSIG follows the parent thread)
     thread = threading.Thread(target=lambda: attacked.update(run=attack(
         targets, rate=rate, seconds=seconds, workdir=workdir, ca_file=server.ca_file)))
+    started = time.monotonic()
     thread.start()
     time.sleep(5)
     t0 = time.monotonic()
     cp.restart_apiserver()
     result["apiserver_ready_after_s"] = round(time.monotonic() - t0, 1)
     t1 = time.monotonic()
+    t2 = None
     while time.monotonic() - t1 < 120:
         try:
             if requests.get(server.url + "/readyz", verify=str(server.ca_file), timeout=5).status_code == 200:
                 result["dra_guard_ready_after_apiserver_s"] = round(time.monotonic() - t1, 1)
+                t2 = time.monotonic()
                 break
         except requests.RequestException:
             pass
@@ -287,10 +315,29 @@ def measure_during_relist(cp: Any, server: endpoints.Server, scale: EnvelopeScal
         relisted = endpoints.sync_seconds(fh.read().decode(errors="replace"))
     result["relisted"] = relisted  # cache -> {objects, seconds} of its relist after the restart
     result.update(run.summary())
+    # vegeta sends round-robin over the targets: request i went to targets[i % len(targets)]
+    by_path: dict[str, list[float]] = {}
+    for i, ms in enumerate(run.latencies_ms):
+        by_path.setdefault(paths[i % len(paths)], []).append(ms)
+    result["by_path"] = {label: {k: round(v, 3) for k, v in latency_summary(ms).items()} for label, ms in by_path.items()}
+    # by phase (request i was sent i/rate s after the attack began): the apiserver restarting
+    # (its start-up competes for the 2 cores), then dra-guard relisting, then after
+    edges = [("before the restart", 0.0), ("apiserver restarting", t0 - started), ("relisting", t1 - started),
+             ("after", (t2 or time.monotonic()) - started), ("end", float("inf"))]
+    result["by_phase"] = {}
+    for (label, lo), (_, hi) in zip(edges[:-1], edges[1:], strict=True):
+        ms = [v for i, v in enumerate(run.latencies_ms) if lo <= i / rate < hi]
+        if ms:
+            result["by_phase"][label] = {"seconds": round(min(hi, seconds) - lo, 1), "requests": len(ms),
+                                         **{k: round(v, 3) for k, v in latency_summary(ms).items()}}
     result["answered_non_2xx"] = sum(1 for c in run.codes if not 200 <= c < 300)
-    log(f"    during the relist: p50 {result['p50']:.2f} ms p99 {result['p99']:.2f} ms max {result['max']:.0f} ms, "
+    floors = [v["p99"] for k, v in result["by_path"].items() if k.startswith("floor")]
+    log(f"    during the relist: p50 {result['p50']:.2f} ms p99 {result['p99']:.2f} ms max {result['max']:.0f} ms "
+        f"(floor p99 {max(floors):.2f} ms; " + ", ".join(f"{k} p99 {v['p99']:.1f}" for k, v in result["by_path"].items()) + "), "
         f"ready again {result.get('dra_guard_ready_after_apiserver_s')} s after the apiserver; relisted "
         + ", ".join(f"{k} in {v['seconds']:.1f} s" for k, v in relisted.items()))
+    log("    by phase: " + "; ".join(f"{k} ({v['seconds']} s): p50 {v['p50']:.1f} p99 {v['p99']:.1f} max {v['max']:.0f} ms"
+                                      for k, v in result["by_phase"].items()))
     return result
 
 
@@ -349,11 +396,16 @@ def run_scale(scale: EnvelopeScale, workdir: pathlib.Path, *, rate: float, secon
             + ", ".join(f"{k} {int(v)}" for k, v in out["cache_objects"].items()))
         log(f"[{scale.name}] listed at start (MiB): {out['start_list_mib']}")
         before = guard_api_requests(server)
+        out["gc_pauses_at_start"] = gc_pauses(server)
         out["endpoints"] = measure_endpoints(server, scale, rate=rate, seconds=seconds, workdir=workdir / "vegeta")
+        out["gc_pauses_after_load"] = gc_pauses(server)
         after = guard_api_requests(server)
         out["api_requests_during_load"] = {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0)}
         out["relist"] = measure_during_relist(cp, server, scale, rate=rate, workdir=workdir / "relist",
                                               log_file=guard.proc.log_file)
+        out["gc_pauses_after_relist"] = gc_pauses(server)
+        log(f"[{scale.name}] collector pauses (start / after the load / after the relist): {out['gc_pauses_at_start']} / "
+            f"{out['gc_pauses_after_load']} / {out['gc_pauses_after_relist']}")
         out["peak_rss_mib"] = round(proc_status(server.worker)["peak_rss_bytes"] / 2**20, 1)
         log(f"[{scale.name}] worker peak RSS {out['peak_rss_mib']} MiB; API requests during the load: "
             f"{out['api_requests_during_load'] or 'none'}")

@@ -137,3 +137,11 @@ DROPPED_REQUESTS = Counter(
     "dra_guard_requests_dropped_total",
     "Requests closed unanswered because they waited in a worker's queue longer than server.dropAfterSeconds.",
 )
+
+GC_PAUSES = Histogram(
+    "dra_guard_gc_pause_seconds",
+    "Collections of Python's cyclic garbage collector in this worker, by generation, in seconds: "
+    "every thread waits while one runs (a cause of review latency with large caches, issue 19).",
+    ["generation"],
+    buckets=(0.001, 0.005, 0.02, 0.1, 0.5, 2.0),
+)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -119,6 +120,12 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
             time.sleep(0.5)
         reports = json.loads(cp.kubectl("admin", "get", "clusterpolicyreports", "-o", "json").stdout)["items"]
         assert [r["metadata"]["name"] for r in reports] == ["dra-guard"]  # replaced, never piled up
+        # the audits (at least two: the finding came and went) judged RBAC from the worker's caches:
+        # no list of their own (issue 19: at 100,000 pods a fresh list held ~1 GiB more every interval)
+        text = proc.session().get(proc.url + "/metrics").text
+        for resource in ("clusterroles", "clusterrolebindings"):
+            found = re.search(r'dra_guard_kube_api_requests_total\{verb="list",resource="' + resource + r'"\} (\S+)', text)
+            assert found and float(found.group(1)) <= 2, (resource, found and found.group(0))
         deadline = time.monotonic() + 10
         while 'dra_guard_violations{mode="enforce",policy="rbac"}' in proc.session().get(proc.url + "/metrics").text:
             assert time.monotonic() < deadline

@@ -13,7 +13,7 @@ from typing import Any
 from webhook.audit.load import InputError, object_key
 from webhook.config import CONFIG_KIND, Config, ConfigError, from_mapping
 from webhook.model import drivers
-from webhook.model.facts import build_facts
+from webhook.model.facts import Facts, build_facts
 from webhook.model.readers import as_map, as_str, name_of
 from webhook.policies import controlplane, probes
 from webhook.policies.decision import Finding, short
@@ -67,12 +67,15 @@ def run(objects: list[dict[str, Any]], config: Config, *, served_versions: list[
 
 
 def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: list[str] | None = None,
-          online: bool = False) -> Audit:
+          online: bool = False, facts: Facts | None = None) -> Audit:
     """run(), plus the objects each policy judged (for `pass` results in PolicyReports) and the
     unresolved roleRef findings (a ClusterRoleBinding whose ClusterRole is not among `objects`:
-    advisory, never a silent clean). online: `objects` include the live cluster's."""
+    advisory, never a silent clean). online: `objects` include the live cluster's.
+    facts: the indexes to judge by, already holding what `objects` would add (e.g. filled by
+    webhook.kube.lists.stream_audit_cluster, files added with webhook.model.facts.add_objects, or
+    a serving worker's caches); None: built from `objects`."""
     findings: list[tuple[Finding, str]] = []
-    facts = build_facts(objects, config)
+    facts = facts if facts is not None else build_facts(objects, config)
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for obj in objects:
         by_kind.setdefault(str(obj.get("kind")), []).append(obj)

@@ -64,6 +64,7 @@ def _audit(args: argparse.Namespace) -> int:
     from webhook.kube import lists
     from webhook.kube.client import api_client, served_resource_versions
     from webhook.kube.pages import RateLimiter
+    from webhook.model.facts import StaticFacts, add_objects
 
     if not args.paths and not args.cluster:
         return fail("audit needs -f PATH (files, folders or - for stdin) and/or --cluster")
@@ -103,12 +104,15 @@ def _audit(args: argparse.Namespace) -> int:
                                       context=args.context)
         limiter = RateLimiter(qps=args.qps, burst=args.burst)
         served = served_resource_versions(client)
-        live = lists.list_audit_objects(client, served_versions=served, limiter=limiter)
-        result = audit.audit(audit.merge(objects, live), config, served_versions=served, online=True)
-        if args.scope == "files":
-            if not objects:
-                return fail("--scope files needs -f PATH: it reports only what the files change")
-            baseline = audit.audit(live, config, served_versions=served, online=True)
+        if args.scope == "files" and not objects:
+            return fail("--scope files needs -f PATH: it reports only what the files change")
+        # RBAC, Pods and ResourceClaims go straight into the indexes, page by page (issue 19: memory)
+        facts = StaticFacts(config)
+        live = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter)
+        baseline = audit.audit(live, config, served_versions=served, online=True, facts=facts) if args.scope == "files" else None
+        add_objects(facts, objects)  # the files' objects replace the live ones of the same key
+        result = audit.audit(audit.merge(objects, live), config, served_versions=served, online=True, facts=facts)
+        if baseline is not None:
             result = audit.only_files(result, baseline, {audit.load.object_key(o) for o in objects})
     else:
         result = audit.audit(objects, config)

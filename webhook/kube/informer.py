@@ -52,6 +52,30 @@ def settle_page() -> None:
     gc.freeze()
 
 
+def watch_collector_pauses() -> None:
+    """Time every collection of the cyclic garbage collector into dra_guard_gc_pause_seconds
+    {generation}, and log a warning for one over 0.1 s (each stalls every thread of the worker).
+    Call once per process (the serving worker); later calls add nothing."""
+    if _on_gc in gc.callbacks:
+        return
+    gc.callbacks.append(_on_gc)
+
+
+_GC_STARTED = [0.0]
+
+
+def _on_gc(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        _GC_STARTED[0] = time.perf_counter()
+        return
+    seconds = time.perf_counter() - _GC_STARTED[0]
+    metrics.GC_PAUSES.labels(generation=str(info.get("generation"))).observe(seconds)
+    if seconds > 0.1:
+        log.warning("a garbage collection paused the worker", extra={"generation": info.get("generation"),
+                                                                     "seconds": round(seconds, 3),
+                                                                     "collected": info.get("collected")})
+
+
 def release_free_memory() -> None:
     """After a list: settle_page(), then give the heap freed by the list back to the system (glibc
     malloc_trim(0)).

@@ -98,11 +98,25 @@ def build_facts(objects: Iterable[Mapping[str, Any]], config: Config) -> StaticF
     """StaticFacts from Kubernetes object dicts with `kind` set (manifest files or lists):
     ClusterRoles and ClusterRoleBindings into `rbac`; DaemonSets, Pods, ResourceSlices and
     ResourceClaims into `claims` (claims last, so usable-anywhere claims find their pods). Other kinds are ignored."""
+    facts = StaticFacts(config)
+    add_objects(facts, objects)
+    return facts
+
+
+def add_objects(facts: Facts, objects: Iterable[Mapping[str, Any]]) -> None:
+    """Put object dicts with `kind` set into the indexes of `facts`, each replacing the indexed
+    object of the same kind, namespace and name (e.g. manifest files over what `dra-guard audit
+    --cluster` streamed from the cluster: "what if I applied these files"). RBAC kinds into
+    `rbac`; DaemonSets, Pods and ResourceSlices, then ResourceClaims (usable-anywhere claims
+    find their pods) into `claims`. Other kinds are ignored."""
     objects = list(objects)
-    facts = StaticFacts(config, RbacIndex.from_objects(objects))
     for obj in objects:
         kind = obj.get("kind")
-        if kind == "DaemonSet":
+        if kind in ("ClusterRole", "Role"):
+            facts.rbac.upsert_role(obj)
+        elif kind in ("ClusterRoleBinding", "RoleBinding"):
+            facts.rbac.upsert_binding(obj)
+        elif kind == "DaemonSet":
             facts.claims.upsert_daemonset(obj)
         elif kind == "Pod":
             facts.claims.upsert_pod(obj)
@@ -111,4 +125,3 @@ def build_facts(objects: Iterable[Mapping[str, Any]], config: Config) -> StaticF
     for obj in objects:
         if obj.get("kind") == "ResourceClaim":
             facts.claims.upsert_claim(obj)
-    return facts

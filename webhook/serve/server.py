@@ -38,6 +38,7 @@ from webhook import logs, metrics
 from webhook.config import Config
 from webhook.kube.certapi import KubeCertApi
 from webhook.kube.client import api_client
+from webhook.kube.informer import watch_collector_pauses
 from webhook.kube.state import ClusterState
 from webhook.serve import worker
 from webhook.serve.app import Readiness, create_app
@@ -216,6 +217,7 @@ class DraGuardServer(BaseApplication):
         o = self.options
         logs.setup(o.log_level)
         client = None if o.no_cluster else api_client(o.kubeconfig, timeout_seconds=o.config.cluster.request_timeout_seconds)
+        watch_collector_pauses()
         state = ClusterState(client, config=o.config)
         state.start()
         sizes = cache_sizes(state)
@@ -224,7 +226,8 @@ class DraGuardServer(BaseApplication):
         if client is not None and o.config.audit.interval_seconds > 0:
             from webhook.serve.periodic import PeriodicAudit
 
-            periodic = PeriodicAudit(client, resolve_namespace(o.config), identity=f"{identity(o.port)}-{os.getpid()}")
+            periodic = PeriodicAudit(client, resolve_namespace(o.config), identity=f"{identity(o.port)}-{os.getpid()}",
+                                     facts=state)
             threading.Thread(target=periodic.loop, name="periodic-audit", daemon=True,
                              kwargs={"stop": threading.Event()}).start()
         if o.config.certificates.mode == "self" and not o.no_cluster:

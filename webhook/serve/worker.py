@@ -36,10 +36,6 @@ REQUEST_AFTER_HANDSHAKE_WAIT = 0.01  # seconds a thread waits for a request afte
 CLOSE_LINGER = 0.5  # seconds a closing connection waits for the client's FIN (RFC 9112 9.6) before it is dropped
 CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
 REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
-# seconds a CPU-bound thread (an informer decoding a relist) may hold the GIL before a waiting review
-# thread gets it; the interpreter's default is 0.005, and a review waits for it after each of its
-# I/O waits (issue 19: bench/relist_pauses.py, probe p50 5.2 -> 1.2 ms during a relist)
-SWITCH_INTERVAL_SECONDS = 0.001
 
 
 def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
@@ -62,10 +58,8 @@ class DrainingThreadWorker(ThreadWorker):
     sending here), then gthread's graceful stop finishes in-flight reviews."""
 
     def init_process(self) -> None:
-        """Answer gunicorn's own protocol errors in JSON (write_json_error), switch threads every
-        SWITCH_INTERVAL_SECONDS, then run the worker."""
+        """Answer gunicorn's own protocol errors in JSON (write_json_error), then run the worker."""
         util.write_error = write_json_error
-        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         super().init_process()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
