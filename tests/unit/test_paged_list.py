@@ -196,3 +196,41 @@ def test_relists_run_one_at_a_time_while_first_lists_run_together(monkeypatch):
         inf.stop()
     assert lists == {"a": 2, "b": 2}
     assert overlap[:2] == [1, 2] and max(overlap[2:]) == 1  # together at first, one at a time after
+
+
+def test_collector_pauses_are_timed_into_a_metric_once_per_process(caplog):
+    """dra_guard_gc_pause_seconds{generation}: collector stalls are visible to operators (issue 19)."""
+    import gc
+
+    from prometheus_client import REGISTRY
+
+    from webhook.kube import informer as informer_module
+
+    def count(generation):
+        return REGISTRY.get_sample_value("dra_guard_gc_pause_seconds_count", {"generation": generation}) or 0
+
+    informer_module.watch_collector_pauses()
+    informer_module.watch_collector_pauses()
+    try:
+        assert gc.callbacks.count(informer_module._on_gc) == 1
+        before = count("2")
+        gc.collect()
+        assert count("2") == before + 1
+        informer_module._GC_STARTED[0] -= 0.5  # a collection that "took" half a second is logged
+        informer_module._on_gc("stop", {"generation": 2, "collected": 0})
+        assert any(r.getMessage() == "a garbage collection paused the worker" for r in caplog.records)
+    finally:
+        gc.callbacks.remove(informer_module._on_gc)
+
+
+def test_the_server_caps_malloc_arenas_unless_the_environment_says_otherwise(monkeypatch):
+    """Issue 19: threads each got a glibc arena and a relist's freed pages stayed spread over them."""
+    import platform
+
+    from webhook.serve import server
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    if platform.libc_ver()[0] == "glibc":
+        assert server.limit_malloc_arenas() is True
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert server.limit_malloc_arenas() is False  # the operator's setting wins
