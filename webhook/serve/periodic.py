@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+import time
 from typing import Any
 
 from certs.selfmanaged import hold_lease
@@ -44,6 +45,7 @@ class PeriodicAudit:
         duration = int(self.config.audit.interval_seconds * 1.5) + 30
         if not hold_lease(self.lease_api, self.lease_name, identity=self.identity, now=now, duration_seconds=duration):
             return None
+        started = time.monotonic()
         limiter = RateLimiter(qps=self.config.audit.qps, burst=self.config.audit.burst)
         served = kube_client.served_resource_versions(self.client)
         if self.facts is not None:
@@ -68,11 +70,17 @@ class PeriodicAudit:
             if not any(r["kind"] == "ClusterPolicyReport" for r in reports):  # an empty one says the audit ran
                 reports.insert(0, audit.empty_cluster_report())
             self.reports.apply(reports)
-        log.info("periodic audit done", extra={"findings": len(findings), "objects": len(objects)})
+        log.info("periodic audit done", extra={"findings": len(findings), "objects": len(objects),
+                                               "seconds": round(time.monotonic() - started, 3)})
         return findings
 
     def loop(self, stop: threading.Event) -> None:
-        """run_once() now and then every interval until `stop` is set; errors are logged and retried."""
+        """run_once() now and then every interval until `stop` is set; errors are logged and retried.
+        With the worker's caches as facts, the first run waits until they are in sync (checked
+        every second) instead of skipping a whole interval."""
+        while self.facts is not None and not self.facts.synced()[0]:
+            if stop.wait(1.0):
+                return
         while True:
             try:
                 self.run_once()
