@@ -124,7 +124,7 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
         # no list of their own (issue 19: at 100,000 pods a fresh list held ~1 GiB more every interval)
         text = proc.session().get(proc.url + "/metrics").text
         for resource in ("clusterroles", "clusterrolebindings"):
-            found = re.search(r'dra_guard_kube_api_requests_total\{verb="list",resource="' + resource + r'"\} (\S+)', text)
+            found = re.search(r'dra_guard_kube_api_requests_total\{resource="' + resource + r'",verb="list"\} (\S+)', text)
             assert found and float(found.group(1)) <= 2, (resource, found and found.group(0))
         deadline = time.monotonic() + 10
         while 'dra_guard_violations{mode="enforce",policy="rbac"}' in proc.session().get(proc.url + "/metrics").text:
