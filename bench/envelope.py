@@ -366,13 +366,8 @@ def allow_periodic_audit(cp: Any) -> None:
     (audit.intervalSeconds, on by default): the namespaced Roles of templates/rbac.yaml (the audit's
     Lease in the release namespace, kube-system's ConfigMaps), bound to the user, and the release
     namespace. Without them the audit was refused (403) and never measured."""
-    from tests.chart import helm
-    from tests.e2e.guard import NAMESPACE, USER
-    docs = helm.template(values={"certificates": {"mode": "cert-manager"}}, namespace=NAMESPACE,
-                         show_only=["templates/rbac.yaml"])
-    items = [d for d in docs if d["kind"] == "Role"]
-    items += [{**d, "subjects": [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}]}
-              for d in docs if d["kind"] == "RoleBinding"]
+    from tests.e2e.guard import NAMESPACE, chart_namespaced_rbac
+    items = chart_namespaced_rbac()
     cp.kubectl("admin", "create", "namespace", NAMESPACE, check=False)
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 

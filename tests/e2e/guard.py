@@ -166,6 +166,17 @@ def chart_rbac() -> list[dict[str, Any]]:
     return [role, binding]
 
 
+def chart_namespaced_rbac() -> list[dict[str, Any]]:
+    """The chart's namespaced Roles (its Leases, the periodic audit's included, in NAMESPACE; list on
+    kube-system's ConfigMaps) with their RoleBindings bound to User "dra-guard" instead of the
+    chart's ServiceAccount: what the periodic audit needs to run as in a release."""
+    docs = helm.template(values={"certificates": {"mode": "cert-manager"}}, namespace=NAMESPACE,
+                         show_only=["templates/rbac.yaml"])
+    user = [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}]
+    return ([d for d in docs if d["kind"] == "Role"]
+            + [{**d, "subjects": user} for d in docs if d["kind"] == "RoleBinding"])
+
+
 def webhook_configurations(*, url: str, ca_file: pathlib.Path, failure_policy: str = "Fail") -> list[dict[str, Any]]:
     """The chart's ValidatingWebhookConfiguration and MutatingWebhookConfiguration (release
     "dra-guard" in namespace NAMESPACE) pointing at `url` with `ca_file` as caBundle; the RBAC
