@@ -9,7 +9,7 @@ from kubernetes.client.rest import ApiException
 
 from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions
 from webhook.kube.informer import settle_page
-from webhook.kube.pages import Pages, RateLimiter, list_all
+from webhook.kube.pages import Pages, RateLimiter, list_all, listing
 from webhook.model.facts import Facts
 from webhook.model.slim import audit_view
 
@@ -45,14 +45,8 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
         return lister
 
     def stream(list_func: Any, resource: str, into: Any) -> None:
-        try:
+        with listing(resource):
             into(Pages(list_func, resource=resource, timeout_seconds=30.0, limiter=limiter, after_page=settle_page))
-        except ApiException as exc:
-            raise ClusterError(f"listing {resource} failed: HTTP {exc.status} {exc.reason}") from exc
-        except ClusterError:
-            raise
-        except Exception as exc:
-            raise ClusterError(f"listing {resource} failed: {type(exc).__name__}: {exc}") from exc
 
     def whole(list_func: Any, resource: str, kind: str) -> list[dict[str, Any]]:
         return list_all(list_func, resource=resource, kind=kind, limiter=limiter, view=audit_view)

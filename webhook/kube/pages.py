@@ -2,6 +2,7 @@
 stream into their indexes and what `audit --cluster` and `drain-plan` read."""
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -119,14 +120,24 @@ def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout
     arrives (None drops it), so only what it keeps is held (e.g. webhook.model.slim.audit_view).
     Raises ClusterError on API errors."""
     items: list[dict[str, Any]] = []
-    try:
+    with listing(resource):
         for item in Pages(list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter):
             item.setdefault("kind", kind)
             kept = item if view is None else view(item)
             if kept is not None:
                 items.append(kept)
+    return items
+
+
+@contextlib.contextmanager
+def listing(resource: str) -> Iterator[None]:
+    """A block that lists `resource`: any failure in it leaves as ClusterError ("listing <resource>
+    failed: HTTP <status> <reason>" for an API error, else the exception's type and text)."""
+    try:
+        yield
+    except ClusterError:
+        raise
     except ApiException as exc:
         raise ClusterError(f"listing {resource} failed: HTTP {exc.status} {exc.reason}") from exc
     except Exception as exc:
         raise ClusterError(f"listing {resource} failed: {type(exc).__name__}: {exc}") from exc
-    return items

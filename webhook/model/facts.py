@@ -112,11 +112,9 @@ def add_objects(facts: Facts, objects: Iterable[Mapping[str, Any]]) -> None:
     objects = list(objects)
     for obj in objects:
         kind = obj.get("kind")
-        if kind in ("ClusterRole", "Role"):
-            facts.rbac.upsert_role(obj)
-        elif kind in ("ClusterRoleBinding", "RoleBinding"):
-            facts.rbac.upsert_binding(obj)
-        elif kind == "DaemonSet":
+        if facts.rbac.upsert(obj):
+            continue
+        if kind == "DaemonSet":
             facts.claims.upsert_daemonset(obj)
         elif kind == "Pod":
             facts.claims.upsert_pod(obj)

@@ -331,9 +331,17 @@ class RbacIndex:
         (others ignored)."""
         index = cls()
         for obj in objects:
-            kind = obj.get("kind")
-            if kind in ("ClusterRole", "Role"):
-                index.upsert_role(obj)
-            elif kind in ("ClusterRoleBinding", "RoleBinding"):
-                index.upsert_binding(obj)
+            index.upsert(obj)
         return index
+
+    def upsert(self, obj: Mapping[str, Any]) -> bool:
+        """upsert_role or upsert_binding by the object's `kind`; whether it was an RBAC kind
+        (ClusterRole, Role, ClusterRoleBinding, RoleBinding: others are left alone)."""
+        kind = obj.get("kind")
+        if kind in ("ClusterRole", "Role"):
+            self.upsert_role(obj)
+        elif kind in ("ClusterRoleBinding", "RoleBinding"):
+            self.upsert_binding(obj)
+        else:
+            return False
+        return True
