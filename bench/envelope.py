@@ -14,8 +14,9 @@ then starts `dra-guard serve` with the chart's production settings (1 worker, 8 
 enforce mode; tests/e2e/guard.py) and measures: ready time; worker RSS when ready and its peak;
 API requests dra-guard made at start (its own dra_guard_kube_api_requests_total) and the bytes the
 apiserver answered to its LISTs (apiserver_response_sizes_sum by resource); p50/p99 per endpoint
-at `rate`/s (vegeta, answers checked), next to the no-op floor of the same server; p99 while every
-cache relists (the apiserver restarted during the attack: every watch breaks and relists); and
+at `rate`/s while the chart's periodic audit runs (its first run follows the caches' sync; in a
+process of its own) and again after it (vegeta, answers checked), next to the no-op floor of the
+same server; p99 while every cache relists (the apiserver restarted during the attack: every watch breaks and relists); and
 `dra-guard audit --cluster` wall time and peak RSS.
 
     python -m bench.envelope --out bench/results/envelope.json            # today + envelope
@@ -271,6 +272,63 @@ def measure_endpoints(server: endpoints.Server, scale: EnvelopeScale, *, rate: f
     return out
 
 
+def round_robin(server: endpoints.Server, scale: EnvelopeScale,
+                workdir: pathlib.Path) -> tuple[list[Any], list[str]]:
+    """vegeta targets for every endpoint and its floor (/validate/noop, same bodies), and each
+    target's label ("/validate/rbac", "floor /validate/rbac", ...)."""
+    targets, paths = [], []
+    for path, rs in endpoints.bodies(scale.as_fill_scale()).items():
+        for label, where, reviews in ((path, path, rs), (f"floor {path}", "/validate/noop", endpoints.as_floor(rs))):
+            made = endpoints.targets(server.url, where, reviews, workdir / "bodies" / label.replace("/", "-").replace(" ", ""))
+            targets += made
+            paths += [label] * len(made)
+    return targets, paths
+
+
+def by_label(run: Any, paths: list[str]) -> dict[str, dict[str, float]]:
+    """Latency summary (ms) per label of a round-robin attack: vegeta sends request i to
+    targets[i % len(targets)]."""
+    split: dict[str, list[float]] = {}
+    for i, ms in enumerate(run.latencies_ms):
+        split.setdefault(paths[i % len(paths)], []).append(ms)
+    return {label: {k: round(v, 3) for k, v in latency_summary(ms).items()} for label, ms in split.items()}
+
+
+def wait_for_line(log_file: pathlib.Path, needle: str, *, offset: int = 0, timeout: float) -> dict[str, Any] | None:
+    """The first JSON log line past `offset` whose msg is `needle`, waiting up to `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with log_file.open("rb") as fh:
+            fh.seek(offset)
+            for line in fh.read().decode(errors="replace").splitlines():
+                if f'"msg": "{needle}"' in line:
+                    return dict(json.loads(line))
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.5)
+
+
+def measure_during_audit(server: endpoints.Server, scale: EnvelopeScale, *, rate: float, workdir: pathlib.Path,
+                         log_file: pathlib.Path, seconds: float = 60.0) -> dict[str, Any]:
+    """Every endpoint and its floor at `rate`/s (round-robin) for `seconds` from the moment the
+    periodic audit's process starts (its first run follows the caches' sync), then its summary:
+    what a release's reviews see while the audit runs (issue 19: in the worker it held reviews up
+    to 3.7 s)."""
+    started = wait_for_line(log_file, "periodic audit started", timeout=180)
+    if started is None:
+        return {"error": "no periodic audit started within 180 s of ready"}
+    targets, paths = round_robin(server, scale, workdir)
+    run = attack(targets, rate=rate, seconds=seconds, workdir=workdir, ca_file=server.ca_file)
+    result: dict[str, Any] = {"started": started, **run.summary(), "by_path": by_label(run, paths)}
+    result["answered_non_2xx"] = sum(1 for c in run.codes if not 200 <= c < 300)
+    result["done"] = wait_for_line(log_file, "periodic audit done", timeout=600)
+    floors = [v["p99"] for k, v in result["by_path"].items() if k.startswith("floor")]
+    log(f"    during the periodic audit (process {started.get('auditPid')}): p99 {result['p99']:.2f} ms max "
+        f"{result['max']:.0f} ms (floor p99 {max(floors):.2f} ms; "
+        + ", ".join(f"{k} p99 {v['p99']:.1f}" for k, v in result["by_path"].items()) + f"); audit {result['done']}")
+    return result
+
+
 def measure_during_relist(cp: Any, server: endpoints.Server, scale: EnvelopeScale, *, rate: float,
                           workdir: pathlib.Path, log_file: pathlib.Path) -> dict[str, Any]:
     """Every endpoint at `rate`/s (round-robin) while the apiserver restarts: every watch breaks and
@@ -278,12 +336,7 @@ def measure_during_relist(cp: Any, server: endpoints.Server, scale: EnvelopeScal
     dra-guard took to be ready again after the apiserver's /readyz."""
     # the attack outlasts the restart and the relists of the largest caches
     seconds = 60.0 if scale.claims >= 50_000 else 30.0
-    targets, paths = [], []
-    for path, rs in endpoints.bodies(scale.as_fill_scale()).items():
-        for label, where, reviews in ((path, path, rs), (f"floor {path}", "/validate/noop", endpoints.as_floor(rs))):
-            made = endpoints.targets(server.url, where, reviews, workdir / "bodies" / label.replace("/", "-").replace(" ", ""))
-            targets += made
-            paths += [label] * len(made)
+    targets, paths = round_robin(server, scale, workdir)
     result: dict[str, Any] = {}
     attacked: dict[str, Any] = {}
     log_offset = log_file.stat().st_size
@@ -315,11 +368,7 @@ def measure_during_relist(cp: Any, server: endpoints.Server, scale: EnvelopeScal
         relisted = endpoints.sync_seconds(fh.read().decode(errors="replace"))
     result["relisted"] = relisted  # cache -> {objects, seconds} of its relist after the restart
     result.update(run.summary())
-    # vegeta sends round-robin over the targets: request i went to targets[i % len(targets)]
-    by_path: dict[str, list[float]] = {}
-    for i, ms in enumerate(run.latencies_ms):
-        by_path.setdefault(paths[i % len(paths)], []).append(ms)
-    result["by_path"] = {label: {k: round(v, 3) for k, v in latency_summary(ms).items()} for label, ms in by_path.items()}
+    result["by_path"] = by_label(run, paths)
     # by phase (request i was sent i/rate s after the attack began): the apiserver restarting
     # (its start-up competes for the 2 cores), then dra-guard relisting, then after
     edges = [("before the restart", 0.0), ("apiserver restarting", t0 - started), ("relisting", t1 - started),
@@ -381,7 +430,7 @@ def periodic_audits(log_text: str) -> list[dict[str, Any]]:
                 record = json.loads(line)
             except ValueError:
                 continue
-            out.append({k: record.get(k) for k in ("ts", "findings", "objects", "seconds")})
+            out.append({k: record.get(k) for k in ("ts", "findings", "objects", "seconds", "auditPid", "auditPeakRssMiB")})
     return out
 
 
@@ -420,8 +469,12 @@ def run_scale(scale: EnvelopeScale, workdir: pathlib.Path, *, rate: float, secon
         log(f"[{scale.name}] ready in {out['ready_seconds']} s, worker RSS {out['ready_rss_mib']} MiB; caches "
             + ", ".join(f"{k} {int(v)}" for k, v in out["cache_objects"].items()))
         log(f"[{scale.name}] listed at start (MiB): {out['start_list_mib']}")
-        before = guard_api_requests(server)
         out["gc_pauses_at_start"] = gc_pauses(server)
+        # the chart's periodic audit starts once the caches are in sync: measured while it runs,
+        # then the steady state after it
+        out["during_audit"] = measure_during_audit(server, scale, rate=rate, workdir=workdir / "audit",
+                                                   log_file=guard.proc.log_file)
+        before = guard_api_requests(server)
         out["endpoints"] = measure_endpoints(server, scale, rate=rate, seconds=seconds, workdir=workdir / "vegeta")
         out["gc_pauses_after_load"] = gc_pauses(server)
         after = guard_api_requests(server)
@@ -490,6 +543,12 @@ def report_lines(runs: dict[str, Any]) -> list[str]:
         lines.append(row(f"{path} p99 ms at 500/s", ep(path, "p99"), f"<= {TARGETS['p99_ms']:g}"))
     lines += [row("p99 ms while every cache relists (all endpoints)", lambda r: r["relist"]["p99"],
                   f"<= {TARGETS['relist_p99_ms']:g}"),
+              row("p99 ms while the periodic audit's process runs (all endpoints; floor)",
+                  lambda r: f"{r['during_audit']['p99']:.2f} (floor "
+                  f"{max(v['p99'] for k, v in r['during_audit']['by_path'].items() if k.startswith('floor')):.2f})",
+                  f"<= {TARGETS['p99_ms']:g}"),
+              row("periodic audit's process: s, peak RSS MiB", lambda r: f"{r['during_audit']['done']['seconds']}, "
+                  f"{r['during_audit']['done']['auditPeakRssMiB']}"),
               row("slowest relist after the restart, s", lambda r: max(v["seconds"] for v in r["relist"]["relisted"].values())),
               row("`audit --cluster`, s", lambda r: r["audit_cluster"]["seconds"], f"<= {TARGETS['audit_seconds']:g}"),
               row("`audit --cluster` peak RSS, MiB", lambda r: r["audit_cluster"]["peak_rss_mib"],

@@ -166,7 +166,7 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lis
     config = dataclasses.replace(config, certificates=dataclasses.replace(config.certificates, dir=str(tmp_path / "certs")))
     client = api_client(str(cp.kubeconfig("admin")), timeout_seconds=5)
     Reconciler(KubeCertApi(client, ns), config.certificates, identity="pod-a").reconcile()
-    assert PeriodicAudit(client, config, identity="pod-a").run_once() is not None
+    assert PeriodicAudit(client, config, identity="pod-a", kubeconfig=str(cp.kubeconfig("admin"))).run_once() is not None
 
     # default values: no pre-delete Job; no kubelet runs here, so no hook pod could run anyway
     started = time.monotonic()

@@ -120,12 +120,20 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
             time.sleep(0.5)
         reports = json.loads(cp.kubectl("admin", "get", "clusterpolicyreports", "-o", "json").stdout)["items"]
         assert [r["metadata"]["name"] for r in reports] == ["dra-guard"]  # replaced, never piled up
-        # the audits (at least two: the finding came and went) judged RBAC from the worker's caches:
-        # no list of their own (issue 19: at 100,000 pods a fresh list held ~1 GiB more every interval)
+        # the audits (at least two: the finding came and went) ran in processes of their own, which
+        # have exited: the serving worker made no RBAC list beyond its informers' (issue 19: an audit
+        # in the worker held its GIL for seconds at the envelope, and its memory every interval)
         text = proc.session().get(proc.url + "/metrics").text
         for resource in ("clusterroles", "clusterrolebindings"):
             found = re.search(r'dra_guard_kube_api_requests_total\{resource="' + resource + r'",verb="list"\} (\S+)', text)
             assert found and float(found.group(1)) <= 2, (resource, found and found.group(0))
+        lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
+        audits = [line for line in lines if line.get("msg") == "periodic audit done"]
+        workers = {int(m) for m in re.findall(r"Booting worker with pid: (\d+)", proc.log())}
+        assert len(audits) >= 2 and workers, proc.log()
+        pids = {a["auditPid"] for a in audits}
+        assert len(pids) == len(audits) and not pids & (workers | {proc.proc.pid})
+        assert not any(pathlib.Path(f"/proc/{pid}").exists() for pid in pids)
         deadline = time.monotonic() + 10
         while 'dra_guard_violations{mode="enforce",policy="rbac"}' in proc.session().get(proc.url + "/metrics").text:
             assert time.monotonic() < deadline

@@ -22,7 +22,8 @@ class Caches:
 def test_the_first_audit_runs_once_the_caches_are_in_sync_not_an_interval_later(monkeypatch):
     config = from_mapping({"audit": {"intervalSeconds": 600}})
     audit = PeriodicAudit.__new__(PeriodicAudit)  # no API client: run_once is replaced below
-    audit.config, audit.facts = config, Caches(after=2)
+    caches = Caches(after=2)
+    audit.config, audit.synced = config, caches.synced
     ran = threading.Event()
     monkeypatch.setattr(audit, "run_once", ran.set)
     waits = []
@@ -33,5 +34,5 @@ def test_the_first_audit_runs_once_the_caches_are_in_sync_not_an_interval_later(
         return len(waits) > 3  # stop after the first interval's wait
     monkeypatch.setattr(stop, "wait", wait)
     audit.loop(stop)
-    assert ran.is_set() and audit.facts.calls == 3
+    assert ran.is_set() and caches.calls == 3
     assert waits[:2] == [1.0, 1.0] and 600 in waits  # polled each second, then the interval

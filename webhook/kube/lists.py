@@ -15,18 +15,17 @@ from webhook.model.slim import audit_view
 
 
 def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, served_versions: list[str] | None = None,
-                         limiter: RateLimiter | None = None, fill: bool = True) -> list[dict[str, Any]]:
+                         limiter: RateLimiter | None = None) -> list[dict[str, Any]]:
     """What `dra-guard audit --cluster` and the in-server periodic audit judge, without holding the
     large kinds twice (issue 19: the audit of a 5,000-node cluster within 1 GiB).
 
-    fill: stream ClusterRoles, Roles, ClusterRoleBindings, RoleBindings, every Pod and (when
-    resource.k8s.io is served) ResourceClaims page by page into the indexes of `facts` (a
-    webhook.model.facts.StaticFacts), keeping only their index entries; False when `facts` are a
-    serving worker's caches (webhook.kube.state.ClusterState), which hold them already.
+    ClusterRoles, Roles, ClusterRoleBindings, RoleBindings, every Pod and (when resource.k8s.io is
+    served) ResourceClaims are streamed page by page into the indexes of `facts` (a
+    webhook.model.facts.StaticFacts), keeping only their index entries.
     Returns the objects the checks read whole, as plain dicts with kind set (audit_view):
     DaemonSets, kube-system Pods, Nodes, kube-system ConfigMaps, ResourceSlices, and the indexed
     ClusterRoleBindings (their slimmed form: the unresolved roleRef check and PolicyReports read
-    name and roleRef). DaemonSets and ResourceSlices also go into `facts` when filling.
+    name and roleRef). DaemonSets and ResourceSlices also go into `facts`.
     Raises ClusterError on API errors."""
     rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
     apps_api = kubernetes.client.AppsV1Api(client)
@@ -51,25 +50,22 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
     def whole(list_func: Any, resource: str, kind: str) -> list[dict[str, Any]]:
         return list_all(list_func, resource=resource, kind=kind, limiter=limiter, view=audit_view)
 
-    if fill:
-        stream(rbac_api.list_cluster_role, "clusterroles", facts.rbac.replace_roles)
-        stream(rbac_api.list_role_for_all_namespaces, "roles", lambda p: facts.rbac.replace_roles(p, namespaced=True))
-        stream(rbac_api.list_cluster_role_binding, "clusterrolebindings", facts.rbac.replace_bindings)
-        stream(rbac_api.list_role_binding_for_all_namespaces, "rolebindings",
-               lambda p: facts.rbac.replace_bindings(p, namespaced=True))
+    stream(rbac_api.list_cluster_role, "clusterroles", facts.rbac.replace_roles)
+    stream(rbac_api.list_role_for_all_namespaces, "roles", lambda p: facts.rbac.replace_roles(p, namespaced=True))
+    stream(rbac_api.list_cluster_role_binding, "clusterrolebindings", facts.rbac.replace_bindings)
+    stream(rbac_api.list_role_binding_for_all_namespaces, "rolebindings",
+           lambda p: facts.rbac.replace_bindings(p, namespaced=True))
     out = whole(apps_api.list_daemon_set_for_all_namespaces, "daemonsets", "DaemonSet")
-    if fill:
-        facts.claims.replace_daemonsets(out)
-        stream(core_api.list_pod_for_all_namespaces, "pods", facts.claims.replace_pods)
+    facts.claims.replace_daemonsets(out)
+    stream(core_api.list_pod_for_all_namespaces, "pods", facts.claims.replace_pods)
     out += whole(system(core_api.list_namespaced_pod), "pods", "Pod")
     out += whole(core_api.list_node, "nodes", "Node")
     out += whole(system(core_api.list_namespaced_config_map), "configmaps", "ConfigMap")
     if version:
         slices = whole(dra("resourceslices"), "resourceslices", "ResourceSlice")
         out += slices
-        if fill:
-            facts.claims.slices.replace(slices)
-            stream(dra("resourceclaims"), "resourceclaims", facts.claims.replace_claims)
+        facts.claims.slices.replace(slices)
+        stream(dra("resourceclaims"), "resourceclaims", facts.claims.replace_claims)
     out += [{"kind": "ClusterRoleBinding", **b} for b in facts.rbac.bindings()]
     return out
 

@@ -2,91 +2,86 @@
 one replica at a time (the holder of the Lease `<certificates.leaseName>-audit`), publishing the
 gauge dra_guard_violations{policy,mode} and, when the wgpolicyk8s.io/v1alpha2 CRDs are installed,
 dra-guard's ClusterPolicyReport and PolicyReports (replacing its previous ones).
+
+The worker keeps the Lease and the gauges; the audit itself runs in a process of its own
+(webhook.serve.audit_child), so its CPU and memory never stall the reviews (issue 19).
 """
 from __future__ import annotations
 
 import datetime
 import logging
 import threading
-import time
+from collections.abc import Callable
 from typing import Any
 
 from certs.selfmanaged import hold_lease
-from webhook import audit, metrics
+from webhook import metrics
 from webhook.config import Config
 from webhook.kube import client as kube_client
-from webhook.kube import lists
 from webhook.kube.certapi import KubeCertApi
-from webhook.kube.pages import RateLimiter
-from webhook.kube.reports import PolicyReportWriter
-from webhook.model.facts import Facts, StaticFacts
+from webhook.serve.audit_child import AuditChildError, AuditRequest, AuditSummary, run_in_child
 
 log = logging.getLogger("dra_guard.audit")
+
+#: a run that fails with one of these is logged in one line and retried next interval
+SKIPPED: tuple[type[Exception], ...] = (*kube_client.API_ERRORS, AuditChildError)
+#: what PeriodicAudit waits on before its first run: () -> (in sync, why not)
+Synced = Callable[[], tuple[bool, str]]
 
 
 class PeriodicAudit:
     """One replica's periodic audit. run_once() audits if this replica holds the audit Lease."""
 
-    def __init__(self, client: Any, config: Config, *, identity: str, facts: Facts | None = None) -> None:
-        """facts: the worker's caches (webhook.kube.state.ClusterState): RBAC, Pods and
-        ResourceClaims are judged from them instead of listed again (issue 19: at 100,000 pods a
-        fresh list held ~1 GiB more in the serving process every interval); None: list everything."""
+    def __init__(self, client: Any, config: Config, *, identity: str, kubeconfig: str | None = None,
+                 synced: Synced | None = None, log_level: str = "info") -> None:
+        """client: the worker's ApiClient (the Lease); kubeconfig: what the audit process loads
+        (None: in-cluster or $KUBECONFIG, as the worker); synced: the worker's caches' synced()
+        (webhook.kube.state.ClusterState): the first audit waits for them, so a starting replica
+        does not list the cluster twice at once."""
         self.client = client
         self.config = config
-        self.facts = facts
         self.identity = identity
+        self.synced = synced
+        self.request = AuditRequest(config=config, kubeconfig=kubeconfig,
+                                    request_timeout_seconds=config.cluster.request_timeout_seconds, log_level=log_level)
         self.lease_api = KubeCertApi(client, config.certificates.namespace)
-        self.reports = PolicyReportWriter(client)
         self.lease_name = f"{config.certificates.lease_name}-audit"
 
-    def run_once(self) -> list[tuple[Any, str]] | None:
-        """Audit the live cluster now if this replica holds the Lease; the findings, or None."""
+    def lease_seconds(self) -> int:
+        """How long the audit Lease is held (seconds): 1.5 intervals and 30 s; the audit process is
+        killed past it, so two replicas never audit at once."""
+        return int(self.config.audit.interval_seconds * 1.5) + 30
+
+    def run_once(self) -> AuditSummary | None:
+        """Audit the live cluster now, in a process of its own, if this replica holds the Lease;
+        its summary, or None. Raises AuditChildError or kube_client.API_ERRORS."""
         now = datetime.datetime.now(datetime.UTC)
-        duration = int(self.config.audit.interval_seconds * 1.5) + 30
-        if not hold_lease(self.lease_api, self.lease_name, identity=self.identity, now=now, duration_seconds=duration):
+        if not hold_lease(self.lease_api, self.lease_name, identity=self.identity, now=now,
+                          duration_seconds=self.lease_seconds()):
             return None
-        started = time.monotonic()
-        limiter = RateLimiter(qps=self.config.audit.qps, burst=self.config.audit.burst)
-        served = kube_client.served_resource_versions(self.client)
-        if self.facts is not None:
-            synced, why = self.facts.synced()
-            if not synced:
-                log.info("periodic audit skipped until the caches are in sync", extra={"reason": why})
-                return None
-        facts = self.facts if self.facts is not None else StaticFacts(self.config)
-        objects = lists.stream_audit_cluster(self.client, facts, served_versions=served, limiter=limiter,
-                                             fill=self.facts is None)
-        result = audit.audit(objects, self.config, served_versions=served, online=True, facts=facts)
-        findings = result.findings
-        counts: dict[tuple[str, str], int] = {}
-        for f, mode in findings:
-            counts[(f.policy, mode)] = counts.get((f.policy, mode), 0) + 1
+        summary = run_in_child(self.request, timeout_seconds=self.lease_seconds(), started=lambda pid: log.info(
+            "periodic audit started", extra={"auditPid": pid, "timeoutSeconds": self.lease_seconds()}))
         metrics.AUDIT_VIOLATIONS.clear()
-        for (policy, mode), n in counts.items():
+        for (policy, mode), n in summary.counts.items():
             metrics.AUDIT_VIOLATIONS.labels(policy=policy, mode=mode).set(n)
         metrics.AUDIT_LAST_RUN.set(now.timestamp())
-        if self.config.audit.policy_reports and self.reports.served():
-            reports = audit.policy_reports(findings, judged=result.judged)
-            if not any(r["kind"] == "ClusterPolicyReport" for r in reports):  # an empty one says the audit ran
-                reports.insert(0, audit.empty_cluster_report())
-            self.reports.apply(reports)
-        log.info("periodic audit done", extra={"findings": len(findings), "objects": len(objects),
-                                               "seconds": round(time.monotonic() - started, 3)})
-        return findings
+        log.info("periodic audit done", extra={
+            "findings": summary.findings, "objects": summary.objects, "seconds": summary.seconds,
+            "auditPid": summary.pid, "auditPeakRssMiB": summary.peak_rss_mib})
+        return summary
 
     def loop(self, stop: threading.Event) -> None:
-        """run_once() now and then every interval until `stop` is set; errors are logged and retried.
-        With the worker's caches as facts, the first run waits until they are in sync (checked
-        every second) instead of skipping a whole interval."""
-        while self.facts is not None and not self.facts.synced()[0]:
+        """run_once() once the worker's caches are in sync (checked every second), then every
+        interval until `stop` is set; errors are logged and retried next interval."""
+        while self.synced is not None and not self.synced()[0]:
             if stop.wait(1.0):
                 return
         while True:
             try:
                 self.run_once()
-            except kube_client.API_ERRORS as exc:  # expected outside a cluster: one line, no traceback
+            except SKIPPED as exc:  # one line, no traceback
                 metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
-                reason = kube_client.describe_error(exc)
+                reason = str(exc) if isinstance(exc, AuditChildError) else kube_client.describe_error(exc)
                 log.warning("periodic audit skipped; retrying next interval",
                             extra={"error": reason[:300], "leaseNamespace": self.config.certificates.namespace})
             except Exception:

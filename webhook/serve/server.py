@@ -14,7 +14,8 @@ Timeouts (seconds) and why (docs/reliability.md has the whole table and the test
   keepalive 75         the kube-apiserver keeps connections to webhooks alive and reuses them.
   client sockets       2 s per operation, 5 s per request: slow clients cannot hold the threads.
 In self certificate mode each worker also runs the certificate reconciler, and with a cluster the
-periodic audit, in daemon threads.
+periodic audit's scheduler, in daemon threads (the audit itself runs in a child process:
+webhook.serve.audit_child).
 """
 from __future__ import annotations
 
@@ -228,7 +229,7 @@ class DraGuardServer(BaseApplication):
             from webhook.serve.periodic import PeriodicAudit
 
             periodic = PeriodicAudit(client, resolve_namespace(o.config), identity=f"{identity(o.port)}-{os.getpid()}",
-                                     facts=state)
+                                     kubeconfig=o.kubeconfig, synced=state.synced, log_level=o.log_level)
             threading.Thread(target=periodic.loop, name="periodic-audit", daemon=True,
                              kwargs={"stop": threading.Event()}).start()
         if o.config.certificates.mode == "self" and not o.no_cluster:
