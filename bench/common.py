@@ -172,6 +172,33 @@ def proc_status(pid: int) -> dict[str, int]:
             "threads": int(fields["Threads"]), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
+def cpu_snapshot() -> dict[int, tuple[str, float]]:
+    """Every process's name (comm) and CPU seconds so far (user + system), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                text = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            comm, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+            out[int(entry)] = (comm, (int(rest[11]) + int(rest[12])) / tick)
+    return out
+
+
+def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+             names: dict[int, str] | None = None, top: int = 6) -> dict[str, float]:
+    """CPU seconds each process used between two cpu_snapshot()s (processes alive at both), summed
+    by name (`names` overrides comm for given pids), the `top` largest first."""
+    used: dict[str, float] = {}
+    for pid, (comm, seconds) in after.items():
+        if pid in before:
+            label = (names or {}).get(pid, comm)
+            used[label] = used.get(label, 0.0) + seconds - before[pid][1]
+    return {k: round(v, 1) for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:top] if v > 0}
+
+
 def worker_pid(master: int) -> int:
     """The first child of a gunicorn master: its (only, with workers=1) worker."""
     children = pathlib.Path(f"/proc/{master}/task/{master}/children").read_text().split()

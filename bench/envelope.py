@@ -46,7 +46,7 @@ if str(REPO) not in sys.path:
 import requests  # noqa: E402
 
 from bench import endpoints, fill  # noqa: E402
-from bench.common import attack, latency_summary, machine, proc_status, write_json  # noqa: E402
+from bench.common import attack, cpu_snapshot, cpu_used, latency_summary, machine, proc_status, write_json  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,14 +261,17 @@ def measure_endpoints(server: endpoints.Server, scale: EnvelopeScale, *, rate: f
     """p50/p99 per endpoint at `rate`/s with answers checked, each next to the floor (/validate/noop
     with the same bodies) measured right before it."""
     out: dict[str, Any] = {}
+    names = {server.worker: "dra-guard worker"}
     for path, reviews in endpoints.bodies(scale.as_fill_scale()).items():
+        before = cpu_snapshot()
         floor = endpoints.run_rate(server, "/validate/noop", endpoints.as_floor(reviews), rate=rate, seconds=seconds,
                                    workdir=workdir / f"floor{path.replace('/', '-')}")
         run = endpoints.run_rate(server, path, reviews, rate=rate, seconds=seconds, workdir=workdir / path.strip("/").replace("/", "-"),
                                  check=True)
-        out[path] = {"run": run, "floor": floor}
+        out[path] = {"run": run, "floor": floor, "cpu_seconds": cpu_used(before, cpu_snapshot(), names)}
         log(f"    {path}: p50 {run['p50']:.2f} ms p99 {run['p99']:.2f} ms (floor p99 {floor['p99']:.2f} ms), "
-            f"success {run['success']}, wrong answers {run['answers']['wrong']}")
+            f"success {run['success']}, wrong answers {run['answers']['wrong']}; CPU s (floor and run): "
+            f"{out[path]['cpu_seconds']}")
     return out
 
 
@@ -318,14 +321,18 @@ def measure_during_audit(server: endpoints.Server, scale: EnvelopeScale, *, rate
     if started is None:
         return {"error": "no periodic audit started within 180 s of ready"}
     targets, paths = round_robin(server, scale, workdir)
+    before = cpu_snapshot()
     run = attack(targets, rate=rate, seconds=seconds, workdir=workdir, ca_file=server.ca_file)
-    result: dict[str, Any] = {"started": started, **run.summary(), "by_path": by_label(run, paths)}
+    names = {server.worker: "dra-guard worker", int(started.get("auditPid") or 0): "audit process"}
+    result: dict[str, Any] = {"started": started, **run.summary(), "by_path": by_label(run, paths),
+                              "cpu_seconds": cpu_used(before, cpu_snapshot(), names)}
     result["answered_non_2xx"] = sum(1 for c in run.codes if not 200 <= c < 300)
     result["done"] = wait_for_line(log_file, "periodic audit done", timeout=600)
     floors = [v["p99"] for k, v in result["by_path"].items() if k.startswith("floor")]
     log(f"    during the periodic audit (process {started.get('auditPid')}): p99 {result['p99']:.2f} ms max "
         f"{result['max']:.0f} ms (floor p99 {max(floors):.2f} ms; "
-        + ", ".join(f"{k} p99 {v['p99']:.1f}" for k, v in result["by_path"].items()) + f"); audit {result['done']}")
+        + ", ".join(f"{k} p99 {v['p99']:.1f}" for k, v in result["by_path"].items()) + f"); CPU s over the window: "
+        f"{result['cpu_seconds']}; audit {result['done']}")
     return result
 
 
