@@ -173,9 +173,14 @@ def proc_status(pid: int) -> dict[str, int]:
 
 
 def cpu_snapshot() -> dict[int, tuple[str, float]]:
-    """Every process's name (comm) and CPU seconds so far (user + system), from /proc."""
+    """Every process's name (comm) and CPU seconds so far (user + system), from /proc; and, under
+    negative keys, the machine's idle and steal seconds (all CPUs: /proc/stat) and this process's
+    reaped children's CPU seconds (the load generator's runs that have ended)."""
     tick = os.sysconf("SC_CLK_TCK")
-    out = {}
+    machine_line = pathlib.Path("/proc/stat").read_text().splitlines()[0].split()
+    times = os.times()
+    out = {-1: ("machine idle", int(machine_line[4]) / tick), -2: ("machine steal", int(machine_line[8]) / tick),
+           -3: ("ended children of the bench (vegeta)", times.children_user + times.children_system)}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -190,13 +195,15 @@ def cpu_snapshot() -> dict[int, tuple[str, float]]:
 def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
              names: dict[int, str] | None = None, top: int = 6) -> dict[str, float]:
     """CPU seconds each process used between two cpu_snapshot()s (processes alive at both), summed
-    by name (`names` overrides comm for given pids), the `top` largest first."""
+    by name (`names` overrides comm for given pids), the `top` largest first; then the machine's
+    idle and steal seconds and the bench's ended children's CPU seconds over the same window."""
     used: dict[str, float] = {}
     for pid, (comm, seconds) in after.items():
-        if pid in before:
+        if pid in before and pid >= 0:
             label = (names or {}).get(pid, comm)
             used[label] = used.get(label, 0.0) + seconds - before[pid][1]
-    return {k: round(v, 1) for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:top] if v > 0}
+    machine = {comm: round(seconds - before[pid][1], 1) for pid, (comm, seconds) in after.items() if pid < 0}
+    return {**{k: round(v, 1) for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:top] if v > 0}, **machine}
 
 
 def worker_pid(master: int) -> int:

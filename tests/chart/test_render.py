@@ -630,7 +630,8 @@ def test_installed_policyreport_crds_are_kept_on_uninstall():
 
 def test_readme_sizing_matches_the_chart_defaults_and_the_measured_figures():
     """Issue 19: README "Sizing" names the chart's default memory request and limit, and every row's
-    limit is above the peak bench/results measured for that size."""
+    limit is above the worker's peak plus the periodic audit's process's peak (both run in the
+    server's container at once) that bench/results measured for that size."""
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
     rows = [line for line in readme.split("### Sizing", 1)[1].split("\n\n", 3)[2].splitlines() if line.startswith("| ") and "MiB" in line]
     values = yaml.safe_load((helm.CHART / "values.yaml").read_text())["resources"]
@@ -643,8 +644,10 @@ def test_readme_sizing_matches_the_chart_defaults_and_the_measured_figures():
 
     for row, measured in zip(rows, ("envelope-today.json", "envelope-envelope.json"), strict=True):
         run = next(iter(json.loads((results / measured).read_text())["runs"].values()))
-        limit = row.split("|")[5].strip().split()[0]
-        assert f"{run['peak_rss_mib']:.0f} MiB" in row and mib(limit) > run["peak_rss_mib"], row
+        limit = row.split("|")[6].strip().split()[0]
+        audit = run["during_audit"]["done"]["auditPeakRssMiB"]
+        assert f"{run['peak_rss_mib']:.0f} MiB" in row and f"{audit:.0f} MiB" in row, row
+        assert mib(limit) > run["peak_rss_mib"] + audit, row
 
 
 def test_host_network_extra_env_and_rolling_update_reach_every_pod_the_chart_makes():
