@@ -229,6 +229,13 @@ def gc_pauses(server: endpoints.Server) -> dict[str, dict[str, float]]:
     return out
 
 
+def tls_handshakes(server: endpoints.Server) -> float:
+    """dra_guard_tls_handshakes_total: the new connections the worker has taken so far."""
+    text = requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("dra_guard_tls_handshakes_total "))
+
+
 def cache_objects(server: endpoints.Server) -> dict[str, float]:
     """dra_guard_cache_objects by cache."""
     text = requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
@@ -263,14 +270,16 @@ def measure_endpoints(server: endpoints.Server, scale: EnvelopeScale, *, rate: f
     out: dict[str, Any] = {}
     names = {server.worker: "dra-guard worker"}
     for path, reviews in endpoints.bodies(scale.as_fill_scale()).items():
-        before = cpu_snapshot()
+        before, shaken = cpu_snapshot(), tls_handshakes(server)
         floor = endpoints.run_rate(server, "/validate/noop", endpoints.as_floor(reviews), rate=rate, seconds=seconds,
                                    workdir=workdir / f"floor{path.replace('/', '-')}")
         run = endpoints.run_rate(server, path, reviews, rate=rate, seconds=seconds, workdir=workdir / path.strip("/").replace("/", "-"),
                                  check=True)
-        out[path] = {"run": run, "floor": floor, "cpu_seconds": cpu_used(before, cpu_snapshot(), names)}
+        out[path] = {"run": run, "floor": floor, "cpu_seconds": cpu_used(before, cpu_snapshot(), names),
+                     "new_connections": tls_handshakes(server) - shaken - 1}  # - 1: the scrape's own
         log(f"    {path}: p50 {run['p50']:.2f} ms p99 {run['p99']:.2f} ms (floor p99 {floor['p99']:.2f} ms), "
-            f"success {run['success']}, wrong answers {run['answers']['wrong']}; CPU s (floor and run): "
+            f"success {run['success']}, wrong answers {run['answers']['wrong']}; new connections "
+            f"{out[path]['new_connections']:.0f}; CPU s (floor and run): "
             f"{out[path]['cpu_seconds']}")
     return out
 
@@ -321,17 +330,19 @@ def measure_during_audit(server: endpoints.Server, scale: EnvelopeScale, *, rate
     if started is None:
         return {"error": "no periodic audit started within 180 s of ready"}
     targets, paths = round_robin(server, scale, workdir)
-    before = cpu_snapshot()
+    before, shaken = cpu_snapshot(), tls_handshakes(server)
     run = attack(targets, rate=rate, seconds=seconds, workdir=workdir, ca_file=server.ca_file)
     names = {server.worker: "dra-guard worker", int(started.get("auditPid") or 0): "audit process"}
     result: dict[str, Any] = {"started": started, **run.summary(), "by_path": by_label(run, paths),
-                              "cpu_seconds": cpu_used(before, cpu_snapshot(), names)}
+                              "cpu_seconds": cpu_used(before, cpu_snapshot(), names),
+                              "new_connections": tls_handshakes(server) - shaken - 1}
     result["answered_non_2xx"] = sum(1 for c in run.codes if not 200 <= c < 300)
     result["done"] = wait_for_line(log_file, "periodic audit done", timeout=600)
     floors = [v["p99"] for k, v in result["by_path"].items() if k.startswith("floor")]
     log(f"    during the periodic audit (process {started.get('auditPid')}): p99 {result['p99']:.2f} ms max "
         f"{result['max']:.0f} ms (floor p99 {max(floors):.2f} ms; "
-        + ", ".join(f"{k} p99 {v['p99']:.1f}" for k, v in result["by_path"].items()) + f"); CPU s over the window: "
+        + ", ".join(f"{k} p99 {v['p99']:.1f}" for k, v in result["by_path"].items()) + f"); new connections "
+        f"{result['new_connections']:.0f}; CPU s over the window: "
         f"{result['cpu_seconds']}; audit {result['done']}")
     return result
 

@@ -58,6 +58,11 @@ CLIENT_TIMEOUTS = Counter(
     "dra_guard_client_timeouts_total",
     "Connections closed because the client stalled (2 s per operation, 5 s per request).",
 )
+TLS_HANDSHAKES = Counter(
+    "dra_guard_tls_handshakes_total",
+    "TLS handshakes completed (new connections). Against dra_guard_admission_requests_total: how many reviews "
+    "arrive on a new connection; each costs about as much CPU as judging a review.",
+)
 BINDING_REFRESHES = Counter(
     "dra_guard_binding_refreshes_total",
     "Reads of every ClusterRoleBinding before judging a ClusterRole with DeviceClass/ResourceSlice write, by "

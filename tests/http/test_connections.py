@@ -204,3 +204,26 @@ def test_connections_idle_after_their_tls_handshake_do_not_hold_the_worker_threa
     finally:
         for sock in idle:
             sock.close()
+
+
+def handshakes(server) -> float:
+    """dra_guard_tls_handshakes_total, read over a connection of its own (counted too)."""
+    text = server.session().get(server.url + "/metrics").text
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("dra_guard_tls_handshakes_total ")))
+
+
+def test_every_new_connection_is_counted_as_a_tls_handshake_and_kept_alive_requests_are_not(server):
+    """dra_guard_tls_handshakes_total tells operators how many reviews pay for a new connection
+    (a client that dials instead of reusing its connections costs the worker a handshake each)."""
+    start = handshakes(server)
+    with socket.create_connection(("127.0.0.1", server.port)) as raw:
+        with tls_context(server).wrap_socket(raw, server_hostname="localhost") as tls:
+            for _ in range(5):  # one connection, five requests
+                assert get_healthz(tls).startswith(b"HTTP/1.1 200")
+    after_one = handshakes(server)
+    assert after_one - start == 2  # the connection above and the scrape's own
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", server.port)) as raw:
+            with tls_context(server).wrap_socket(raw, server_hostname="localhost") as tls:
+                assert get_healthz(tls).startswith(b"HTTP/1.1 200")
+    assert handshakes(server) - after_one == 4

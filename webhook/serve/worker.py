@@ -137,6 +137,7 @@ class DrainingThreadWorker(ThreadWorker):
         try:
             conn.sock.setblocking(True)
             conn.init()
+            metrics.TLS_HANDSHAKES.inc()
             return True
         except ssl.SSLError as exc:
             self.log.debug("TLS handshake failed: %s", exc)
