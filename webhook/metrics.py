@@ -132,6 +132,15 @@ AUDIT_LAST_RUN = Gauge(
     "dra_guard_audit_last_run_timestamp_seconds",
     "When this replica last completed the periodic cluster audit (Unix time, seconds).",
 )
+AUDIT_LAST_SECONDS = Gauge(
+    "dra_guard_audit_last_duration_seconds",
+    "Wall time of this replica's last periodic cluster audit (seconds; it runs in a process of its own).",
+)
+AUDIT_PEAK_RSS = Gauge(
+    "dra_guard_audit_process_peak_rss_bytes",
+    "Peak resident memory of the last periodic audit's process (bytes): it counts in the container's memory "
+    "limit beside the worker's while it runs.",
+)
 NOT_JUDGED = Counter(
     "dra_guard_reviews_not_judged_total",
     "Reviews answered without being judged (server.limits, overload, server.reviewDeadlineSeconds), "

@@ -134,6 +134,10 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
         pids = {a["auditPid"] for a in audits}
         assert len(pids) == len(audits) and not pids & (workers | {proc.proc.pid})
         assert not any(pathlib.Path(f"/proc/{pid}").exists() for pid in pids)
+        # what an operator alerts on: the audit process's memory counts in the container's limit
+        peak = re.search(r"^dra_guard_audit_process_peak_rss_bytes (\S+)$", text, re.M)
+        assert peak and 20 * 2**20 < float(peak.group(1)) < 2**30, peak and peak.group(0)
+        assert re.search(r"^dra_guard_audit_last_duration_seconds [0-9.]+(e[-+]?\d+)?$", text, re.M)
         deadline = time.monotonic() + 10
         while 'dra_guard_violations{mode="enforce",policy="rbac"}' in proc.session().get(proc.url + "/metrics").text:
             assert time.monotonic() < deadline
