@@ -191,3 +191,39 @@ def test_protected_role_body_is_a_clusterrole_granting_resourceslice_write_and_a
     role = review["request"]["object"]
     assert review["request"]["kind"]["kind"] == "ClusterRole" and allowed
     assert rbac_model.protected_grants(role["rules"], RbacConfig(), role=role["metadata"]["name"])
+
+
+def test_cpu_used_sums_processes_by_name_and_keeps_the_machine_figures():
+    before = {-1: ("machine idle", 100.0), -2: ("machine steal", 1.0), -3: ("ended children of the bench (vegeta)", 0.0),
+              10: ("python", 5.0), 11: ("python", 1.0), 12: ("kube-apiserver", 3.0), 13: ("gone", 9.0)}
+    after = {-1: ("machine idle", 130.0), -2: ("machine steal", 1.5), -3: ("ended children of the bench (vegeta)", 4.0),
+             10: ("python", 9.0), 11: ("python", 2.0), 12: ("kube-apiserver", 10.0), 14: ("new", 2.0)}
+    used = common.cpu_used(before, after, {10: "dra-guard worker"}, top=2)
+    # pid 13 ended and 14 started inside the window: neither is counted; 11 is the third largest
+    assert used == {"kube-apiserver": 7.0, "dra-guard worker": 4.0, "machine idle": 30.0, "machine steal": 0.5,
+                    "ended children of the bench (vegeta)": 4.0}
+
+
+def test_cpu_snapshot_and_context_switches_read_this_process():
+    import os
+    import time
+
+    snap = common.cpu_snapshot()
+    assert snap[os.getpid()][1] > 0  # this test's own CPU seconds so far
+    assert {-1, -2, -3} <= set(snap)
+    switches = common.context_switches(os.getpid())
+    time.sleep(0.01)  # a voluntary switch
+    assert common.context_switches(os.getpid()) > switches
+
+
+def test_envelope_splits_a_round_robin_attack_by_label_and_finds_log_lines(tmp_path):
+    from bench import envelope
+
+    run = common.Attack(rate=10, seconds=1, latencies_ms=[1.0, 10.0, 2.0, 20.0, 3.0, 30.0], codes=[200] * 6,
+                        errors=[], bodies=[])
+    split = envelope.by_label(run, ["a", "floor a"])
+    assert split["a"]["max"] == 3.0 and split["floor a"]["max"] == 30.0
+    log = tmp_path / "log"
+    log.write_text('not json\n{"msg": "periodic audit started", "auditPid": 7}\n{"msg": "periodic audit done", "seconds": 2}\n')
+    assert envelope.wait_for_line(log, "periodic audit done", timeout=0)["seconds"] == 2
+    assert envelope.wait_for_line(log, "periodic audit started", offset=log.stat().st_size, timeout=0) is None
