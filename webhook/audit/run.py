@@ -72,8 +72,8 @@ def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: lis
     unresolved roleRef findings (a ClusterRoleBinding whose ClusterRole is not among `objects`:
     advisory, never a silent clean). online: `objects` include the live cluster's.
     facts: the indexes to judge by, already holding what `objects` would add (e.g. filled by
-    webhook.kube.lists.stream_audit_cluster, files added with webhook.model.facts.add_objects, or
-    a serving worker's caches); None: built from `objects`."""
+    webhook.kube.lists.stream_audit_cluster, files added with webhook.model.facts.add_objects);
+    None: built from `objects`."""
     findings: list[tuple[Finding, str]] = []
     facts = facts if facts is not None else build_facts(objects, config)
     by_kind: dict[str, list[dict[str, Any]]] = {}
