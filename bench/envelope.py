@@ -195,9 +195,14 @@ def apiserver_list_bytes(cp: Any) -> dict[str, float]:
     return out
 
 
+def scrape(server: endpoints.Server) -> str:
+    """dra-guard's /metrics page (Prometheus text)."""
+    return requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+
+
 def guard_api_requests(server: endpoints.Server) -> dict[str, float]:
     """dra_guard_kube_api_requests_total by "verb resource", from dra-guard's /metrics."""
-    text = requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+    text = scrape(server)
     out: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("dra_guard_kube_api_requests_total{"):
@@ -210,7 +215,7 @@ def guard_api_requests(server: endpoints.Server) -> dict[str, float]:
 def gc_pauses(server: endpoints.Server) -> dict[str, dict[str, float]]:
     """dra_guard_gc_pause_seconds by generation: collections, seconds in all, and how many took
     over 0.1 s (every thread of the worker waits while one runs)."""
-    text = requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+    text = scrape(server)
     out: dict[str, dict[str, float]] = {}
     for line in text.splitlines():
         if not line.startswith("dra_guard_gc_pause_seconds_"):
@@ -231,14 +236,14 @@ def gc_pauses(server: endpoints.Server) -> dict[str, dict[str, float]]:
 
 def tls_handshakes(server: endpoints.Server) -> float:
     """dra_guard_tls_handshakes_total: the new connections the worker has taken so far."""
-    text = requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+    text = scrape(server)
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("dra_guard_tls_handshakes_total "))
 
 
 def cache_objects(server: endpoints.Server) -> dict[str, float]:
     """dra_guard_cache_objects by cache."""
-    text = requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+    text = scrape(server)
     return {line.split('cache="', 1)[1].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
             for line in text.splitlines() if line.startswith("dra_guard_cache_objects{")}
 

@@ -15,6 +15,7 @@ or {"error": "..."} with exit status 3 on an API error. Its log lines go to the 
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import dataclasses
 import json
@@ -86,9 +87,7 @@ def audit_cluster(client: Any, config: Config) -> dict[str, Any]:
     facts = StaticFacts(config)
     objects = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter)
     result = audit.audit(objects, config, served_versions=served, online=True, facts=facts)
-    counts: dict[tuple[str, str], int] = {}
-    for f, mode in result.findings:
-        counts[(f.policy, mode)] = counts.get((f.policy, mode), 0) + 1
+    counts = collections.Counter((f.policy, mode) for f, mode in result.findings)
     writer = PolicyReportWriter(client)
     if config.audit.policy_reports and writer.served():
         reports = audit.policy_reports(result.findings, judged=result.judged)
@@ -152,14 +151,13 @@ def run_in_child(request: AuditRequest, *, timeout_seconds: float,
         child.kill()
         child.communicate()
         raise AuditChildError(f"the audit process did not finish within {timeout_seconds:g} s and was killed") from exc
-    done = subprocess.CompletedProcess(child.args, child.returncode, out)
-    lines = done.stdout.decode(errors="replace").strip().splitlines()
+    lines = out.decode(errors="replace").strip().splitlines()
     try:
         answer = json.loads(lines[-1]) if lines else {}
     except ValueError:
         answer = {}
-    if done.returncode != 0 or "counts" not in answer:
-        reason = answer.get("error") or f"exit status {done.returncode}, no summary (its log lines say why)"
+    if child.returncode != 0 or "counts" not in answer:
+        reason = answer.get("error") or f"exit status {child.returncode}, no summary (its log lines say why)"
         raise AuditChildError(f"the audit process failed: {reason}")
     return AuditSummary(counts={(p, m): int(n) for p, m, n in answer["counts"]}, findings=int(answer["findings"]),
                         objects=int(answer["objects"]), seconds=float(answer["seconds"]),

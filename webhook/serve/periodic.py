@@ -38,7 +38,6 @@ class PeriodicAudit:
         (None: in-cluster or $KUBECONFIG, as the worker); synced: the worker's caches' synced()
         (webhook.kube.state.ClusterState): the first audit waits for them, so a starting replica
         does not list the cluster twice at once."""
-        self.client = client
         self.config = config
         self.identity = identity
         self.synced = synced
