@@ -15,9 +15,18 @@ ADMISSION_REQUESTS = Counter(
 )
 ADMISSION_DURATION = Histogram(
     "dra_guard_admission_duration_seconds",
-    "Time to answer one AdmissionReview (parse, policy, serialise), in seconds.",
+    "Time to judge one AdmissionReview (parse, policy, serialise), in seconds; the wait before it is in "
+    "dra_guard_review_age_seconds.",
     ["policy"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+REVIEW_AGE = Histogram(
+    "dra_guard_review_age_seconds",
+    "Seconds from a review's arrival (its bytes reaching the host; the worker's queue included) to its answer, "
+    "by policy: what the apiserver's timeoutSeconds is measured against. dra_guard_admission_duration_seconds "
+    "is the judging alone.",
+    ["policy"],
+    buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 5.0, 10.0),
 )
 VIOLATIONS = Counter(
     "dra_guard_admission_violations_total",
@@ -149,7 +158,19 @@ NOT_JUDGED = Counter(
 )
 DROPPED_REQUESTS = Counter(
     "dra_guard_requests_dropped_total",
-    "Requests closed unanswered because they waited in a worker's queue longer than server.dropAfterSeconds.",
+    "Requests closed unanswered because they had waited longer than server.dropAfterSeconds (in the kernel's "
+    "accept queue and the worker's queue): their apiserver has given up on them.",
+)
+CONNECTIONS_RECLAIMED = Counter(
+    "dra_guard_idle_connections_reclaimed_total",
+    "Idle connections a worker closed at its connection limit to accept connections waiting in the accept queue "
+    "(those that never sent a byte or a request first, then the longest idle).",
+)
+ACCEPT_QUEUE = Gauge(
+    "dra_guard_accept_queue_connections",
+    "Connections the kernel has completed on this worker's listening sockets that the worker has not accepted "
+    "yet. Above 0 for long: past the worker's capacity or its connection limit; once the listen backlog is full "
+    "the kernel drops new connections and clients retry after 1 s, 3 s, ... (unseen by the worker).",
 )
 
 GC_PAUSES = Histogram(

@@ -180,7 +180,8 @@ def test_heavy_rbac_reviews_never_hold_the_threads_kept_for_evictions(monkeypatc
 def app_module_lane_free(app) -> bool:
     """Whether the RBAC lane of `app` still has a free slot (peeks at the semaphore's counter)."""
     view = app.view_functions["review_rbac"]
-    lane = next(c.cell_contents for c in view.__closure__ if isinstance(c.cell_contents, lanes.Lane))
+    lane = view.lane
+    assert isinstance(lane, lanes.Lane)
     return lane._free._value > 0
 
 

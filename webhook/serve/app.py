@@ -112,8 +112,14 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
         def view() -> Response:
             if on_probe_port():
                 return _not_here()
-            deadline = arrived() + config.server.review_deadline_seconds
-            late = time.monotonic() >= deadline  # it waited in the worker's queue past its deadline
+            arrival = arrived()
+            try:
+                return answer(arrival + config.server.review_deadline_seconds)
+            finally:
+                metrics.REVIEW_AGE.labels(policy=policy).observe(time.monotonic() - arrival)
+
+        def answer(deadline: float) -> Response:
+            late = time.monotonic() >= deadline  # it waited (accept queue, worker queue) past its deadline
             if late or not lane.enter(deadline):
                 # overloaded: answer at once (reading only the body's head), never queue past the timeout
                 review = read_review(path, peek=True)
@@ -135,6 +141,7 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
             finally:
                 lane.leave()
         view.__name__ = f"review_{policy}"
+        view.lane = lane  # type: ignore[attr-defined]  # for tests and debugging: the lane it enters
         return view
 
     for path, (policy, evaluate) in policy_routes(config, cluster).items():

@@ -42,7 +42,7 @@ from webhook.kube.certapi import KubeCertApi
 from webhook.kube.client import api_client
 from webhook.kube.informer import watch_collector_pauses
 from webhook.kube.state import ClusterState
-from webhook.serve import worker
+from webhook.serve import sockets, worker
 from webhook.serve.app import Readiness, create_app
 
 log = logging.getLogger("dra_guard.server")
@@ -179,8 +179,8 @@ class DraGuardServer(BaseApplication):
             # swaps in a new one when the files' digest changes (TLS 1.2+, no restart)
             # server.clientCAFile: the admission port asks for a client certificate; server.probePort
             # (if set) does not, and serves only /healthz, /readyz and /metrics (create_app)
-            "ssl_context": lambda conf, default_factory: worker.TimeoutWrapping(
-                reloader(o).context(), worker.CLIENT_SOCKET_TIMEOUT, probe_port=probe_port,
+            "ssl_context": lambda conf, default_factory: sockets.TimeoutWrapping(
+                reloader(o).context(), sockets.CLIENT_SOCKET_TIMEOUT, probe_port=probe_port,
                 open_context=reloader(o).open_context()),
             "timeout": 30,
             "graceful_timeout": 20,

@@ -3,7 +3,8 @@ the gthread worker with dra-guard's connection handling, the logger, and the TLS
 
 When moving the gunicorn pin, run tests/http/test_connections.py first: DrainingThreadWorker
 overrides gthread internals (handle, finish_request, _keepalive_after, _DEFER, pending_conns, and
-TConn.init/is_http2/parser for the handshake it runs itself).
+murder_keepalived, TConn.initialized/is_http2/parser for the handshake it runs itself; gunicorn.sock's
+ssl_wrap_socket and gunicorn.http's get_parser).
 Timeouts (seconds) and why: docs/reliability.md.
 """
 from __future__ import annotations
@@ -18,12 +19,21 @@ import threading
 import time
 from typing import Any
 
-from gunicorn import util
+from gunicorn import http, util
+from gunicorn import sock as gsock
 from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.workers.gthread import _DEFER, ThreadWorker
 
 from webhook import metrics
 from webhook.serve.lanes import set_arrival
+from webhook.serve.sockets import (
+    CLIENT_SOCKET_TIMEOUT,
+    accept_queue,
+    holds_a_request,
+    ready,
+    request_waiting,
+    waited_in_kernel,
+)
 
 log = logging.getLogger("dra_guard.server")
 
@@ -31,11 +41,12 @@ DRAINING = threading.Event()  # set in a worker on SIGTERM: /readyz fails while 
 SHUTDOWN_DELAY = [5.0]        # seconds; set from server.shutdownDelaySeconds before the workers fork
 DROP_AFTER = [3.0]            # seconds; set from server.dropAfterSeconds: older queued requests are dropped
 KEEPALIVE_CONNECTIONS = 250  # idle keep-alive connections per worker: far above what apiservers, probes and Prometheus hold
-FIRST_BYTE_WAIT = 0.1  # seconds a new connection may hold a pool thread before its first byte (then: the poller)
+FIRST_BYTE_WAIT = 0.01  # seconds a new connection may hold a pool thread before its first byte (then: the poller)
+HANDSHAKE_STEP_WAIT = 0.01  # seconds a thread waits for the client's next TLS handshake bytes (then: the poller)
 REQUEST_AFTER_HANDSHAKE_WAIT = 0.01  # seconds a thread waits for a request after a TLS handshake (then: the poller)
 CLOSE_LINGER = 0.5  # seconds a closing connection waits for the client's FIN (RFC 9112 9.6) before it is dropped
-CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
-REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
+RECLAIM_BATCH = 16  # idle connections closed at most per event-loop turn at the connection limit (nginx does the same)
+RECLAIM_MIN_IDLE = 1.0  # seconds a connection must have been idle to be reclaimed (a busy client's may lag that much)
 
 
 def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
@@ -60,6 +71,11 @@ class DrainingThreadWorker(ThreadWorker):
     def init_process(self) -> None:
         """Answer gunicorn's own protocol errors in JSON (write_json_error), then run the worker."""
         util.write_error = write_json_error
+        # gthread answers "Connection: close" on an active connection once max_keepalived are kept
+        # alive: idle connections (an attacker's too) then cost an honest client its connection.
+        # The limit stays worker_connections, enforced by murder_keepalived's reclaim of idle ones.
+        self.max_keepalived = self.worker_connections
+        metrics.ACCEPT_QUEUE.set_function(self._accept_queue)
         super().init_process()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
@@ -72,18 +88,25 @@ class DrainingThreadWorker(ThreadWorker):
         timer.start()
 
     def enqueue_req(self, conn: Any) -> None:
-        """gthread's enqueue_req(), noting when the request was queued (conn.queued_at, monotonic):
-        its age decides whether it is still worth serving (handle) and its review's deadline
-        (webhook.serve.lanes.arrived)."""
-        conn.queued_at = time.monotonic()
+        """gthread's enqueue_req(), noting when the request arrived (conn.queued_at, monotonic): its
+        age decides whether it is still worth serving (handle) and its review's deadline
+        (webhook.serve.lanes.arrived). A new connection's age counts its wait in the kernel
+        (waited_in_kernel): it may have sat in the accept queue for seconds while the worker was
+        busy or at its connection limit, and one older than DROP_AFTER is closed before its TLS
+        handshake; its review's deadline counts from the review's own bytes (_handle). A kept-alive
+        connection counts from now: the poller wakes as its bytes arrive."""
+        waited = 0.0 if conn.initialized else waited_in_kernel(conn.sock)
+        conn.queued_at = time.monotonic() - waited
         super().enqueue_req(conn)
 
     def handle(self, conn: Any) -> Any:
         """Drop a request queued longer than DROP_AFTER[0] seconds (its apiserver has given up on
-        it: serving it would only delay the ones still waited for), then serve it (_handle)."""
+        it: serving it would only delay the ones still waited for), then serve it (_handle). A
+        connection that holds no request (never sent one, or only closed) is closed uncounted."""
         queued_at = conn.__dict__.get("queued_at")
         if queued_at is not None and time.monotonic() - queued_at > DROP_AFTER[0]:
-            metrics.DROPPED_REQUESTS.inc()
+            if holds_a_request(conn.sock):
+                metrics.DROPPED_REQUESTS.inc()
             conn.sock.close()
             return False
         set_arrival(queued_at)
@@ -93,11 +116,15 @@ class DrainingThreadWorker(ThreadWorker):
             set_arrival(None)
 
     def _handle(self, conn: Any) -> Any:
-        """gthread's handle() (in a pool thread), with four changes:
+        """gthread's handle() (in a pool thread), with five changes:
 
         * a new connection waits at most FIRST_BYTE_WAIT seconds in this thread for its first byte
           (gthread: 5 s), then in the poller: eight connections that send nothing held every
           thread for 5 s each;
+        * the TLS handshake waits at most HANDSHAKE_STEP_WAIT seconds here for each of the client's
+          flights, then in the poller (_handshake): a client that sent 3 bytes of a ClientHello
+          held a thread for the whole 2 s handshake bound, and 24 of them made every other
+          request, kept-alive ones included, wait past the webhook timeout;
         * after its TLS handshake, a new connection waits at most REQUEST_AFTER_HANDSHAKE_WAIT
           seconds here for its request, then in the poller as a kept-alive connection: the
           apiserver leaves connections it dialed for a burst idle in its pool, and gthread waited
@@ -114,13 +141,24 @@ class DrainingThreadWorker(ThreadWorker):
                 conn.first_byte_deferred = True  # read by finish_request, in the event loop
                 return _DEFER
             if self.cfg.is_ssl:
-                if not self._handshake(conn):
+                done = self._handshake(conn)
+                if done is None:  # the client's next handshake bytes are not there: wait in the poller
+                    conn.first_byte_deferred = True
+                    return _DEFER
+                if not done:
                     return False
-                if not conn.is_http2 and not _request_waiting(conn.sock, REQUEST_AFTER_HANDSHAKE_WAIT):
+                if not conn.is_http2 and not request_waiting(conn.sock, REQUEST_AFTER_HANDSHAKE_WAIT):
                     # handshake done, no request: a client's pooled connection (the apiserver dials
                     # one per review of a burst and keeps those it did not need): kept alive in the
                     # poller, like a connection after an answer, not in this thread
+                    conn.no_request_yet = True  # reclaimed first at the connection limit
                     return True
+                # the review's own clock starts with its bytes, not with the connection's ClientHello:
+                # a client (Go's http.Transport, the apiserver's) hands a new connection to whichever
+                # request waits when the dial completes, often a later one than the dial was for.
+                # Dating it from the ClientHello refused fresh reviews as late (42 RBAC 503s at 500/s).
+                set_arrival(time.monotonic() - waited_in_kernel(conn.sock))
+        conn.__dict__.pop("no_request_yet", None)
         result = super().handle(conn)
         if result is False and conn.sock.fileno() != -1:
             util.close_graceful(conn.sock, timeout=CLOSE_LINGER)
@@ -130,13 +168,38 @@ class DrainingThreadWorker(ThreadWorker):
             conn.tls_pending = True
         return result
 
-    def _handshake(self, conn: Any) -> bool:
-        """gthread's conn.init() (the TLS handshake, bounded by CLIENT_SOCKET_TIMEOUT) with its error
-        handling: a failed or abandoned handshake closes the connection (False); a timeout is the
-        "client timed out" warning (ServerLogger.exception)."""
+    def _handshake(self, conn: Any) -> bool | None:
+        """gthread's conn.init() (wrap the socket, run the TLS handshake, make the HTTP parser),
+        without a stalled client holding the thread: True when done; None when the client's next
+        bytes are not there within HANDSHAKE_STEP_WAIT seconds (the caller defers the connection to
+        the poller and is called again when they come); False when the handshake failed or took
+        over CLIENT_SOCKET_TIMEOUT from its first byte (connection closed; a timeout is the "client
+        timed out" warning, ServerLogger.exception)."""
         try:
-            conn.sock.setblocking(True)
-            conn.init()
+            if not isinstance(conn.sock, ssl.SSLSocket):
+                conn.handshake_deadline = time.monotonic() + CLIENT_SOCKET_TIMEOUT
+                conn.sock = gsock.ssl_wrap_socket(conn.sock, self.cfg)
+            conn.sock.setblocking(False)
+            while True:
+                if time.monotonic() > conn.handshake_deadline:
+                    raise TimeoutError(f"TLS handshake not done within {CLIENT_SOCKET_TIMEOUT:g} s")
+                try:
+                    conn.sock.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    if not ready(conn.sock, select.POLLIN, HANDSHAKE_STEP_WAIT):
+                        return None
+                except ssl.SSLWantWriteError:
+                    if not ready(conn.sock, select.POLLOUT, CLIENT_SOCKET_TIMEOUT):
+                        raise TimeoutError("the client does not read the TLS handshake") from None
+            conn.initialized = True
+            conn.sock.setblocking(True)  # DeadlineSSLSocket: blocking with the per-operation bound
+            if gsock.is_http2_negotiated(conn.sock):
+                conn.is_http2 = True
+                conn.parser = http.get_parser(self.cfg, conn.sock, conn.client, http2_connection=True)
+                conn.parser.initiate_connection()
+            else:
+                conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
             metrics.TLS_HANDSHAKES.inc()
             return True
         except ssl.SSLError as exc:
@@ -168,6 +231,40 @@ class DrainingThreadWorker(ThreadWorker):
             # Every pending connection gets the same delay, so the queue stays in time order.
             conn.timeout = min(conn.timeout, time.monotonic() + CLIENT_SOCKET_TIMEOUT)
 
+    def murder_keepalived(self, force: bool = False) -> None:
+        """gthread's close of expired kept-alive connections (each turn of the event loop), then, at
+        the connection limit with connections waiting in the accept queue, the close of up to
+        RECLAIM_BATCH ones idle for RECLAIM_MIN_IDLE seconds or more, like nginx: first those that
+        never sent a byte or are mid-handshake, then those that never sent a request, then the
+        longest idle (under load an honest client's next bytes may lag a moment). gthread
+        stopped accepting instead: 257 connections left idle after their handshake locked every
+        new connection out for the 75 s keep-alive (dra_guard_idle_connections_reclaimed_total)."""
+        super().murder_keepalived(force)
+        if force or not self.alive or self.nr_conns < self.worker_connections:
+            return
+        waiting = min(RECLAIM_BATCH, self._accept_queue())
+        if not waiting:
+            return
+        now = time.monotonic()
+        # idle since: pending connections wait CLIENT_SOCKET_TIMEOUT at most, kept-alive ones keepalive
+        pending = [c for c in self.pending_conns if c.timeout - CLIENT_SOCKET_TIMEOUT < now - RECLAIM_MIN_IDLE]
+        kept = [c for c in self.keepalived_conns if c.timeout - self.cfg.keepalive < now - RECLAIM_MIN_IDLE]
+        kept.sort(key=lambda c: not c.__dict__.get("no_request_yet"))  # stable: longest idle first in each
+        chosen = [(self.pending_conns, c) for c in pending] + [(self.keepalived_conns, c) for c in kept]
+        for queue, conn in chosen[:waiting]:
+            queue.remove(conn)
+            try:
+                self.poller.unregister(conn.sock)
+            except (OSError, KeyError, ValueError):
+                pass
+            self.nr_conns -= 1
+            conn.close()
+        metrics.CONNECTIONS_RECLAIMED.inc(len(chosen[:waiting]))
+
+    def _accept_queue(self) -> int:
+        """Connections waiting in the accept queues of this worker's listening sockets."""
+        return sum(accept_queue(listener) for listener in self.sockets)
+
     def _keepalive_after(self, conn: Any, keepalive: bool) -> bool:
         """gthread's check whether a connection can serve another request after an answer: it
         drains a body the app did not read. A malformed rest of the body made gthread send a
@@ -176,16 +273,6 @@ class DrainingThreadWorker(ThreadWorker):
             return bool(super()._keepalive_after(conn, keepalive))
         except Exception:  # gunicorn's parser errors (bad chunk size, too many trailers, ...)
             return False
-
-
-def _request_waiting(sock: Any, timeout: float) -> bool:
-    """Whether a request's bytes are there (decrypted in the TLS layer, or readable on the socket)
-    within `timeout` seconds."""
-    if sock.pending():
-        return True
-    poller = select.poll()
-    poller.register(sock.fileno(), select.POLLIN)
-    return bool(poller.poll(timeout * 1000))
 
 
 class ServerLogger(GunicornLogger):
@@ -214,71 +301,3 @@ class ServerLogger(GunicornLogger):
             self.error_log.warning("client timed out, connection closed: %s", exc)
             return
         super().exception(msg, *args, **kwargs)
-
-
-class DeadlineSSLSocket(ssl.SSLSocket):
-    """An SSLSocket that gives each request REQUEST_READ_LIMIT seconds to arrive in full.
-
-    The per-operation timeout alone lets a client that sends one byte every second hold a worker
-    thread forever. The clock starts at the first read after a response was sent (gthread hands a
-    keep-alive connection to a thread only once the next request's bytes are there)."""
-
-    _started: float | None = None
-
-    def _check(self) -> None:
-        now = time.monotonic()
-        if self._started is None:
-            self._started = now
-        elif now - self._started > REQUEST_READ_LIMIT:
-            raise TimeoutError(f"request not received within {REQUEST_READ_LIMIT:g} s")
-
-    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
-        self._check()
-        return super().recv(buflen, flags)
-
-    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
-        self._check()
-        return super().recv_into(buffer, nbytes, flags) if nbytes is not None else super().recv_into(buffer, flags=flags)
-
-    def setblocking(self, flag: bool) -> None:
-        # gthread makes kept-alive sockets blocking again before each request: keep the bound
-        if flag:
-            self.settimeout(CLIENT_SOCKET_TIMEOUT)
-        else:
-            super().setblocking(False)
-
-    def send(self, data: Any, flags: int = 0) -> int:
-        self._started = None
-        return super().send(data, flags)
-
-    def sendall(self, data: Any, flags: int = 0) -> None:
-        self._started = None
-        super().sendall(data, flags)
-
-
-class TimeoutWrapping:
-    """What gunicorn's ssl_context hook returns: wraps each accepted socket with the current
-    SSLContext after giving it a timeout, so a client that stalls its TLS handshake (bounded as a
-    whole by CPython), its request or its reading of the answer frees the worker thread after
-    CLIENT_SOCKET_TIMEOUT seconds instead of holding it forever (gthread sockets are otherwise fully
-    blocking); DeadlineSSLSocket bounds a trickled request."""
-
-    def __init__(self, context: Any, timeout: float, *, probe_port: int = 0, open_context: Any = None) -> None:
-        self.context = context
-        self.timeout = timeout
-        self.probe_port = probe_port
-        self.open_context = open_context
-
-    def wrap_socket(self, sock: Any, **kwargs: Any) -> Any:
-        """Wrap an accepted socket; one accepted on the probe port (server.probePort) gets
-        open_context, which asks no client certificate (the kubelet's probes, Prometheus)."""
-        sock.settimeout(self.timeout)
-        context = self.context
-        if self.probe_port and self.open_context is not None and sock.getsockname()[1] == self.probe_port:
-            context = self.open_context
-        context.sslsocket_class = DeadlineSSLSocket
-        return context.wrap_socket(sock, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.context, name)
-

@@ -1,0 +1,145 @@
+"""Sockets of dra-guard's server, apart from gunicorn (webhook.serve.worker adapts gunicorn's
+worker around them): the TLS socket bounds against stalling and trickling clients, and what Linux's
+TCP_INFO tells about a connection's wait in the kernel and a listener's accept queue (issue 21).
+Timeouts (seconds) and why: docs/reliability.md.
+"""
+from __future__ import annotations
+
+import fcntl
+import select
+import socket
+import ssl
+import struct
+import termios
+import time
+from typing import Any
+
+CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
+REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
+#: bytes waiting on a connection that are more than a TLS alert record (close_notify: 24 bytes in TLS 1.3,
+#: 31 in TLS 1.2 with AES-GCM), i.e. a request, not a client closing its connection
+REQUEST_BYTES = 32
+
+
+# Linux struct tcp_info (linux/tcp.h): 8 one-byte fields, then 32-bit ones; byte offsets of two
+_TCPI_UNACKED = 8 + 4 * 4            # on a listening socket: connections in its accept queue
+_TCPI_LAST_DATA_RECV = 8 + 4 * 11    # ms since the connection last received data
+
+
+def _tcp_info_u32(sock: Any, offset: int) -> int | None:
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, offset + 4)
+        return int(struct.unpack_from("I", raw, offset)[0])
+    except (OSError, AttributeError, struct.error):
+        return None
+
+
+def waited_in_kernel(sock: Any) -> float:
+    """Seconds since a connected socket last received data (Linux TCP_INFO tcpi_last_data_recv, ms;
+    for a connection that has sent nothing yet: since its TCP handshake): how long its request has
+    waited in the kernel (the listen socket's accept queue, the socket's buffer) before the worker
+    looked at it. 0.0 where unknown (not Linux, not TCP)."""
+    value = _tcp_info_u32(sock, _TCPI_LAST_DATA_RECV)
+    return value / 1000 if value is not None else 0.0
+
+
+def accept_queue(listener: Any) -> int:
+    """Connections a listening socket holds that its worker has not accepted yet (Linux TCP_INFO
+    tcpi_unacked of a socket in LISTEN state); 0 where unknown."""
+    return _tcp_info_u32(listener, _TCPI_UNACKED) or 0
+
+
+def request_waiting(sock: Any, timeout: float) -> bool:
+    """Whether a request's bytes are there (decrypted in the TLS layer, or readable on the socket)
+    within `timeout` seconds."""
+    if sock.pending():
+        return True
+    return ready(sock, select.POLLIN, timeout)
+
+
+def ready(sock: Any, events: int, timeout: float) -> bool:
+    """Whether `sock` turns readable/writable (select.POLLIN/POLLOUT) within `timeout` seconds."""
+    poller = select.poll()
+    poller.register(sock.fileno(), events)
+    return bool(poller.poll(timeout * 1000))
+
+
+def holds_a_request(sock: Any) -> bool:
+    """Whether bytes of a request are waiting on a connection: decrypted in its TLS layer, or more than
+    REQUEST_BYTES in its receive buffer (FIONREAD). A client that only closed its connection (FIN, a
+    TLS close_notify) or never sent anything holds none: closing such a connection drops no request."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    try:
+        buf = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        return bool(struct.unpack("i", buf)[0] >= REQUEST_BYTES)
+    except (OSError, ValueError):
+        return False
+
+
+class DeadlineSSLSocket(ssl.SSLSocket):
+    """An SSLSocket that gives each request REQUEST_READ_LIMIT seconds to arrive in full.
+
+    The per-operation timeout alone lets a client that sends one byte every second hold a worker
+    thread forever. The clock starts at the first read after a response was sent (gthread hands a
+    keep-alive connection to a thread only once the next request's bytes are there)."""
+
+    _started: float | None = None
+
+    def _check(self) -> None:
+        now = time.monotonic()
+        if self._started is None:
+            self._started = now
+        elif now - self._started > REQUEST_READ_LIMIT:
+            raise TimeoutError(f"request not received within {REQUEST_READ_LIMIT:g} s")
+
+    def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+        self._check()
+        return super().recv(buflen, flags)
+
+    def recv_into(self, buffer: Any, nbytes: int | None = None, flags: int = 0) -> int:
+        self._check()
+        return super().recv_into(buffer, nbytes, flags) if nbytes is not None else super().recv_into(buffer, flags=flags)
+
+    def setblocking(self, flag: bool) -> None:
+        # gthread makes kept-alive sockets blocking again before each request: keep the bound
+        if flag:
+            self.settimeout(CLIENT_SOCKET_TIMEOUT)
+        else:
+            super().setblocking(False)
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        self._started = None
+        return super().send(data, flags)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self._started = None
+        super().sendall(data, flags)
+
+
+class TimeoutWrapping:
+    """What gunicorn's ssl_context hook returns: wraps each accepted socket with the current
+    SSLContext after giving it a timeout, so a client that stalls its TLS handshake (bounded as a
+    whole by CPython), its request or its reading of the answer frees the worker thread after
+    CLIENT_SOCKET_TIMEOUT seconds instead of holding it forever (gthread sockets are otherwise fully
+    blocking); DeadlineSSLSocket bounds a trickled request."""
+
+    def __init__(self, context: Any, timeout: float, *, probe_port: int = 0, open_context: Any = None) -> None:
+        self.context = context
+        self.timeout = timeout
+        self.probe_port = probe_port
+        self.open_context = open_context
+
+    def wrap_socket(self, sock: Any, **kwargs: Any) -> Any:
+        """Wrap an accepted socket; one accepted on the probe port (server.probePort) gets
+        open_context, which asks no client certificate (the kubelet's probes, Prometheus)."""
+        sock.settimeout(self.timeout)
+        context = self.context
+        if self.probe_port and self.open_context is not None and sock.getsockname()[1] == self.probe_port:
+            context = self.open_context
+        context.sslsocket_class = DeadlineSSLSocket
+        return context.wrap_socket(sock, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.context, name)
+
