@@ -42,7 +42,8 @@ PAGE_QUERIES = [
     'histogram_quantile(0.99, sum(rate(dra_grpc_operations_duration_seconds_bucket{method_name=~".*NodeUnprepareResources"}[5m])) by (le))',
 ]
 DRA_GUARD_METRICS = ["dra_guard_admission_requests_total", "dra_guard_policy_errors_total",
-                     "dra_guard_admission_duration_seconds_bucket", "dra_guard_cache_synced",
+                     "dra_guard_review_age_seconds_bucket", "dra_guard_cache_synced", "dra_guard_accept_queue_connections",
+                     "dra_guard_requests_dropped_total",
                      "dra_guard_certificate_expiry_timestamp_seconds"]
 
 

@@ -193,6 +193,25 @@ def test_restart_without_a_gap():
     assert one["strategy"]["rollingUpdate"]["maxUnavailable"] == 0  # even one replica is replaced surge-first
 
 
+def test_review_deadline_and_drop_follow_the_webhooks_timeouts():
+    """Issue 21, item 1: every review is answered before its webhook's timeoutSeconds. The server's
+    deadline is 0.5 s below the shortest enabled webhook timeout (a deadline of 2.5 s behind an
+    eviction webhook of 2 s would let evictions through by failurePolicy Ignore); requests are
+    dropped only once the longest timeout has passed (an RBAC webhook of 10 s still waits)."""
+    def server(values):
+        return from_mapping(config_of(helm.template(values=values))).server
+
+    default = server({})
+    assert (default.review_deadline_seconds, default.drop_after_seconds) == (2.5, 3)
+    mixed = server({"webhooks": {"eviction": {"timeoutSeconds": 2}, "rbac": {"timeoutSeconds": 10}}})
+    assert (mixed.review_deadline_seconds, mixed.drop_after_seconds) == (1.5, 10)
+    rbac_only = server({"webhooks": {"eviction": {"enabled": False}, "probes": {"enabled": False},
+                                     "rbac": {"timeoutSeconds": 5}}})
+    assert (rbac_only.review_deadline_seconds, rbac_only.drop_after_seconds) == (4.5, 5)
+    explicit = server({"config": {"server": {"reviewDeadlineSeconds": 1.2}}, "webhooks": {"eviction": {"timeoutSeconds": 2}}})
+    assert (explicit.review_deadline_seconds, explicit.drop_after_seconds) == (1.2, 3)
+
+
 def test_network_policy_by_default_opens_only_the_webhook_port_to_any_source():
     np = find(rendered("defaults"), "NetworkPolicy")
     dep = find(rendered("defaults"), "Deployment")

@@ -85,6 +85,21 @@ certificates section naming the objects this chart creates.
 apiVersion: dra-guard.io/v1alpha1
 kind: DraGuardConfiguration
 {{- $config := deepCopy .Values.config }}
+{{- /* server.reviewDeadlineSeconds and dropAfterSeconds follow the webhooks' timeoutSeconds unless
+config.server sets them: every review answered 0.5 s before the shortest timeout (an eviction past
+its timeout is let through by failurePolicy Ignore), requests older than the longest dropped. */}}
+{{- $shortest := 30 }}{{- $longest := 0 }}
+{{- range $p := list "rbac" "probes" "eviction" }}
+{{- $w := index $.Values.webhooks $p }}
+{{- if $w.enabled }}
+{{- if lt (int $w.timeoutSeconds) $shortest }}{{ $shortest = int $w.timeoutSeconds }}{{ end }}
+{{- if gt (int $w.timeoutSeconds) $longest }}{{ $longest = int $w.timeoutSeconds }}{{ end }}
+{{- end }}
+{{- end }}
+{{- if $longest }}
+{{- $derived := dict "reviewDeadlineSeconds" (subf $shortest 0.5) "dropAfterSeconds" $longest }}
+{{- $config = mergeOverwrite (dict "server" $derived) $config }}
+{{- end }}
 {{- if .Values.clientAuth.caConfigMap }}
 {{- $server := dict "clientCAFile" (printf "%s/ca.crt" (include "dra-guard.clientCADir" .)) "probePort" .Values.clientAuth.probePort }}
 {{- $config = mergeOverwrite $config (dict "server" $server) }}
