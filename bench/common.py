@@ -219,6 +219,32 @@ def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, f
     return {**{k: round(v, 1) for k, v in sorted(used.items(), key=lambda kv: -kv[1])[:top] if v > 0}, **machine}
 
 
+#: machine-wide TCP counters (Linux /proc/net/netstat, TcpExt) that show connections waiting unseen:
+#: SYNs dropped because a listen socket's accept queue was full, and the clients' SYN retries
+KERNEL_TCP_COUNTERS = ("ListenOverflows", "ListenDrops", "TCPSynRetrans")
+
+
+def kernel_tcp_counters(text: str | None = None) -> dict[str, int]:
+    """KERNEL_TCP_COUNTERS from /proc/net/netstat (or its `text`): name -> value since boot; {} where
+    unreadable. Machine-wide: take differences over a window in which nothing else runs."""
+    if text is None:
+        try:
+            text = pathlib.Path("/proc/net/netstat").read_text()
+        except OSError:
+            return {}
+    lines = text.splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:") and values.startswith("TcpExt:"):
+            table = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            return {name: int(table[name]) for name in KERNEL_TCP_COUNTERS if name in table}
+    return {}
+
+
+def kernel_tcp_since(before: Mapping[str, int]) -> dict[str, int]:
+    """KERNEL_TCP_COUNTERS now minus `before` (an earlier kernel_tcp_counters())."""
+    return {name: value - before.get(name, 0) for name, value in kernel_tcp_counters().items()}
+
+
 def worker_pid(master: int) -> int:
     """The first child of a gunicorn master: its (only, with workers=1) worker."""
     children = pathlib.Path(f"/proc/{master}/task/{master}/children").read_text().split()

@@ -46,7 +46,18 @@ if str(REPO) not in sys.path:
 import requests  # noqa: E402
 
 from bench import endpoints, fill  # noqa: E402
-from bench.common import attack, context_switches, cpu_snapshot, cpu_used, latency_summary, machine, proc_status, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    attack,
+    context_switches,
+    cpu_snapshot,
+    cpu_used,
+    kernel_tcp_counters,
+    kernel_tcp_since,
+    latency_summary,
+    machine,
+    proc_status,
+    write_json,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,16 +287,19 @@ def measure_endpoints(server: endpoints.Server, scale: EnvelopeScale, *, rate: f
     names = {server.worker: "dra-guard worker"}
     for path, reviews in endpoints.bodies(scale.as_fill_scale()).items():
         before, shaken, switched = cpu_snapshot(), tls_handshakes(server), context_switches(server.worker)
+        kernel = kernel_tcp_counters()
         floor = endpoints.run_rate(server, "/validate/noop", endpoints.as_floor(reviews), rate=rate, seconds=seconds,
                                    workdir=workdir / f"floor{path.replace('/', '-')}")
         run = endpoints.run_rate(server, path, reviews, rate=rate, seconds=seconds, workdir=workdir / path.strip("/").replace("/", "-"),
                                  check=True)
         out[path] = {"run": run, "floor": floor, "cpu_seconds": cpu_used(before, cpu_snapshot(), names),
                      "new_connections": tls_handshakes(server) - shaken - 1,  # - 1: the scrape's own
-                     "worker_context_switches": context_switches(server.worker) - switched}
+                     "worker_context_switches": context_switches(server.worker) - switched,
+                     "kernel_tcp": kernel_tcp_since(kernel)}
         log(f"    {path}: p50 {run['p50']:.2f} ms p99 {run['p99']:.2f} ms (floor p99 {floor['p99']:.2f} ms), "
             f"success {run['success']}, wrong answers {run['answers']['wrong']}; new connections "
             f"{out[path]['new_connections']:.0f}; worker context switches {out[path]['worker_context_switches']}; "
+            f"kernel (SYNs dropped: accept queue full) {out[path]['kernel_tcp']}; "
             f"CPU s (floor and run): "
             f"{out[path]['cpu_seconds']}")
     return out

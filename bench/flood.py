@@ -272,7 +272,7 @@ def overload(url: str, ca: str, work: pathlib.Path, *, seconds: float, factor: f
     """Per endpoint: its capacity (capacity()), measured right before, then reviews offered at
     `factor` times it (or at `rate`) for `seconds` with vegeta over keep-alive HTTPS (new
     connections when all are busy, as the apiserver's client does), each answer classified."""
-    from bench.common import Target, attack
+    from bench.common import Target, attack, kernel_tcp_counters, kernel_tcp_since
 
     out: dict[str, Any] = {}
     for path, (body, shed_as) in overload_bodies().items():
@@ -282,13 +282,15 @@ def overload(url: str, ca: str, work: pathlib.Path, *, seconds: float, factor: f
         offered = rate or round(factor * cap)
         name = path.rsplit("/", 1)[1]
         (work / f"{name}.json").write_bytes(body)
+        kernel_before = kernel_tcp_counters()
         result = attack([Target(url=url + path, body=work / f"{name}.json")], rate=offered, seconds=seconds,
                         workdir=work / f"vegeta-{name}", ca_file=pathlib.Path(ca), keep_bodies=True, timeout=10,
                         http2=False)
         uid = json.loads(body)["request"]["uid"]
         out[name] = {"capacity_per_s": round(cap, 1), "offered_per_s": offered,
                      **classify(result.codes, result.latencies_ms, result.bodies, uid=uid, shed_as=shed_as),
-                     "errors": result.errors[:3]}
+                     "errors": result.errors[:3],
+                     "kernel_tcp": kernel_tcp_since(kernel_before)}
         time.sleep(3)  # let the queue and the connections of this run drain
     return out
 

@@ -227,3 +227,13 @@ def test_envelope_splits_a_round_robin_attack_by_label_and_finds_log_lines(tmp_p
     log.write_text('not json\n{"msg": "periodic audit started", "auditPid": 7}\n{"msg": "periodic audit done", "seconds": 2}\n')
     assert envelope.wait_for_line(log, "periodic audit done", timeout=0)["seconds"] == 2
     assert envelope.wait_for_line(log, "periodic audit started", offset=log.stat().st_size, timeout=0) is None
+
+
+def test_kernel_tcp_counters_reads_the_tcpext_rows():
+    text = ("TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPSynRetrans\n"
+            "TcpExt: 0 116158 116160 86185\n"
+            "IpExt: InNoRoutes\nIpExt: 0\n")
+    assert common.kernel_tcp_counters(text) == {"ListenOverflows": 116158, "ListenDrops": 116160, "TCPSynRetrans": 86185}
+    assert common.kernel_tcp_counters("IpExt: InNoRoutes\nIpExt: 0\n") == {}
+    live = common.kernel_tcp_counters()  # this machine's own file (Linux): every counter, none negative
+    assert set(live) == {"ListenOverflows", "ListenDrops", "TCPSynRetrans"} and min(live.values()) >= 0
