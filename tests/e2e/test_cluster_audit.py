@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tests.e2e.kube import wait_for
 from tests.serve import DraGuardProcess
 
 CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "dra-guard" / "files" / "policyreport-crds.yaml"
@@ -110,8 +111,10 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
         while not has_finding():
             assert time.monotonic() < deadline, proc.log()
             time.sleep(0.5)
-        metric = proc.session().get(proc.url + "/metrics").text
-        assert 'dra_guard_violations{mode="enforce",policy="rbac"}' in metric
+        # the report is written by the audit's own process; the worker sets the gauge from that
+        # process's summary once it has exited, a moment later: wait for the gauge itself
+        wait_for("the dra_guard_violations gauge", lambda: 'dra_guard_violations{mode="enforce",policy="rbac"}'
+                 in proc.session().get(proc.url + "/metrics").text, timeout=10)
 
         cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
         deadline = time.monotonic() + 30
@@ -127,8 +130,12 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
         for resource in ("clusterroles", "clusterrolebindings"):
             found = re.search(r'dra_guard_kube_api_requests_total\{resource="' + resource + r'",verb="list"\} (\S+)', text)
             assert found and float(found.group(1)) <= 2, (resource, found and found.group(0))
-        lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
-        audits = [line for line in lines if line.get("msg") == "periodic audit done"]
+        def audits_done() -> list[dict]:
+            lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
+            done = [line for line in lines if line.get("msg") == "periodic audit done"]
+            return done if len(done) >= 2 else []
+        audits = wait_for("two periodic audits done", audits_done, timeout=10)
+        text = proc.session().get(proc.url + "/metrics").text
         workers = {int(m) for m in re.findall(r"Booting worker with pid: (\d+)", proc.log())}
         assert len(audits) >= 2 and workers, proc.log()
         pids = {a["auditPid"] for a in audits}
