@@ -34,7 +34,6 @@ import concurrent.futures
 import json
 import os
 import pathlib
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,14 +46,9 @@ import requests
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from tests.builders import binding, cluster_role, eviction_request, review, rule, subject  # noqa: E402
+from tests.serve import free_port  # noqa: E402
 
 TIMEOUT = 3.0  # the chart's webhook timeoutSeconds
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(work: pathlib.Path, code: pathlib.Path | None) -> tuple[subprocess.Popen[bytes], str, str]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -11,12 +12,42 @@ import time
 
 import requests
 
+#: ports this process has handed out: never handed out twice (two servers of one test, etcd's pair)
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    """Linux's range of ports for outgoing connections (inclusive); 32768-60999 where unreadable."""
+    try:
+        low, high = (int(part) for part in pathlib.Path(path).read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
 
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that is free now, for a server the test is about to start.
+
+    Chosen at random *below* the kernel's ephemeral range: a port the kernel picks for bind(0)
+    lies inside that range, where every outgoing connection of a busy test (a flood of hundreds)
+    also takes its local port, so it could be taken between this call and the server's bind.
+    Each candidate is checked by binding it (without SO_REUSEADDR, so ports in TIME_WAIT are
+    skipped), and none is handed out twice by one process. Raises RuntimeError when 200 tries fail.
+    """
+    low, _ = _ephemeral_range()
+    first = 10000 if low > 10000 + 1000 else 1024
+    for _ in range(200):
+        port = random.randrange(first, low)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free TCP port on 127.0.0.1 in {first}-{low - 1} after 200 tries")
 
 
 class DraGuardProcess:

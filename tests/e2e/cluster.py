@@ -40,7 +40,6 @@ import pathlib
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -59,6 +58,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 import certs
 from tests.e2e import binaries
+from tests.serve import free_port
 
 #: user name -> groups, written to tokens.csv. Order is the order of the file.
 USERS: Mapping[str, tuple[str, ...]] = {
@@ -122,13 +122,6 @@ def fake_node(name: str, *, labels: Mapping[str, str] | None = None, cpu: str = 
                             "lastHeartbeatTime": now, "lastTransitionTime": now}],
         },
     }
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (bound and released by the kernel's choice)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _die_with_parent() -> None:

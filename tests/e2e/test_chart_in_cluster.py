@@ -18,7 +18,7 @@ import time
 import pytest
 
 from tests.chart import helm
-from tests.e2e.cluster import free_port
+from tests.serve import free_port
 
 RELEASE = "dra-guard"
 NS = "dra-guard"
