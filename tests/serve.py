@@ -28,16 +28,17 @@ def _ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tu
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now, for a server the test is about to start.
 
-    Chosen at random *below* the kernel's ephemeral range: a port the kernel picks for bind(0)
+    Chosen at random *below* the kernel's ephemeral range (and below Kubernetes' NodePort range,
+    30000-32767): a port the kernel picks for bind(0)
     lies inside that range, where every outgoing connection of a busy test (a flood of hundreds)
     also takes its local port, so it could be taken between this call and the server's bind.
     Each candidate is checked by binding it (without SO_REUSEADDR, so ports in TIME_WAIT are
     skipped), and none is handed out twice by one process. Raises RuntimeError when 200 tries fail.
     """
     low, _ = _ephemeral_range()
-    first = 10000 if low > 10000 + 1000 else 1024
+    first, end = (10000, min(low, 30000)) if low > 11000 else (1024, low)  # 30000-32767: NodePorts
     for _ in range(200):
-        port = random.randrange(first, low)
+        port = random.randrange(first, end)
         if port in _HANDED_OUT:
             continue
         with socket.socket() as s:
@@ -47,7 +48,7 @@ def free_port() -> int:
                 continue
         _HANDED_OUT.add(port)
         return port
-    raise RuntimeError(f"no free TCP port on 127.0.0.1 in {first}-{low - 1} after 200 tries")
+    raise RuntimeError(f"no free TCP port on 127.0.0.1 in {first}-{end - 1} after 200 tries")
 
 
 class DraGuardProcess:
