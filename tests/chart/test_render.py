@@ -212,6 +212,28 @@ def test_review_deadline_and_drop_follow_the_webhooks_timeouts():
     assert (explicit.review_deadline_seconds, explicit.drop_after_seconds) == (1.2, 3)
 
 
+def test_each_policy_gets_the_deadline_of_its_own_webhook():
+    """An RBAC webhook given 10 s (heavy GitOps writes) lets RBAC reviews use 9.5 s while evictions
+    keep 1.5 s before their 2 s timeout; before, every policy got the shortest (1.5 s) and RBAC
+    reviews past it were refused 503 though the apiserver still waited."""
+    def config(values):
+        return from_mapping(config_of(helm.template(values=values)))
+
+    mixed = config({"webhooks": {"eviction": {"timeoutSeconds": 2}, "rbac": {"timeoutSeconds": 10}},
+                    "config": {"policies": {"rbac": {"mode": "warn"}}}})
+    deadlines = {name: mixed.policy(name).review_deadline_seconds for name in ("rbac", "probes", "eviction")}
+    # probes (3 s) and eviction (the shortest, 2 s) differ from the server's 1.5 s only where needed
+    assert deadlines == {"rbac": 9.5, "probes": 2.5, "eviction": 0.0} and mixed.server.review_deadline_seconds == 1.5
+    assert mixed.policy("rbac").mode == "warn"  # the policy's other settings are kept
+    own = config({"config": {"policies": {"eviction": {"reviewDeadlineSeconds": 1.0}}}})
+    assert own.policy("eviction").review_deadline_seconds == 1.0  # set in config: kept
+    # an explicit server deadline applies to every policy without its own
+    explicit = config({"config": {"server": {"reviewDeadlineSeconds": 1.2}}})
+    assert {explicit.policy(n).review_deadline_seconds for n in ("rbac", "probes", "eviction")} == {0.0}
+    off = config({"webhooks": {"probes": {"enabled": False}}})
+    assert off.policy("probes").review_deadline_seconds == 0.0 and off.server.review_deadline_seconds == 2.5
+
+
 def test_network_policy_by_default_opens_only_the_webhook_port_to_any_source():
     np = find(rendered("defaults"), "NetworkPolicy")
     dep = find(rendered("defaults"), "Deployment")

@@ -146,6 +146,24 @@ def test_the_eviction_failure_mode_allow_still_answers_429_when_not_judged(monke
     assert resp["allowed"] is False and resp["status"]["code"] == 429 and resp["status"]["reason"] == "TooManyRequests"
 
 
+def test_a_policy_deadline_of_its_own_replaces_the_servers(monkeypatch):
+    """policies.<name>.reviewDeadlineSeconds (the chart: that webhook's timeoutSeconds - 0.5): an RBAC
+    webhook of 10 s lets a 0.6 s judgment finish where the server's 0.3 s would refuse it 503, while
+    evictions keep the server's deadline; a policy deadline shorter than the server's is kept too."""
+    slow_policies(monkeypatch, 0.6)
+    c = client(server={"reviewDeadlineSeconds": 0.3}, policies={"rbac": {"reviewDeadlineSeconds": 5}})
+    rbac = post(c, review(binding("b", "r0", [subject("Group", "g")]))).get_json()["response"]
+    assert rbac["allowed"] is True, rbac  # judged: the slow stand-in policy allows
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")}
+    eviction = post(c, body, "/validate/evictions").get_json()["response"]
+    assert eviction["status"]["code"] == 429 and "server.reviewDeadlineSeconds" in eviction["status"]["message"]
+
+    c = client(server={"reviewDeadlineSeconds": 5}, policies={"eviction": {"reviewDeadlineSeconds": 0.2}})
+    eviction = post(c, body, "/validate/evictions").get_json()["response"]
+    assert eviction["status"]["code"] == 429, eviction  # under the server's 5 s it would be judged: allowed
+    assert "policies.eviction.reviewDeadlineSeconds" in eviction["status"]["message"]
+
+
 # ------------------------------------------------------------------ lanes: evictions first, overload shed fast
 def test_heavy_rbac_reviews_never_hold_the_threads_kept_for_evictions(monkeypatch):
     """threads 4, reservedThreads 2: two RBAC reviews in flight fill their lane; a third is answered

@@ -18,9 +18,9 @@ Example (all defaults shown)::
     kind: DraGuardConfiguration
     mode: enforce                 # enforce | warn | audit, like validationActions Deny/Warn/Audit
     policies:
-      rbac: {mode: enforce, failureMode: deny}
-      probes: {mode: enforce, failureMode: allow}
-      eviction: {mode: enforce, failureMode: allow}
+      rbac: {mode: enforce, failureMode: deny, reviewDeadlineSeconds: 0}   # 0: server.reviewDeadlineSeconds
+      probes: {mode: enforce, failureMode: allow, reviewDeadlineSeconds: 0}
+      eviction: {mode: enforce, failureMode: allow, reviewDeadlineSeconds: 0}
     drivers:                      # how DRA driver DaemonSets are recognised
       autoDetect: true
       kubeletRootDirs: [/var/lib/kubelet]   # the kubelet --root-dir of your nodes; plugins_registry is found anywhere

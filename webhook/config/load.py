@@ -135,8 +135,10 @@ def _read_value(entry: Entry, r: _Reader, name: str, default: Any, read: Mapping
     family = r.sub(name)
     members = {}
     for member in declared.names:
-        member_defaults = {e.attr: read[e.key.inherit] if e.key.inherit else (e.key.per_name or {})[member]
-                           for e in entries(cls)}
+        # a member's default: the enclosing section's value (inherit), the per-name one, else the field's own
+        member_defaults = {**class_defaults(cls),
+                           **{e.attr: read[e.key.inherit] if e.key.inherit else (e.key.per_name or {})[member]
+                              for e in entries(cls) if e.key.inherit or e.key.per_name is not None}}
         members[member] = cls(**_read_section(cls, family.sub(member), member_defaults, notes))
     family.done()
     return members

@@ -96,7 +96,8 @@ class ServerConfig:
     review_deadline_seconds: float = dataclasses.field(default=2.5, metadata=key(
         "reviewDeadlineSeconds", lo=0.1, hi=29,
         help="every review is answered within this many seconds of its arrival, by its policy or else by the "
-             "overload answer (eviction: 429 retry); keep below the webhooks' timeoutSeconds (3)"))
+             "overload answer (eviction: 429 retry); keep below the webhooks' timeoutSeconds (3); "
+             "policies.<name>.reviewDeadlineSeconds overrides it per policy"))
     drop_after_seconds: float = dataclasses.field(default=3.0, metadata=key(
         "dropAfterSeconds", lo=0.1, hi=30,
         help="a request still queued after this many seconds is dropped unanswered: the apiserver's timeout has passed"))

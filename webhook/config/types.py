@@ -36,7 +36,8 @@ _STRINGS = "a list of non-empty strings"
 
 @dataclasses.dataclass(frozen=True)
 class PolicyConfig:
-    """Per-policy settings: the mode its findings are enforced in, and what an internal error answers."""
+    """Per-policy settings: the mode its findings are enforced in, what an internal error answers, and
+    the review deadline when it differs from server.reviewDeadlineSeconds (seconds; 0: that one)."""
 
     mode: Mode = dataclasses.field(metadata=key(
         "mode", inherit="mode",
@@ -45,6 +46,14 @@ class PolicyConfig:
     failure_mode: FailureMode = dataclasses.field(metadata=key(
         "failureMode", per_name=DEFAULT_FAILURE_MODES,
         help="what an internal policy error answers: deny refuses the request, allow admits it"))
+    review_deadline_seconds: float = dataclasses.field(default=0.0, metadata=key(
+        "reviewDeadlineSeconds", lo=0, hi=29,
+        help="each review of this policy is answered within this many seconds of its arrival, else the overload "
+             "answer (eviction: 429 retry); keep below this webhook's timeoutSeconds. 0: server.reviewDeadlineSeconds"))
+
+    def deadline_key(self, name: str) -> str:
+        """The config key whose value bounds policy `name`'s reviews (for messages)."""
+        return f"policies.{name}.reviewDeadlineSeconds" if self.review_deadline_seconds else "server.reviewDeadlineSeconds"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +205,7 @@ class Config:
     mode: Mode = dataclasses.field(default="enforce", metadata=key(
         "mode", help="enforce refuses and patches, warn allows with a kubectl warning, audit only records"))
     policies: Mapping[str, PolicyConfig] = dataclasses.field(default_factory=dict, metadata=key(
-        "policies", names=POLICY_NAMES, help="per-policy mode and failureMode"))
+        "policies", names=POLICY_NAMES, help="per-policy mode, failureMode and reviewDeadlineSeconds"))
     rbac: RbacConfig = dataclasses.field(default=RbacConfig(), metadata=key(
         "rbac", help="the RBAC guard: who may write DeviceClasses and ResourceSlices"))
     detection: DetectionConfig = dataclasses.field(default=DetectionConfig(), metadata=key(

@@ -108,13 +108,16 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
 
     def make_view(path: str, policy: str, evaluate: Callable[[Mapping[str, Any]], Decision]) -> Callable[[], Response]:
         lane, settings, is_first = lanes[policy], config.policy(policy), policy in first
+        # the policy's own deadline (the chart sets it from its webhook's timeoutSeconds), else the server's
+        budget = settings.review_deadline_seconds or config.server.review_deadline_seconds
+        budget_key = settings.deadline_key(policy)
 
         def view() -> Response:
             if on_probe_port():
                 return _not_here()
             arrival = arrived()
             try:
-                return answer(arrival + config.server.review_deadline_seconds)
+                return answer(arrival + budget)
             finally:
                 metrics.REVIEW_AGE.labels(policy=policy).observe(time.monotonic() - arrival)
 
@@ -127,7 +130,7 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
                     return review
                 return jsonify(admission.overload_answer(
                     review, policy=policy, settings=settings, first=is_first, cause="deadline" if late else "overload",
-                    why="overloaded: it waited in the queue past server.reviewDeadlineSeconds" if late
+                    why=f"overloaded: it waited in the queue past {budget_key}" if late
                     else f"overloaded: its {lane.slots} server threads are busy"))
             try:
                 review = read_review(path)
@@ -135,7 +138,7 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
                     return review
 
                 def judged(req: Mapping[str, Any]) -> Decision:
-                    return lane.judge(evaluate, req, deadline)
+                    return lane.judge(evaluate, req, deadline, deadline_key=budget_key)
                 return jsonify(admission.respond(review, policy=policy, evaluate=judged, settings=settings,
                                                  first=is_first, limits=limits))
             finally:

@@ -66,9 +66,10 @@ class Lane:
         self._free.release()
 
     def judge(self, evaluate: Callable[[Mapping[str, Any]], Decision], request: Mapping[str, Any],
-              deadline: float) -> Decision:
+              deadline: float, *, deadline_key: str = "server.reviewDeadlineSeconds") -> Decision:
         """evaluate(request) in the lane's threads; raises NotJudged (cause "deadline") when it has not
-        finished by `deadline` (time.monotonic()), or when its turn came only after it."""
+        finished by `deadline` (time.monotonic()), or when its turn came only after it. deadline_key: the
+        config key that set the deadline, named in the message."""
         def run() -> Decision:
             if time.monotonic() >= deadline:
                 raise NotJudged("its deadline passed before it was judged", cause="deadline")
@@ -79,7 +80,7 @@ class Lane:
             return future.result(timeout=max(0.0, deadline - time.monotonic()))
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise NotJudged("not judged within server.reviewDeadlineSeconds", cause="deadline") from None
+            raise NotJudged(f"not judged within {deadline_key}", cause="deadline") from None
 
 
 def lanes_for(threads: int, reserved: int, first: set[str], policies: list[str]) -> dict[str, Lane]:

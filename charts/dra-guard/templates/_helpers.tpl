@@ -85,10 +85,14 @@ certificates section naming the objects this chart creates.
 apiVersion: dra-guard.io/v1alpha1
 kind: DraGuardConfiguration
 {{- $config := deepCopy .Values.config }}
-{{- /* server.reviewDeadlineSeconds and dropAfterSeconds follow the webhooks' timeoutSeconds unless
-config.server sets them: every review answered 0.5 s before the shortest timeout (an eviction past
-its timeout is let through by failurePolicy Ignore), requests older than the longest dropped. */}}
-{{- $shortest := 30 }}{{- $longest := 0 }}
+{{- /* The review deadlines and server.dropAfterSeconds follow the webhooks' timeoutSeconds unless
+config sets them: each policy's reviews answered 0.5 s before its own webhook's timeout (an eviction
+past its timeout is let through by failurePolicy Ignore; an RBAC webhook of 10 s gets 9.5 s), the
+server's deadline 0.5 s before the shortest (a policy's own is set only where it differs from that),
+requests older than the longest dropped. An explicit
+config.server.reviewDeadlineSeconds applies to every policy that does not set its own. */}}
+{{- $shortest := 30 }}{{- $longest := 0 }}{{- $policies := dict }}
+{{- $explicit := hasKey ($config.server | default dict) "reviewDeadlineSeconds" }}
 {{- range $p := list "rbac" "probes" "eviction" }}
 {{- $w := index $.Values.webhooks $p }}
 {{- if $w.enabled }}
@@ -96,9 +100,15 @@ its timeout is let through by failurePolicy Ignore), requests older than the lon
 {{- if gt (int $w.timeoutSeconds) $longest }}{{ $longest = int $w.timeoutSeconds }}{{ end }}
 {{- end }}
 {{- end }}
+{{- range $p := list "rbac" "probes" "eviction" }}
+{{- $w := index $.Values.webhooks $p }}
+{{- if and $w.enabled (not $explicit) (ne (int $w.timeoutSeconds) $shortest) }}
+{{- $_ := set $policies $p (dict "reviewDeadlineSeconds" (subf (int $w.timeoutSeconds) 0.5)) }}
+{{- end }}
+{{- end }}
 {{- if $longest }}
 {{- $derived := dict "reviewDeadlineSeconds" (subf $shortest 0.5) "dropAfterSeconds" $longest }}
-{{- $config = mergeOverwrite (dict "server" $derived) $config }}
+{{- $config = mergeOverwrite (dict "server" $derived "policies" $policies) $config }}
 {{- end }}
 {{- if .Values.clientAuth.caConfigMap }}
 {{- $server := dict "clientCAFile" (printf "%s/ca.crt" (include "dra-guard.clientCADir" .)) "probePort" .Values.clientAuth.probePort }}
