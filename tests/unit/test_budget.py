@@ -164,6 +164,27 @@ def test_a_policy_deadline_of_its_own_replaces_the_servers(monkeypatch):
     assert "policies.eviction.reviewDeadlineSeconds" in eviction["status"]["message"]
 
 
+def test_large_reviews_are_judged_one_at_a_time_and_small_ones_never_wait_for_them(monkeypatch):
+    """Adversarial review A3: bodies of ~3-byte JSON values decode to ~30x their size; 8 such 8 MiB
+    reviews at once took a worker past 1 GiB (an OOM kill lets evictions in flight through). One
+    review above LARGE_REVIEW_BYTES is parsed and judged at a time; a second one gets the overload
+    answer at once (RBAC: 503); a small eviction meanwhile is judged as usual."""
+    slow_policies(monkeypatch, 1.0)
+    c = client(server={"reviewDeadlineSeconds": 5})
+    padded = review(binding("b", "r0", [subject("Group", "g")]))
+    padded["request"]["object"]["metadata"]["annotations"] = {"pad": "x" * (app_module.LARGE_REVIEW_BYTES + 1)}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(post, c, padded)
+        time.sleep(0.3)  # the first one holds the large slot (its policy takes 1 s)
+        second = post(c, padded).get_json()["response"]
+        body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")}
+        small = post(c, body, "/validate/evictions").get_json()["response"]
+        assert first.result().get_json()["response"]["allowed"] is True  # judged: the stand-in policy allows
+    assert second["allowed"] is False and second["status"]["code"] == 503
+    assert "large review" in second["status"]["message"]
+    assert small["allowed"] is True, small  # judged (the slow stand-in allows), not shed
+
+
 # ------------------------------------------------------------------ lanes: evictions first, overload shed fast
 def test_heavy_rbac_reviews_never_hold_the_threads_kept_for_evictions(monkeypatch):
     """threads 4, reservedThreads 2: two RBAC reviews in flight fill their lane; a third is answered

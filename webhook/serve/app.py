@@ -34,12 +34,13 @@ from webhook.model.facts import Facts
 from webhook.model.limits import over_limit
 from webhook.policies.decision import Decision
 from webhook.policies.registry import POLICIES, Review
-from webhook.serve.lanes import arrived, lanes_for
+from webhook.serve.lanes import Lane, arrived, lanes_for
 
 log = logging.getLogger("dra_guard.app")
 
 #: The no-op admission endpoint: the benchmarks' floor (see the module docstring).
 NOOP_PATH = "/validate/noop"
+LARGE_REVIEW_BYTES = 256 * 1024  # bodies above this (or chunked) are judged one at a time per worker
 
 
 @dataclasses.dataclass
@@ -104,6 +105,10 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
 
     first = {p.name for p in POLICIES if p.first}
     lanes = lanes_for(config.server.threads, config.server.reserved_threads, first, [p.name for p in POLICIES])
+    # one large review parsed and judged at a time per worker: a body of ~3-byte JSON values ({},{},..)
+    # decodes to ~30x its size, and 8 bodies of 8 MiB at once took a worker past 1 GiB (an OOM kill
+    # lets every eviction in flight through); small ones, evictions among them, never wait for it
+    large = Lane("large", 1)
     limits = functools.partial(over_limit, limits=config.server)
 
     def make_view(path: str, policy: str, evaluate: Callable[[Mapping[str, Any]], Decision]) -> Callable[[], Response]:
@@ -121,28 +126,43 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
             finally:
                 metrics.REVIEW_AGE.labels(policy=policy).observe(time.monotonic() - arrival)
 
-        def answer(deadline: float) -> Response:
-            late = time.monotonic() >= deadline  # it waited (accept queue, worker queue) past its deadline
-            if late or not lane.enter(deadline):
-                # overloaded: answer at once (reading only the body's head), never queue past the timeout
-                review = read_review(path, peek=True)
-                if isinstance(review, Response):
-                    return review
-                return jsonify(admission.overload_answer(
-                    review, policy=policy, settings=settings, first=is_first, cause="deadline" if late else "overload",
-                    why=f"overloaded: it waited in the queue past {budget_key}" if late
-                    else f"overloaded: its {lane.slots} server threads are busy"))
-            try:
-                review = read_review(path)
-                if isinstance(review, Response):
-                    return review
+        def shed(cause: str, why: str) -> Response:
+            """The overload answer, at once (reading only the body's head): never queue past the timeout."""
+            review = read_review(path, peek=True)
+            if isinstance(review, Response):
+                return review
+            return jsonify(admission.overload_answer(review, policy=policy, settings=settings, first=is_first,
+                                                     cause=cause, why=why))
 
-                def judged(req: Mapping[str, Any]) -> Decision:
-                    return lane.judge(evaluate, req, deadline, deadline_key=budget_key)
-                return jsonify(admission.respond(review, policy=policy, evaluate=judged, settings=settings,
-                                                 first=is_first, limits=limits))
+        def answer(deadline: float) -> Response:
+            if time.monotonic() >= deadline:  # it waited (accept queue, worker queue) past its deadline
+                return shed("deadline", f"overloaded: it waited in the queue past {budget_key}")
+            if not lane.enter(deadline):
+                return shed("overload", f"overloaded: its {lane.slots} server threads are busy")
+            try:
+                size = request.content_length
+                if size is None or size > LARGE_REVIEW_BYTES:
+                    if not large.enter(deadline):
+                        return shed("overload", "overloaded: another large review is being judged")
+                    try:
+                        return judge(deadline)
+                    finally:
+                        large.leave()
+                return judge(deadline)
             finally:
                 lane.leave()
+
+        def judge(deadline: float) -> Response:
+            """The review read, parsed and judged by the policy (in the lane's threads, until `deadline`)."""
+            review = read_review(path)
+            if isinstance(review, Response):
+                return review
+
+            def judged(req: Mapping[str, Any]) -> Decision:
+                return lane.judge(evaluate, req, deadline, deadline_key=budget_key)
+            return jsonify(admission.respond(review, policy=policy, evaluate=judged, settings=settings,
+                                             first=is_first, limits=limits))
+
         view.__name__ = f"review_{policy}"
         view.lane = lane  # type: ignore[attr-defined]  # for tests and debugging: the lane it enters
         return view
