@@ -12,7 +12,14 @@ from prometheus_client import REGISTRY
 
 from webhook import metrics  # noqa: F401 (registers the metrics)
 from webhook.serve import worker
-from webhook.serve.sockets import REQUEST_BYTES, holds_a_request
+from webhook.serve.sockets import (
+    MAX_HEAD_BYTES,
+    REQUEST_BYTES,
+    REQUEST_READ_LIMIT,
+    gather,
+    holds_a_request,
+    request_complete,
+)
 
 
 @pytest.fixture
@@ -66,3 +73,52 @@ def test_an_old_connection_is_closed_and_counted_only_with_a_request(pair, sent,
     assert worker.DrainingThreadWorker.handle(None, conn) is False  # type: ignore[arg-type]
     assert server_side.fileno() == -1
     assert dropped() - before == counted
+
+
+# ------------------------------------------------------------------ a request gathered without blocking
+HEAD = b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+@pytest.mark.parametrize("data, whole", [
+    (HEAD, False),                                              # head not ended
+    (HEAD + b"\r\n", True),                                     # no body
+    (HEAD + b"Content-Length: 5\r\n\r\nabc", False),
+    (HEAD + b"Content-Length: 5\r\n\r\nabcde", True),
+    (HEAD + b"content-length:  5 \r\n\r\nabcdeGET / HTTP/1.1\r\n", True),   # a pipelined request after it
+    (HEAD + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n", True),   # conflicting: the parser refuses
+    (HEAD + b"Content-Length: -1\r\n\r\n", True),
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", False),
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n", False),
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", True),
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nTrailer: t\r\n\r\n", True),
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\n0\r\n\r\n\r\n", False),  # "0\r\n\r\n" inside a chunk's data
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", True),   # malformed: the parser refuses
+    (b"x" * (MAX_HEAD_BYTES + 1), True),                             # a head too long: the parser refuses
+])
+def test_request_complete_follows_the_framing(data, whole):
+    assert request_complete(bytearray(data)) is whole
+
+
+def test_gather_returns_at_once_for_a_trickled_request_and_times_out_from_its_first_byte(pair):
+    client, server_side = pair
+    buf = bytearray()
+    client.sendall(HEAD + b"Content-Length: 10\r\n\r\n12345")
+    time.sleep(0.05)
+    started = time.monotonic()
+    assert gather(server_side, buf, started, max_bytes=1 << 20) is None  # the rest is not there: no waiting
+    assert time.monotonic() - started < 0.5 and buf.endswith(b"12345")
+    client.sendall(b"67890")
+    time.sleep(0.05)
+    assert gather(server_side, buf, started, max_bytes=1 << 20) is True and buf.endswith(b"1234567890")
+    client.sendall(HEAD)
+    with pytest.raises(TimeoutError):  # REQUEST_READ_LIMIT counts from the first byte, across rounds
+        gather(server_side, bytearray(), time.monotonic() - REQUEST_READ_LIMIT - 1, max_bytes=1 << 20)
+    assert server_side.getblocking()  # left blocking for gunicorn's parser
+
+
+def test_gather_tells_a_closed_connection_from_a_partial_request(pair):
+    client, server_side = pair
+    client.close()
+    assert gather(server_side, bytearray(), time.monotonic(), max_bytes=1 << 20) is False
+    buf = bytearray(b"partial")
+    assert gather(server_side, buf, time.monotonic(), max_bytes=1 << 20) is True  # the parser answers it

@@ -214,6 +214,7 @@ class DraGuardServer(BaseApplication):
             self.cfg.set(key, value)
         worker.SHUTDOWN_DELAY[0] = float(o.config.server.shutdown_delay_seconds)
         worker.DROP_AFTER[0] = float(o.config.server.drop_after_seconds)
+        worker.MAX_REQUEST_BYTES[0] = int(o.config.server.max_request_bytes)
 
     def load(self) -> Any:
         o = self.options

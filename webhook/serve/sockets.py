@@ -77,6 +77,92 @@ def holds_a_request(sock: Any) -> bool:
         return False
 
 
+MAX_HEAD_BYTES = 64 * 1024  # a request head longer than this is the parser's to refuse (its own limits are lower)
+
+
+def request_complete(data: bytes | bytearray) -> bool:
+    """Whether `data` (what a client sent on a connection, from the start of a request) holds a
+    whole HTTP/1.1 request: its head and, by Content-Length or chunked Transfer-Encoding (RFC 9112
+    6.3, 7.1), its whole body; a pipelined request after it may follow. True too for what gunicorn's
+    parser refuses anyway (a head over MAX_HEAD_BYTES, conflicting or malformed framing): it answers
+    those at once. False while more bytes are needed."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return len(data) > MAX_HEAD_BYTES
+    lengths: set[bytes] = set()
+    chunked = False
+    for line in bytes(data[:end]).lower().split(b"\r\n")[1:]:
+        name, colon, value = line.partition(b":")
+        if colon and name.strip() == b"content-length":
+            lengths.add(value.strip())
+        elif colon and name.strip() == b"transfer-encoding":
+            chunked = chunked or b"chunked" in value
+    if chunked:
+        return _chunked_body_complete(data, end + 4)
+    if not lengths:
+        return True  # no body
+    (length,) = lengths if len(lengths) == 1 else (b"x",)
+    return not length.isdigit() or len(data) - (end + 4) >= int(length)
+
+
+def _chunked_body_complete(data: bytes | bytearray, pos: int) -> bool:
+    """Whether a chunked body starting at data[pos] has its last chunk and trailers (RFC 9112 7.1)."""
+    while True:
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            return len(data) - pos > MAX_HEAD_BYTES
+        try:
+            size = int(bytes(data[pos:eol]).split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            return True  # malformed: the parser refuses it
+        if size == 0:
+            pos = eol + 2
+            while True:  # trailer lines, up to an empty one
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
+                    return len(data) - pos > MAX_HEAD_BYTES
+                if eol == pos:
+                    return True
+                pos = eol + 2
+        pos = eol + 2 + size + 2
+        if pos > len(data):
+            return False
+
+
+GATHER_STEP_WAIT = 0.01  # seconds a thread waits for more of an incomplete request (then: the poller)
+
+
+def gather(sock: Any, buf: bytearray, started: float, *, max_bytes: int) -> bool | None:
+    """Read what the client has sent into `buf` without blocking on a slow client: True once `buf`
+    holds a whole request (request_complete) or max_bytes + MAX_HEAD_BYTES (the app refuses it) or
+    the client closed after sending part of one (the parser answers what came); None when the rest
+    has not come within GATHER_STEP_WAIT seconds; False when the client closed with nothing sent.
+    started: time.monotonic() of the request's first byte. Raises TimeoutError once
+    REQUEST_READ_LIMIT seconds have passed since then. The socket is left blocking."""
+    sock.setblocking(False)
+    try:
+        while not request_complete(buf) and len(buf) <= max_bytes + MAX_HEAD_BYTES:
+            try:
+                chunk = sock.recv(256 * 1024)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                if time.monotonic() - started > REQUEST_READ_LIMIT:
+                    raise TimeoutError(f"request not received within {REQUEST_READ_LIMIT:g} s") from None
+                if ready(sock, select.POLLIN, GATHER_STEP_WAIT):
+                    continue
+                return None
+            except TimeoutError:
+                raise  # DeadlineSSLSocket's own REQUEST_READ_LIMIT
+            except OSError:
+                return False  # reset, or the TLS layer failed
+            if not chunk:
+                return bool(buf)
+            buf += chunk
+        return True
+    finally:
+        if sock.fileno() != -1:
+            sock.setblocking(True)
+
+
 class DeadlineSSLSocket(ssl.SSLSocket):
     """An SSLSocket that gives each request REQUEST_READ_LIMIT seconds to arrive in full.
 
@@ -109,12 +195,18 @@ class DeadlineSSLSocket(ssl.SSLSocket):
             super().setblocking(False)
 
     def send(self, data: Any, flags: int = 0) -> int:
-        self._started = None
+        self._answered(data)
         return super().send(data, flags)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        self._started = None
+        self._answered(data)
         super().sendall(data, flags)
+
+    def _answered(self, data: Any) -> None:
+        # an answer starts the next request's clock; an interim "100 Continue" (gunicorn sends it for
+        # Expect: 100-continue once the head is parsed) does not: it gave a trickled body 5 s more
+        if not bytes(data[:10]).startswith(b"HTTP/1.1 1"):
+            self._started = None
 
 
 class TimeoutWrapping:

@@ -1,15 +1,13 @@
 """The one module that touches gunicorn's internals (gunicorn >=27,<28, pinned in pyproject.toml):
-the gthread worker with dra-guard's connection handling, the logger, and the TLS socket bounds.
-
-When moving the gunicorn pin, run tests/http/test_connections.py first: DrainingThreadWorker
-overrides gthread internals (handle, finish_request, _keepalive_after, _DEFER, pending_conns, and
-murder_keepalived, TConn.initialized/is_http2/parser for the handshake it runs itself; gunicorn.sock's
-ssl_wrap_socket and gunicorn.http's get_parser).
-Timeouts (seconds) and why: docs/reliability.md.
-"""
+the gthread worker with dra-guard's connection handling, and the logger. When moving the pin, run
+tests/http first: DrainingThreadWorker overrides gthread internals (handle, finish_request,
+_keepalive_after, _DEFER, pending_conns, murder_keepalived, wait_for_and_dispatch_events, TConn
+fields, the parser's unreader, gunicorn.sock.ssl_wrap_socket, gunicorn.http.get_parser).
+Timeouts (seconds) and why: docs/reliability.md."""
 from __future__ import annotations
 
 import errno
+import io
 import json
 import logging
 import select
@@ -29,6 +27,7 @@ from webhook.serve.lanes import set_arrival
 from webhook.serve.sockets import (
     CLIENT_SOCKET_TIMEOUT,
     accept_queue,
+    gather,
     holds_a_request,
     ready,
     request_waiting,
@@ -40,23 +39,26 @@ log = logging.getLogger("dra_guard.server")
 DRAINING = threading.Event()  # set in a worker on SIGTERM: /readyz fails while it keeps serving
 SHUTDOWN_DELAY = [5.0]        # seconds; set from server.shutdownDelaySeconds before the workers fork
 DROP_AFTER = [3.0]            # seconds; set from server.dropAfterSeconds: older queued requests are dropped
+MAX_REQUEST_BYTES = [8 << 20]  # bytes; set from server.maxRequestBytes: no more is gathered (the app refuses it)
 KEEPALIVE_CONNECTIONS = 250  # idle keep-alive connections per worker: far above what apiservers, probes and Prometheus hold
 FIRST_BYTE_WAIT = 0.01  # seconds a new connection may hold a pool thread before its first byte (then: the poller)
 HANDSHAKE_STEP_WAIT = 0.01  # seconds a thread waits for the client's next TLS handshake bytes (then: the poller)
 REQUEST_AFTER_HANDSHAKE_WAIT = 0.01  # seconds a thread waits for a request after a TLS handshake (then: the poller)
 CLOSE_LINGER = 0.5  # seconds a closing connection waits for the client's FIN (RFC 9112 9.6) before it is dropped
-RECLAIM_BATCH = 16  # idle connections closed at most per event-loop turn at the connection limit (nginx does the same)
+GATHER_SMALL = 64 * 1024  # bytes of an incomplete request any connection may keep while it waits in the poller
+GATHER_BUDGET_SHARE = 4  # incomplete requests above GATHER_SMALL kept in the poller: this many maxRequestBytes in all
+RECLAIM_BATCH = 64  # idle connections closed at most per event-loop turn at the connection limit (nginx does the same)
 RECLAIM_MIN_IDLE = 1.0  # seconds a connection must have been idle to be reclaimed (a busy client's may lag that much)
+RECLAIM_HANDSHAKE_AGE = 0.25  # seconds since its TCP handshake after which one without a TLS handshake is reclaimed first
+SILENT_LIMIT = 1.0  # seconds a new connection may stay without a ClientHello before the worker takes it up
+AT_LIMIT_TURN = 0.05  # seconds between event-loop turns (reclaim rounds) while at the connection limit
 
 
 def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
-    """gunicorn's util.write_error, with a JSON body ({"error": "<reason>: <detail>"}, like the
-    app's own errors) instead of an HTML page. gunicorn answers a few protocol errors before the
-    app sees the request (a request line over 8190 bytes: 414, more than 100 headers: 431, a
-    malformed header: 400, a crash outside the app: 500; a failed TLS handshake, e.g. plain HTTP
-    to this port, cannot be answered and the connection is just closed); installed in each worker
-    by DrainingThreadWorker.init_process. sock: the client socket; never raises on a gone client
-    (gunicorn's caller logs that at debug)."""
+    """gunicorn's util.write_error with a JSON body ({"error": "<reason>: <detail>"}) instead of an HTML
+    page, for the protocol errors gunicorn answers before the app (request line over 8190 bytes: 414,
+    over 100 headers: 431, a malformed header: 400, a crash outside the app: 500). sock: the client
+    socket; never raises on a gone client. Installed by DrainingThreadWorker.init_process."""
     body = json.dumps({"error": f"{reason}: {mesg}" if mesg else reason}).encode()
     head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
@@ -75,6 +77,7 @@ class DrainingThreadWorker(ThreadWorker):
         # alive: idle connections (an attacker's too) then cost an honest client its connection.
         # The limit stays worker_connections, enforced by murder_keepalived's reclaim of idle ones.
         self.max_keepalived = self.worker_connections
+        self._kept_incomplete = 0  # bytes of incomplete requests waiting in the poller (murder_keepalived)
         metrics.ACCEPT_QUEUE.set_function(self._accept_queue)
         super().init_process()
 
@@ -88,15 +91,14 @@ class DrainingThreadWorker(ThreadWorker):
         timer.start()
 
     def enqueue_req(self, conn: Any) -> None:
-        """gthread's enqueue_req(), noting when the request arrived (conn.queued_at, monotonic): its
-        age decides whether it is still worth serving (handle) and its review's deadline
-        (webhook.serve.lanes.arrived). A new connection's age counts its wait in the kernel
-        (waited_in_kernel): it may have sat in the accept queue for seconds while the worker was
-        busy or at its connection limit, and one older than DROP_AFTER is closed before its TLS
-        handshake; its review's deadline counts from the review's own bytes (_handle). A kept-alive
-        connection counts from now: the poller wakes as its bytes arrive."""
+        """gthread's enqueue_req(), noting when the request arrived (conn.queued_at, monotonic) for
+        handle's drop and the review's deadline. A new connection's age counts its wait in the kernel's
+        accept queue (waited_in_kernel; its review's deadline counts from the review's own bytes,
+        _handle); a kept-alive one counts from now: the poller wakes as its bytes arrive."""
         waited = 0.0 if conn.initialized else waited_in_kernel(conn.sock)
         conn.queued_at = time.monotonic() - waited
+        if not conn.initialized:
+            conn.__dict__.setdefault("connected_at", conn.queued_at)  # murder_keepalived's reclaim order
         super().enqueue_req(conn)
 
     def handle(self, conn: Any) -> Any:
@@ -104,8 +106,11 @@ class DrainingThreadWorker(ThreadWorker):
         it: serving it would only delay the ones still waited for), then serve it (_handle). A
         connection that holds no request (never sent one, or only closed) is closed uncounted."""
         queued_at = conn.__dict__.get("queued_at")
-        if queued_at is not None and time.monotonic() - queued_at > DROP_AFTER[0]:
-            if holds_a_request(conn.sock):
+        age = time.monotonic() - queued_at if queued_at is not None else 0.0
+        if age > DROP_AFTER[0] or (age > SILENT_LIMIT and not conn.initialized and not holds_a_request(conn.sock)):
+            # too old to be waited for, or a new connection that has sent no ClientHello for
+            # SILENT_LIMIT seconds since its TCP handshake (a TLS client sends it at once)
+            if age > DROP_AFTER[0] and holds_a_request(conn.sock):
                 metrics.DROPPED_REQUESTS.inc()
             conn.sock.close()
             return False
@@ -116,25 +121,17 @@ class DrainingThreadWorker(ThreadWorker):
             set_arrival(None)
 
     def _handle(self, conn: Any) -> Any:
-        """gthread's handle() (in a pool thread), with five changes:
+        """gthread's handle() (in a pool thread), where a slow or silent client holds no thread; each
+        change and what it fixed is a row of docs/reliability.md ("Settings"):
 
-        * a new connection waits at most FIRST_BYTE_WAIT seconds in this thread for its first byte
-          (gthread: 5 s), then in the poller: eight connections that send nothing held every
-          thread for 5 s each;
-        * the TLS handshake waits at most HANDSHAKE_STEP_WAIT seconds here for each of the client's
-          flights, then in the poller (_handshake): a client that sent 3 bytes of a ClientHello
-          held a thread for the whole 2 s handshake bound, and 24 of them made every other
-          request, kept-alive ones included, wait past the webhook timeout;
-        * after its TLS handshake, a new connection waits at most REQUEST_AFTER_HANDSHAKE_WAIT
-          seconds here for its request, then in the poller as a kept-alive connection: the
-          apiserver leaves connections it dialed for a burst idle in its pool, and gthread waited
-          for their request in the thread until the 2 s socket timeout (docs/reliability.md);
-        * a connection with a pipelined request already decrypted in its TLS buffer goes back to
-          the pool (gthread waited for the socket to turn readable, which it never does then);
-        * a connection gthread is about to close is closed here: gthread closes it in its event
-          loop with a graceful drain that waits up to 2 s for the client's FIN, and a client that
-          never sends one (stalled, or gone after its own timeout) stalled every other connection
-          of the worker meanwhile. The drain here waits at most CLOSE_LINGER seconds.
+        * a new connection waits FIRST_BYTE_WAIT seconds here for its first byte, then in the poller;
+        * the TLS handshake waits HANDSHAKE_STEP_WAIT seconds here per client flight (_handshake);
+        * after it, the request REQUEST_AFTER_HANDSHAKE_WAIT seconds, then the connection is kept
+          alive in the poller (the apiserver leaves connections it dialed for a burst idle);
+        * the request itself is gathered without blocking (_gather) before gunicorn parses it;
+        * a pipelined request already decrypted in the TLS buffer goes straight back to the pool;
+        * a connection gthread is about to close is closed here, waiting CLOSE_LINGER seconds at most
+          for the client's FIN (gthread's drain in its event loop stalled every other connection).
         """
         if not conn.initialized:
             if not conn.data_ready and not conn.wait_for_data(FIRST_BYTE_WAIT):
@@ -159,6 +156,14 @@ class DrainingThreadWorker(ThreadWorker):
                 # Dating it from the ClientHello refused fresh reviews as late (42 RBAC 503s at 500/s).
                 set_arrival(time.monotonic() - waited_in_kernel(conn.sock))
         conn.__dict__.pop("no_request_yet", None)
+        if not conn.is_http2:
+            whole = self._gather(conn)
+            if whole is None:  # the rest of the request is not there: wait for it in the poller
+                conn.first_byte_deferred = True
+                return _DEFER
+            if not whole:
+                conn.sock.close()
+                return False
         result = super().handle(conn)
         if result is False and conn.sock.fileno() != -1:
             util.close_graceful(conn.sock, timeout=CLOSE_LINGER)
@@ -167,6 +172,39 @@ class DrainingThreadWorker(ThreadWorker):
             # readable for it, so it goes straight back to the pool (finish_request)
             conn.tls_pending = True
         return result
+
+    def _gather(self, conn: Any) -> bool | None:
+        """Read the request without waiting for a slow client here (sockets.gather): True once it is
+        whole (handed to gunicorn's parser, which then reads no socket for it); None when the rest has
+        not come (deferred to the poller, called again on more bytes); False when the client closed,
+        took over REQUEST_READ_LIMIT s since its first byte, or its incomplete request would pass the
+        budget (GATHER_BUDGET_SHARE x maxRequestBytes). gthread's blocking reads let 16 clients that
+        send a byte every 1.5 s hold all 8 threads: evictions timed out (adversarial review A1, A4)."""
+        state = conn.__dict__
+        buf: bytearray = state.setdefault("gathered", bytearray())
+        started = state.setdefault("gather_started", time.monotonic())
+        unreader = conn.parser.unreader
+        if unreader.buf.getvalue():  # read ahead by gunicorn (a pipelined request)
+            buf[:0] = unreader.buf.getvalue()
+            unreader.buf = io.BytesIO()
+        try:
+            whole = gather(conn.sock, buf, started, max_bytes=MAX_REQUEST_BYTES[0])
+        except TimeoutError as exc:
+            self.log.warning("client timed out, connection closed: %s", exc)
+            metrics.CLIENT_TIMEOUTS.inc()
+            return False
+        if whole is None:
+            if len(buf) > GATHER_SMALL and self._kept_incomplete + len(buf) > GATHER_BUDGET_SHARE * MAX_REQUEST_BYTES[0]:
+                self.log.warning("incomplete request of %d bytes closed: the worker's budget for them is full", len(buf))
+                return False
+            state["gather_rounds"] = 1
+            return None
+        if whole and buf:
+            unreader.unread(bytes(buf))
+        if state.pop("gather_rounds", 0):
+            set_arrival(started)  # a request gathered over several rounds arrived with its first byte
+        del state["gathered"], state["gather_started"]
+        return whole
 
     def _handshake(self, conn: Any) -> bool | None:
         """gthread's conn.init() (wrap the socket, run the TLS handshake, make the HTTP parser),
@@ -213,10 +251,9 @@ class DrainingThreadWorker(ThreadWorker):
         return False
 
     def finish_request(self, conn: Any, fs: Any) -> None:
-        """gthread's finish_request(), except for a connection already closed (by handle() above,
-        or by gthread itself on a TLS EOF): gthread would count it out twice (its close raises on
-        the closed socket and its error path decrements again), and a worker whose count drifts
-        below the truth accepts past worker_connections without bound (6,971 sockets in bench/)."""
+        """gthread's finish_request(), except for a connection already closed (by handle(), or by
+        gthread on a TLS EOF): gthread counted it out twice, and a worker whose count drifts low
+        accepts past worker_connections without bound (6,971 sockets in bench/)."""
         if conn.sock.fileno() == -1:
             self.nr_conns -= 1
             return
@@ -232,25 +269,28 @@ class DrainingThreadWorker(ThreadWorker):
             conn.timeout = min(conn.timeout, time.monotonic() + CLIENT_SOCKET_TIMEOUT)
 
     def murder_keepalived(self, force: bool = False) -> None:
-        """gthread's close of expired kept-alive connections (each turn of the event loop), then, at
-        the connection limit with connections waiting in the accept queue, the close of up to
-        RECLAIM_BATCH ones idle for RECLAIM_MIN_IDLE seconds or more, like nginx: first those that
-        never sent a byte or are mid-handshake, then those that never sent a request, then the
-        longest idle (under load an honest client's next bytes may lag a moment). gthread
-        stopped accepting instead: 257 connections left idle after their handshake locked every
-        new connection out for the 75 s keep-alive (dra_guard_idle_connections_reclaimed_total)."""
+        """gthread's close of expired kept-alive connections (each event-loop turn), then, at the
+        connection limit with connections in the accept queue, the close of up to RECLAIM_BATCH idle
+        ones, like nginx (order below; dra_guard_idle_connections_reclaimed_total). gthread stopped
+        accepting instead: 257 connections idle after their handshake locked new ones out for 75 s."""
         super().murder_keepalived(force)
+        self._kept_incomplete = sum(len(c.__dict__.get("gathered", b"")) for c in self.pending_conns)
         if force or not self.alive or self.nr_conns < self.worker_connections:
             return
         waiting = min(RECLAIM_BATCH, self._accept_queue())
         if not waiting:
             return
         now = time.monotonic()
-        # idle since: pending connections wait CLIENT_SOCKET_TIMEOUT at most, kept-alive ones keepalive
-        pending = [c for c in self.pending_conns if c.timeout - CLIENT_SOCKET_TIMEOUT < now - RECLAIM_MIN_IDLE]
+        # first: no TLS handshake RECLAIM_HANDSHAKE_AGE after connecting (a TLS client needs one round
+        # trip); then idle for RECLAIM_MIN_IDLE (pending ones wait CLIENT_SOCKET_TIMEOUT at most,
+        # kept-alive ones keepalive), those that never sent a request first, longest idle first in each
+        silent = [c for c in self.pending_conns
+                  if not c.initialized and c.__dict__.get("connected_at", now) < now - RECLAIM_HANDSHAKE_AGE]
+        pending = [c for c in self.pending_conns if c.timeout - CLIENT_SOCKET_TIMEOUT < now - RECLAIM_MIN_IDLE
+                   and c not in silent]
         kept = [c for c in self.keepalived_conns if c.timeout - self.cfg.keepalive < now - RECLAIM_MIN_IDLE]
         kept.sort(key=lambda c: not c.__dict__.get("no_request_yet"))  # stable: longest idle first in each
-        chosen = [(self.pending_conns, c) for c in pending] + [(self.keepalived_conns, c) for c in kept]
+        chosen = [(self.pending_conns, c) for c in silent + pending] + [(self.keepalived_conns, c) for c in kept]
         for queue, conn in chosen[:waiting]:
             queue.remove(conn)
             try:
@@ -260,6 +300,13 @@ class DrainingThreadWorker(ThreadWorker):
             self.nr_conns -= 1
             conn.close()
         metrics.CONNECTIONS_RECLAIMED.inc(len(chosen[:waiting]))
+
+    def wait_for_and_dispatch_events(self, timeout: float) -> None:
+        """gthread's event-loop wait, AT_LIMIT_TURN s at most at the connection limit: reclaim runs each
+        turn, and with only silent connections held gthread turned once a second."""
+        if self.nr_conns >= self.worker_connections:
+            timeout = min(timeout, AT_LIMIT_TURN)
+        super().wait_for_and_dispatch_events(timeout)
 
     def _accept_queue(self) -> int:
         """Connections waiting in the accept queues of this worker's listening sockets."""
