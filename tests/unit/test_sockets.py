@@ -122,3 +122,44 @@ def test_gather_tells_a_closed_connection_from_a_partial_request(pair):
     assert gather(server_side, bytearray(), time.monotonic(), max_bytes=1 << 20) is False
     buf = bytearray(b"partial")
     assert gather(server_side, buf, time.monotonic(), max_bytes=1 << 20) is True  # the parser answers it
+
+
+# ------------------------------------------------------------------ reclaim at the connection limit
+def reclaim_round(conns_pending, conns_kept, waiting):
+    """One DrainingThreadWorker.murder_keepalived round at the connection limit with `waiting`
+    connections in the accept queue; returns the connections it closed."""
+    import collections
+    import selectors
+
+    closed = []
+    for c in [*conns_pending, *conns_kept]:
+        c.close = lambda c=c: closed.append(c)
+    w = object.__new__(worker.DrainingThreadWorker)
+    w.pending_conns, w.keepalived_conns = collections.deque(conns_pending), collections.deque(conns_kept)
+    w.poller, w.alive, w.cfg = selectors.DefaultSelector(), True, types.SimpleNamespace(keepalive=75)
+    w.nr_conns = w.worker_connections = 10
+    w._accept_queue = lambda: waiting
+    w.murder_keepalived()
+    return closed
+
+
+def test_reclaim_takes_connections_without_a_tls_handshake_first_and_never_one_with_a_request(pair):
+    """Adversarial review A2 and O1: silent connections (no TLS handshake 0.25 s after connecting)
+    go first whatever their idle time; a kept-alive connection whose next request has just arrived
+    is never closed (a POST on a reused connection is not retried by Go's client)."""
+    client, server_side = pair
+    now = time.monotonic()
+    quiet = socket.socket()
+    silent = types.SimpleNamespace(sock=quiet, initialized=False, connected_at=now - 0.5,
+                                   timeout=now + worker.CLIENT_SOCKET_TIMEOUT)  # deferred just now
+    fresh = types.SimpleNamespace(sock=quiet, initialized=False, connected_at=now,
+                                  timeout=now + worker.CLIENT_SOCKET_TIMEOUT)
+    client.sendall(b"x" * 100)  # a request's bytes waiting on the kept-alive connection
+    time.sleep(0.05)
+    busy = types.SimpleNamespace(sock=server_side, initialized=True, timeout=now - 10 + 75)  # idle 10 s before
+    idle = types.SimpleNamespace(sock=quiet, initialized=True, timeout=now - 5 + 75)
+    closed = reclaim_round([fresh, silent], [busy, idle], waiting=1)
+    assert closed == [silent]
+    closed = reclaim_round([fresh], [busy, idle], waiting=5)
+    assert closed == [idle]  # busy holds a request; fresh is too young to be judged silent
+    quiet.close()

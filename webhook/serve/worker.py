@@ -288,7 +288,8 @@ class DrainingThreadWorker(ThreadWorker):
                   if not c.initialized and c.__dict__.get("connected_at", now) < now - RECLAIM_HANDSHAKE_AGE]
         pending = [c for c in self.pending_conns if c.timeout - CLIENT_SOCKET_TIMEOUT < now - RECLAIM_MIN_IDLE
                    and c not in silent]
-        kept = [c for c in self.keepalived_conns if c.timeout - self.cfg.keepalive < now - RECLAIM_MIN_IDLE]
+        kept = [c for c in self.keepalived_conns if c.timeout - self.cfg.keepalive < now - RECLAIM_MIN_IDLE
+                and not holds_a_request(c.sock)]  # a request just arrived: served next, never reset
         kept.sort(key=lambda c: not c.__dict__.get("no_request_yet"))  # stable: longest idle first in each
         chosen = [(self.pending_conns, c) for c in silent + pending] + [(self.keepalived_conns, c) for c in kept]
         for queue, conn in chosen[:waiting]:
@@ -329,10 +330,9 @@ class ServerLogger(GunicornLogger):
       atoms (a dict of ~20 fields) whenever a logconfig is given, as ours is (JSON lines), then
       drops the line because gunicorn.access logs nothing below WARNING: about 5% of a worker's
       CPU per review (py-spy, bench/RESULTS.md). An access logger set to INFO still gets its lines.
-    * a client that times out (CLIENT_SOCKET_TIMEOUT per operation, REQUEST_READ_LIMIT per
-      request) is one warning line ("client timed out") and dra_guard_client_timeouts_total,
-      not gunicorn's "Socket error processing request." with a traceback at ERROR: the bound is
-      working as designed (docs/reliability.md). In bench/ under overload there were hundreds.
+    * a client that times out (CLIENT_SOCKET_TIMEOUT per operation, REQUEST_READ_LIMIT per request)
+      is one warning line ("client timed out") and dra_guard_client_timeouts_total, not gunicorn's
+      "Socket error processing request." with a traceback at ERROR: the bound works as designed.
     """
 
     def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
