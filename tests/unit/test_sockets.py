@@ -163,3 +163,23 @@ def test_reclaim_takes_connections_without_a_tls_handshake_first_and_never_one_w
     closed = reclaim_round([fresh], [busy, idle], waiting=5)
     assert closed == [idle]  # busy holds a request; fresh is too young to be judged silent
     quiet.close()
+
+
+def test_a_chunked_body_is_scanned_once_across_calls_not_once_per_call():
+    """A body of one-byte chunks gathered over many reads: with the caller's memo the scan resumes
+    where it stopped (work linear in the chunks), instead of restarting at every read (squared)."""
+    class Counting(bytearray):
+        finds = 0
+
+        def find(self, *args):  # type: ignore[override]
+            Counting.finds += 1
+            return super().find(*args)
+
+    chunks = 2000
+    whole = HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * chunks + b"0\r\n\r\n"
+    buf, memo = Counting(), {}
+    for i in range(0, len(whole), 600):  # 600-byte reads: ~20 calls over the growing buffer
+        buf += whole[i:i + 600]
+        done = request_complete(buf, memo)
+    assert done is True
+    assert Counting.finds < 2 * chunks + 100, Counting.finds  # restarting each call: ~20 x chunks / 2

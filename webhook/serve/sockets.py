@@ -80,12 +80,14 @@ def holds_a_request(sock: Any) -> bool:
 MAX_HEAD_BYTES = 64 * 1024  # a request head longer than this is the parser's to refuse (its own limits are lower)
 
 
-def request_complete(data: bytes | bytearray) -> bool:
+def request_complete(data: bytes | bytearray, memo: dict[str, int] | None = None) -> bool:
     """Whether `data` (what a client sent on a connection, from the start of a request) holds a
     whole HTTP/1.1 request: its head and, by Content-Length or chunked Transfer-Encoding (RFC 9112
     6.3, 7.1), its whole body; a pipelined request after it may follow. True too for what gunicorn's
     parser refuses anyway (a head over MAX_HEAD_BYTES, conflicting or malformed framing): it answers
-    those at once. False while more bytes are needed."""
+    those at once. False while more bytes are needed. memo: kept by the caller between calls on the
+    same growing `data`, so a chunked body is scanned once in all, not once per call (a body of
+    one-byte chunks would otherwise cost its length squared)."""
     end = data.find(b"\r\n\r\n")
     if end < 0:
         return len(data) > MAX_HEAD_BYTES
@@ -98,15 +100,17 @@ def request_complete(data: bytes | bytearray) -> bool:
         elif colon and name.strip() == b"transfer-encoding":
             chunked = chunked or b"chunked" in value
     if chunked:
-        return _chunked_body_complete(data, end + 4)
+        return _chunked_body_complete(data, end + 4, {} if memo is None else memo)
     if not lengths:
         return True  # no body
     (length,) = lengths if len(lengths) == 1 else (b"x",)
     return not length.isdigit() or len(data) - (end + 4) >= int(length)
 
 
-def _chunked_body_complete(data: bytes | bytearray, pos: int) -> bool:
-    """Whether a chunked body starting at data[pos] has its last chunk and trailers (RFC 9112 7.1)."""
+def _chunked_body_complete(data: bytes | bytearray, start: int, memo: dict[str, int]) -> bool:
+    """Whether a chunked body starting at data[start] has its last chunk and trailers (RFC 9112 7.1);
+    memo["chunk"]: where the first chunk not yet seen whole starts."""
+    pos = memo.get("chunk", start)
     while True:
         eol = data.find(b"\r\n", pos)
         if eol < 0:
@@ -127,21 +131,24 @@ def _chunked_body_complete(data: bytes | bytearray, pos: int) -> bool:
         pos = eol + 2 + size + 2
         if pos > len(data):
             return False
+        memo["chunk"] = pos
 
 
 GATHER_STEP_WAIT = 0.01  # seconds a thread waits for more of an incomplete request (then: the poller)
 
 
-def gather(sock: Any, buf: bytearray, started: float, *, max_bytes: int) -> bool | None:
+def gather(sock: Any, buf: bytearray, started: float, *, max_bytes: int, memo: dict[str, int] | None = None) -> bool | None:
     """Read what the client has sent into `buf` without blocking on a slow client: True once `buf`
     holds a whole request (request_complete) or max_bytes + MAX_HEAD_BYTES (the app refuses it) or
     the client closed after sending part of one (the parser answers what came); None when the rest
     has not come within GATHER_STEP_WAIT seconds; False when the client closed with nothing sent.
     started: time.monotonic() of the request's first byte. Raises TimeoutError once
-    REQUEST_READ_LIMIT seconds have passed since then. The socket is left blocking."""
+    REQUEST_READ_LIMIT seconds have passed since then. The socket is left blocking. memo: see
+    request_complete (the same dict for every call on the same request)."""
     sock.setblocking(False)
     try:
-        while not request_complete(buf) and len(buf) <= max_bytes + MAX_HEAD_BYTES:
+        memo = {} if memo is None else memo
+        while not request_complete(buf, memo) and len(buf) <= max_bytes + MAX_HEAD_BYTES:
             try:
                 chunk = sock.recv(256 * 1024)
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):

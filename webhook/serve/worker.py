@@ -188,7 +188,7 @@ class DrainingThreadWorker(ThreadWorker):
             buf[:0] = unreader.buf.getvalue()
             unreader.buf = io.BytesIO()
         try:
-            whole = gather(conn.sock, buf, started, max_bytes=MAX_REQUEST_BYTES[0])
+            whole = gather(conn.sock, buf, started, max_bytes=MAX_REQUEST_BYTES[0], memo=state.setdefault("gather_memo", {}))
         except TimeoutError as exc:
             self.log.warning("client timed out, connection closed: %s", exc)
             metrics.CLIENT_TIMEOUTS.inc()
@@ -203,7 +203,7 @@ class DrainingThreadWorker(ThreadWorker):
             unreader.unread(bytes(buf))
         if state.pop("gather_rounds", 0):
             set_arrival(started)  # a request gathered over several rounds arrived with its first byte
-        del state["gathered"], state["gather_started"]
+        del state["gathered"], state["gather_started"], state["gather_memo"]
         return whole
 
     def _handshake(self, conn: Any) -> bool | None:
