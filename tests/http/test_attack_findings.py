@@ -18,19 +18,12 @@ import time
 
 import pytest
 
-from tests.builders import eviction_request
 from tests.http.test_connections import read_response, server, tls_context  # noqa: F401 (fixture)
+from tests.http.test_hostile_connections import review_bytes
 
 pytestmark = pytest.mark.http
 
 WEBHOOK_TIMEOUT = 3.0  # the eviction webhook's timeoutSeconds; failurePolicy Ignore
-
-
-def review_bytes(uid: str) -> bytes:
-    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                       "request": {**eviction_request("gpu-driver-x"), "uid": uid}}).encode()
-    return (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body)) + body
 
 
 def closed_by_peer(sock: socket.socket) -> bool:
@@ -39,6 +32,40 @@ def closed_by_peer(sock: socket.socket) -> bool:
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     return bool(poller.poll(0))
+
+
+def trickle(ctx: ssl.SSLContext, port: int, first_line: bytes, stop: threading.Event) -> None:
+    """One slowloris client (A1): a request line, then one byte every 1.5 s (under the 2 s
+    per-operation bound); dials again when cut off, until `stop`."""
+    time.sleep(random.uniform(0, 2.5))
+    while not stop.is_set():
+        try:
+            with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                                 server_hostname="localhost") as tls:
+                tls.sendall(first_line)
+                for _ in range(1000):
+                    if stop.wait(1.5):
+                        return
+                    tls.sendall(b"a")
+        except OSError:
+            pass
+
+
+def honest_under_tricklers(honest: HonestClient, ctx: ssl.SSLContext, port: int, first_line: bytes) -> None:
+    """16 tricklers on `port` while `honest` sends an eviction review every 0.3 s for 10 s; asserts
+    every review was answered within the webhook timeout."""
+    stop = threading.Event()
+    attackers = [threading.Thread(target=trickle, args=(ctx, port, first_line, stop), daemon=True) for _ in range(16)]
+    for t in attackers:
+        t.start()
+    try:
+        honest.run(seconds=10, period=0.3)
+    finally:
+        stop.set()
+        for t in attackers:
+            t.join(3)
+    assert not honest.failures, f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction reviews " \
+                                f"not answered within {WEBHOOK_TIMEOUT} s: {honest.failures}"
 
 
 class HonestClient:
@@ -98,35 +125,7 @@ def test_reconnecting_slow_clients_do_not_starve_eviction_reviews(server):  # no
     over 10 s then gets reviews unanswered within the 3 s webhook timeout (read timeouts on its
     kept-alive connection, TLS handshake timeouts on new ones): with failurePolicy Ignore, each is
     an eviction allowed unjudged. Measured before a fix: 1-2 of 8-27 reviews failed in every run."""
-    stop = threading.Event()
-    ctx = tls_context(server)
-
-    def trickle() -> None:
-        time.sleep(random.uniform(0, 2.5))
-        while not stop.is_set():
-            try:
-                with ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10),
-                                     server_hostname="localhost") as tls:
-                    tls.sendall(b"POST /validate/evictions HTTP/1.1\r\n")
-                    for _ in range(1000):
-                        if stop.wait(1.5):
-                            return
-                        tls.sendall(b"a")
-            except OSError:
-                pass
-
-    attackers = [threading.Thread(target=trickle, daemon=True) for _ in range(16)]
-    for t in attackers:
-        t.start()
-    honest = HonestClient(server)
-    try:
-        honest.run(seconds=10, period=0.3)
-    finally:
-        stop.set()
-        for t in attackers:
-            t.join(3)
-    assert not honest.failures, f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction reviews " \
-                                f"not answered within {WEBHOOK_TIMEOUT} s: {honest.failures}"
+    honest_under_tricklers(HonestClient(server), tls_context(server), server.port, b"POST /validate/evictions HTTP/1.1\r\n")
 
 
 def test_a_flood_of_silent_connections_does_not_lock_out_a_client_that_was_idle(server):  # noqa: F811
@@ -252,38 +251,12 @@ def test_slow_clients_on_the_probe_port_do_not_starve_reviews_from_the_apiserver
                 pass
             assert time.monotonic() < deadline, proc.log()
             time.sleep(0.1)
-        stop = threading.Event()
-
-        def trickle() -> None:
-            time.sleep(random.uniform(0, 2.5))
-            while not stop.is_set():
-                try:
-                    with probe_ctx.wrap_socket(socket.create_connection(("127.0.0.1", probe_port), timeout=10),
-                                               server_hostname="localhost") as tls:
-                        tls.sendall(b"GET /healthz HTTP/1.1\r\n")
-                        for _ in range(1000):
-                            if stop.wait(1.5):
-                                return
-                            tls.sendall(b"a")
-                except OSError:
-                    pass
-
         honest = HonestClient(proc)
         honest.ctx = ssl.create_default_context(cafile=str(proc.ca_file))
         honest.ctx.load_cert_chain(*good)
         honest.review("before")
         assert not honest.failures, honest.failures
-        attackers = [threading.Thread(target=trickle, daemon=True) for _ in range(16)]
-        for t in attackers:
-            t.start()
-        try:
-            honest.run(seconds=10, period=0.3)
-        finally:
-            stop.set()
-            for t in attackers:
-                t.join(3)
-        assert not honest.failures, f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction " \
-                                    f"reviews not answered within {WEBHOOK_TIMEOUT} s: {honest.failures}"
+        honest_under_tricklers(honest, probe_ctx, probe_port, b"GET /healthz HTTP/1.1\r\n")
     finally:
         proc.stop()
 
@@ -304,20 +277,8 @@ def test_slow_request_bodies_do_not_hold_the_lane_of_rbac_and_daemonset_reviews(
     ctx = tls_context(server)
     stop = threading.Event()
 
-    def trickle() -> None:
-        time.sleep(random.uniform(0, 1))
-        while not stop.is_set():
-            try:
-                with ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10),
-                                     server_hostname="localhost") as tls:
-                    tls.sendall(b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                b"Content-Length: 100000\r\n\r\n")
-                    for _ in range(1000):
-                        if stop.wait(1.5):
-                            return
-                        tls.sendall(b" ")
-            except OSError:
-                pass
+    head = (b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000\r\n\r\n")
 
     ds = review(binding("x", "y", []))
     ds["request"].update(kind={"group": "apps", "version": "v1", "kind": "DaemonSet"},
@@ -333,7 +294,7 @@ def test_slow_request_bodies_do_not_hold_the_lane_of_rbac_and_daemonset_reviews(
         return json.loads(read_response(honest)[1])["response"]
 
     assert "patch" in post(b"/mutate/daemonsets", ds)
-    attackers = [threading.Thread(target=trickle, daemon=True) for _ in range(6)]
+    attackers = [threading.Thread(target=trickle, args=(ctx, server.port, head, stop), daemon=True) for _ in range(6)]
     for t in attackers:
         t.start()
     outcomes: Counter = Counter()
