@@ -4,6 +4,7 @@ never spoke: an adversarial review fired the over-capacity alert on an idle serv
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import types
 
@@ -93,10 +94,18 @@ HEAD = b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: applicati
     (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nTrailer: t\r\n\r\n", True),
     (HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\n0\r\n\r\n\r\n", False),  # "0\r\n\r\n" inside a chunk's data
     (HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", True),   # malformed: the parser refuses
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n-6\r\n", True),   # a sign: int() took it and the scan looped (B1)
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n0x5\r\n", True),
+    (HEAD + b"x: " + b"y" * 70000 + b"\r\n", False),                  # a head gunicorn would still read on (B3)
+    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n0\r\n" + (b"t: " + b"v" * 7900 + b"\r\n") * 9, False),  # trailers (B3b)
     (b"x" * (MAX_HEAD_BYTES + 1), True),                             # a head too long: the parser refuses
 ])
 def test_request_complete_follows_the_framing(data, whole):
-    assert request_complete(bytearray(data)) is whole
+    answer: list[bool] = []
+    scan = threading.Thread(target=lambda: answer.append(request_complete(bytearray(data))), daemon=True)
+    scan.start()
+    scan.join(5)
+    assert answer == [whole]  # and promptly: a negative chunk size once made the scan loop forever
 
 
 def test_gather_returns_at_once_for_a_trickled_request_and_times_out_from_its_first_byte(pair):

@@ -6,6 +6,7 @@ Timeouts (seconds) and why: docs/reliability.md.
 from __future__ import annotations
 
 import fcntl
+import re
 import select
 import socket
 import ssl
@@ -77,7 +78,11 @@ def holds_a_request(sock: Any) -> bool:
         return False
 
 
-MAX_HEAD_BYTES = 64 * 1024  # a request head longer than this is the parser's to refuse (its own limits are lower)
+#: a request head, a chunk-size line or a trailer section longer than this is whole enough: gunicorn's
+#: parser refuses it from the bytes it is given, without reading the socket (its largest head or trailer
+#: section is 100 fields of 8 KiB, 800 KiB; at 64 KiB it read on, blocking a thread: review B3)
+MAX_HEAD_BYTES = 1024 * 1024
+_HEX = re.compile(rb"[0-9a-fA-F]{1,16}")
 
 
 def request_complete(data: bytes | bytearray, memo: dict[str, int] | None = None) -> bool:
@@ -115,16 +120,16 @@ def _chunked_body_complete(data: bytes | bytearray, start: int, memo: dict[str, 
         eol = data.find(b"\r\n", pos)
         if eol < 0:
             return len(data) - pos > MAX_HEAD_BYTES
-        try:
-            size = int(bytes(data[pos:eol]).split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            return True  # malformed: the parser refuses it
+        digits = bytes(data[pos:eol]).split(b";", 1)[0].rstrip(b" \t")
+        if not _HEX.fullmatch(digits):
+            return True  # malformed (a sign, "0x", "_", ...): the parser refuses it. int() took "-6" and looped
+        size = int(digits, 16)
         if size == 0:
-            pos = eol + 2
+            pos = trailers = eol + 2
             while True:  # trailer lines, up to an empty one
                 eol = data.find(b"\r\n", pos)
                 if eol < 0:
-                    return len(data) - pos > MAX_HEAD_BYTES
+                    return len(data) - trailers > MAX_HEAD_BYTES
                 if eol == pos:
                     return True
                 pos = eol + 2
@@ -141,20 +146,27 @@ def gather(sock: Any, buf: bytearray, started: float, *, max_bytes: int, memo: d
     """Read what the client has sent into `buf` without blocking on a slow client: True once `buf`
     holds a whole request (request_complete) or max_bytes + MAX_HEAD_BYTES (the app refuses it) or
     the client closed after sending part of one (the parser answers what came); None when the rest
-    has not come within GATHER_STEP_WAIT seconds; False when the client closed with nothing sent.
+    has not come (waited for GATHER_STEP_WAIT seconds once, in a request's first round: the first
+    call with its memo); False when the client closed with nothing sent.
     started: time.monotonic() of the request's first byte. Raises TimeoutError once
     REQUEST_READ_LIMIT seconds have passed since then. The socket is left blocking. memo: see
     request_complete (the same dict for every call on the same request)."""
     sock.setblocking(False)
     try:
         memo = {} if memo is None else memo
+        first_round = "rounds" not in memo
+        memo["rounds"] = memo.get("rounds", 0) + 1
         while not request_complete(buf, memo) and len(buf) <= max_bytes + MAX_HEAD_BYTES:
             try:
                 chunk = sock.recv(256 * 1024)
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
                 if time.monotonic() - started > REQUEST_READ_LIMIT:
                     raise TimeoutError(f"request not received within {REQUEST_READ_LIMIT:g} s") from None
-                if ready(sock, select.POLLIN, GATHER_STEP_WAIT):
+                # wait for the rest in this thread once, in a request's first round only: an honest
+                # client's request comes at once; one that trickles, even a byte every 5 ms, waits in
+                # the poller (waiting per byte let 16 such clients hold every thread: review B2)
+                if first_round and ready(sock, select.POLLIN, GATHER_STEP_WAIT):
+                    first_round = False
                     continue
                 return None
             except TimeoutError:
