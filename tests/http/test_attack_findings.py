@@ -34,28 +34,32 @@ def closed_by_peer(sock: socket.socket) -> bool:
     return bool(poller.poll(0))
 
 
-def trickle(ctx: ssl.SSLContext, port: int, first_line: bytes, stop: threading.Event) -> None:
-    """One slowloris client (A1): a request line, then one byte every 1.5 s (under the 2 s
-    per-operation bound); dials again when cut off, until `stop`."""
+def trickle(ctx: ssl.SSLContext, port: int, first_line: bytes, stop: threading.Event, every: float = 1.5) -> None:
+    """One slowloris client (A1): `first_line` (a request line, or more), then one byte every `every`
+    seconds (1.5: under the 2 s per-operation bound; TCP_NODELAY, so each is a packet); dials again
+    when cut off, until `stop`."""
     time.sleep(random.uniform(0, 2.5))
     while not stop.is_set():
         try:
-            with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
-                                 server_hostname="localhost") as tls:
+            raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
                 tls.sendall(first_line)
-                for _ in range(1000):
-                    if stop.wait(1.5):
+                for _ in range(int(10 / every)):
+                    if stop.wait(every):
                         return
                     tls.sendall(b"a")
         except OSError:
             pass
 
 
-def honest_under_tricklers(honest: HonestClient, ctx: ssl.SSLContext, port: int, first_line: bytes) -> None:
-    """16 tricklers on `port` while `honest` sends an eviction review every 0.3 s for 10 s; asserts
-    every review was answered within the webhook timeout."""
+def honest_under_tricklers(honest: HonestClient, ctx: ssl.SSLContext, port: int, first_line: bytes,
+                           every: float = 1.5) -> None:
+    """16 tricklers (trickle) on `port` while `honest` sends an eviction review every 0.3 s for 10 s;
+    asserts every review was answered within the webhook timeout."""
     stop = threading.Event()
-    attackers = [threading.Thread(target=trickle, args=(ctx, port, first_line, stop), daemon=True) for _ in range(16)]
+    attackers = [threading.Thread(target=trickle, args=(ctx, port, first_line, stop, every), daemon=True)
+                 for _ in range(16)]
     for t in attackers:
         t.start()
     try:
@@ -219,13 +223,9 @@ def test_bodies_that_decode_into_many_objects_do_not_outgrow_the_memory_limit(se
     assert grown_mib < 512 - 134, f"worker peak RSS grew by {grown_mib:.0f} MiB for 8 reviews of 8 MiB"
 
 
-def test_slow_clients_on_the_probe_port_do_not_starve_reviews_from_the_apiserver(tmp_path):
-    """Finding A1b: with server.clientCAFile set (only the apiserver's certificate is heard on the
-    admission port: the threat model's answer to "anyone on the network"), server.probePort asks no
-    client certificate and is served by the same worker threads and connection slots. The A1
-    slowloris (16 reconnecting connections trickling a request one byte per 1.5 s) sent to the
-    probe port, by a client without any certificate, starves reviews sent by the apiserver (with
-    its client certificate) on the admission port."""
+def client_auth_server(tmp_path):
+    """dra-guard with server.clientCAFile (a test CA) and server.probePort: (the DraGuardProcess, the
+    probe port, the (cert, key) files of a client certificate as the apiserver's)."""
     import certs
     from tests.http.test_client_auth import client_certificate, write_pair
     from tests.serve import DraGuardProcess, free_port
@@ -236,6 +236,17 @@ def test_slow_clients_on_the_probe_port_do_not_starve_reviews_from_the_apiserver
     probe_port = free_port()
     proc = DraGuardProcess(tmp_path, "--no-cluster", config=(
         f"server:\n  clientCAFile: {tmp_path / 'client-ca.crt'}\n  probePort: {probe_port}\n"))
+    return proc, probe_port, good
+
+
+def test_slow_clients_on_the_probe_port_do_not_starve_reviews_from_the_apiserver(tmp_path):
+    """Finding A1b: with server.clientCAFile set (only the apiserver's certificate is heard on the
+    admission port: the threat model's answer to "anyone on the network"), server.probePort asks no
+    client certificate and is served by the same worker threads and connection slots. The A1
+    slowloris (16 reconnecting connections trickling a request one byte per 1.5 s) sent to the
+    probe port, by a client without any certificate, starves reviews sent by the apiserver (with
+    its client certificate) on the admission port."""
+    proc, probe_port, good = client_auth_server(tmp_path)
     try:
         deadline = time.monotonic() + 30
         while True:
