@@ -171,6 +171,14 @@ def test_reclaim_takes_connections_without_a_tls_handshake_first_and_never_one_w
     assert closed == [silent]
     closed = reclaim_round([fresh], [busy, idle], waiting=5)
     assert closed == [idle]  # busy holds a request; fresh is too young to be judged silent
+    # one that never sent a request goes before a longer-idle one that has served requests (the
+    # honest client's), once idle 0.25 s: a served one waits RECLAIM_MIN_IDLE (1 s)
+    unused = types.SimpleNamespace(sock=quiet, initialized=True, no_request_yet=True, timeout=now - 0.5 + 75)
+    just_served = types.SimpleNamespace(sock=quiet, initialized=True, timeout=now - 0.5 + 75)
+    closed = reclaim_round([], [idle, just_served, unused], waiting=1)
+    assert closed == [unused]
+    closed = reclaim_round([], [idle, just_served, unused], waiting=5)
+    assert closed == [unused, idle]  # just_served: idle under 1 s
     quiet.close()
 
 

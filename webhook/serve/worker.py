@@ -282,14 +282,14 @@ class DrainingThreadWorker(ThreadWorker):
             return
         now = time.monotonic()
         # first: no TLS handshake RECLAIM_HANDSHAKE_AGE after connecting (a TLS client needs one round
-        # trip); then idle for RECLAIM_MIN_IDLE (pending ones wait CLIENT_SOCKET_TIMEOUT at most,
-        # kept-alive ones keepalive), those that never sent a request first, longest idle first in each
+        # trip); then pending ones idle RECLAIM_MIN_IDLE (they wait CLIENT_SOCKET_TIMEOUT at most)
         silent = [c for c in self.pending_conns
                   if not c.initialized and c.__dict__.get("connected_at", now) < now - RECLAIM_HANDSHAKE_AGE]
         pending = [c for c in self.pending_conns if c.timeout - CLIENT_SOCKET_TIMEOUT < now - RECLAIM_MIN_IDLE
                    and c not in silent]
-        kept = [c for c in self.keepalived_conns if c.timeout - self.cfg.keepalive < now - RECLAIM_MIN_IDLE
-                and not holds_a_request(c.sock)]  # a request just arrived: served next, never reset
+        # kept alive: never one holding a request; never-used ones idle 0.25 s before used ones idle 1 s
+        kept = [c for c in self.keepalived_conns if not holds_a_request(c.sock) and c.timeout - self.cfg.keepalive
+                < now - (RECLAIM_HANDSHAKE_AGE if c.__dict__.get("no_request_yet") else RECLAIM_MIN_IDLE)]
         kept.sort(key=lambda c: not c.__dict__.get("no_request_yet"))  # stable: longest idle first in each
         chosen = [(self.pending_conns, c) for c in silent + pending] + [(self.keepalived_conns, c) for c in kept]
         for queue, conn in chosen[:waiting]:
