@@ -187,21 +187,20 @@ class DrainingThreadWorker(ThreadWorker):
         if unreader.buf.getvalue():  # read ahead by gunicorn (a pipelined request)
             buf[:0] = unreader.buf.getvalue()
             unreader.buf = io.BytesIO()
+        memo = state.setdefault("gather_memo", {})
         try:
-            whole = gather(conn.sock, buf, started, max_bytes=MAX_REQUEST_BYTES[0], memo=state.setdefault("gather_memo", {}))
-        except TimeoutError as exc:
-            self.log.warning("client timed out, connection closed: %s", exc)
-            metrics.CLIENT_TIMEOUTS.inc()
+            whole = gather(conn.sock, buf, started, max_bytes=MAX_REQUEST_BYTES[0], memo=memo)
+        except TimeoutError:
+            self.log.exception("request not gathered in time")  # ServerLogger: "client timed out", counted
             return False
         if whole is None:
             if len(buf) > GATHER_SMALL and self._kept_incomplete + len(buf) > GATHER_BUDGET_SHARE * MAX_REQUEST_BYTES[0]:
                 self.log.warning("incomplete request of %d bytes closed: the worker's budget for them is full", len(buf))
                 return False
-            state["gather_rounds"] = 1
             return None
         if whole and buf:
             unreader.unread(bytes(buf))
-        if state.pop("gather_rounds", 0):
+        if memo["rounds"] > 1:
             set_arrival(started)  # a request gathered over several rounds arrived with its first byte
         del state["gathered"], state["gather_started"], state["gather_memo"]
         return whole
