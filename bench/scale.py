@@ -555,7 +555,7 @@ def run_scenario(workdir: pathlib.Path, *, with_guard: bool, nodes: int = 100, l
 
             t = time.monotonic()
             guard = Guard(cp, workdir / "dra-guard")
-            guard.start(mode="enforce")
+            guard.start(mode="enforce", declared=((DRIVER_NAMESPACE, DRIVER_DS),))
             guard.register()
             result["guard_start_seconds"] = time.monotonic() - t
             _log(f"dra-guard started and registered in {result['guard_start_seconds']:.1f} s")

@@ -155,7 +155,10 @@ def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, set
         log.exception("policy raised; answering with its failureMode",
                       extra={"uid": uid, "policy": policy, "failureMode": settings.failure_mode})
         text = f"dra-guard: internal error in policy {policy} (request uid {uid}); see the dra-guard logs"
-        if settings.failure_mode == "deny":
+        if settings.failure_mode == "deny" and first:
+            # the eviction guard: 429, which drains retry (a 500 stops kubectl drain)
+            response.update(allowed=False, status=_status(429, "TooManyRequests", text + "; retry"))
+        elif settings.failure_mode == "deny":
             response.update(allowed=False, status=_status(500, "InternalError", text))
         else:
             response["warnings"] = [short(text)]

@@ -106,6 +106,12 @@ DRIVER_EVICTIONS = Counter(
     "Evictions of DRA driver pods, by driver and decision (refused with 429 while claims need the driver, or allowed).",
     ["driver", "decision"],
 )
+UNDECLARED_DRIVERS = Gauge(
+    "dra_guard_undeclared_drivers",
+    "1 for each DaemonSet dra-guard recognises as a DRA driver that drivers.declared does not list (its pods' "
+    "evictions are not sent to dra-guard), by namespace and daemonset.",
+    ["namespace", "daemonset"],
+)
 BLOCKING_CLAIMS = Gauge(
     "dra_guard_blocking_claims",
     "ResourceClaims that held a node's DRA driver at the last refused eviction there, by node.",

@@ -13,19 +13,27 @@ from typing import Any
 CA_BUNDLE = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
 
 MODES = ("enforce", "warn", "audit")
+#: config.drivers.declared of the cases that render the fail-closed eviction webhook (one driver in
+#: a namespace of its own, one sharing kube-system)
+DECLARED = [{"namespace": "gpu-operator", "name": "nvidia-dra-driver-gpu-kubelet-plugin"},
+            {"namespace": "kube-system", "name": "dra-example-driver-kubeletplugin"}]
 POLICIES = ("rbac", "probes", "eviction")
 
 
 def cases() -> list[tuple[str, dict[str, Any]]]:
     """Every (name, values) case of the matrix."""
     out: list[tuple[str, dict[str, Any]]] = [("defaults", {})]
+    declared = {"drivers": {"declared": DECLARED}}
     for mode in MODES:
-        out.append((f"global-{mode}", {"config": {"mode": mode}}))
+        out.append((f"global-{mode}", {"config": {"mode": mode, **declared}}))
     for policy in POLICIES:
         for mode in MODES:
-            out.append((f"{policy}-{mode}", {"config": {"policies": {policy: {"mode": mode}}}}))
+            out.append((f"{policy}-{mode}", {"config": {"policies": {policy: {"mode": mode}}, **declared}}))
     out += [
-        ("certs-self", {"certificates": {"mode": "self", "extraDnsNames": ["dra-guard.example.com"]}}),
+        ("certs-self", {"certificates": {"mode": "self", "extraDnsNames": ["dra-guard.example.com"]},
+                        "config": {"drivers": {"declared": DECLARED}}}),
+        ("declared-drivers", {"config": {"drivers": {"declared": DECLARED}},
+                              "webhooks": {"eviction": {"bestEffort": {"enabled": True}}}}),
         ("certs-cert-manager", {"certificates": {"mode": "cert-manager"}}),
         ("certs-cert-manager-issuer", {"certificates": {"mode": "cert-manager",
                                                         "certManager": {"issuerRef": {"kind": "ClusterIssuer", "name": "corp-ca"}}}}),
@@ -52,7 +60,8 @@ def cases() -> list[tuple[str, dict[str, Any]]]:
         ("switches", {"config": {"eviction": {"guardDeletes": True},
                                  "rbac": {"driverSubjects": {"serviceAccounts": ["gpu-operator:nvidia-dra-driver"]}},
                                  "drivers": {"selectors": [{"namespace": "gpu", "matchLabels": {"app": "gpu-driver"},
-                                                            "driverName": "gpu.example.com"}]}},
+                                                            "driverName": "gpu.example.com"}],
+                                             "declared": [{"namespace": "gpu", "name": "gpu-driver"}]}},
                       "webhooks": {"excludedNamespaces": ["gpu-operator"], "probes": {"enabled": False},
                                    "rbac": {"timeoutSeconds": 5}, "eviction": {"failurePolicy": "Fail"}},
                       "fullnameOverride": "guard", "image": {"digest": "sha256:" + "a" * 64},

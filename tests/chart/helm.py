@@ -50,14 +50,21 @@ def run(*args: str, env: Mapping[str, str] | None = None, check: bool = True,
     return proc
 
 
-def values_args(values: Mapping[str, Any] | None, folder: pathlib.Path) -> list[str]:
-    """["-f", FILE] for a values mapping written as YAML into `folder` (nothing for None/empty)."""
-    if not values:
-        return []
-    fd, name = tempfile.mkstemp(prefix="values-", suffix=".yaml", dir=folder)
-    with os.fdopen(fd, "w") as fh:
-        yaml.safe_dump(dict(values), fh)
-    return ["-f", name]
+#: The chart requires image.repository (no default image exists); the tests render with this one
+#: unless their values set another (tests/e2e/image.py's tag where a node really pulls it).
+TEST_VALUES: Mapping[str, Any] = {"image": {"repository": "registry.example/dra-guard"}}
+
+
+def values_args(values: Mapping[str, Any] | None, folder: pathlib.Path, *, base: bool = True) -> list[str]:
+    """["-f", FILE, ...] for TEST_VALUES (unless base is False) and then a values mapping, each
+    written as YAML into `folder` (a later file wins)."""
+    out = []
+    for doc in ((TEST_VALUES,) if base else ()) + ((values,) if values else ()):
+        fd, name = tempfile.mkstemp(prefix="values-", suffix=".yaml", dir=folder)
+        with os.fdopen(fd, "w") as fh:
+            yaml.safe_dump(dict(doc), fh)
+        out += ["-f", name]
+    return out
 
 
 def template_text(*, values: Mapping[str, Any] | None = None, release: str = "dra-guard",

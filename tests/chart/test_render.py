@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.chart import helm
-from tests.chart.cases import CA_BUNDLE, case_ids, cases
+from tests.chart.cases import CA_BUNDLE, DECLARED, case_ids, cases
 from webhook.config import from_mapping
 
 pytestmark = pytest.mark.e2e  # runs the real helm (fetched by tests.e2e.binaries)
@@ -313,7 +313,7 @@ def test_self_mode_keeps_the_configurations_whole_from_the_webhooks_it_rendered(
     desired = webhookspec.parse_desired(cm["data"]["webhooks.json"])
     for kind, resource in (("validating", "ValidatingWebhookConfiguration"), ("mutating", "MutatingWebhookConfiguration")):
         assert desired[kind] == find(objs, resource)["webhooks"]
-    assert [w["name"] for w in desired["validating"]] == ["rbac.dra-guard.io", "evictions.dra-guard.io"]
+    assert [w["name"] for w in desired["validating"]] == ["rbac.dra-guard.io", "driver-evictions.dra-guard.io"]
     assert from_mapping(config_of(objs)).certificates.webhooks_config_map == "dra-guard"
     rule = next(r for r in find(objs, "Role", "dra-guard")["rules"] if r["resources"] == ["configmaps"])
     assert rule == {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["dra-guard"], "verbs": ["get"]}
@@ -362,10 +362,12 @@ def test_files_mode():
 
 # ---------------------------------------------------------------- webhook configurations
 def test_webhooks_by_default():
-    hooks = webhooks(rendered("defaults"))
-    assert set(hooks) == {"rbac.dra-guard.io", "probes.dra-guard.io", "evictions.dra-guard.io"}
-    expected = {"rbac.dra-guard.io": ("Fail", "/validate/rbac"), "probes.dra-guard.io": ("Ignore", "/mutate/daemonsets"),
-                "evictions.dra-guard.io": ("Ignore", "/validate/evictions")}
+    # no driver declared: no eviction is sent to dra-guard at all (none waits on it)
+    assert set(webhooks(rendered("defaults"))) == {"rbac.dra-guard.io", "probes.dra-guard.io"}
+    hooks = webhooks(rendered("declared-drivers"))
+    assert set(hooks) == {"rbac.dra-guard.io", "probes.dra-guard.io", "driver-evictions.dra-guard.io",
+                          "evictions.dra-guard.io"}
+    expected = {"rbac.dra-guard.io": ("Fail", "/validate/rbac"), "probes.dra-guard.io": ("Ignore", "/mutate/daemonsets")}
     for name, (policy, path) in expected.items():
         w = hooks[name]
         assert w["failurePolicy"] == policy and w["timeoutSeconds"] == 3
@@ -385,10 +387,69 @@ def test_webhooks_by_default():
                 "system:serviceaccount:kube-system:clusterrole-aggregation-controller"):
         assert who in expression
     assert "startsWith" not in expression  # no longer every kube-system ServiceAccount
-    assert hooks["evictions.dra-guard.io"]["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                                                         "resources": ["pods/eviction"], "scope": "Namespaced"}]
+    for name in ("driver-evictions.dra-guard.io", "evictions.dra-guard.io"):
+        assert hooks[name]["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                         "resources": ["pods/eviction"], "scope": "Namespaced"}]
     assert hooks["probes.dra-guard.io"]["rules"][0]["resources"] == ["daemonsets"]
     assert hooks["probes.dra-guard.io"]["reinvocationPolicy"] == "Never"
+
+
+def test_declared_drivers_pods_alone_go_to_the_fail_closed_eviction_webhook():
+    """config.drivers.declared renders one webhook with failurePolicy Fail whose namespaceSelector
+    and matchConditions select those DaemonSets' pods (<name>-<suffix>) and nothing else; the
+    best-effort webhook (bestEffort.enabled) takes every other pod with Ignore and a 1 s timeout."""
+    hooks = webhooks(rendered("declared-drivers"))
+    driver, other = hooks["driver-evictions.dra-guard.io"], hooks["evictions.dra-guard.io"]
+    assert (driver["failurePolicy"], driver["timeoutSeconds"]) == ("Fail", 3)
+    assert driver["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-operator", "kube-system"]}]}
+    pods = ("(request.namespace == 'gpu-operator' && request.name.startsWith('nvidia-dra-driver-gpu-kubelet-plugin-'))"
+            " || (request.namespace == 'kube-system' && request.name.startsWith('dra-example-driver-kubeletplugin-'))")
+    assert driver["matchConditions"] == [{"name": "declared-driver-pod", "expression": pods}]
+    assert (other["failurePolicy"], other["timeoutSeconds"]) == ("Ignore", 1)
+    assert other["matchConditions"] == [{"name": "not-declared-driver-pod", "expression": f"!({pods})"}]
+    assert other["namespaceSelector"]["matchExpressions"][0]["values"] == ["dra-guard"]
+    # dra-guard itself reads the same list (its audit reports drivers missing from it)
+    config = from_mapping(config_of(rendered("declared-drivers")))
+    assert [(d.namespace, d.name) for d in config.detection.declared] == [(d["namespace"], d["name"]) for d in DECLARED]
+
+
+@pytest.mark.parametrize("declared, message", [
+    ([{"namespace": "dra-guard", "name": "d"}], "config.drivers.declared[0].namespace: dra-guard is dra-guard's own namespace"),
+    ([{"namespace": "gpu", "name": "d') || true || ('"}], "/config/drivers/declared/0/name"),
+    ([{"namespace": "gpu"}], "name"),
+])
+def test_a_declared_driver_the_webhook_cannot_select_safely_stops_the_install(declared, message):
+    out = helm.template_text(values={"config": {"drivers": {"declared": declared}}}, check=False)
+    assert out.returncode != 0 and message in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("case", ["global-audit", "rbac-audit", "probes-audit", "eviction-audit"])
+def test_audit_mode_never_blocks_its_webhooks_are_ignore(case):
+    """A policy in audit mode only records: its webhook is rendered with failurePolicy Ignore, so
+    a dra-guard not yet Ready (or whose image cannot be pulled) blocks nothing; the others keep theirs."""
+    own = {"rbac": "Fail", "probes": "Ignore", "eviction": "Fail"}
+    names = {"rbac": ["rbac.dra-guard.io"], "probes": ["probes.dra-guard.io"], "eviction": ["driver-evictions.dra-guard.io"]}
+    hooks = webhooks(rendered(case))
+    audited = case.split("-")[0]
+    for policy, hook_names in names.items():
+        for name in hook_names:
+            expected = "Ignore" if audited in ("global", policy) else own[policy]
+            assert hooks[name]["failurePolicy"] == expected, (case, name)
+    # switching back to enforce restores each policy's own failurePolicy
+    enforce = webhooks(rendered(case.replace("audit", "enforce")))
+    assert {n: enforce[n]["failurePolicy"] for hs in names.values() for n in hs} == {
+        n: own[p] for p, hs in names.items() for n in hs}
+
+
+def test_install_without_an_image_fails_naming_image_repository(tmp_path):
+    """No placeholder image: without image.repository `helm install` stops at render time, never
+    creating a Deployment that cannot pull and a Fail webhook nothing answers."""
+    args = ["install", "dra-guard", str(helm.CHART), "--namespace", "dra-guard", "--dry-run=client"]
+    out = helm.run(*args, *helm.values_args(None, tmp_path, base=False), check=False)
+    assert out.returncode != 0 and "image.repository is empty" in out.stderr, out.stderr
+    assert "--set image.repository=REGISTRY/dra-guard" in out.stderr
+    assert helm.run(*args, "--set", "image.repository=registry.example/dra-guard", check=False).returncode == 0
 
 
 def test_dev_url_points_every_webhook_at_the_url():
@@ -404,16 +465,21 @@ def test_switches():
     hooks = webhooks(objs)
     assert "probes.dra-guard.io" not in hooks
     assert hooks["rbac.dra-guard.io"]["timeoutSeconds"] == 5
-    assert hooks["evictions.dra-guard.io"]["failurePolicy"] == "Fail"
+    driver = hooks["driver-evictions.dra-guard.io"]
+    assert driver["failurePolicy"] == "Fail"
     assert {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"],
-            "scope": "Namespaced"} in hooks["evictions.dra-guard.io"]["rules"]
-    assert hooks["evictions.dra-guard.io"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
-        "dra-guard", "gpu-operator"]
+            "scope": "Namespaced"} in driver["rules"]
+    assert driver["namespaceSelector"]["matchExpressions"][0] == {
+        "key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu"]}
+    # the DaemonSet controller's deletes (its rolling updates) never wait on dra-guard
+    conditions = {c["name"]: c["expression"] for c in driver["matchConditions"]}
+    assert conditions["not-daemonset-controller"].startswith("!(request.operation == 'DELETE' && request.userInfo.username in [")
+    assert "system:serviceaccount:kube-system:daemon-set-controller" in conditions["not-daemonset-controller"]
     # issue 16: the RBAC guard reviews kube-system and its own namespace; only excludedNamespaces stay out
     assert hooks["rbac.dra-guard.io"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["gpu-operator"]
     assert find(objs, "MutatingWebhookConfiguration", "guard").get("webhooks") is None
     c = container(objs)
-    assert c["image"] == "dra-guard@sha256:" + "a" * 64
+    assert c["image"] == "registry.example/dra-guard@sha256:" + "a" * 64
     assert c["args"][-2:] == ["--log-level", "debug"]
     assert "Job" not in kinds(objs) and "Pod" not in kinds(objs)
     config = from_mapping(config_of(objs))
@@ -643,7 +709,9 @@ def test_admins_are_left_out_of_the_rbac_webhook_from_the_same_list_dra_guard_tr
     for never in [*NEVER_PRIVILEGED_GROUPS, *NEVER_PRIVILEGED_USERS, "system:serviceaccounts:team-a"]:
         assert f'"{never}"' not in expr, never
     # the eviction and probes webhooks judge admins too (an admin's drain must keep the order)
-    for name in ("evictions.dra-guard.io", "probes.dra-guard.io"):
+    objs = helm.template(values={"config": {"rbac": {"adminSubjects": admins}, "drivers": {"declared": DECLARED}},
+                                 "webhooks": {"eviction": {"bestEffort": {"enabled": True}}}})
+    for name in ("driver-evictions.dra-guard.io", "evictions.dra-guard.io", "probes.dra-guard.io"):
         assert not any(c["name"] == "not-admin" for c in webhooks(objs)[name].get("matchConditions") or [])
 
 

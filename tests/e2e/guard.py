@@ -30,6 +30,8 @@ rbac:
     groups: [system:masters]
   driverSubjects:
     serviceAccounts: {driver_service_accounts}
+drivers:
+  declared: {declared}
 """
 
 PROBE = """\
@@ -45,6 +47,8 @@ roleRef: {kind: ClusterRole, name: cluster-admin, apiGroup: rbac.authorization.k
 
 #: The apiserver's refusal when dra-guard's RBAC webhook denies: the exact text only its answer produces.
 DENIED = 'admission webhook "rbac.dra-guard.io" denied the request'
+#: ... and when the fail-closed eviction webhook (declared drivers' pods) refuses an eviction.
+EVICTION_REFUSED = 'admission webhook "driver-evictions.dra-guard.io" denied the request'
 #: kubectl's line for a warning header dra-guard returned (its warnings start with "dra-guard:").
 WARNED = "Warning: dra-guard:"
 
@@ -74,6 +78,7 @@ class Guard:
         self.port = free_port()
         self.proc: DraGuardProcess | None = None
         self.mode = "enforce"
+        self.declared: tuple[tuple[str, str], ...] = ()
         cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                                   "items": chart_rbac()}))
         cp.kubectl("admin", "apply", "-f", str(MANIFESTS / "rbac-managers.yaml"))
@@ -83,13 +88,19 @@ class Guard:
         return f"https://127.0.0.1:{self.port}"
 
     def start(self, *, mode: str = "enforce", extra_config: str = "",
-              driver_service_accounts: tuple[str, ...] = ("dra-system:driver",), ready_timeout: float = 60.0) -> DraGuardProcess:
-        """(Re)start dra-guard with global `mode` and rbac.driverSubjects.serviceAccounts
-        ("namespace:name"); wait until /readyz (caches synced), at most ready_timeout seconds."""
+              driver_service_accounts: tuple[str, ...] = ("dra-system:driver",),
+              declared: tuple[tuple[str, str], ...] | None = None, ready_timeout: float = 60.0) -> DraGuardProcess:
+        """(Re)start dra-guard with global `mode`, rbac.driverSubjects.serviceAccounts
+        ("namespace:name") and drivers.declared ((namespace, DaemonSet name) pairs; None keeps the
+        last start's, which register() also renders into the chart's eviction webhook); wait until
+        /readyz (caches synced), at most ready_timeout seconds."""
         self.stop_server()
         self.mode = mode
+        if declared is not None:
+            self.declared = tuple(declared)
         self.proc = DraGuardProcess(self.workdir, "--kubeconfig", str(self.cp.kubeconfig("dra-guard")),
-                                    config=BASE_CONFIG.format(mode=mode, driver_service_accounts=json.dumps(list(driver_service_accounts)))
+                                    config=BASE_CONFIG.format(mode=mode, driver_service_accounts=json.dumps(list(driver_service_accounts)),
+                                                              declared=json.dumps(declared_values(self.declared)))
                                     + extra_config, port=self.port)
         self.proc.wait("/readyz", timeout=ready_timeout)
         return self.proc
@@ -97,7 +108,8 @@ class Guard:
     def register(self, *, failure_policy: str = "Fail") -> None:
         """Apply the webhook configuration and wait until the apiserver calls dra-guard."""
         assert self.proc is not None
-        configs = webhook_configurations(url=self.url, ca_file=self.proc.ca_file, failure_policy=failure_policy)
+        configs = webhook_configurations(url=self.url, ca_file=self.proc.ca_file, failure_policy=failure_policy,
+                                         declared=self.declared)
         self.cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                                         "items": configs}))
         self.wait_called()
@@ -177,10 +189,20 @@ def chart_namespaced_rbac() -> list[dict[str, Any]]:
             + [{**d, "subjects": user} for d in docs if d["kind"] == "RoleBinding"])
 
 
-def webhook_configurations(*, url: str, ca_file: pathlib.Path, failure_policy: str = "Fail") -> list[dict[str, Any]]:
+def declared_values(declared: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
+    """drivers.declared entries for (namespace, DaemonSet name) pairs."""
+    return [{"namespace": ns, "name": name} for ns, name in declared]
+
+
+def webhook_configurations(*, url: str, ca_file: pathlib.Path, failure_policy: str = "Fail",
+                           declared: tuple[tuple[str, str], ...] = (), values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The chart's ValidatingWebhookConfiguration and MutatingWebhookConfiguration (release
     "dra-guard" in namespace NAMESPACE) pointing at `url` with `ca_file` as caBundle; the RBAC
-    webhook's failurePolicy is `failure_policy`."""
+    webhook's failurePolicy is `failure_policy`; config.drivers.declared is `declared` ((namespace,
+    DaemonSet name) pairs: the pods whose evictions go to the fail-closed webhook); `values` are
+    merged over that (one level deep per top-level key)."""
     values = {"webhooks": {"url": url, "caBundle": base64.b64encode(ca_file.read_bytes()).decode(),
-                           "rbac": {"failurePolicy": failure_policy}}}
+                           "rbac": {"failurePolicy": failure_policy}, **(values or {}).get("webhooks", {})},
+              "config": {"drivers": {"declared": declared_values(declared)}, **(values or {}).get("config", {})},
+              **{k: v for k, v in (values or {}).items() if k not in ("webhooks", "config")}}
     return helm.template(values=values, namespace=NAMESPACE, show_only=["templates/webhooks.yaml"])

@@ -36,7 +36,8 @@ def guard(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("admin", "create", "namespace", WORK, check=False)
     g = Guard(cp, tmp_path_factory.mktemp("dra-guard-catalogue"))
-    g.start(mode="enforce", driver_service_accounts=tuple(e.service_account for e in ENTRIES))
+    g.start(mode="enforce", driver_service_accounts=tuple(e.service_account for e in ENTRIES),
+            declared=tuple((e.namespace, e.daemonset["metadata"]["name"]) for e in ENTRIES))
     g.register()
     try:
         yield g

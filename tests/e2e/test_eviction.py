@@ -12,7 +12,7 @@ import yaml
 
 from tests.builders import driver_daemonset
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
-from tests.e2e.guard import Guard
+from tests.e2e.guard import EVICTION_REFUSED, Guard
 from tests.e2e.kube import evict, get_json, wait_for
 
 NODE = "e2e-node-a"
@@ -68,7 +68,7 @@ def scenario(control_plane, tmp_path_factory):
     ds = driver_daemonset(name="e2e-gpu-driver", namespace="gpu")
     ds["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
     g = Guard(cp, tmp_path_factory.mktemp("dra-guard-eviction"))
-    g.start(mode="enforce")
+    g.start(mode="enforce", declared=(("gpu", "e2e-gpu-driver"),))
     g.register()
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(ds))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod("consumer")))
@@ -110,7 +110,7 @@ def test_drain_waits_for_the_claim_then_evicts_the_driver(control_plane, scenari
         # only dra-guard's own refusal of a still-needed driver counts: not a PDB's 429, not its
         # "caches not ready" 429 (which names no claim), not "dra-guard" in some other text
         message = r.json().get("message", "") if r.headers.get("Content-Type", "").startswith("application/json") else ""
-        ours = message.startswith('admission webhook "evictions.dra-guard.io" denied the request')
+        ours = message.startswith(EVICTION_REFUSED)
         return [r] if r.status_code == 429 and ours and "is still needed on node" in message else None  # a 429 Response is falsy
 
     try:

@@ -52,7 +52,9 @@ def guard(control_plane, tmp_path_factory):
     for ns in (NAMESPACE, "gpu", "work"):
         cp.kubectl("admin", "create", "namespace", ns, check=False)
     g = Guard(cp, tmp_path_factory.mktemp("dra-guard-exemptions"))
-    g.start(mode="enforce")
+    # pods named like the DaemonSets' (<name>-<suffix>) are the declared drivers' as far as the
+    # chart's fail-closed eviction webhook can tell (namespace and name prefix)
+    g.start(mode="enforce", declared=(("work", "e2e-exempt"), ("kube-system", "e2e-ks")))
     g.register()
     cp.kubectl("admin", "apply", "-f", "-", input=SLICE_WRITER)
     try:
@@ -98,7 +100,7 @@ def test_eviction_in_dra_guards_own_namespace_is_never_sent(control_plane, guard
     before = reviews(guard, "eviction")
     assert evict(NAMESPACE) in (200, 201)
     assert reviews(guard, "eviction") == before
-    assert evict("work") in (200, 201)  # control: reviewed (an ordinary pod: allowed)
+    assert evict("work") in (200, 201)  # control: a declared driver's pod name there: reviewed (no claim: allowed)
     assert reviews(guard, "eviction") == before + 1
 
 
@@ -152,7 +154,8 @@ def test_rbac_write_by_an_admin_is_never_sent(control_plane, guard):
 
 
 def test_kube_system_drivers_are_probed_and_their_evictions_reviewed(control_plane, guard):
-    """Issue 15 item 8: the probes and eviction webhooks leave only dra-guard's own namespace out."""
+    """The probes webhook leaves only dra-guard's own namespace out; a driver declared in
+    kube-system has its pods' evictions reviewed (fail closed), and no other kube-system pod's."""
     cp = control_plane
     before = reviews(guard, "probes")
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(driver_daemonset(name="e2e-ks-driver", namespace="kube-system")))
@@ -161,16 +164,18 @@ def test_kube_system_drivers_are_probed_and_their_evictions_reviewed(control_pla
         assert reviews(guard, "probes") == before + 1
     finally:
         cp.kubectl("admin", "delete", "daemonset", "-n", "kube-system", "e2e-ks-driver", "--ignore-not-found", "--wait=false")
-    before = reviews(guard, "eviction")
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "e2e-ks-pod", "namespace": "kube-system"},
-           "spec": {"containers": [{"name": "c", "image": "registry.example/app:v1"}]}}
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(pod))
-    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "e2e-ks-pod", "namespace": "kube-system"},
-            "deleteOptions": {"gracePeriodSeconds": 0}}
-    r = cp.session("admin").post(f"{cp.url}/api/v1/namespaces/kube-system/pods/e2e-ks-pod/eviction", json=body, timeout=10)
-    assert r.status_code in (200, 201)
-    assert reviews(guard, "eviction") == before + 1
+    for name, sent in (("e2e-ks-pod", 1), ("e2e-other-pod", 0)):  # a declared driver's pod name, and another
+        before = reviews(guard, "eviction")
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kube-system"},
+               "spec": {"containers": [{"name": "c", "image": "registry.example/app:v1"}]}}
+        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(pod))
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": "kube-system"},
+                "deleteOptions": {"gracePeriodSeconds": 0}}
+        r = cp.session("admin").post(f"{cp.url}/api/v1/namespaces/kube-system/pods/{name}/eviction", json=body, timeout=10)
+        assert r.status_code in (200, 201)
+        assert reviews(guard, "eviction") == before + sent, name
     hooks = {w["name"]: w for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
              for w in json.loads(cp.kubectl("admin", "get", kind, "dra-guard", "-o", "json").stdout)["webhooks"]}
-    assert hooks["evictions.dra-guard.io"]["failurePolicy"] == "Ignore"
+    assert hooks["driver-evictions.dra-guard.io"]["failurePolicy"] == "Fail"
+    assert "evictions.dra-guard.io" not in hooks  # the best-effort webhook for every other pod is off by default
     assert hooks["probes.dra-guard.io"]["failurePolicy"] == "Ignore"

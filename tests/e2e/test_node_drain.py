@@ -13,11 +13,11 @@ import time
 import pytest
 
 from tests.e2e import testdriver
-from tests.e2e.guard import Guard
+from tests.e2e.guard import EVICTION_REFUSED, Guard
 from tests.e2e.kube import evict, get_json, wait_for
 
 TAINT = "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule"
-GUARD_REFUSAL = 'admission webhook "evictions.dra-guard.io" denied the request'
+GUARD_REFUSAL = EVICTION_REFUSED
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,8 @@ def real_node_name(cp):
 @pytest.fixture(scope="module")
 def guard(real_node, driver, tmp_path_factory):
     g = Guard(real_node.cp, tmp_path_factory.mktemp("dra-guard-drain"))
-    g.start(mode="enforce", driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",))
+    g.start(mode="enforce", driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",),
+            declared=((testdriver.NAMESPACE, testdriver.NAME),))
     g.register()
     try:
         yield g

@@ -40,7 +40,7 @@ def test_json_output_shape(capsys):
     findings = json.loads(out)
     assert code == 1
     assert sorted((f["policy"], f["name"]) for f in findings) == [
-        ("probes", "gpu-example-driver"), ("rbac", "ci-deployer-everything"), ("rbac", "team-b-edit"), ("rbac", "team-gpu")]
+        ("eviction", "gpu-example-driver"), ("probes", "gpu-example-driver"), ("rbac", "ci-deployer-everything"), ("rbac", "team-b-edit"), ("rbac", "team-gpu")]
     for f in findings:
         assert {"policy", "kind", "namespace", "name", "message", "mode", "check"} <= f.keys()
 
@@ -110,7 +110,7 @@ def test_advisory_findings_alone_exit_0(tmp_path, capsys):
     ds = yaml.safe_load((EXAMPLES / "compliant" / "driver-daemonset.yaml").read_text())
     ds["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
-    code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"))
+    code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"), "-f", str(EXAMPLES / "dra-guard-config.yaml"))
     assert code == 0
     assert "seamless-upgrade" in out and "1 advisory" in out
 

@@ -148,4 +148,4 @@ def test_values_are_stored_as_declared():
     assert cfg.rbac.admin_subjects.groups == {"system:masters"} and cfg.rbac.admin_subjects.users == {"u"}
     assert cfg.probes.startup_probe and cfg.probes.startup_period_seconds == 10  # issue 15: default 10 s x 30
     assert cfg.policy("probes").mode == "warn" and cfg.policy("probes").failure_mode == "deny"
-    assert cfg.policy("eviction").failure_mode == "allow" and cfg.policy("rbac").failure_mode == "deny"
+    assert cfg.policy("eviction").failure_mode == "deny" and cfg.policy("rbac").failure_mode == "deny"

@@ -165,7 +165,7 @@ def test_a_selector_validates_and_reads_back():
     doc = {"drivers": {"selectors": [{"namespace": "gpu", "matchLabels": {"app": "d"}, "driverName": "gpu.example.com"}]}}
     assert validate(doc, config_schema()) == []
     assert document(Config, from_mapping(doc))["drivers"] == {
-        "autoDetect": True, "kubeletRootDirs": ["/var/lib/kubelet"],
+        "autoDetect": True, "kubeletRootDirs": ["/var/lib/kubelet"], "declared": [],
         "selectors": [{**doc["drivers"]["selectors"][0], "driverNames": []}]}
     assert validate({"drivers": {"selectors": [{"matchLabels": {}}]}}, config_schema()) == ["/drivers/selectors/0/namespace: required"]
 

@@ -102,10 +102,12 @@ def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: lis
     elif any(controlplane.component_pods(system_pods, "kube-controller-manager")):
         findings += [(f, advisory) for f in controlplane.controller_manager(system_pods)]
     findings += [(f, config.policy("rbac").mode) for f in unresolved_role_refs(by_kind, facts.rbac.role, online=online)]
+    driver_daemonsets = [object_key(ds) for ds in by_kind.get("DaemonSet", [])
+                         if drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices)]
     judged = {
         "rbac": [object_key(b) for b in by_kind.get("ClusterRoleBinding", [])],
-        "probes": [object_key(ds) for ds in by_kind.get("DaemonSet", [])
-                   if drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices)],
+        "probes": driver_daemonsets,
+        "eviction": driver_daemonsets,  # declared (pass) or not (undeclared-driver)
     }
     return Audit(findings=findings, judged=judged)
 

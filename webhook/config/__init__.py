@@ -20,8 +20,9 @@ Example (all defaults shown)::
     policies:
       rbac: {mode: enforce, failureMode: deny, reviewDeadlineSeconds: 0}   # 0: server.reviewDeadlineSeconds
       probes: {mode: enforce, failureMode: allow, reviewDeadlineSeconds: 0}
-      eviction: {mode: enforce, failureMode: allow, reviewDeadlineSeconds: 0}
+      eviction: {mode: enforce, failureMode: deny, reviewDeadlineSeconds: 0}    # deny: 429, drains retry
     drivers:                      # how DRA driver DaemonSets are recognised
+      declared: []                # [{namespace: gpu, name: gpu-driver}]: drivers whose evictions fail closed
       autoDetect: true
       kubeletRootDirs: [/var/lib/kubelet]   # the kubelet --root-dir of your nodes; plugins_registry is found anywhere
       selectors: []               # [{namespace: gpu, matchLabels: {app: gpu-driver}, driverNames: [gpu.example.com]}]
@@ -139,6 +140,7 @@ from webhook.config.types import (
     MODES,
     POLICY_NAMES,
     Config,
+    DeclaredDriver,
     DetectionConfig,
     DriverSelector,
     EvictionConfig,
@@ -153,7 +155,7 @@ __all__ = [
     "CONFIG_API_VERSION", "CONFIG_KIND", "DEFAULT_FAILURE_MODES", "ESCALATION_CHECKS", "FAILURE_MODES",
     "KUBE_SYSTEM_CONTROLLERS", "MODES",
     "NEVER_PRIVILEGED_GROUPS", "NEVER_PRIVILEGED_GROUP_PREFIXES", "NEVER_PRIVILEGED_USERS", "POLICY_NAMES",
-    "AuditConfig", "CertificatesConfig", "ClusterConfig", "Config", "ConfigError", "DetectionConfig",
+    "AuditConfig", "CertificatesConfig", "ClusterConfig", "Config", "ConfigError", "DeclaredDriver", "DetectionConfig",
     "DriverSelector", "EvictionConfig", "FailureMode", "Mode", "PolicyConfig", "ProbeConfig", "RbacConfig",
     "ServerConfig", "SubjectSet", "from_mapping", "load_config",
 ]

@@ -112,6 +112,8 @@ def _read_value(entry: Entry, r: _Reader, name: str, default: Any, read: Mapping
             raise ConfigError(f"{path}: required")
         if len(text) < declared.min_length:
             raise ConfigError(f"{path}: must not be empty")
+        if declared.pattern and not re.search(declared.pattern, text):
+            raise ConfigError(f"{path}: {text!r} must be {declared.pattern_help}")
         return text
     if entry.kind == "choice":
         return r.choice(name, entry.choices, default)
@@ -194,7 +196,13 @@ def from_mapping(data: Any) -> Config:
     values = _read_section(Config, top, instance_values(Config()), notes)
     config = Config(**values, ignored=tuple(notes))
     # dra-guard's own namespace: the chart renders certificates.namespace; else the pod's ($POD_NAMESPACE)
-    return config.with_guard(config.certificates.namespace or os.environ.get("POD_NAMESPACE", ""))
+    own = config.certificates.namespace or os.environ.get("POD_NAMESPACE", "")
+    for i, declared in enumerate(config.detection.declared):
+        if own and declared.namespace == own:
+            # its namespace is never sent to dra-guard: nothing dra-guard needs to start may wait on itself
+            raise ConfigError(f"drivers.declared[{i}].namespace: {own} is dra-guard's own namespace, which is never "
+                              f"sent to dra-guard; install the driver in a namespace of its own")
+    return config.with_guard(own)
 
 
 def load_config(path: str | pathlib.Path | None) -> Config:

@@ -64,6 +64,8 @@ def _value(entry: Entry, *, chart: bool, member: str = "") -> dict[str, Any]:
         node = {"type": "string"}
         if declared.min_length:
             node["minLength"] = declared.min_length
+        if declared.pattern:
+            node["pattern"] = declared.pattern
     elif kind == "choice":
         node = {"type": "string", "enum": list(entry.choices)}
     elif kind in ("strings", "sorted_strings"):

@@ -18,9 +18,10 @@ POLICY_NAMES: Final = ("rbac", "probes", "eviction")
 # What a policy answers when it fails internally: the RBAC guard fails closed (like its
 # failurePolicy: Fail); the probes mutation fails open (a missing probe is not worth blocking a
 # driver's rollout; `dra-guard audit` is the backstop).
-# The eviction guard fails open too (its chart failurePolicy is Ignore): a broken guard must never
-# wedge every drain in the cluster; stale caches are handled separately (429, retry).
-DEFAULT_FAILURE_MODES: Final = {"rbac": "deny", "probes": "allow", "eviction": "allow"}
+# The eviction guard fails closed: its webhook only sees the pods of declared drivers
+# (drivers.declared, failurePolicy Fail), and an internal error there answers 429 (retry), which
+# drains wait out like a PodDisruptionBudget; every other eviction never reaches dra-guard.
+DEFAULT_FAILURE_MODES: Final = {"rbac": "deny", "probes": "allow", "eviction": "deny"}
 CONFIG_API_VERSION: Final = "dra-guard.io/v1alpha1"
 CONFIG_KIND: Final = "DraGuardConfiguration"
 
@@ -140,10 +141,40 @@ class DriverSelector:
         return tuple(dict.fromkeys(n for n in found if n))
 
 
+#: a Kubernetes namespace (DNS label) and object name (DNS subdomain): the chart renders both into
+#: the eviction webhook's CEL matchConditions, so nothing else may get there
+DNS_LABEL: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeclaredDriver:
+    """A DRA driver DaemonSet the admin declared by name: recognised as a driver, and the evictions
+    of its pods (named ``<name>-<suffix>`` by the DaemonSet controller) go to the chart's
+    fail-closed webhook (failurePolicy Fail: refused while dra-guard is slow or down)."""
+
+    namespace: str = dataclasses.field(metadata=key(
+        "namespace", required=True, pattern=DNS_LABEL, pattern_help="a namespace name (DNS label)",
+        help="the DaemonSet's namespace (never dra-guard's own)"))
+    name: str = dataclasses.field(metadata=key(
+        "name", required=True, pattern=DNS_SUBDOMAIN, pattern_help="a DaemonSet name (DNS subdomain)",
+        help="the DaemonSet's name (its pods are named <name>-<suffix>)"))
+
+    @property
+    def pod_prefix(self) -> str:
+        """The prefix of its pods' names: the DaemonSet controller's generateName."""
+        return f"{self.name}-"
+
+
 @dataclasses.dataclass(frozen=True)
 class DetectionConfig:
-    """How drivers are recognised: configured selectors, and whether auto-detection runs."""
+    """How drivers are recognised: declared DaemonSets, configured selectors, and whether
+    auto-detection runs."""
 
+    declared: tuple[DeclaredDriver, ...] = dataclasses.field(default=(), metadata=key(
+        "declared", help="DRA driver DaemonSets by namespace and name: always drivers, and their pods' evictions "
+                         "fail closed (the chart's webhook with failurePolicy Fail); list every driver of the "
+                         "cluster here (dra-guard reports the ones it recognises that are missing)"))
     selectors: tuple[DriverSelector, ...] = dataclasses.field(default=(), metadata=key(
         "selectors", help="DaemonSets that are DRA drivers, besides the auto-detected ones"))
     auto_detect: bool = dataclasses.field(default=True, metadata=key(
@@ -151,6 +182,10 @@ class DetectionConfig:
     kubelet_root_dirs: tuple[str, ...] = dataclasses.field(default=("/var/lib/kubelet",), metadata=key(
         "kubeletRootDirs", help="the kubelet root directories (--root-dir) of your nodes; a plugins_registry "
                                 "mount is recognised under any folder too"))
+
+    def is_declared(self, namespace: str, name: str) -> bool:
+        """Whether DaemonSet namespace/name is in drivers.declared."""
+        return any(d.namespace == namespace and d.name == name for d in self.declared)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,8 +23,10 @@ from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_reso
 from webhook.kube.drift import RbacDrift
 from webhook.kube.informer import Informer
 from webhook.kube.pages import Pages
+from webhook.model import drivers
 from webhook.model.claim_index import ClaimIndex
 from webhook.model.rbac_index import RbacIndex
+from webhook.policies.eviction import declared_value
 
 log = logging.getLogger("dra_guard.cluster")
 
@@ -57,6 +59,8 @@ class ClusterState:
         self.resource_version = ""
         self._refresh_lock = threading.Lock()  # one ClusterRoleBinding read at a time (refresh_bindings)
         self._bindings_read_from = float("-inf")  # monotonic start of the last complete read
+        self._undeclared: set[tuple[str, str]] = set()  # drivers reported by report_undeclared
+        self._undeclared_lock = threading.Lock()
         if client is None:
             return
         timeout = config.cluster.request_timeout_seconds
@@ -76,7 +80,7 @@ class ClusterState:
                      on_replace=lambda items: self.rbac.replace_bindings(items, namespaced=True),
                      on_event=self._binding_event, timeout_seconds=timeout),
             Informer(name="daemonsets", list_func=apps_api.list_daemon_set_for_all_namespaces,
-                     on_replace=self.claims.replace_daemonsets, on_event=self._daemonset_event, timeout_seconds=timeout),
+                     on_replace=self._daemonsets_replaced, on_event=self._daemonset_event, timeout_seconds=timeout),
             Informer(name="pods", list_func=core_api.list_pod_for_all_namespaces,
                      on_replace=self.claims.replace_pods, on_event=self._pod_event, timeout_seconds=timeout),
             Informer(name="resourceclaims", list_func=self._list_claims,
@@ -214,13 +218,40 @@ class ClusterState:
         meta = obj.get("metadata") or {}
         return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
+    def report_undeclared(self) -> None:
+        """Name every DRA driver DaemonSet recognised but missing from drivers.declared: a warning
+        log line "undeclared DRA driver" once per DaemonSet (with the Helm value that declares it)
+        and dra_guard_undeclared_drivers{namespace,daemonset} 1 while it stays undeclared."""
+        with self._undeclared_lock:
+            found = set(drivers.undeclared(self.claims.daemonset_drivers(), self.config.detection,
+                                           guard_namespace=self.config.rbac.guard_namespace))
+            if found == self._undeclared:
+                return
+            value = declared_value(self.config.detection, sorted(found))
+            for namespace, name in sorted(found - self._undeclared):
+                metrics.UNDECLARED_DRIVERS.labels(namespace=namespace, daemonset=name).set(1)
+                log.warning("undeclared DRA driver", extra={
+                    "namespace": namespace, "daemonset": name, "helm": value,
+                    "why": "its pods' evictions are not sent to dra-guard (not in drivers.declared)"})
+            for namespace, name in self._undeclared - found:
+                metrics.UNDECLARED_DRIVERS.remove(namespace, name)
+            self._undeclared = found
+
+    def _redetect(self) -> None:
+        self.claims.redetect()
+        self.report_undeclared()
+
+    def _daemonsets_replaced(self, items: Iterable[dict[str, Any]]) -> None:
+        self.claims.replace_daemonsets(items)
+        self.report_undeclared()
+
     def _roles_replaced(self, items: Iterable[dict[str, Any]]) -> None:
         self.rbac.replace_roles(items)
-        self.claims.redetect()
+        self._redetect()
 
     def _bindings_replaced(self, items: Iterable[dict[str, Any]]) -> None:
         self.rbac.replace_bindings(items)
-        self.claims.redetect()
+        self._redetect()
 
     def _role_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         namespace, name = self._name(obj)
@@ -230,7 +261,7 @@ class ClusterState:
             self.rbac.upsert_role(obj)
         self.drift("Role" if namespace else "ClusterRole", kind, obj)
         if not namespace:
-            self.claims.redetect()
+            self._redetect()
 
     def _binding_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         namespace, name = self._name(obj)
@@ -240,13 +271,14 @@ class ClusterState:
             self.rbac.upsert_binding(obj)
         self.drift("RoleBinding" if namespace else "ClusterRoleBinding", kind, obj)
         if not namespace:
-            self.claims.redetect()
+            self._redetect()
 
     def _daemonset_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":
             self.claims.delete_daemonset(*self._name(obj))
         else:
             self.claims.upsert_daemonset(obj)
+        self.report_undeclared()
 
     def _pod_event(self, kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":

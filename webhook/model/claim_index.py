@@ -130,6 +130,11 @@ class ClaimIndex:
             for ds in daemonsets:
                 self.upsert_daemonset(ds)
 
+    def daemonset_drivers(self) -> list[tuple[str, str, drivers.Driver | None]]:
+        """(namespace, name, verdict) of every DaemonSet: its drivers.detect() result or None."""
+        with self._lock:
+            return [(ns, name, driver) for (ns, name), driver in self._drivers.items()]
+
     def redetect(self) -> None:
         """Judge every DaemonSet again (after RBAC changed what may write ResourceSlices). The
         judging (which may ask the RBAC index) runs outside this index's lock: evictions are not

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from webhook.config import DetectionConfig
@@ -42,6 +42,8 @@ CONTAINERS_ANNOTATION = "dra-guard.io/plugin-containers"
 REGISTRY = "plugins_registry"
 CDI_DIRS = ("/var/run/cdi", "/run/cdi")
 NAME_ENVS = ("DRIVER_NAME", "DRIVER_NAMES")
+#: the evidence of a DaemonSet the admin named in drivers.declared
+DECLARED = "declared in drivers.declared"
 
 _DRIVER_FLAG = re.compile(r"^--?driver-names?(?:=(.*))?$")
 
@@ -212,9 +214,10 @@ def detect(daemonset: Mapping[str, Any], *, config: DetectionConfig,
                      and all(labels.get(k) == v for k, v in s.match_labels.items())), None)
     explicit = split_names(_str(annotations.get(DRIVER_KEY)) or _str(labels.get(DRIVER_KEY)))
     label_names = [(n, f"label/annotation {DRIVER_KEY}") for n in explicit]
-    if explicit and (selector is not None or writes):
-        trust = f"selector in namespace {namespace}" if selector is not None else \
-            f"ServiceAccount {namespace}/{sa} may write ResourceSlices"
+    declared = config.is_declared(namespace, _str(meta.get("name")))
+    if explicit and (selector is not None or writes or declared):
+        trust = (f"selector in namespace {namespace}" if selector is not None else
+                 f"ServiceAccount {namespace}/{sa} may write ResourceSlices" if writes else DECLARED)
         return _make(label_names, True, f"{DRIVER_KEY}={','.join(explicit)}, trusted: {trust}", containers)
     if selector is not None:
         names = [(n, f"selector in namespace {namespace}") for n in selector.names]
@@ -222,6 +225,9 @@ def detect(daemonset: Mapping[str, Any], *, config: DetectionConfig,
         if not names:
             names, complete = spec_names(daemonset, containers, config)
         return _make(names, complete, f"selector in namespace {namespace}", containers)
+    if declared:
+        names, complete = spec_names(daemonset, containers, config)
+        return _make(names, complete, DECLARED, containers)
     if config.auto_detect:
         paths = set(host_paths(spec).values())
         roots = kubelet_roots(paths, config)
@@ -239,3 +245,13 @@ def detect(daemonset: Mapping[str, Any], *, config: DetectionConfig,
                      f"its ServiceAccount may not write ResourceSlices and no selector matches)", containers,
                      protects=False)
     return None
+
+
+def undeclared(found: Iterable[tuple[str, str, Driver | None]], detection: DetectionConfig,
+               *, guard_namespace: str) -> list[tuple[str, str]]:
+    """The (namespace, name) of recognised DRA driver DaemonSets missing from drivers.declared,
+    sorted. found: (namespace, name, detect()'s verdict) of DaemonSets. A driver whose identity is
+    not trusted (Driver.protects False) and dra-guard's own namespace are left out."""
+    return sorted((ns, name) for ns, name, driver in found
+                  if driver is not None and driver.protects and ns != guard_namespace
+                  and not detection.is_declared(ns, name))

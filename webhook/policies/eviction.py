@@ -17,19 +17,25 @@ same status shape), policy/v1 Eviction.
 
 The policy reads the ClaimIndex (webhook.model.claim_index), which webhook.kube fills from
 watches of ResourceClaims, DaemonSets and (slimmed) Pods.
+
+Scope: the chart sends dra-guard only the evictions of the pods of the drivers declared in
+``drivers.declared``, with failurePolicy Fail, so the drain order holds while dra-guard is slow,
+hung or down (the apiserver refuses them). A driver dra-guard recognises that is not declared is
+unguarded: audit_objects() reports it (check ``undeclared-driver``) with the value to set.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from webhook import metrics
-from webhook.config import Config, EvictionConfig
+from webhook.config import Config, DetectionConfig, EvictionConfig
 from webhook.model import attribution, drivers
 from webhook.model.claim_index import ClaimIndex
 from webhook.model.claims import Hold
 from webhook.model.facts import Facts
-from webhook.model.readers import as_map, as_str
+from webhook.model.readers import as_map, as_str, name_of
 from webhook.policies.decision import ALLOW, Decision, Finding, short
 
 POLICY = "eviction"
@@ -138,3 +144,39 @@ def record(request: Mapping[str, Any], decision: Decision, index: ClaimIndex) ->
                 metrics.DRIVER_EVICTIONS.labels(driver=name, decision="allowed").inc()
             if pod.node:
                 metrics.BLOCKING_CLAIMS.labels(node=pod.node).set(0)
+
+
+# --------------------------------------------------------------------------- undeclared drivers
+
+def declared_value(detection: DetectionConfig, extra: Iterable[tuple[str, str]]) -> str:
+    """The Helm flag that declares every driver of drivers.declared plus `extra` ((namespace, name)
+    pairs): ``--set-json 'config.drivers.declared=[{"namespace":...,"name":...}, ...]'``.
+    (--set-json replaces the list: it repeats the drivers already declared.)"""
+    pairs = list(dict.fromkeys([(d.namespace, d.name) for d in detection.declared] + list(extra)))
+    value = json.dumps([{"namespace": ns, "name": name} for ns, name in pairs], separators=(",", ":"))
+    return f"--set-json 'config.drivers.declared={value}'"
+
+
+def undeclared_finding(namespace: str, name: str, *, value: str) -> Finding:
+    """The advisory finding for an undeclared driver DaemonSet; `value` from declared_value()."""
+    return Finding(
+        policy=POLICY, kind="DaemonSet", namespace=namespace, name=name, check="undeclared-driver", enforced=False,
+        message=f"DaemonSet {namespace}/{name} is a DRA driver that is not in drivers.declared: evictions of its pods "
+                f"are not sent to dra-guard, so nothing keeps it on a node whose claims still need it. Declare it "
+                f"(config file: drivers.declared: [{{namespace: {namespace}, name: {name}}}]; Helm: {value}).",
+        summary=short(f"dra-guard: driver DaemonSet {namespace}/{name} not in drivers.declared; its evictions are unguarded"),
+        details={"namespace": namespace, "name": name, "helm": value})
+
+
+def audit_objects(facts: Facts, config: Config, objects: Mapping[str, list[dict[str, Any]]]) -> Iterator[Finding]:
+    """An ``undeclared-driver`` finding (advisory) for every DaemonSet among `objects` that dra-guard
+    recognises as a DRA driver but drivers.declared does not list. (The registry's `audit`.)"""
+    found = []
+    for ds in objects.get("DaemonSet", []):
+        meta = as_map(ds.get("metadata"))
+        found.append((as_str(meta.get("namespace")), name_of(ds),
+                      drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices)))
+    missing = drivers.undeclared(found, config.detection, guard_namespace=config.rbac.guard_namespace)
+    value = declared_value(config.detection, missing)
+    for namespace, name in missing:
+        yield undeclared_finding(namespace, name, value=value)

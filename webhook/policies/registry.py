@@ -71,7 +71,7 @@ POLICIES: tuple[Policy, ...] = (
     Policy(name="probes", path="/mutate/daemonsets", mutating=True, review=probes.admit, audit=probes.audit_objects,
            title="driver liveness probes: a gRPC livenessProbe for DRA driver DaemonSets that lack one",
            source=PAGE + "#confirm-your-dra-driver-exposes-a-liveness-probe-and-utilize-it"),
-    Policy(name="eviction", path="/validate/evictions", mutating=False, review=eviction.admit, first=True,
+    Policy(name="eviction", path="/validate/evictions", mutating=False, review=eviction.admit, audit=eviction.audit_objects, first=True,
            title="drain order: 429 for evicting a DRA driver pod whose claims are still reserved on its node",
            source=PAGE + "#when-draining-a-node-drain-the-dra-driver-as-late-as-possible"),
 )

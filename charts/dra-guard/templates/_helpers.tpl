@@ -44,6 +44,9 @@ app.kubernetes.io/part-of: dra-guard
 {{- end }}
 
 {{- define "dra-guard.image" -}}
+{{- if not .Values.image.repository -}}
+{{- fail "image.repository is empty: build dra-guard's image from the repository's Dockerfile, push it where your nodes pull from and set it, e.g. --set image.repository=REGISTRY/dra-guard (README \"Install with Helm\")" -}}
+{{- end -}}
 {{- if .Values.image.digest -}}
 {{ .Values.image.repository }}@{{ .Values.image.digest }}
 {{- else -}}
@@ -75,6 +78,44 @@ dra-guard writes into certDir, a 0700 subfolder it creates: it refuses a group/w
 {{- define "dra-guard.policyMode" -}}
 {{- $p := index (.root.Values.config.policies | default dict) .policy | default dict -}}
 {{- $p.mode | default .root.Values.config.mode | default "enforce" -}}
+{{- end }}
+
+{{/*
+A webhook's failurePolicy: Ignore while its policy runs in audit mode (audit records and never
+refuses, so a dra-guard that is not yet Ready, or whose image cannot be pulled, must not block
+anything either); the webhook's own failurePolicy in enforce and warn. Call with (dict "root" $
+"policy" NAME "failurePolicy" VALUE).
+*/}}
+{{- define "dra-guard.failurePolicy" -}}
+{{- if eq (include "dra-guard.policyMode" .) "audit" }}Ignore{{ else }}{{ .failurePolicy }}{{ end -}}
+{{- end }}
+
+{{/*
+The CEL condition true for a pod of a declared driver (config.drivers.declared): its namespace and
+its name's prefix "<DaemonSet>-" (the DaemonSet controller's generateName). The values schema
+holds namespaces and names to Kubernetes name syntax, so nothing else reaches the expression.
+*/}}
+{{- define "dra-guard.declaredDriverPods" -}}
+{{- $terms := list }}
+{{- range .Values.config.drivers.declared }}
+{{- $terms = append $terms (printf "(request.namespace == '%s' && request.name.startsWith('%s-'))" .namespace .name) }}
+{{- end }}
+{{- join " || " $terms }}
+{{- end }}
+
+{{/* The namespaces of config.drivers.declared, without repeats; fails on dra-guard's own. */}}
+{{- define "dra-guard.declaredNamespaces" -}}
+{{- $spaces := list }}
+{{- range $i, $d := .Values.config.drivers.declared }}
+{{- if eq $d.namespace $.Release.Namespace }}
+{{- fail (printf "config.drivers.declared[%d].namespace: %s is dra-guard's own namespace, which is never sent to dra-guard; install the driver in a namespace of its own" $i $d.namespace) }}
+{{- end }}
+{{- if has $d.namespace $.Values.webhooks.excludedNamespaces }}
+{{- fail (printf "config.drivers.declared[%d].namespace: %s is in webhooks.excludedNamespaces, which are never sent to dra-guard" $i $d.namespace) }}
+{{- end }}
+{{- $spaces = append $spaces $d.namespace }}
+{{- end }}
+{{- $spaces | uniq | toJson }}
 {{- end }}
 
 {{/*

@@ -13,8 +13,9 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
   sideEffects: None
   matchPolicy: Equivalent
   # Fail: a grant let through cannot be taken back; scope is narrow and the break-glass is
-  # deleting this configuration (webhook configurations are never sent to webhooks).
-  failurePolicy: {{ $w.rbac.failurePolicy }}
+  # deleting this configuration (webhook configurations are never sent to webhooks). Ignore while
+  # the policy runs in audit mode (it never refuses, so it must not block when dra-guard is down).
+  failurePolicy: {{ include "dra-guard.failurePolicy" (dict "root" . "policy" "rbac" "failurePolicy" $w.rbac.failurePolicy) }}
   # dra-guard answers from its caches; a hung replica costs at most this many seconds
   timeoutSeconds: {{ $w.rbac.timeoutSeconds }}
   {{- include "dra-guard.clientConfig" (dict "root" . "path" "/validate/rbac") | nindent 2 }}
@@ -52,35 +53,78 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
       expression: >-
         {{- include "dra-guard.notAdminExpression" . | nindent 8 }}
 {{- end }}
-{{- if $w.eviction.enabled }}
-# Policy eviction: a DRA driver pod leaves a node last (refused with 429 while its claims are
-# still prepared there; drains retry).
+{{- $declared := .Values.config.drivers.declared | default list }}
+{{- if and $w.eviction.enabled $declared }}
+# Policy eviction, fail-closed scope: a declared DRA driver's pod leaves a node last (refused with
+# 429 while its claims are still prepared there; drains retry).
+- name: driver-evictions.dra-guard.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  matchPolicy: Equivalent
+  # Fail: only the pods of config.drivers.declared are sent here (namespaceSelector and
+  # matchConditions below), so while dra-guard is slow, hung or down the apiserver refuses their
+  # evictions (drains retry) and every other eviction never waits on dra-guard. Break-glass: remove
+  # the driver from config.drivers.declared, or delete this configuration.
+  failurePolicy: {{ include "dra-guard.failurePolicy" (dict "root" . "policy" "eviction" "failurePolicy" $w.eviction.failurePolicy) }}
+  timeoutSeconds: {{ $w.eviction.timeoutSeconds }}
+  {{- include "dra-guard.clientConfig" (dict "root" . "path" "/validate/evictions") | nindent 2 }}
+  {{- include "dra-guard.evictionRules" . | nindent 2 }}
+  namespaceSelector:
+    matchExpressions:
+      - key: kubernetes.io/metadata.name
+        operator: In
+        values: {{ include "dra-guard.declaredNamespaces" . }}
+  matchConditions:
+    - name: declared-driver-pod
+      expression: >-
+        {{ include "dra-guard.declaredDriverPods" . }}
+    {{- if .Values.config.eviction.guardDeletes }}
+    # the DaemonSet controller's own deletes (rolling updates) never wait on dra-guard
+    - name: not-daemonset-controller
+      expression: >-
+        !(request.operation == 'DELETE' && request.userInfo.username in {{ .Values.config.eviction.daemonSetControllerUsers | toJson }})
+    {{- end }}
+{{- end }}
+{{- if and $w.eviction.enabled $w.eviction.bestEffort.enabled }}
+# Policy eviction, best effort: evictions of every other pod, so a driver dra-guard recognises but
+# config.drivers.declared does not list is held while dra-guard answers.
 - name: evictions.dra-guard.io
   admissionReviewVersions: [v1]
   sideEffects: None
   matchPolicy: Equivalent
-  # Ignore: a dead webhook must never wedge every drain in the cluster; while dra-guard runs
-  # with stale caches it answers 429 (retry) itself.
-  failurePolicy: {{ $w.eviction.failurePolicy }}
-  timeoutSeconds: {{ $w.eviction.timeoutSeconds }}
+  # Ignore, and a short timeout: every eviction in the cluster passes here, and none may wait
+  # long on, or be refused by, a dra-guard that is slow or down.
+  failurePolicy: Ignore
+  timeoutSeconds: {{ $w.eviction.bestEffort.timeoutSeconds }}
   {{- include "dra-guard.clientConfig" (dict "root" . "path" "/validate/evictions") | nindent 2 }}
-  rules:
-    - apiGroups: [""]
-      apiVersions: [v1]
-      operations: [CREATE]
-      resources: [pods/eviction]
-      scope: Namespaced
-    {{- if .Values.config.eviction.guardDeletes }}
-    # config.eviction.guardDeletes: DELETE of driver pods too (the DaemonSet controller is exempt)
-    - apiGroups: [""]
-      apiVersions: [v1]
-      operations: [DELETE]
-      resources: [pods]
-      scope: Namespaced
-    {{- end }}
+  {{- include "dra-guard.evictionRules" . | nindent 2 }}
   # kube-system too (some drivers install there); only dra-guard's own namespace stays out
   {{- include "dra-guard.driverNamespaceSelector" . | nindent 2 }}
+  {{- if $declared }}
+  matchConditions:
+    # the declared drivers' pods go to driver-evictions.dra-guard.io only
+    - name: not-declared-driver-pod
+      expression: >-
+        !({{ include "dra-guard.declaredDriverPods" . }})
+  {{- end }}
 {{- end }}
+{{- end }}
+
+{{- define "dra-guard.evictionRules" -}}
+rules:
+  - apiGroups: [""]
+    apiVersions: [v1]
+    operations: [CREATE]
+    resources: [pods/eviction]
+    scope: Namespaced
+  {{- if .Values.config.eviction.guardDeletes }}
+  # config.eviction.guardDeletes: DELETE of driver pods too (the DaemonSet controller is exempt)
+  - apiGroups: [""]
+    apiVersions: [v1]
+    operations: [DELETE]
+    resources: [pods]
+    scope: Namespaced
+  {{- end }}
 {{- end }}
 
 {{- define "dra-guard.mutatingWebhooks" -}}
@@ -93,7 +137,7 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
   matchPolicy: Equivalent
   # Ignore: a missing probe is not worth blocking a driver rollout; `dra-guard audit` and the
   # findings metric are the backstop.
-  failurePolicy: {{ $w.probes.failurePolicy }}
+  failurePolicy: {{ include "dra-guard.failurePolicy" (dict "root" . "policy" "probes" "failurePolicy" $w.probes.failurePolicy) }}
   # the patch only adds probes and never depends on another mutation
   reinvocationPolicy: Never
   timeoutSeconds: {{ $w.probes.timeoutSeconds }}
