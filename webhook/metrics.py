@@ -109,8 +109,9 @@ DRIVER_EVICTIONS = Counter(
 UNDECLARED_DRIVERS = Gauge(
     "dra_guard_undeclared_drivers",
     "1 for each DaemonSet dra-guard recognises as a DRA driver that drivers.declared does not list (its pods' "
-    "evictions are not sent to dra-guard), by namespace and daemonset.",
-    ["namespace", "daemonset"],
+    "evictions are not sent to dra-guard), by the DaemonSet's namespace (daemonset_namespace: `namespace` is the "
+    "scrape target's) and name.",
+    ["daemonset_namespace", "daemonset"],
 )
 BLOCKING_CLAIMS = Gauge(
     "dra_guard_blocking_claims",

@@ -83,7 +83,7 @@ def test_dra_guards_own_namespace_cannot_be_declared(monkeypatch):
 def test_the_server_logs_each_undeclared_driver_once_and_keeps_a_gauge_while_it_stays(caplog):
     config = from_mapping(DECLARED)
     state = ClusterState(None, config=config)
-    gauge = metrics.UNDECLARED_DRIVERS.labels(namespace="net", daemonset="net-driver")
+    gauge = metrics.UNDECLARED_DRIVERS.labels(daemonset_namespace="net", daemonset="net-driver")
     caplog.set_level(logging.WARNING, logger="dra_guard.cluster")
     state._daemonset_event("ADDED", driver_daemonset(name="gpu-driver", namespace="gpu"))
     state._daemonset_event("ADDED", driver_daemonset(name="net-driver", namespace="net"))
@@ -92,10 +92,10 @@ def test_the_server_logs_each_undeclared_driver_once_and_keeps_a_gauge_while_it_
     assert len(lines) == 1 and (lines[0].namespace, lines[0].daemonset) == ("net", "net-driver")
     assert "net-driver" in lines[0].helm and "gpu-driver" in lines[0].helm
     assert gauge._value.get() == 1
-    assert ("gpu", "gpu-driver") not in {(s.labels["namespace"], s.labels["daemonset"])
+    assert ("gpu", "gpu-driver") not in {(s.labels["daemonset_namespace"], s.labels["daemonset"])
                                           for m in metrics.UNDECLARED_DRIVERS.collect() for s in m.samples}
     state._daemonset_event("DELETED", driver_daemonset(name="net-driver", namespace="net"))
-    assert ("net", "net-driver") not in {(s.labels["namespace"], s.labels["daemonset"])
+    assert ("net", "net-driver") not in {(s.labels["daemonset_namespace"], s.labels["daemonset"])
                                          for m in metrics.UNDECLARED_DRIVERS.collect() for s in m.samples}
 
 

@@ -221,7 +221,7 @@ class ClusterState:
     def report_undeclared(self) -> None:
         """Name every DRA driver DaemonSet recognised but missing from drivers.declared: a warning
         log line "undeclared DRA driver" once per DaemonSet (with the Helm value that declares it)
-        and dra_guard_undeclared_drivers{namespace,daemonset} 1 while it stays undeclared."""
+        and dra_guard_undeclared_drivers{daemonset_namespace,daemonset} 1 while it stays undeclared."""
         with self._undeclared_lock:
             found = set(drivers.undeclared(self.claims.daemonset_drivers(), self.config.detection,
                                            guard_namespace=self.config.rbac.guard_namespace))
@@ -229,7 +229,7 @@ class ClusterState:
                 return
             value = declared_value(self.config.detection, sorted(found))
             for namespace, name in sorted(found - self._undeclared):
-                metrics.UNDECLARED_DRIVERS.labels(namespace=namespace, daemonset=name).set(1)
+                metrics.UNDECLARED_DRIVERS.labels(daemonset_namespace=namespace, daemonset=name).set(1)
                 log.warning("undeclared DRA driver", extra={
                     "namespace": namespace, "daemonset": name, "helm": value,
                     "why": "its pods' evictions are not sent to dra-guard (not in drivers.declared)"})

@@ -1,0 +1,117 @@
+"""Failure modes held by the apiserver: with the chart's rendered webhooks, a declared driver's
+eviction is refused while dra-guard is hung or gone, and no other eviction waits on dra-guard.
+
+The scenario (bench/eviction_burst.py): a node with one DRA device pool, the declared driver's
+DaemonSet pod on it, a consumer whose claim the real scheduler allocated and reserved there.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from bench import eviction_burst as burst
+from tests.e2e.guard import EVICTION_REFUSED, Guard
+from tests.e2e.kube import evict, wait_for
+
+#: how long the acceptance watches a hung or gone dra-guard
+WATCH_SECONDS = 30
+
+
+@pytest.fixture(scope="module")
+def scenario(control_plane, tmp_path_factory):
+    cp = control_plane
+    guard = Guard(cp, tmp_path_factory.mktemp("dra-guard-fail-closed"))
+    try:
+        namespaces = burst.prepare(cp, guard, 50, wait=lambda what, fn, t: wait_for(what, fn, timeout=t))
+        yield guard, namespaces
+    finally:
+        guard.stop()
+        for ns in namespaces if "namespaces" in locals() else ():
+            cp.kubectl("admin", "delete", "pods", "-n", ns, "--all", "--grace-period=0", "--force", "--wait=false", check=False)
+        cp.kubectl("admin", "delete", "pods", "-n", burst.WORK, "--all", "--grace-period=0", "--force", "--wait=false", check=False)
+        cp.kubectl("admin", "delete", "daemonset", "-n", burst.DRIVER_NAMESPACE, burst.DRIVER_DS, "--wait=false", check=False)
+
+
+def refused_by_dra_guard(cp, pod) -> bool:
+    """dra-guard's own 429 for the driver pod (its claim is still reserved)."""
+    r = evict(cp, *pod)
+    message = r.json().get("message", "") if r.headers.get("Content-Type", "").startswith("application/json") else ""
+    return r.status_code == 429 and message.startswith(EVICTION_REFUSED) and "is still needed on node" in message
+
+
+def plain_pod(cp, namespace: str, name: str) -> tuple[str, str]:
+    burst.create_pods(cp.session("admin"), cp.url, [(namespace, name)])
+    return namespace, name
+
+
+def watch(cp, driver_pod, *, label: str) -> None:
+    """For WATCH_SECONDS: the driver pod's eviction is never 2xx, and plain pods (another namespace
+    and the driver's own namespace) are evicted (201) within 2 s each."""
+    deadline = time.monotonic() + WATCH_SECONDS
+    answers, plain = [], []
+    i = 0
+    while time.monotonic() < deadline:
+        r = evict(cp, *driver_pod)
+        answers.append((r.status_code, r.text[:200]))
+        assert r.status_code not in (200, 201), f"{label}: the driver pod was evicted: {r.text}"
+        for ns in ("burst-00", burst.DRIVER_NAMESPACE):
+            pod = plain_pod(cp, ns, f"plain-{label}-{i}")
+            started = time.monotonic()
+            status = evict(cp, *pod, grace=0).status_code
+            plain.append((ns, status, time.monotonic() - started))
+        i += 1
+        time.sleep(0.5)
+    assert len(answers) >= 5, answers
+    # the apiserver refused it on its own: the webhook could not be called (failurePolicy Fail)
+    assert all("driver-evictions.dra-guard.io" in text for _, text in answers), answers
+    assert all(status in (200, 201) and seconds < 2 for _, status, seconds in plain), plain
+
+
+def test_a_declared_driver_stays_while_dra_guard_is_hung_or_gone_and_nothing_else_waits(control_plane, scenario):
+    cp = control_plane
+    guard, _ = scenario
+    (driver_pod,) = wait_for("the driver pod", lambda: burst.driver_pods(cp))
+    wait_for("dra-guard to refuse the driver eviction", lambda: refused_by_dra_guard(cp, driver_pod))
+
+    # hung: every process of dra-guard stopped (the apiserver's connection stays open, no answer)
+    os.killpg(guard.proc.proc.pid, signal.SIGSTOP)
+    try:
+        watch(cp, driver_pod, label="hung")
+    finally:
+        os.killpg(guard.proc.proc.pid, signal.SIGCONT)
+
+    # gone: no process listens any more (the webhook configuration stays)
+    guard.stop_server()
+    watch(cp, driver_pod, label="gone")
+
+    # back: dra-guard's own answer again, and the claim still holds the driver
+    guard.start(mode="enforce")
+    wait_for("dra-guard to refuse the driver eviction again", lambda: refused_by_dra_guard(cp, driver_pod))
+
+
+def test_a_burst_of_1500_evictions_over_50_namespaces_never_evicts_the_held_driver(control_plane, scenario):
+    """1,500 evictions at once (32 concurrent clients) over 50 namespaces, the driver's included,
+    with the driver pod's eviction in the same burst: it is refused, every other pod is evicted,
+    and dra-guard is asked about nothing but the driver's pod (the others never wait on it). The
+    time against the same burst without dra-guard is measured here and in bench (bench/RESULTS.md)."""
+    cp = control_plane
+    guard, namespaces = scenario
+    assert len(namespaces) == 50 and burst.DRIVER_NAMESPACE in namespaces
+    wait_for("dra-guard to refuse the driver eviction", lambda: refused_by_dra_guard(cp, burst.driver_pods(cp)[0]))
+    reviewed = guard_reviews(guard)
+    result = burst.run(cp, guard, driver_pods=lambda: burst.driver_pods(cp), namespaces=namespaces, evictions=1500)
+    print(f"eviction burst: {result}")
+    assert result["driver_evicted"] == 0 and result["driver_statuses"] == [429], result
+    assert result["others_failed"] == 0, result
+    assert burst.reserved_claims(cp)
+    # one eviction review: the driver's (each of the 1,500 others went through without dra-guard)
+    assert guard_reviews(guard) - reviewed == 1
+
+
+def guard_reviews(guard) -> float:
+    text = guard.proc.session().get(guard.url + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("dra_guard_admission_requests_total{") and 'policy="eviction"' in line)
