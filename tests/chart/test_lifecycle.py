@@ -111,11 +111,31 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
         assert second.returncode == 0, second.stderr
         history = json.loads(helm.run("history", release, "-n", ns, "-o", "json", env=cp.env("admin")).stdout)
         assert history[-1]["status"] == "deployed" and history[-1]["chart"] == "dra-guard-0.2.0"
+
+        # a declared driver (a fail-closed eviction webhook) changes none of that, while down
+        declared = {**values, "config": {"drivers": {"declared": [{"namespace": "gpu", "name": "gpu-driver"}]}}}
+        out = helm_ok(cp, tmp_path, "upgrade", release, str(helm.CHART), "-n", ns, values=declared)
+        assert out.returncode == 0, out.stderr
+        hooks = {w["name"]: w for w in json.loads(cp.kubectl(
+            "admin", "get", "validatingwebhookconfiguration", f"{release}-dra-guard", "-o", "json").stdout)["webhooks"]}
+        assert hooks["driver-evictions.dra-guard.io"]["failurePolicy"] == "Fail"
+        # audit mode never blocks: upgraded to audit while down, alice's binding is admitted
+        out = helm_ok(cp, tmp_path, "upgrade", release, str(helm.CHART), "-n", ns,
+                      values={**declared, "config": {**declared["config"], "mode": "audit"}})
+        assert out.returncode == 0, out.stderr
+        admitted = alice_binding(cp, "life-audit-down")
+        assert admitted.returncode == 0, admitted.stderr
+        # and uninstall, still down: finishes, and leaves no webhook configuration behind
+        out = helm.run("uninstall", release, "-n", ns, "--timeout", "60s", env=cp.env("admin"), check=False)
+        assert out.returncode == 0, out.stderr
+        left = cp.kubectl("admin", "get", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "-o", "name").stdout
+        assert f"{release}-dra-guard" not in left, left
     finally:
         cp.kubectl("admin", "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration",
                    f"{release}-dra-guard", "--ignore-not-found")
         helm.run("uninstall", release, "-n", ns, "--no-hooks", env=cp.env("admin"), check=False)
-        cp.kubectl("admin", "delete", "clusterrolebinding", "life-while-down", "life-still-down", "--ignore-not-found")
+        cp.kubectl("admin", "delete", "clusterrolebinding", "life-while-down", "life-still-down", "life-audit-down",
+                   "--ignore-not-found")
         guard.start(mode="enforce")
         _ = ca
 

@@ -174,6 +174,63 @@ def test_drain_loop_that_evicts_daemonset_pods_empties_the_node_in_order(real_no
     assert "is not registered" not in node.kubelet_log_text()[log_offset:]
 
 
+def test_evict_everything_loop_while_dra_guard_is_down_leaves_the_driver_until_it_is_back(real_node, clean_node, guard):
+    """Custom drain logic that evicts every pod of the node in a loop, while dra-guard is down (its
+    webhook configuration in place): the apiserver itself refuses the declared driver's eviction
+    (failurePolicy Fail), the consumers go and their claims are unprepared by the driver, which
+    stays until dra-guard is back and sees the claims released."""
+    cp, node = real_node.cp, real_node.node
+    claims = [start_consumer(cp, name) for name in ("consumer-a", "consumer-b")]
+    cp.kubectl("admin", "cordon", node.name)
+    cp.kubectl("admin", "taint", "node", node.name, TAINT)  # no new driver pod once the old one is gone
+    guard.stop_server()
+    restarted = False
+    try:
+        def on_node():
+            pods = (get_json(cp, "pods", "-A", "--field-selector", f"spec.nodeName={node.name}") or {"items": []})["items"]
+            return sorted(((p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods),
+                          key=lambda k: k[0] != testdriver.NAMESPACE)
+
+        evicted, refused_down, seen_log = {}, 0, ""
+        deadline = time.monotonic() + 180
+        while (pods := on_node()) and time.monotonic() < deadline:
+            seen_log = driver_log(node) or seen_log
+            consumers_left = [p for p in pods if p[0] == "work"]
+            if not restarted and not consumers_left:
+                # the consumers are gone and their claims unprepared: the driver is still here, refused
+                # by the apiserver alone; now bring dra-guard back
+                assert all(ns == testdriver.NAMESPACE for ns, _ in pods), pods
+                assert refused_down >= 3
+                guard.start(mode="enforce", driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",))
+                restarted = True
+            for ns, name in pods:
+                if (ns, name) in evicted:
+                    continue
+                r = evict(cp, ns, name)
+                if r.status_code == 201:
+                    assert ns != testdriver.NAMESPACE or restarted, f"driver evicted while dra-guard was down: {r.text}"
+                    evicted[(ns, name)] = time.monotonic()
+                elif not restarted:
+                    assert ns == testdriver.NAMESPACE and r.status_code == 500, r.text
+                    assert 'failed calling webhook "driver-evictions.dra-guard.io"' in r.text, r.text
+                    refused_down += 1
+                else:
+                    assert r.status_code == 429, r.text
+            time.sleep(1)
+        assert not on_node(), f"pods left on the node (stuck?): {on_node()}"
+        assert restarted
+        driver_evicted = [t for (ns, _), t in evicted.items() if ns == testdriver.NAMESPACE]
+        consumers_evicted = [t for (ns, _), t in evicted.items() if ns == "work"]
+        assert len(driver_evicted) == 1 and len(consumers_evicted) == 2
+        assert driver_evicted[0] > max(consumers_evicted)
+        for claim, uid in claims:
+            assert not testdriver.cdi_file(uid).exists()
+            assert f"dradriver: unprepared claim work/{claim} uid={uid}" in seen_log
+    finally:
+        if not restarted:
+            guard.start(mode="enforce", driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",))
+
+
 def test_surge_rollout_of_the_driver_keeps_claims_served(real_node, clean_node, guard):
     """The source page's seamless upgrade: maxSurge 1 / maxUnavailable 0 and the kubelet's
     rolling-update registration (two instances of the driver registered at once)."""
