@@ -73,12 +73,18 @@ class NotJudged(Exception):
 def not_judged(response: dict[str, Any], *, policy: str, settings: PolicyConfig, first: bool, why: str) -> None:
     """Fill `response` (with its uid) for a review that was not judged (NotJudged).
 
-    first (the registry's Policy.first, the eviction guard): 429 TooManyRequests, the answer drains
-    retry, whatever the failureMode, never an allow. Otherwise the policy's failureMode: deny
+    In warn and audit mode: allowed (warn: with a warning), as those modes never refuse. In enforce
+    mode, first (the registry's Policy.first, the eviction guard): 429 TooManyRequests, the answer
+    drains retry, whatever the failureMode, never an allow. Otherwise the policy's failureMode: deny
     refuses with 503 ServiceUnavailable ("retry"), allow admits with a warning.
     """
     text = f"dra-guard did not judge this request ({why}); retry"
-    if first:
+    if settings.mode != "enforce":
+        # warn and audit never refuse, so neither does a review they could not judge
+        response["allowed"] = True
+        if settings.mode == "warn":
+            response["warnings"] = [short(f"dra-guard: policy {policy} not applied: {why}")]
+    elif first:
         response.update(allowed=False, status=_status(429, "TooManyRequests", text))
     elif settings.failure_mode == "deny":
         response.update(allowed=False, status=_status(503, "ServiceUnavailable", text))
@@ -155,7 +161,11 @@ def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, set
         log.exception("policy raised; answering with its failureMode",
                       extra={"uid": uid, "policy": policy, "failureMode": settings.failure_mode})
         text = f"dra-guard: internal error in policy {policy} (request uid {uid}); see the dra-guard logs"
-        if settings.failure_mode == "deny" and first:
+        if mode != "enforce":
+            # warn and audit never refuse: an internal error there is logged and counted only
+            if mode == "warn":
+                response["warnings"] = [short(text)]
+        elif settings.failure_mode == "deny" and first:
             # the eviction guard: 429, which drains retry (a 500 stops kubectl drain)
             response.update(allowed=False, status=_status(429, "TooManyRequests", text + "; retry"))
         elif settings.failure_mode == "deny":

@@ -122,3 +122,28 @@ def test_facts_from_files_judge_a_declared_driver_like_the_server():
     config = from_mapping(DECLARED)
     facts = build_facts([driver_daemonset(name="gpu-driver", namespace="gpu", cdi=False)], config)
     assert list(eviction.audit_objects(facts, config, {"DaemonSet": [driver_daemonset(name="gpu-driver", namespace="gpu", cdi=False)]})) == []
+
+
+@pytest.mark.parametrize("mode", ["warn", "audit"])
+@pytest.mark.parametrize("policy, first", [("eviction", True), ("rbac", False)])
+def test_warn_and_audit_mode_never_refuse_not_even_when_dra_guard_cannot_judge(mode, policy, first):
+    """Audit (and warn) only record: a policy's internal error and a review not judged in time
+    (overload, deadline, size) are allowed there, where enforce mode refuses them (429 / 500 / 503)."""
+    from webhook.admission import NotJudged, overload_answer
+
+    def broken(request):
+        raise RuntimeError("boom")
+
+    def late(request):
+        raise NotJudged("past its deadline", cause="deadline")
+
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {**eviction_request("gpu-driver-a"), "uid": "u-2"}}
+    for config, allowed in ((from_mapping({"mode": mode}), True), (from_mapping(None), False)):
+        settings = config.policy(policy)
+        for evaluate in (broken, late):
+            answer = respond(review, policy=policy, evaluate=evaluate, settings=settings, first=first)
+            assert answer["response"]["allowed"] is allowed, (mode, policy, evaluate.__name__)
+            assert ("warnings" in answer["response"]) is (allowed and mode == "warn")
+        shed = overload_answer(review, policy=policy, settings=settings, first=first, why="overloaded")
+        assert shed["response"]["allowed"] is allowed
