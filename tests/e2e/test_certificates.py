@@ -323,7 +323,10 @@ def test_the_charts_webhooks_read_back_from_the_apiserver_are_no_drift(control_p
     from certs import webhookspec
     from tests.chart import helm
 
-    docs = helm.template(values={"certificates": {"mode": "self"}, "config": {"eviction": {"guardDeletes": True}}},
+    docs = helm.template(values={"certificates": {"mode": "self"},
+                                 "config": {"eviction": {"guardDeletes": True},
+                                            "drivers": {"declared": [{"namespace": "gpu", "name": "gpu-driver"}]}},
+                                 "webhooks": {"eviction": {"bestEffort": {"enabled": True}}}},
                          namespace="dra-guard", show_only=["templates/configmap.yaml"])
     desired = webhookspec.parse_desired(docs[0]["data"]["webhooks.json"])
     assert desired["validating"] and desired["mutating"]

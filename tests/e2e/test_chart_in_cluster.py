@@ -48,7 +48,9 @@ def installed(real_node_in_cluster, dra_guard_image, tmp_path_factory):
 
 
 def helm_run(cp, folder, *args, values=None, timeout=300):
-    out = helm.run(*args, *helm.values_args(values, folder), env=cp.env("admin"), check=False, timeout=timeout)
+    # values files only where helm takes them (install, upgrade): `helm test` and `uninstall` refuse -f
+    files = helm.values_args(values, folder) if values is not None else []
+    out = helm.run(*args, *files, env=cp.env("admin"), check=False, timeout=timeout)
     assert out.returncode == 0, f"helm {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}"
     return out
 

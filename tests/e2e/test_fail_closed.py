@@ -115,3 +115,42 @@ def guard_reviews(guard) -> float:
     text = guard.proc.session().get(guard.url + "/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("dra_guard_admission_requests_total{") and 'policy="eviction"' in line)
+
+
+def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(control_plane, scenario):
+    """A DaemonSet dra-guard recognises as a driver but nobody declared: a log line and the gauge
+    dra_guard_undeclared_drivers from the server's caches, a finding of `audit --cluster`, each with
+    the --set-json value that declares every driver; gone again once the DaemonSet is."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.builders import driver_daemonset
+    cp = control_plane
+    guard, _ = scenario
+    ds = driver_daemonset(name="undeclared-driver", namespace="burst-01")
+    ds["spec"]["template"]["spec"]["nodeSelector"] = {"dra-guard.test/no-such-node": "x"}  # recognised, no pods
+    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(ds))
+    series = 'dra_guard_undeclared_drivers{daemonset="undeclared-driver",daemonset_namespace="burst-01"} 1.0'
+    # the value lists the declared driver first, then every undeclared one (other modules' drivers too)
+    declared = """--set-json 'config.drivers.declared=[{"namespace":"burst-driver","name":"burst-driver"},"""
+    this = '{"namespace":"burst-01","name":"undeclared-driver"}'
+    try:
+        wait_for("the gauge", lambda: series in guard.proc.session().get(guard.url + "/metrics", timeout=5).text, timeout=20)
+        logged = [json.loads(line) for line in guard.proc.log_file.read_text().splitlines()
+                  if '"undeclared DRA driver"' in line]
+        assert any(e.get("daemonset") == "undeclared-driver" and e["helm"].startswith(declared) and this in e["helm"]
+                   for e in logged), logged
+        out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+                              str(cp.kubeconfig("admin")), "--config", str(guard.workdir / "config.yaml"), "-o", "json"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode in (0, 1), out.stderr
+        found = [f for f in json.loads(out.stdout) if f["check"] == "undeclared-driver"]
+        assert ("burst-01", "undeclared-driver") in {(f["namespace"], f["name"]) for f in found}
+        assert ("burst-driver", "burst-driver") not in {(f["namespace"], f["name"]) for f in found}
+        assert all(declared in f["message"] and this in f["message"] for f in found)
+    finally:
+        cp.kubectl("admin", "delete", "daemonset", "-n", "burst-01", "undeclared-driver", "--ignore-not-found")
+    wait_for("the gauge to drop the DaemonSet",
+             lambda: 'daemonset="undeclared-driver"' not in guard.proc.session().get(guard.url + "/metrics", timeout=5).text,
+             timeout=20)

@@ -191,14 +191,16 @@ def test_evict_everything_loop_while_dra_guard_is_down_leaves_the_driver_until_i
             return sorted(((p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods),
                           key=lambda k: k[0] != testdriver.NAMESPACE)
 
-        evicted, refused_down, seen_log = {}, 0, ""
+        evicted, refused_down, seen_log, gone_at = {}, 0, "", None
         deadline = time.monotonic() + 180
         while (pods := on_node()) and time.monotonic() < deadline:
             seen_log = driver_log(node) or seen_log
             consumers_left = [p for p in pods if p[0] == "work"]
-            if not restarted and not consumers_left:
-                # the consumers are gone and their claims unprepared: the driver is still here, refused
-                # by the apiserver alone; now bring dra-guard back
+            if not consumers_left and gone_at is None:
+                gone_at = time.monotonic()
+            if not restarted and gone_at is not None and time.monotonic() - gone_at > 5:
+                # the consumers have been gone 5 s and their claims released: the driver is still here,
+                # refused by the apiserver alone all that time; now bring dra-guard back
                 assert all(ns == testdriver.NAMESPACE for ns, _ in pods), pods
                 assert refused_down >= 3
                 guard.start(mode="enforce", driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",))
@@ -212,7 +214,7 @@ def test_evict_everything_loop_while_dra_guard_is_down_leaves_the_driver_until_i
                     evicted[(ns, name)] = time.monotonic()
                 elif not restarted:
                     assert ns == testdriver.NAMESPACE and r.status_code == 500, r.text
-                    assert 'failed calling webhook "driver-evictions.dra-guard.io"' in r.text, r.text
+                    assert 'failed calling webhook "driver-evictions.dra-guard.io"' in r.json()["message"], r.text
                     refused_down += 1
                 else:
                     assert r.status_code == 429, r.text
