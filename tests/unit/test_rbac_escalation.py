@@ -103,13 +103,52 @@ def test_dra_write_through_a_rolebinding_grants_nothing():
     assert decide(binding("b", "slices", ALICE, kind="RoleBinding", namespace="kube-system"), [slices]).allowed
 
 
-def test_driver_may_hold_workload_powers_but_not_impersonation():
+def test_driver_may_hold_workload_powers_in_its_own_namespace_only_but_not_impersonation():
+    """A driver's controllers may run workloads where the driver lives (a RoleBinding in its own
+    namespace); the same powers through a ClusterRoleBinding reach kube-system's tokens and are
+    refused like anyone's."""
     sa = [subject("ServiceAccount", "driver", "dra-system")]
-    ctrl = cluster_role("ctrl", [rule(["resourceslices"], ["create"]), rule(["daemonsets"], ["create"], groups=["apps"]),
-                                 rule(["pods"], ["create"], groups=[""])])
-    assert decide(binding("b", "ctrl", sa), [ctrl]).allowed
+    slices = cluster_role("slices", [rule(["resourceslices"], ["create"])])
+    ctrl = cluster_role("ctrl", [rule(["daemonsets"], ["create"], groups=["apps"]), rule(["pods"], ["create", "patch"], groups=[""]),
+                                 rule(["serviceaccounts/token"], ["create"], groups=[""])])
+    assert decide(binding("b", "slices", sa), [slices]).allowed
+    assert decide(binding("b", "ctrl", sa, kind="RoleBinding", namespace="dra-system"), [ctrl]).allowed
+    cluster_wide = decide(binding("b", "ctrl", sa), [ctrl])
+    assert not cluster_wide.allowed and "serviceaccounts/token" in cluster_wide.findings[0].message
+    assert not decide(binding("b", "ctrl", sa, kind="RoleBinding", namespace="kube-system"), [ctrl]).allowed
     imp = cluster_role("imp", [rule(["users"], ["impersonate"], groups=[""])])
     assert not decide(binding("b", "imp", sa), [imp]).allowed
+
+
+@pytest.mark.parametrize("rules, power", [
+    ([rule(["apiservices"], ["patch"], groups=["apiregistration.k8s.io"])], "apiservices"),
+    ([rule(["flowschemas"], ["create"], groups=["flowcontrol.apiserver.k8s.io"])], "flowschemas"),
+    ([rule(["prioritylevelconfigurations"], ["update"], groups=["flowcontrol.apiserver.k8s.io"])], "prioritylevelconfigurations"),
+    ([rule(["certificatesigningrequests/nodeclient"], ["create"], groups=["certificates.k8s.io"])],
+     "certificatesigningrequests/nodeclient"),
+    ([rule(["certificatesigningrequests/selfnodeclient"], ["create"], groups=["certificates.k8s.io"])],
+     "certificatesigningrequests/selfnodeclient"),
+    ([rule(["*/nodeclient"], ["create"], groups=["certificates.k8s.io"])], "certificatesigningrequests/nodeclient"),
+    ([rule(["pods"], ["patch"], groups=[""])], "pods"),
+    ([rule(["namespaces"], ["update"], groups=[""])], "namespaces"),
+])
+def test_powers_over_the_api_around_rbac_are_refused_cluster_wide(rules, power):
+    """APIService redirects, API Priority and Fairness, kubelet client CSRs, pod mutation and the
+    namespace admin-access label: each lets a non-admin act as, or switch off, a DRA writer."""
+    d = decide(binding("b", "r", ALICE), [cluster_role("r", rules)])
+    assert not d.allowed and power in d.findings[0].details["resources"], d
+    # reading them is no power
+    reads = [{**r, "verbs": ["get", "list", "watch"]} for r in rules]
+    assert decide(binding("b", "r", ALICE), [cluster_role("r", reads)]).allowed
+
+
+@pytest.mark.parametrize("resource, group", [("leases", "coordination.k8s.io"), ("endpointslices", "discovery.k8s.io"),
+                                             ("endpoints", ""), ("services", "")])
+def test_where_reviews_go_and_dra_guards_leases_are_powers_in_its_own_namespace_only(resource, group):
+    role = cluster_role("r", [rule([resource], ["create", "update"], groups=[group])])
+    everywhere = decide(binding("b", "r", ALICE), [role])  # a ClusterRoleBinding reaches dra-guard's namespace
+    assert not everywhere.allowed and resource in everywhere.findings[0].details["resources"]
+    assert decide(binding("b", "r", ALICE, kind="RoleBinding", namespace="team-a"), [role]).allowed
 
 
 def test_path8_device_taint_rules_are_admin_only():

@@ -74,7 +74,7 @@ Example (all defaults shown)::
       aggregationControllerUsers:   # whose rule copies into aggregating roles only warn
         - system:serviceaccount:kube-system:clusterrole-aggregation-controller
         - system:kube-controller-manager
-      escalationChecks: [admission, bind-escalate, guard-rbac, impersonate, namespace-powers, nodes-csr]
+      escalationChecks: [admin-access, admission, api-routing, bind-escalate, guard-rbac, impersonate, namespace-powers, nodes-csr]
       sensitiveNamespaces: [kube-system]  # besides the admin/driver ServiceAccounts' and dra-guard's own
       driftRemediation: false       # delete a binding a watch event shows violating (off: report only)
     certificates:                 # the serving certificate

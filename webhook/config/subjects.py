@@ -16,7 +16,8 @@ NEVER_PRIVILEGED_USERS: Final = frozenset({"system:anonymous"})
 
 
 #: rbac.escalationChecks: the families of escalation powers judged like DRA write (webhook.model.powers)
-ESCALATION_CHECKS: Final = ("impersonate", "admission", "guard-rbac", "bind-escalate", "namespace-powers", "nodes-csr")
+ESCALATION_CHECKS: Final = ("impersonate", "admission", "guard-rbac", "bind-escalate", "namespace-powers", "nodes-csr",
+                             "api-routing", "admin-access")
 
 # kube-system ServiceAccounts the v1.37 bootstrap RBAC (the apiserver's default ClusterRoleBindings
 # and kube-system RoleBindings) gives DRA write or an escalation power: the controllers of

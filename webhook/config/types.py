@@ -87,7 +87,9 @@ class RbacConfig:
         help="escalation powers judged like DRA write: impersonate, admission (webhook configurations and "
              "admission policies), guard-rbac (dra-guard's own ClusterRole/Binding), bind-escalate (on roles "
              "that hold any of these), namespace-powers (tokens, pods, exec, workloads, secrets in sensitive "
-             "namespaces), nodes-csr (nodes/proxy, CSR approval)"))
+             "namespaces; Leases, Services, Endpoints and EndpointSlices in dra-guard's own), nodes-csr "
+             "(nodes/proxy, CSR approval, kubelet client CSRs), api-routing (APIServices, FlowSchemas and "
+             "PriorityLevelConfigurations), admin-access (updating Namespaces: the DRA admin-access label)"))
     sensitive_namespaces: frozenset[str] = dataclasses.field(default=frozenset({"kube-system"}), metadata=key(
         "sensitiveNamespaces",
         help="namespaces where acting as a ServiceAccount is a power, besides those of the admin and driver "

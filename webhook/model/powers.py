@@ -38,20 +38,40 @@ WORKLOAD_VERBS: Final = frozenset({"create", "update", "patch"})
 #: of the namespace (or read what stands for one)
 NAMESPACE_POWERS: Final = (
     ("", "serviceaccounts/token", frozenset({"create"}), "serviceaccounts/token"),
-    ("", "pods", frozenset({"create"}), "pods"),
+    # create runs a pod as any ServiceAccount of the namespace; update/patch swaps a running pod's image
+    # (the kubelet restarts it with the same token and host mounts)
+    ("", "pods", frozenset({"create", "update", "patch"}), "pods"),
     ("", "pods/exec", frozenset({"create", "get"}), "pods/exec"),
     ("", "pods/attach", frozenset({"create", "get"}), "pods/attach"),
     ("", "pods/ephemeralcontainers", frozenset({"update", "patch"}), "pods/ephemeralcontainers"),
     ("", "secrets", frozenset({"get", "list", "watch", "create", "update", "patch"}), "secrets"),
     *((g, r, WORKLOAD_VERBS, r) for g, r in WORKLOADS),
 )
-#: extra namespaced powers in dra-guard's own namespace: its configuration and its Service
+_WRITE: Final = frozenset({"create", "update", "patch", "delete"})
+#: extra namespaced powers in dra-guard's own namespace: its configuration, where the apiserver
+#: sends its reviews (Service, Endpoints, EndpointSlices: an endpoint of one's own gets the reviews
+#: or makes them fail) and its Leases (the holder of the audit's or the certificates' Lease stops them)
 GUARD_NAMESPACE_POWERS: Final = (
-    ("", "configmaps", frozenset({"create", "update", "patch", "delete"}), "configmaps"),
-    ("", "services", frozenset({"create", "update", "patch", "delete"}), "services"),
+    ("", "configmaps", _WRITE, "configmaps"),
+    ("", "services", _WRITE, "services"),
+    ("", "endpoints", _WRITE, "endpoints"),
+    ("discovery.k8s.io", "endpointslices", _WRITE, "endpointslices"),
+    ("coordination.k8s.io", "leases", _WRITE, "leases"),
 )
 #: every namespaced power name a DRA driver subject may hold (drivers run controllers of their own)
 NAMESPACE_POWER_NAMES: Final = frozenset(p[3] for p in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS)
+
+#: cluster-scoped powers over the API dra-guard and everyone else reads: (group, resource, power name).
+#: An APIService with spec.service makes the aggregator proxy a whole group/version (e.g.
+#: v1.resource.k8s.io) to a Service of one's own; FlowSchemas and PriorityLevelConfigurations can
+#: throttle dra-guard's watches (API Priority and Fairness) until its caches go stale.
+API_ROUTING: Final = (("apiregistration.k8s.io", "apiservices", "apiservices"),
+                      ("flowcontrol.apiserver.k8s.io", "flowschemas", "flowschemas"),
+                      ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations", "prioritylevelconfigurations"))
+#: kubelet client certificates: create on these CSR subresources is what the controller manager's
+#: csrapproving controller checks before it auto-approves a CSR for system:node:<any name> (the Node
+#: authorizer and NodeRestriction then let that identity write the node's ResourceSlices)
+NODE_CLIENT_CSRS: Final = ("certificatesigningrequests/nodeclient", "certificatesigningrequests/selfnodeclient")
 
 #: impersonation: (group, resource, namespaced)
 IMPERSONATE: Final = (("", "users", False), ("", "groups", False), ("", "serviceaccounts", True),
@@ -128,6 +148,14 @@ def power_grants(rules: Any, *, role: str, write_verbs: frozenset[str], checks: 
             add("", "nodes/proxy", ("get", "create"), "nodes/proxy", False)
             add("certificates.k8s.io", "certificatesigningrequests/approval", ("update", "patch"),
                 "certificatesigningrequests/approval", False)
+            for resource in NODE_CLIENT_CSRS:
+                add("certificates.k8s.io", resource, ("create",), resource, False)
+        if "api-routing" in checks:
+            for group, resource, power in API_ROUTING:
+                add(group, resource, write_verbs, power, False)
+        if "admin-access" in checks:
+            # the namespace label resource.kubernetes.io/admin-access lets its ResourceClaims use any device
+            add("", "namespaces", ("update", "patch"), "namespaces", False)
         if "namespace-powers" in checks:
             for group, resource, wanted, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS:
                 add(group, resource, wanted, power, True)

@@ -3,8 +3,9 @@
 Source: "Good practices for Dynamic Resource Allocation as a Cluster Admin" (DeviceClass,
 ResourceSlice, DeviceTaintRule belong to cluster admins; ResourceSlices to drivers too) and
 "Role Based Access Control Good Practices" (escalation powers: webhook.model.powers). Trust:
-adminSubjects may hold everything; driverSubjects the driver resources and the namespaced powers a
-driver's own controllers need (DaemonSets, Pods, Secrets...); dra-guard's own ServiceAccount
+adminSubjects may hold everything; driverSubjects the driver resources and, through a RoleBinding
+in the driver ServiceAccount's own namespace, the namespaced powers its own controllers need
+(DaemonSets, Pods, Secrets...); dra-guard's own ServiceAccount
 everything it is given (it is the guard; acting as it is itself a power of its namespace);
 everyone else none. A ClusterRoleBinding grants everything its role holds; a
 RoleBinding only the namespaced powers, and only in a sensitive namespace (RbacConfig.sensitive)
@@ -26,15 +27,20 @@ POLICY = "rbac"
 _GUARD_ONLY = frozenset(p[3] for p in GUARD_NAMESPACE_POWERS)
 
 
-def may_hold(subject: Subject, grant: Grant, config: RbacConfig) -> bool:
-    """Whether `subject` may hold `grant` (see the module docstring)."""
+def may_hold(subject: Subject, grant: Grant, config: RbacConfig, *, namespace: str = "") -> bool:
+    """Whether `subject` may hold `grant` through a binding in `namespace` ("" for a
+    ClusterRoleBinding; see the module docstring). A driver's namespaced powers are its own
+    controllers' only through a RoleBinding in the driver's own namespace (a ServiceAccount's):
+    through a ClusterRoleBinding they reach every namespace, kube-system's tokens included."""
     kw = {"kind": subject.kind, "name": subject.name, "namespace": subject.namespace}
     if config.admin_subjects.contains(**kw):
         return True
     if config.is_guard(**kw):
         return True  # dra-guard itself (self mode: patch on its own webhook configurations)
     if config.driver_subjects.contains(**kw):
-        return grant.resource in config.driver_resources or (grant.namespaced and grant.resource in NAMESPACE_POWER_NAMES)
+        own = subject.kind == "ServiceAccount" and bool(namespace) and namespace == subject.namespace
+        return grant.resource in config.driver_resources or (
+            own and grant.namespaced and grant.resource in NAMESPACE_POWER_NAMES)
     return False
 
 
@@ -82,7 +88,7 @@ def binding_violations(binding: Mapping[str, Any], grants: Iterable[Grant], conf
     if not grants:
         return out
     for subject in subjects_of(binding):
-        bad = tuple(g for g in grants if not may_hold(subject, g, config))
+        bad = tuple(g for g in grants if not may_hold(subject, g, config, namespace=ns))
         if bad:
             out.append(Violation(binding=name_of(binding), subject=subject, grants=bad, via=via, namespace=ns,
                                  via_kind=as_str(as_map(binding.get("roleRef")).get("kind")) or "ClusterRole"))
