@@ -139,6 +139,11 @@ WEBHOOK_RESTORES = Counter(
     "Times this replica restored a drifted webhook configuration to the chart's webhooks, by kind.",
     ["kind"],
 )
+ADMIN_ACCESS_NAMESPACES = Gauge(
+    "dra_guard_admin_access_namespaces",
+    "Namespaces labelled resource.kubernetes.io/admin-access=true (their ResourceClaims may use any device) at "
+    "the last periodic cluster audit (only on the replica that ran it).",
+)
 AUDIT_VIOLATIONS = Gauge(
     "dra_guard_violations",
     "Findings of the last periodic cluster audit, by policy and mode (only on the replica that ran it).",

@@ -313,7 +313,8 @@ def test_self_mode_keeps_the_configurations_whole_from_the_webhooks_it_rendered(
     desired = webhookspec.parse_desired(cm["data"]["webhooks.json"])
     for kind, resource in (("validating", "ValidatingWebhookConfiguration"), ("mutating", "MutatingWebhookConfiguration")):
         assert desired[kind] == find(objs, resource)["webhooks"]
-    assert [w["name"] for w in desired["validating"]] == ["rbac.dra-guard.io", "driver-evictions.dra-guard.io"]
+    assert [w["name"] for w in desired["validating"]] == ["rbac.dra-guard.io", "namespaces.dra-guard.io",
+                                                        "driver-evictions.dra-guard.io"]
     assert from_mapping(config_of(objs)).certificates.webhooks_config_map == "dra-guard"
     rule = next(r for r in find(objs, "Role", "dra-guard")["rules"] if r["resources"] == ["configmaps"])
     assert rule == {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["dra-guard"], "verbs": ["get"]}
@@ -363,10 +364,10 @@ def test_files_mode():
 # ---------------------------------------------------------------- webhook configurations
 def test_webhooks_by_default():
     # no driver declared: no eviction is sent to dra-guard at all (none waits on it)
-    assert set(webhooks(rendered("defaults"))) == {"rbac.dra-guard.io", "probes.dra-guard.io"}
+    assert set(webhooks(rendered("defaults"))) == {"rbac.dra-guard.io", "namespaces.dra-guard.io", "probes.dra-guard.io"}
     hooks = webhooks(rendered("declared-drivers"))
-    assert set(hooks) == {"rbac.dra-guard.io", "probes.dra-guard.io", "driver-evictions.dra-guard.io",
-                          "evictions.dra-guard.io"}
+    assert set(hooks) == {"rbac.dra-guard.io", "namespaces.dra-guard.io", "probes.dra-guard.io",
+                          "driver-evictions.dra-guard.io", "evictions.dra-guard.io"}
     expected = {"rbac.dra-guard.io": ("Fail", "/validate/rbac"), "probes.dra-guard.io": ("Ignore", "/mutate/daemonsets")}
     for name, (policy, path) in expected.items():
         w = hooks[name]
@@ -429,7 +430,8 @@ def test_audit_mode_never_blocks_its_webhooks_are_ignore(case):
     """A policy in audit mode only records: its webhook is rendered with failurePolicy Ignore, so
     a dra-guard not yet Ready (or whose image cannot be pulled) blocks nothing; the others keep theirs."""
     own = {"rbac": "Fail", "probes": "Ignore", "eviction": "Fail"}
-    names = {"rbac": ["rbac.dra-guard.io"], "probes": ["probes.dra-guard.io"], "eviction": ["driver-evictions.dra-guard.io"]}
+    names = {"rbac": ["rbac.dra-guard.io", "namespaces.dra-guard.io"], "probes": ["probes.dra-guard.io"],
+             "eviction": ["driver-evictions.dra-guard.io"]}
     hooks = webhooks(rendered(case))
     audited = case.split("-")[0]
     for policy, hook_names in names.items():
@@ -501,10 +503,13 @@ CACHE_RULES = [
     {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"], "verbs": ["list", "watch"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # issue 16: RBAC drift Events
+    # readiness: the APIServices of the groups it reads are served locally
+    {"apiGroups": ["apiregistration.k8s.io"], "resources": ["apiservices"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # RBAC drift Events
 ]
 AUDIT_RULES = [
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["list"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": ["list"]},
 ]
 REPORT_RULES = [
     {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "create"]},

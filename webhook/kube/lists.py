@@ -12,6 +12,7 @@ from webhook.kube.informer import settle_page
 from webhook.kube.pages import Pages, RateLimiter, list_all, listing
 from webhook.model.facts import Facts
 from webhook.model.slim import audit_view
+from webhook.policies import admin_access
 
 
 def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, served_versions: list[str] | None = None,
@@ -23,7 +24,8 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
     served) ResourceClaims are streamed page by page into the indexes of `facts` (a
     webhook.model.facts.StaticFacts), keeping only their index entries.
     Returns the objects the checks read whole, as plain dicts with kind set (audit_view):
-    DaemonSets, kube-system Pods, Nodes, kube-system ConfigMaps, ResourceSlices, and the indexed
+    DaemonSets, kube-system Pods, Nodes, kube-system ConfigMaps, ResourceSlices, the Namespaces
+    labelled for DRA admin access and the ResourceClaims/Templates asking for it, and the indexed
     ClusterRoleBindings (their slimmed form: the unresolved roleRef check and PolicyReports read
     name and roleRef). DaemonSets and ResourceSlices also go into `facts`.
     Raises ClusterError on API errors."""
@@ -61,11 +63,28 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
     out += whole(system(core_api.list_namespaced_pod), "pods", "Pod")
     out += whole(core_api.list_node, "nodes", "Node")
     out += whole(system(core_api.list_namespaced_config_map), "configmaps", "ConfigMap")
+    # DRA admin access: the labelled Namespaces, and the claims and templates that ask for it
+    out += list_all(core_api.list_namespace, resource="namespaces", kind="Namespace", limiter=limiter,
+                    view=lambda o: o if admin_access.labelled(o) else None)
     if version:
         slices = whole(dra("resourceslices"), "resourceslices", "ResourceSlice")
         out += slices
         facts.claims.slices.replace(slices)
-        stream(dra("resourceclaims"), "resourceclaims", facts.claims.replace_claims)
+        admin_claims: list[dict[str, Any]] = []
+
+        def claims_into(items: Any) -> None:
+            def tap() -> Any:
+                for claim in items:
+                    if admin_access.claim_requests_admin_access(claim):
+                        admin_claims.append({"kind": "ResourceClaim", "metadata": claim.get("metadata"),
+                                             "spec": claim.get("spec")})
+                    yield claim
+            facts.claims.replace_claims(tap())
+
+        stream(dra("resourceclaims"), "resourceclaims", claims_into)
+        out += admin_claims
+        out += list_all(dra("resourceclaimtemplates"), resource="resourceclaimtemplates", kind="ResourceClaimTemplate",
+                        limiter=limiter, view=lambda o: o if admin_access.claim_requests_admin_access(o) else None)
     out += [{"kind": "ClusterRoleBinding", **b} for b in facts.rbac.bindings()]
     return out
 

@@ -26,6 +26,7 @@ from webhook.model.facts import Facts
 from webhook.model.rbac_index import RbacIndex, ref_key
 from webhook.model.readers import annotations_of, as_map, as_str, labels_of, name_of, namespace_of, strings
 from webhook.model.slim import BREAK_GLASS_ANNOTATION
+from webhook.policies import admin_access
 from webhook.policies.decision import ALLOW, Decision, Finding, short
 from webhook.policies.rbac_violations import POLICY, Violation, binding_violations, finding
 
@@ -78,6 +79,8 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
     obj = request.get("oldObject") if operation == "DELETE" else request.get("object")
     if operation not in ("CREATE", "UPDATE", "DELETE") or not isinstance(obj, Mapping):
         return ALLOW
+    if as_str(as_map(request.get("kind")).get("kind")) == "Namespace":
+        return admin_access.review(request, requester_is_admin=_Requester.from_request(request).is_admin(config.admin_subjects))
     old = request.get("oldObject") if operation == "UPDATE" else None
     old = old if isinstance(old, Mapping) else None
     kind = as_str(as_map(request.get("kind")).get("kind")) or as_str(obj.get("kind"))
@@ -304,6 +307,8 @@ def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
 
 
 def audit_objects(facts: Facts, config: Config, objects: Mapping[str, list[dict[str, Any]]]) -> Iterator[Finding]:
-    """audit() over Facts (the registry's `audit`); `objects` (kind -> object dicts) is not needed:
-    every binding is already in facts.rbac."""
-    return audit(facts.rbac, config.rbac)
+    """audit() over Facts (the registry's `audit`): every binding is already in facts.rbac; then the
+    DRA admin-access findings over the Namespaces, ResourceClaims and ResourceClaimTemplates among
+    `objects` (kind -> object dicts)."""
+    yield from audit(facts.rbac, config.rbac)
+    yield from admin_access.audit(facts.rbac, objects)

@@ -61,11 +61,12 @@ class AuditRequest:
 
 @dataclasses.dataclass(frozen=True)
 class AuditSummary:
-    """The child's answer: findings counted per (policy, mode), totals, wall time (seconds), the
-    child's peak RSS (MiB) and its pid."""
+    """The child's answer: findings counted per (policy, mode), totals, the Namespaces labelled for
+    DRA admin access, wall time (seconds), the child's peak RSS (MiB) and its pid."""
 
     counts: dict[tuple[str, str], int]
     findings: int
+    admin_access_namespaces: int
     objects: int
     seconds: float
     peak_rss_mib: float
@@ -95,6 +96,7 @@ def audit_cluster(client: Any, config: Config) -> dict[str, Any]:
             reports.insert(0, audit.empty_cluster_report())
         writer.apply(reports)
     return {"counts": [[p, m, n] for (p, m), n in sorted(counts.items())], "findings": len(result.findings),
+            "adminAccessNamespaces": sum(1 for f, _ in result.findings if f.check == "admin-access-namespace"),
             "objects": len(objects), "seconds": round(time.monotonic() - started, 3),
             "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "pid": os.getpid()}
 
@@ -160,6 +162,7 @@ def run_in_child(request: AuditRequest, *, timeout_seconds: float,
         reason = answer.get("error") or f"exit status {child.returncode}, no summary (its log lines say why)"
         raise AuditChildError(f"the audit process failed: {reason}")
     return AuditSummary(counts={(p, m): int(n) for p, m, n in answer["counts"]}, findings=int(answer["findings"]),
+                        admin_access_namespaces=int(answer.get("adminAccessNamespaces", 0)),
                         objects=int(answer["objects"]), seconds=float(answer["seconds"]),
                         peak_rss_mib=float(answer["peakRssMiB"]), pid=int(answer["pid"]))
 

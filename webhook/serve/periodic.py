@@ -64,6 +64,7 @@ class PeriodicAudit:
         for (policy, mode), n in summary.counts.items():
             metrics.AUDIT_VIOLATIONS.labels(policy=policy, mode=mode).set(n)
         metrics.AUDIT_LAST_RUN.set(now.timestamp())
+        metrics.ADMIN_ACCESS_NAMESPACES.set(summary.admin_access_namespaces)
         metrics.AUDIT_LAST_SECONDS.set(summary.seconds)
         metrics.AUDIT_PEAK_RSS.set(summary.peak_rss_mib * 2**20)
         log.info("periodic audit done", extra={

@@ -52,6 +52,35 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
     - name: not-admin
       expression: >-
         {{- include "dra-guard.notAdminExpression" . | nindent 8 }}
+# Policy rbac, DRA admin access: only admins label a Namespace resource.kubernetes.io/admin-access
+# (its ResourceClaims may then use any device, in use or not).
+- name: namespaces.dra-guard.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  matchPolicy: Equivalent
+  # Fail, like the RBAC webhook: a label let through gives admin access at once. Only a non-admin's
+  # change that sets the label to "true" is sent (matchConditions), so a dra-guard outage blocks
+  # nothing else about Namespaces.
+  failurePolicy: {{ include "dra-guard.failurePolicy" (dict "root" . "policy" "rbac" "failurePolicy" $w.rbac.failurePolicy) }}
+  timeoutSeconds: {{ $w.rbac.timeoutSeconds }}
+  {{- include "dra-guard.clientConfig" (dict "root" . "path" "/validate/rbac") | nindent 2 }}
+  rules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [namespaces]
+      scope: Cluster
+  matchConditions:
+    - name: sets-admin-access
+      expression: >-
+        has(object.metadata.labels) && 'resource.kubernetes.io/admin-access' in object.metadata.labels
+        && object.metadata.labels['resource.kubernetes.io/admin-access'] == 'true'
+        && (request.operation == 'CREATE' || !has(oldObject.metadata.labels)
+        || !('resource.kubernetes.io/admin-access' in oldObject.metadata.labels)
+        || oldObject.metadata.labels['resource.kubernetes.io/admin-access'] != 'true')
+    - name: not-admin
+      expression: >-
+        {{- include "dra-guard.notAdminExpression" . | nindent 8 }}
 {{- end }}
 {{- $declared := .Values.config.drivers.declared | default list }}
 {{- if and $w.eviction.enabled $declared }}
