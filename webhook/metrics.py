@@ -139,6 +139,12 @@ WEBHOOK_RESTORES = Counter(
     "Times this replica restored a drifted webhook configuration to the chart's webhooks, by kind.",
     ["kind"],
 )
+API_REDIRECTED = Gauge(
+    "dra_guard_api_redirected",
+    "1 when an APIService of a group dra-guard reads is served by a Service instead of the kube-apiserver "
+    "(dra-guard is then not ready), by apiservice.",
+    ["apiservice"],
+)
 ADMIN_ACCESS_NAMESPACES = Gauge(
     "dra_guard_admin_access_namespaces",
     "Namespaces labelled resource.kubernetes.io/admin-access=true (their ResourceClaims may use any device) at "

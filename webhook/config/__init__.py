@@ -117,6 +117,7 @@ Example (all defaults shown)::
         maxContainers: 200
     cluster:
       requestTimeoutSeconds: 2
+      apiCheckIntervalSeconds: 30   # APIServices of the groups it reads served by the apiserver (else not ready)
       bindingRefreshIntervalSeconds: 2   # at most one full ClusterRoleBinding read per this many seconds
 """
 from __future__ import annotations

@@ -135,6 +135,10 @@ class ClusterConfig:
     request_timeout_seconds: float = dataclasses.field(default=2.0, metadata=key(
         "requestTimeoutSeconds", lo=0, lo_exclusive=True, hi=30,
         help="seconds for each LIST page and for all API reads of one admission; below the RBAC webhook's timeout"))
+    api_check_interval_seconds: float = dataclasses.field(default=30.0, metadata=key(
+        "apiCheckIntervalSeconds", lo=1, hi=3600,
+        help="how often the APIServices of the groups dra-guard reads are checked to be served by the apiserver "
+             "itself (a redirected one makes dra-guard not ready); also at start-up"))
     binding_refresh_interval_seconds: float = dataclasses.field(default=2.0, metadata=key(
         "bindingRefreshIntervalSeconds", lo=0, hi=300,
         help="at most one full API read of the ClusterRoleBindings per this many seconds (ClusterRole reviews "

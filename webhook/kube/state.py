@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from webhook import metrics
 from webhook.config import Config
+from webhook.kube import apiservices
 from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions
 from webhook.kube.drift import RbacDrift
 from webhook.kube.informer import Informer
@@ -61,6 +62,8 @@ class ClusterState:
         self._bindings_read_from = float("-inf")  # monotonic start of the last complete read
         self._undeclared: set[tuple[str, str]] = set()  # drivers reported by report_undeclared
         self._undeclared_lock = threading.Lock()
+        # APIServices redirected away from the apiserver: not ready while any is
+        self.api = apiservices.ApiServiceCheck(client, config, version=lambda: self.resource_version)
         if client is None:
             return
         timeout = config.cluster.request_timeout_seconds
@@ -303,18 +306,24 @@ class ClusterState:
         return {**self.rbac.sizes(), **self.claims.sizes()}
 
     def start(self) -> None:
-        """Start every informer (non-blocking)."""
+        """Check the APIServices once, then start every informer and the periodic APIService
+        check (non-blocking)."""
+        self.api.check()
         for informer in self.informers:
             informer.start()
+        self.api.start()
 
     def stop(self) -> None:
-        """Stop every informer."""
+        """Stop every informer and the APIService check."""
+        self.api.stop()
         for informer in self.informers:
             informer.stop()
 
     def synced(self, names: tuple[str, ...] | None = None) -> tuple[bool, str]:
         """(True, "") when every cache (or those named) has synced and keeps its watch, else
         (False, which caches not)."""
+        if self.api.problems:  # the caches may hold what someone else's server said
+            return False, "the API is redirected: " + "; ".join(self.api.problems)
         missing = [i.name for i in self.informers if not i.synced.is_set() and (names is None or i.name in names)]
         return (not missing, "caches not synced: " + ", ".join(missing) if missing else "")
 
