@@ -481,7 +481,12 @@ class ControlPlane:
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={self.pki_dir / 'sa.pub'}",
             f"--service-account-signing-key-file={self.pki_dir / 'sa.key'}",
-            "--authorization-mode=RBAC",
+            # kubeadm's defaults: the Node authorizer and NodeRestriction (what a kubelet identity may
+            # do), client certificates signed by the cluster CA (what the controller manager signs
+            # for approved CSRs): node identities and CSRs are then real paths here too
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--client-ca-file={self.ca_file}",
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
             *(() if self.in_cluster else ("--disable-admission-plugins=ServiceAccount",)),
             # kube-apiserver's service resolver (cmd/kube-apiserver/app/server.go buildServiceResolver)
@@ -512,7 +517,10 @@ class ControlPlane:
             f"--kubeconfig={self.kubeconfig('system:kube-controller-manager')}",
             f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
             f"--root-ca-file={self.ca_file}",
-            "--controllers=*", "--use-service-account-credentials=false", "--leader-elect=false",
+            # kubeadm's defaults: every controller with its own ServiceAccount, CSRs signed with the cluster CA
+            "--controllers=*,bootstrapsigner,tokencleaner", "--use-service-account-credentials=true",
+            f"--cluster-signing-cert-file={self.ca_file}", f"--cluster-signing-key-file={self.pki_dir / 'ca.key'}",
+            "--leader-elect=false",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--bind-address=127.0.0.1", f"--secure-port={kcm_port}", f"--cert-dir={self.pki_dir / 'kcm'}",
             "--kube-api-qps=75", "--kube-api-burst=150",

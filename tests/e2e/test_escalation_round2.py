@@ -1,0 +1,214 @@
+"""Escalation, round 2: the API around RBAC, node identities and DRA's own admin access, on a
+control plane configured like kubeadm's (Node authorizer, NodeRestriction, client CA, the
+controller manager signing CSRs with per-controller ServiceAccounts).
+
+alice and bob manage RBAC (tests/e2e/manifests/rbac-managers.yaml) and are not admins. Each power
+is first shown to be a real path where that is cheap to show here (a kubelet client certificate
+from a CSR writes ResourceSlices for "its" node), then alice's grant of it is refused; an admin's
+grant of it (never sent to dra-guard) is reported by `dra-guard audit --cluster`.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.e2e.guard import NAMESPACE, Guard
+from tests.e2e.kube import wait_for
+
+RBAC = "rbac.authorization.k8s.io"
+DENIED = 'admission webhook "rbac.dra-guard.io" denied the request'
+NS_DENIED = 'admission webhook "namespaces.dra-guard.io" denied the request'
+ALICE = [{"kind": "User", "name": "alice", "apiGroup": RBAC}]
+LABEL = "resource.kubernetes.io/admin-access"
+
+
+def cluster_role(name, rules):
+    return {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": {"name": name}, "rules": rules}
+
+
+def bind(name, role, subjects, *, namespace=None):
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding" if namespace else "ClusterRoleBinding", "metadata": meta,
+            "subjects": subjects, "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": RBAC}}
+
+
+def create(cp, user, doc):
+    return cp.kubectl(user, "create", "-f", "-", input=json.dumps(doc), check=False)
+
+
+@pytest.fixture(scope="module")
+def guard(control_plane, tmp_path_factory):
+    cp = control_plane
+    for ns in (NAMESPACE, "dra-system", "r2-team"):
+        cp.kubectl("admin", "create", "namespace", ns, check=False)
+    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-round2"))
+    g.start(mode="enforce", extra_config="cluster:\n  apiCheckIntervalSeconds: 2\n")
+    g.register()
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
+POWERS = [
+    ("apiservices", [{"apiGroups": ["apiregistration.k8s.io"], "resources": ["apiservices"], "verbs": ["patch"]}]),
+    ("flowschemas", [{"apiGroups": ["flowcontrol.apiserver.k8s.io"], "resources": ["flowschemas"], "verbs": ["create"]}]),
+    ("prioritylevelconfigurations", [{"apiGroups": ["flowcontrol.apiserver.k8s.io"],
+                                      "resources": ["prioritylevelconfigurations"], "verbs": ["update"]}]),
+    ("certificatesigningrequests/nodeclient", [{"apiGroups": ["certificates.k8s.io"],
+                                                "resources": ["certificatesigningrequests/nodeclient"], "verbs": ["create"]}]),
+    ("certificatesigningrequests/selfnodeclient", [{"apiGroups": ["certificates.k8s.io"],
+                                                    "resources": ["certificatesigningrequests/selfnodeclient"], "verbs": ["create"]}]),
+    ("pods", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]),
+    ("namespaces", [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["patch"]}]),
+    ("leases", [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["update"]}]),
+    ("endpointslices", [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["create"]}]),
+]
+
+
+@pytest.mark.parametrize("power, rules", POWERS, ids=[p for p, _ in POWERS])
+def test_an_rbac_manager_granting_a_power_around_rbac_is_refused_and_an_admins_grant_is_reported(
+        control_plane, guard, power, rules):
+    cp = control_plane
+    name = "e2e-r2-" + power.replace("/", "-")
+    try:
+        assert create(cp, "alice", cluster_role(name, rules)).returncode == 0  # a role alone grants nothing
+        out = create(cp, "alice", bind(name, name, ALICE))
+        assert out.returncode != 0 and DENIED in out.stderr and power in out.stderr, out.stderr
+        # an admin's binding is not sent to dra-guard, and the audit reports it
+        assert create(cp, "admin", bind(name, name, ALICE)).returncode == 0
+        audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+                                str(cp.kubeconfig("admin")), "--config", str(guard.workdir / "config.yaml"), "-o", "json"],
+                               capture_output=True, text=True, timeout=120)
+        assert audit.returncode == 1, audit.stderr
+        findings = json.loads(audit.stdout)
+        assert any(f["kind"] == "ClusterRoleBinding" and f["name"] == name and power in f["message"] for f in findings)
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", name, "--ignore-not-found")
+
+
+def test_the_bootstrap_nodeclient_role_bound_by_an_rbac_manager_is_refused(control_plane, guard):
+    role = "system:certificates.k8s.io:certificatesigningrequests:nodeclient"
+    out = create(control_plane, "alice", bind("e2e-r2-bootstrap-nodeclient", role, ALICE))
+    assert out.returncode != 0 and DENIED in out.stderr and "certificatesigningrequests/nodeclient" in out.stderr, out.stderr
+
+
+def test_a_node_identity_from_a_csr_is_a_real_path_to_resourceslice_write(control_plane, guard):
+    """Why create on certificatesigningrequests/nodeclient is a power: bob, given only that (by an
+    admin), gets a kubelet client certificate for a node of his choosing auto-approved and signed,
+    and as that node creates a ResourceSlice (fake devices) for it."""
+    cp = control_plane
+    node = "e2e-r2-node"
+    cp.kubectl("admin", "create", "clusterrole", "e2e-r2-csr", "--verb=create",
+               "--resource=certificatesigningrequests,certificatesigningrequests.certificates.k8s.io/nodeclient")
+    cp.kubectl("admin", "create", "clusterrolebinding", "e2e-r2-csr", "--clusterrole=e2e-r2-csr", "--user=bob")
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([
+        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+        x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}")])).sign(key, hashes.SHA256())
+    body = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": "e2e-r2-node"},
+            "spec": {"request": base64.b64encode(csr.public_bytes(serialization.Encoding.PEM)).decode(),
+                     "signerName": "kubernetes.io/kube-apiserver-client-kubelet", "usages": ["digital signature", "client auth"]}}
+    try:
+        r = cp.session("bob").post(f"{cp.url}/apis/certificates.k8s.io/v1/certificatesigningrequests", json=body, timeout=10)
+        assert r.status_code == 201, r.text
+
+        def issued():
+            obj = cp.session("admin").get(f"{cp.url}/apis/certificates.k8s.io/v1/certificatesigningrequests/e2e-r2-node",
+                                          timeout=10).json()
+            return (obj.get("status") or {}).get("certificate")
+        cert = base64.b64decode(wait_for("the controller manager to approve and sign the CSR", issued, timeout=60))
+        folder = guard.workdir / "node-identity"
+        folder.mkdir(exist_ok=True)
+        (folder / "tls.crt").write_bytes(cert)
+        (folder / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                           serialization.NoEncryption()))
+        as_node = requests.Session()
+        as_node.trust_env = False
+        as_node.verify = str(cp.ca_file)
+        as_node.cert = (str(folder / "tls.crt"), str(folder / "tls.key"))
+        slice_ = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-fake"},
+                  "spec": {"driver": "gpu.example.com", "nodeName": node,
+                           "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": [{"name": "fake-0"}]}}
+        r = as_node.post(f"{cp.url}/apis/resource.k8s.io/v1/resourceslices", json=slice_, timeout=10)
+        assert r.status_code == 201, r.text  # the Node authorizer and NodeRestriction let "its" node write it
+        # and bob's RBAC manager colleague may not hand out the same power
+        out = create(cp, "alice", bind("e2e-r2-csr-alice", "e2e-r2-csr", ALICE))
+        assert out.returncode != 0 and DENIED in out.stderr, out.stderr
+    finally:
+        cp.kubectl("admin", "delete", "resourceslice", f"{node}-fake", "--ignore-not-found")
+        cp.kubectl("admin", "delete", "csr", "e2e-r2-node", "--ignore-not-found")
+        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-r2-csr", "--ignore-not-found")
+
+
+def test_a_driver_subjects_namespaced_powers_count_only_in_its_own_namespace(control_plane, guard):
+    cp = control_plane
+    sa = [{"kind": "ServiceAccount", "name": "driver", "namespace": "dra-system"}]
+    role = cluster_role("e2e-r2-driver-ctrl", [{"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}])
+    try:
+        assert create(cp, "alice", role).returncode == 0
+        assert create(cp, "alice", bind("e2e-r2-driver-own", "e2e-r2-driver-ctrl", sa, namespace="dra-system")).returncode == 0
+        out = create(cp, "alice", bind("e2e-r2-driver-everywhere", "e2e-r2-driver-ctrl", sa))
+        assert out.returncode != 0 and DENIED in out.stderr and "serviceaccounts/token" in out.stderr, out.stderr
+    finally:
+        cp.kubectl("admin", "delete", "rolebinding", "-n", "dra-system", "e2e-r2-driver-own", "--ignore-not-found")
+        cp.kubectl("admin", "delete", "clusterrole", "e2e-r2-driver-ctrl", "--ignore-not-found")
+
+
+def test_only_an_admin_gives_a_namespace_dra_admin_access(control_plane, guard):
+    cp = control_plane
+    cp.kubectl("admin", "create", "clusterrole", "e2e-r2-ns-patch", "--verb=get,patch,update", "--resource=namespaces")
+    cp.kubectl("admin", "create", "clusterrolebinding", "e2e-r2-ns-patch", "--clusterrole=e2e-r2-ns-patch", "--user=bob")
+    try:
+        out = cp.kubectl("bob", "label", "namespace", "r2-team", f"{LABEL}=true", check=False)
+        assert out.returncode != 0 and NS_DENIED in out.stderr and "rbac.adminSubjects" in out.stderr, out.stderr
+        assert cp.kubectl("bob", "label", "namespace", "r2-team", "team=r2").returncode == 0  # other labels: never sent
+        assert cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}=true").returncode == 0
+        assert cp.kubectl("bob", "label", "namespace", "r2-team", "team=r2b", "--overwrite").returncode == 0
+        assert cp.kubectl("bob", "label", "namespace", "r2-team", f"{LABEL}-").returncode == 0  # taking it away
+        audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+                                str(cp.kubeconfig("admin")), "-o", "json"], capture_output=True, text=True, timeout=120)
+        assert not any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout))
+        cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}=true")
+        audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+                                str(cp.kubeconfig("admin")), "-o", "json"], capture_output=True, text=True, timeout=120)
+        assert any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)), audit.stdout
+    finally:
+        cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}-", check=False)
+        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-r2-ns-patch", "--ignore-not-found")
+
+
+def test_a_redirected_resource_api_makes_dra_guard_unready_within_one_check_interval(control_plane, guard):
+    cp = control_plane
+    version = "v1"
+    name = f"{version}.resource.k8s.io"
+
+    def ready():
+        r = guard.proc.session().get(guard.url + "/readyz", timeout=5)
+        return r.status_code == 200, r.text
+
+    wait_for("dra-guard ready", lambda: ready()[0], timeout=30)
+    redirect = {"spec": {"service": {"namespace": "r2-team", "name": "fake-dra-api", "port": 443},
+                         "insecureSkipTLSVerify": True}}
+    cp.kubectl("admin", "patch", "apiservice", name, "--type=merge", "-p", json.dumps(redirect))
+    try:
+        started = time.monotonic()
+        wait_for("dra-guard unready", lambda: not ready()[0], timeout=10, interval=0.2)
+        assert time.monotonic() - started < 2 + 3  # one check interval (2 s), plus the API read
+        assert f"APIService {name} is served by Service r2-team/fake-dra-api" in ready()[1]
+        metrics = guard.proc.session().get(guard.url + "/metrics", timeout=5).text
+        assert f'dra_guard_api_redirected{{apiservice="{name}"}} 1.0' in metrics
+    finally:
+        cp.kubectl("admin", "patch", "apiservice", name, "--type=merge",
+                   "-p", json.dumps({"spec": {"service": None, "insecureSkipTLSVerify": None}}))
+    wait_for("dra-guard ready again", lambda: ready()[0], timeout=60)
