@@ -316,9 +316,11 @@ def api_requests(audit_events: list[dict[str, Any]], since: str) -> dict[str, in
 
 def per_review_requests(counts: Mapping[str, int]) -> int:
     """Requests in `counts` (api_requests()) that a review could have caused: everything but
-    watches (renewed by the informers on their own) and Leases (the periodic audit's and the
-    certificate writer's coordination, on their own clocks)."""
-    return sum(n for key, n in counts.items() if not key.startswith("watch ") and not key.endswith(" leases"))
+    watches (renewed by the informers on their own), Leases (the periodic audit's and the
+    certificate writer's coordination) and APIServices (the check that the API is the real one),
+    each on their own clocks."""
+    return sum(n for key, n in counts.items()
+               if not key.startswith("watch ") and not key.endswith((" leases", " apiservices")))
 
 
 def profile(server: Server, scale: fill.Scale, *, out_dir: pathlib.Path, workdir: pathlib.Path, rate: float = 500,

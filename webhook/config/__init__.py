@@ -46,7 +46,7 @@ Example (all defaults shown)::
       writeVerbs: [create, update, patch, delete, deletecollection]
       adminSubjects:
         groups: [system:masters]
-        users: [system:kube-controller-manager]
+        users: [system:kube-controller-manager, system:kube-scheduler]
         serviceAccounts:            # "namespace:name" or "namespace:*": the kube-system controllers the
                                     # v1.37 bootstrap RBAC gives DRA write or an escalation power
           - kube-system:bootstrap-signer
@@ -55,6 +55,9 @@ Example (all defaults shown)::
           - kube-system:daemon-set-controller
           - kube-system:deployment-controller
           - kube-system:device-taint-eviction-controller
+          - kube-system:endpoint-controller
+          - kube-system:endpointslice-controller
+          - kube-system:endpointslicemirroring-controller
           - kube-system:generic-garbage-collector
           - kube-system:job-controller
           - kube-system:legacy-service-account-token-cleaner

@@ -26,13 +26,15 @@ ESCALATION_CHECKS: Final = ("impersonate", "admission", "guard-rbac", "bind-esca
 # ServiceAccount is judged like everyone else.
 KUBE_SYSTEM_CONTROLLERS: Final = frozenset(f"kube-system:{name}" for name in (
     "bootstrap-signer", "certificate-controller", "cronjob-controller", "daemon-set-controller",
-    "deployment-controller", "device-taint-eviction-controller", "generic-garbage-collector", "job-controller",
+    "deployment-controller", "device-taint-eviction-controller", "endpoint-controller", "endpointslice-controller",
+    "endpointslicemirroring-controller", "generic-garbage-collector", "job-controller",
     "legacy-service-account-token-cleaner", "namespace-controller", "persistent-volume-binder",
     "replicaset-controller", "replication-controller", "resourcequota-controller", "root-ca-cert-publisher",
     "statefulset-controller", "storage-version-migrator-controller", "token-cleaner",
 ))
-#: users the v1.37 bootstrap ClusterRoleBindings give a power (secrets, serviceaccounts/token)
-CONTROL_PLANE_USERS: Final = frozenset({"system:kube-controller-manager"})
+#: users the v1.37 bootstrap ClusterRoleBindings give a power (the controller manager: secrets,
+#: serviceaccounts/token; the scheduler: Leases in every namespace, dra-guard's included)
+CONTROL_PLANE_USERS: Final = frozenset({"system:kube-controller-manager", "system:kube-scheduler"})
 
 
 @dataclasses.dataclass(frozen=True)
