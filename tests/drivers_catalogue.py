@@ -23,6 +23,11 @@ change what dra-guard sees (images, resources, security contexts, scripts) are s
 - net: the DRA network driver (google/dranet, install.yaml): DaemonSet dranet in kube-system,
   args [/dranet, --v=4], an HTTP readinessProbe on 9177, no /var/run/cdi (recognised by its RBAC
   alone); driver dra.net.
+- intel-gaudi (RBAC only, `intel_gaudi_rbac()`): Intel's Gaudi resource driver; its ClusterRole
+  writes ResourceSlices and also creates DeviceTaintRules (admin-only by default), bound to
+  ServiceAccount intel-gaudi-resource-driver in namespace intel-gaudi-resource-driver. The shape
+  of its rules as reported in the issue, not read from the chart: no DaemonSet here, so it is not
+  in catalogue().
 """
 from __future__ import annotations
 
@@ -242,6 +247,16 @@ def net_driver() -> CatalogueDriver:
     return _kube_system_driver("dranet", "dra.net", [
         ("netns", "/var/run/netns", "/var/run/netns"), ("infiniband", "/dev/infiniband", "/dev/infiniband"),
         ("bpf-programs", "/sys/fs/bpf", "/sys/fs/bpf")], {"httpGet": {"path": "/healthz", "port": 9177}})
+
+
+def intel_gaudi_rbac() -> list[dict[str, Any]]:
+    """Intel's Gaudi resource driver RBAC: ServiceAccount, ClusterRole (ResourceSlice write and
+    DeviceTaintRule create/update/delete), ClusterRoleBinding (dicts with kind set)."""
+    ns = sa = "intel-gaudi-resource-driver"
+    return _rbac(ns, sa, "intel-gaudi-resource-driver-role",
+                 ["create", "update", "patch", "delete", "get", "list", "watch"],
+                 [{"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"],
+                   "verbs": ["create", "get", "list", "watch", "update", "delete"]}])
 
 
 def catalogue() -> list[CatalogueDriver]:
