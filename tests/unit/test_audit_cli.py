@@ -159,3 +159,70 @@ def test_self_signed_and_self_mode_exclude_each_other(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text("certificates: {mode: self}\n")
     code, _, err = run_cli(capsys, "serve", "--config", str(tmp_path / "c.yaml"), "--self-signed", str(tmp_path / "t"))
     assert code == 2 and "exclude each other" in err
+
+
+# ---------------------------------------------------------------- objects judged as the apiserver stores them
+def audit_stdin(capsys, monkeypatch, text, *args):
+    """`dra-guard audit -f - -o sarif` over `text` (what `helm template` prints): (exit code, results by ruleId)."""
+    import io
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    code, out, err = run_cli(capsys, "audit", "-f", "-", "-o", "sarif", *args)
+    results: dict[str, list[dict]] = {}
+    for r in json.loads(out)["runs"][0]["results"]:
+        results.setdefault(r["ruleId"], []).append(r)
+    return code, results
+
+
+VENDOR_CHART = """\
+---
+# Source: vendor-driver/templates/clusterrole.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: vendor-driver
+  namespace: vendor-system
+rules:
+- apiGroups: [resource.k8s.io]
+  resources: [deviceclasses]
+  verbs: [create, update]
+---
+# Source: vendor-driver/templates/clusterrolebinding.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: vendor-driver
+  namespace: vendor-system
+subjects:
+- kind: ServiceAccount
+  name: vendor-driver
+  namespace: vendor-system
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: vendor-driver
+"""
+
+
+def test_a_namespace_on_cluster_scoped_kinds_is_dropped_as_the_apiserver_does(capsys, monkeypatch):
+    """Vendor charts set metadata.namespace on their ClusterRole and ClusterRoleBinding; the apiserver
+    ignores it, so the binding's roleRef is the ClusterRole of the chart and the grant is judged."""
+    code, results = audit_stdin(capsys, monkeypatch, VENDOR_CHART)
+    assert code == 1 and "rbac/unresolved-roleref" not in results
+    [refusal] = results["rbac/rbac-write"]
+    assert refusal["level"] == "error" and "deviceclasses" in refusal["message"]["text"]
+    assert refusal["locations"][0]["logicalLocations"][0]["name"] == "ClusterRoleBinding/vendor-driver"
+
+
+def test_only_built_in_cluster_scoped_kinds_lose_their_namespace():
+    from webhook.audit import load
+    out = load.Manifests()
+    load.read_text("m.yaml", "\n---\n".join([
+        "{apiVersion: v1, kind: Node, metadata: {name: n, namespace: x}}",
+        "{apiVersion: resource.k8s.io/v1, kind: DeviceClass, metadata: {name: d, namespace: x}}",
+        "{kind: ClusterRole, metadata: {name: c, namespace: x}}",   # no apiVersion: the kind decides
+        "{apiVersion: rbac.authorization.k8s.io/v1, kind: Role, metadata: {name: r, namespace: x}}",
+        "{apiVersion: example.com/v1, kind: Node, metadata: {name: crd, namespace: x}}",  # a namespaced CRD
+    ]), out)
+    assert [load.object_key(o) for o in out.objects] == [
+        ("Node", "", "n"), ("DeviceClass", "", "d"), ("ClusterRole", "", "c"), ("Role", "x", "r"), ("Node", "x", "crd")]
+
