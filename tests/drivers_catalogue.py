@@ -28,6 +28,11 @@ change what dra-guard sees (images, resources, security contexts, scripts) are s
   ServiceAccount intel-gaudi-resource-driver in namespace intel-gaudi-resource-driver. The shape
   of its rules as reported in the issue, not read from the chart: no DaemonSet here, so it is not
   in catalogue().
+- sriov (`sriov_driver()`): the SR-IOV DRA driver (k8snetworkplumbingwg/dra-driver-sriov): its
+  chart switches the health service off by not rendering HEALTHCHECK_PORT (the binary's default
+  then means "off"); the shape here is the one that matters for that (image name, kubelet plugin
+  mounts, no health port anywhere), as the issue describes it, not read from the chart: not in
+  catalogue().
 """
 from __future__ import annotations
 
@@ -257,6 +262,22 @@ def intel_gaudi_rbac() -> list[dict[str, Any]]:
                  ["create", "update", "patch", "delete", "get", "list", "watch"],
                  [{"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"],
                    "verbs": ["create", "get", "list", "watch", "update", "delete"]}])
+
+
+def sriov_driver() -> CatalogueDriver:
+    """The SR-IOV DRA driver's kubelet plugin with its health service off (no HEALTHCHECK_PORT)."""
+    ns = sa = "dra-driver-sriov"
+    c = {"name": "kubelet-plugin", "image": "registry.example/k8snetworkplumbingwg/dra-driver-sriov:v0.1",
+         "command": ["/dra-driver-sriov"], "env": [_fieldref("NODE_NAME", "spec.nodeName")],
+         "volumeMounts": _mounts(("plugins-registry", f"{KUBELET}/plugins_registry"), ("plugins", f"{KUBELET}/plugins"),
+                                 ("cdi", "/var/run/cdi")),
+         "securityContext": {"privileged": True}}
+    volumes = [_host("plugins-registry", f"{KUBELET}/plugins_registry"), _host("plugins", f"{KUBELET}/plugins"),
+               _host("cdi", "/var/run/cdi")]
+    labels = {"app.kubernetes.io/name": "dra-driver-sriov"}
+    ds = _daemonset("dra-driver-sriov-kubeletplugin", ns, sa, [c], volumes, labels=labels)
+    rbac = _rbac(ns, sa, "dra-driver-sriov-role", ["get", "list", "watch", "create", "update", "patch", "delete"], [])
+    return CatalogueDriver(key="sriov", namespace=ns, names=(), probes={"kubelet-plugin": None}, objects=(*rbac, ds))
 
 
 def catalogue() -> list[CatalogueDriver]:
