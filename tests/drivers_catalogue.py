@@ -23,6 +23,16 @@ change what dra-guard sees (images, resources, security contexts, scripts) are s
 - net: the DRA network driver (google/dranet, install.yaml): DaemonSet dranet in kube-system,
   args [/dranet, --v=4], an HTTP readinessProbe on 9177, no /var/run/cdi (recognised by its RBAC
   alone); driver dra.net.
+- intel-gaudi (RBAC only, `intel_gaudi_rbac()`): Intel's Gaudi resource driver; its ClusterRole
+  writes ResourceSlices and also creates DeviceTaintRules (admin-only by default), bound to
+  ServiceAccount intel-gaudi-resource-driver in namespace intel-gaudi-resource-driver. The shape
+  of its rules as reported in the issue, not read from the chart: no DaemonSet here, so it is not
+  in catalogue().
+- sriov (`sriov_driver()`): the SR-IOV DRA driver (k8snetworkplumbingwg/dra-driver-sriov): its
+  chart switches the health service off by not rendering HEALTHCHECK_PORT (the binary's default
+  then means "off"); the shape here is the one that matters for that (image name, kubelet plugin
+  mounts, no health port anywhere), as the issue describes it, not read from the chart: not in
+  catalogue().
 """
 from __future__ import annotations
 
@@ -242,6 +252,32 @@ def net_driver() -> CatalogueDriver:
     return _kube_system_driver("dranet", "dra.net", [
         ("netns", "/var/run/netns", "/var/run/netns"), ("infiniband", "/dev/infiniband", "/dev/infiniband"),
         ("bpf-programs", "/sys/fs/bpf", "/sys/fs/bpf")], {"httpGet": {"path": "/healthz", "port": 9177}})
+
+
+def intel_gaudi_rbac() -> list[dict[str, Any]]:
+    """Intel's Gaudi resource driver RBAC: ServiceAccount, ClusterRole (ResourceSlice write and
+    DeviceTaintRule create/update/delete), ClusterRoleBinding (dicts with kind set)."""
+    ns = sa = "intel-gaudi-resource-driver"
+    return _rbac(ns, sa, "intel-gaudi-resource-driver-role",
+                 ["create", "update", "patch", "delete", "get", "list", "watch"],
+                 [{"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"],
+                   "verbs": ["create", "get", "list", "watch", "update", "delete"]}])
+
+
+def sriov_driver() -> CatalogueDriver:
+    """The SR-IOV DRA driver's kubelet plugin with its health service off (no HEALTHCHECK_PORT)."""
+    ns = sa = "dra-driver-sriov"
+    c = {"name": "kubelet-plugin", "image": "registry.example/k8snetworkplumbingwg/dra-driver-sriov:v0.1",
+         "command": ["/dra-driver-sriov"], "env": [_fieldref("NODE_NAME", "spec.nodeName")],
+         "volumeMounts": _mounts(("plugins-registry", f"{KUBELET}/plugins_registry"), ("plugins", f"{KUBELET}/plugins"),
+                                 ("cdi", "/var/run/cdi")),
+         "securityContext": {"privileged": True}}
+    volumes = [_host("plugins-registry", f"{KUBELET}/plugins_registry"), _host("plugins", f"{KUBELET}/plugins"),
+               _host("cdi", "/var/run/cdi")]
+    labels = {"app.kubernetes.io/name": "dra-driver-sriov"}
+    ds = _daemonset("dra-driver-sriov-kubeletplugin", ns, sa, [c], volumes, labels=labels)
+    rbac = _rbac(ns, sa, "dra-driver-sriov-role", ["get", "list", "watch", "create", "update", "patch", "delete"], [])
+    return CatalogueDriver(key="sriov", namespace=ns, names=(), probes={"kubelet-plugin": None}, objects=(*rbac, ds))
 
 
 def catalogue() -> list[CatalogueDriver]:

@@ -159,3 +159,118 @@ def test_self_signed_and_self_mode_exclude_each_other(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text("certificates: {mode: self}\n")
     code, _, err = run_cli(capsys, "serve", "--config", str(tmp_path / "c.yaml"), "--self-signed", str(tmp_path / "t"))
     assert code == 2 and "exclude each other" in err
+
+
+# ---------------------------------------------------------------- objects judged as the apiserver stores them
+def audit_stdin(capsys, monkeypatch, text, *args):
+    """`dra-guard audit -f - -o sarif` over `text` (what `helm template` prints): (exit code, results by ruleId)."""
+    import io
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    code, out, err = run_cli(capsys, "audit", "-f", "-", "-o", "sarif", *args)
+    results: dict[str, list[dict]] = {}
+    for r in json.loads(out)["runs"][0]["results"]:
+        results.setdefault(r["ruleId"], []).append(r)
+    return code, results
+
+
+VENDOR_CHART = """\
+---
+# Source: vendor-driver/templates/clusterrole.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: vendor-driver
+  namespace: vendor-system
+rules:
+- apiGroups: [resource.k8s.io]
+  resources: [deviceclasses]
+  verbs: [create, update]
+---
+# Source: vendor-driver/templates/clusterrolebinding.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: vendor-driver
+  namespace: vendor-system
+subjects:
+- kind: ServiceAccount
+  name: vendor-driver
+  namespace: vendor-system
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: vendor-driver
+"""
+
+
+def test_a_namespace_on_cluster_scoped_kinds_is_dropped_as_the_apiserver_does(capsys, monkeypatch):
+    """Vendor charts set metadata.namespace on their ClusterRole and ClusterRoleBinding; the apiserver
+    ignores it, so the binding's roleRef is the ClusterRole of the chart and the grant is judged."""
+    code, results = audit_stdin(capsys, monkeypatch, VENDOR_CHART)
+    assert code == 1 and "rbac/unresolved-roleref" not in results
+    [refusal] = results["rbac/rbac-write"]
+    assert refusal["level"] == "error" and "deviceclasses" in refusal["message"]["text"]
+    assert refusal["locations"][0]["logicalLocations"][0]["name"] == "ClusterRoleBinding/vendor-driver"
+
+
+def test_only_built_in_cluster_scoped_kinds_lose_their_namespace():
+    from webhook.audit import load
+    out = load.Manifests()
+    load.read_text("m.yaml", "\n---\n".join([
+        "{apiVersion: v1, kind: Node, metadata: {name: n, namespace: x}}",
+        "{apiVersion: resource.k8s.io/v1, kind: DeviceClass, metadata: {name: d, namespace: x}}",
+        "{kind: ClusterRole, metadata: {name: c, namespace: x}}",   # no apiVersion: the kind decides
+        "{apiVersion: rbac.authorization.k8s.io/v1, kind: Role, metadata: {name: r, namespace: x}}",
+        "{apiVersion: example.com/v1, kind: Node, metadata: {name: crd, namespace: x}}",  # a namespaced CRD
+    ]), out)
+    assert [load.object_key(o) for o in out.objects] == [
+        ("Node", "", "n"), ("DeviceClass", "", "d"), ("ClusterRole", "", "c"), ("Role", "x", "r"), ("Node", "x", "crd")]
+
+
+def _bootstrap_binding(role: str, group: str, *, namespace: str = "") -> str:
+    kind = "RoleBinding" if namespace else "ClusterRoleBinding"
+    ns = f"\n  namespace: {namespace}" if namespace else ""
+    return (f"---\n# Source: platform/templates/{role}.yaml\napiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\n"
+            f"metadata:\n  name: {group}-{role}{ns}\nsubjects:\n- kind: Group\n  name: {group}\n"
+            f"  apiGroup: rbac.authorization.k8s.io\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n"
+            f"  kind: ClusterRole\n  name: {role}\n")
+
+
+@pytest.mark.parametrize("role, namespace, via", [
+    ("cluster-admin", "", ["cluster-admin"]),
+    ("edit", "", ["edit", "system:aggregate-to-edit"]),
+    ("admin", "kube-system", ["admin", "system:aggregate-to-edit"]),  # edit's members, aggregated into admin
+])
+def test_a_bootstrap_role_the_files_do_not_define_is_judged_by_its_defaults(capsys, monkeypatch, role, namespace, via):
+    code, results = audit_stdin(capsys, monkeypatch, _bootstrap_binding(role, "platform-team", namespace=namespace))
+    assert code == 1 and "rbac/unresolved-roleref" not in results
+    [refusal] = results["rbac/rbac-write"]
+    text = refusal["message"]["text"]
+    assert refusal["level"] == "error" and "Group platform-team" in text
+    assert f"{', '.join(via)} {'is' if len(via) == 1 else 'are'} not among the manifests: judged by" in text, text
+    assert "Kubernetes default rules" in text
+
+
+def test_the_offline_verdict_on_cluster_admin_is_the_webhooks():
+    """The finding is the refusal the webhook gives when cluster-admin exists as the apiserver keeps it."""
+    import yaml
+
+    from tests.builders import review
+    from webhook import audit
+    from webhook.config import from_mapping
+    from webhook.model import bootstrap
+    from webhook.policies import rbac
+    crb = yaml.safe_load(_bootstrap_binding("cluster-admin", "platform-team"))
+    config = from_mapping(None)
+    stored = bootstrap.stored_role("cluster-admin")
+    refused = rbac.review(review(crb)["request"], index=rbac.RbacIndex.from_objects([stored]), config=config.rbac)
+    [(finding, _)] = audit.run([crb], config)
+    assert not refused.allowed and finding.message.startswith(refused.findings[0].message)
+    assert finding.details["judgedByDefaults"] == ["cluster-admin"]
+
+
+def test_view_is_known_and_an_unknown_role_stays_advisory(capsys, monkeypatch):
+    code, results = audit_stdin(capsys, monkeypatch, _bootstrap_binding("view", "platform-team"))
+    assert code == 0 and results == {}  # view's defaults grant no DRA write and no power
+    code, results = audit_stdin(capsys, monkeypatch, _bootstrap_binding("vendor-operator", "platform-team"))
+    assert code == 0 and [r["level"] for r in results["rbac/unresolved-roleref"]] == ["warning"]

@@ -87,6 +87,8 @@ def document(cls: type[Any], obj: Any) -> dict[str, Any]:
             value = [document(e.section, item) for item in value]
         elif e.kind == "family":
             value = {name: document(e.section, obj.policy(name)) for name in e.key.names}
+        elif value is None:
+            continue  # a bool | None key left unset: a document leaves it out
         group, _, name = e.key.name.rpartition(".")
         (out.setdefault(group, {}) if group else out)[name] = value
     return out

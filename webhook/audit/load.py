@@ -3,6 +3,9 @@ problem collected instead of stopping at the first one.
 
 YAML is parsed with libyaml's compiled loader (yaml.CSafeLoader) when PyYAML was built with it,
 else the pure-Python SafeLoader: the same documents, about ten times faster on large files.
+Objects are kept as the apiserver stores them: `metadata.namespace` on a cluster-scoped kind
+(CLUSTER_SCOPED: a ClusterRole, a ClusterRoleBinding...), which the apiserver ignores and vendor
+manifests carry, is dropped, so such an object is indexed and found like the stored one.
 A document without `kind` (a values.yaml, a CI file) is skipped with a note; a Helm template
 (`{{ ... }}` that is not valid YAML) is skipped with "render it with `helm template` first"; unreadable files and
 invalid YAML are input problems (exit code 2), reported together with the findings of everything
@@ -25,6 +28,24 @@ STDIN = "-"
 #: yaml.CSafeLoader (libyaml) when available, else yaml.SafeLoader
 LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _TEMPLATE = re.compile(r"\{\{.*?\}\}", re.S)
+#: the built-in cluster-scoped kinds, by API group (`kubectl api-resources --namespaced=false`)
+CLUSTER_SCOPED: dict[str, frozenset[str]] = {
+    "": frozenset({"Namespace", "Node", "PersistentVolume", "ComponentStatus"}),
+    "rbac.authorization.k8s.io": frozenset({"ClusterRole", "ClusterRoleBinding"}),
+    "resource.k8s.io": frozenset({"DeviceClass", "ResourceSlice", "DeviceTaintRule"}),
+    "admissionregistration.k8s.io": frozenset({
+        "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}),
+    "apiextensions.k8s.io": frozenset({"CustomResourceDefinition"}),
+    "apiregistration.k8s.io": frozenset({"APIService"}),
+    "storage.k8s.io": frozenset({"StorageClass", "CSIDriver", "CSINode", "VolumeAttachment", "VolumeAttributesClass"}),
+    "scheduling.k8s.io": frozenset({"PriorityClass"}),
+    "node.k8s.io": frozenset({"RuntimeClass"}),
+    "certificates.k8s.io": frozenset({"CertificateSigningRequest", "ClusterTrustBundle"}),
+    "networking.k8s.io": frozenset({"IngressClass", "IPAddress", "ServiceCIDR"}),
+    "flowcontrol.apiserver.k8s.io": frozenset({"FlowSchema", "PriorityLevelConfiguration"}),
+}
+_ANY_CLUSTER_SCOPED = frozenset().union(*CLUSTER_SCOPED.values())
 
 
 class InputError(ValueError):
@@ -50,6 +71,25 @@ def object_key(obj: dict[str, Any]) -> tuple[str, str, str]:
     raw = obj.get("metadata")
     meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
     return str(obj.get("kind") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def cluster_scoped(obj: dict[str, Any]) -> bool:
+    """Whether an object dict is of a built-in cluster-scoped kind (CLUSTER_SCOPED): its kind in the
+    group of its apiVersion, or, without an apiVersion, in any group."""
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if not isinstance(api_version, str) or not api_version:
+        return kind in _ANY_CLUSTER_SCOPED
+    group = api_version.rpartition("/")[0]
+    return kind in CLUSTER_SCOPED.get(group, ())
+
+
+def as_stored(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` without metadata.namespace when its kind is cluster-scoped (the apiserver ignores it
+    there), else `obj` itself."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "namespace" in meta and cluster_scoped(obj):
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "namespace"}}
+    return obj
 
 
 def _files(paths: Iterable[str], out: Manifests) -> list[str]:
@@ -118,7 +158,7 @@ def read_text(source: str, text: str, out: Manifests) -> None:
     for i, doc in enumerate(docs, 1):
         where = f"{source} document {i}"
         line = lines[i - 1] if i - 1 < len(lines) else 1
-        for obj in _expand(doc, where=where, out=out):
+        for obj in map(as_stored, _expand(doc, where=where, out=out)):
             out.objects.append(obj)
             out.sources.setdefault(object_key(obj), f"{source}:{line}")
 

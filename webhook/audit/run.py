@@ -2,7 +2,9 @@
 
 The same policy code as admission decides; roles and bindings are resolved among the objects
 given (files first, then the live cluster's, a file's object replacing the live one of the same
-kind and name: the audit answers "what if I applied these files").
+kind and name: the audit answers "what if I applied these files"). Offline, the bootstrap
+ClusterRoles whose defaults dra-guard knows (webhook.model.bootstrap) and that the files do not
+define are taken as every apiserver stores them, and findings reached through them say so.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 
 from webhook.audit.load import InputError, object_key
 from webhook.config import CONFIG_KIND, Config, ConfigError, from_mapping
-from webhook.model import drivers
+from webhook.model import bootstrap, drivers
 from webhook.model.facts import Facts, build_facts
 from webhook.model.readers import as_map, as_str, name_of
 from webhook.policies import controlplane, probes
@@ -75,7 +77,8 @@ def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: lis
     webhook.kube.lists.stream_audit_cluster, files added with webhook.model.facts.add_objects);
     None: built from `objects`."""
     findings: list[tuple[Finding, str]] = []
-    facts = facts if facts is not None else build_facts(objects, config)
+    assumed = [] if online or facts is not None else bootstrap_roles(objects)
+    facts = facts if facts is not None else build_facts([*assumed, *objects], config)
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for obj in objects:
         by_kind.setdefault(str(obj.get("kind")), []).append(obj)
@@ -102,6 +105,8 @@ def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: lis
     elif any(controlplane.component_pods(system_pods, "kube-controller-manager")):
         findings += [(f, advisory) for f in controlplane.controller_manager(system_pods)]
     findings += [(f, config.policy("rbac").mode) for f in unresolved_role_refs(by_kind, facts.rbac.role, online=online)]
+    if assumed:
+        findings = note_defaults(findings, {name_of(r) for r in assumed})
     driver_daemonsets = [object_key(ds) for ds in by_kind.get("DaemonSet", [])
                          if drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices)]
     judged = {
@@ -110,6 +115,31 @@ def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: lis
         "eviction": driver_daemonsets,  # declared (pass) or not (undeclared-driver)
     }
     return Audit(findings=findings, judged=judged)
+
+
+def bootstrap_roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The known bootstrap ClusterRoles (webhook.model.bootstrap.DEFAULTS) that `objects` do not
+    define, as the apiserver stores them: every cluster has them, so files that bind `edit`
+    without defining it are judged by what `edit` is everywhere."""
+    defined = {name_of(o) for o in objects if o.get("kind") == "ClusterRole"}
+    return [r for name in bootstrap.DEFAULTS if name not in defined and (r := bootstrap.stored_role(name)) is not None]
+
+
+def note_defaults(findings: list[Result], assumed: set[str]) -> list[Result]:
+    """RBAC findings whose grants come through a role in `assumed` (bootstrap roles the files do not
+    define), with a note saying they were judged by the role's Kubernetes default rules."""
+    out: list[Result] = []
+    for f, mode in findings:
+        via = [r for r in dict.fromkeys([f.details.get("roleRef"), *f.details.get("roles", ())]) if r in assumed]
+        if f.policy != "rbac" or not via:
+            out.append((f, mode))
+            continue
+        one = len(via) == 1
+        note = (f" ClusterRole{'' if one else 's'} {', '.join(via)} {'is' if one else 'are'} not among the "
+                f"manifests: judged by {'its' if one else 'their'} Kubernetes default rules (the apiserver's "
+                f"bootstrap policy, which every cluster holds).")
+        out.append((dataclasses.replace(f, message=f.message + note, details={**f.details, "judgedByDefaults": via}), mode))
+    return out
 
 
 def unresolved_role_refs(by_kind: Mapping[str, list[dict[str, Any]]], role: Any, *, online: bool) -> list[Finding]:

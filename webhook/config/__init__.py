@@ -25,7 +25,8 @@ Example (all defaults shown)::
       declared: []                # [{namespace: gpu, name: gpu-driver}]: drivers whose evictions fail closed
       autoDetect: true
       kubeletRootDirs: [/var/lib/kubelet]   # the kubelet --root-dir of your nodes; plugins_registry is found anywhere
-      selectors: []               # [{namespace: gpu, matchLabels: {app: gpu-driver}, driverNames: [gpu.example.com]}]
+      selectors: []               # [{namespace: gpu, matchLabels: {app: gpu-driver}, driverNames: [gpu.example.com],
+                                  #   assumeDefaultPort: true}]: unset, probes.assumeDefaultPort
     probes:                       # the gRPC liveness probe added to driver containers
       periodSeconds: 10
       timeoutSeconds: 10

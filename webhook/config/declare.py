@@ -2,7 +2,7 @@
 
 ``dataclasses.field(default=10, metadata=key("periodSeconds", lo=1, hi=3600, help="..."))`` says
 the key's name in the file (camelCase), its bounds or form, and one line of help. The value's
-kind comes from the field's type annotation (bool, int, float, str, a Literal of choices,
+kind comes from the field's type annotation (bool or bool | None, int, float, str, a Literal of choices,
 frozenset[str] / tuple[str, ...] lists, Mapping[str, str], a nested dataclass section, a tuple of
 dataclass sections, a Mapping of named sections). webhook.config.load reads a file by walking these
 declarations and webhook.config.schema writes the JSON schema from the same ones.
@@ -10,6 +10,7 @@ declarations and webhook.config.schema writes the JSON schema from the same ones
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from collections.abc import Mapping
 from typing import Any, Final, Literal
@@ -90,8 +91,8 @@ def _is_section(tp: Any) -> bool:
 
 def _kind(tp: Any, declared: Key) -> tuple[Kind, tuple[str, ...], type[Any] | None]:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is bool:
-        return "bool", (), None
+    if tp is bool or (origin in (typing.Union, types.UnionType) and set(args) == {bool, type(None)}):
+        return "bool", (), None  # bool | None: None means unset here, the policy then reads another key
     if tp is int:
         return "int", (), None
     if tp is float:

@@ -135,6 +135,8 @@ class DriverSelector:
         "driverName", help="the DRA driver name it publishes (e.g. gpu.example.com); several: comma-separated"))
     driver_names: tuple[str, ...] = dataclasses.field(default=(), metadata=key(
         "driverNames", help="the DRA driver names it publishes, when one DaemonSet runs several drivers"))
+    assume_default_port: bool | None = dataclasses.field(default=None, metadata=key(
+        "assumeDefaultPort", help="probes.assumeDefaultPort for these DaemonSets; unset: the global value"))
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -11,9 +11,14 @@ verb on every resource), admin, edit and view (their aggregationRules), and the 
 system:aggregate-to-edit and system:aggregate-to-admin (workloads, pods and their exec/attach,
 secrets, ServiceAccount impersonation, tokens, RoleBindings). Other bootstrap roles are judged by
 their current rules only (docs/threat-model.md).
+
+Offline (`dra-guard audit -f` on files that do not define them) the known bootstrap roles are
+taken as the apiserver stores them (stored_role): every cluster has them, so a binding of
+`cluster-admin` or `edit` is judged by their defaults rather than left unresolved.
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -47,6 +52,30 @@ DEFAULTS: Final[Mapping[str, Mapping[str, Any]]] = {
     "system:aggregate-to-admin": {"rules": [
         {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "roles"], "verbs": _WRITE}]},
 }
+
+
+_AGG: Final = "rbac.authorization.k8s.io/aggregate-to-"
+#: the aggregation labels the bootstrap policy gives the known roles (edit is aggregated into admin,
+#: view into edit)
+LABELS: Final[Mapping[str, Mapping[str, str]]] = {
+    "edit": {f"{_AGG}admin": "true"},
+    "view": {f"{_AGG}edit": "true"},
+    "system:aggregate-to-edit": {f"{_AGG}edit": "true"},
+    "system:aggregate-to-admin": {f"{_AGG}admin": "true"},
+}
+
+
+def stored_role(name: str) -> dict[str, Any] | None:
+    """Known bootstrap ClusterRole `name` as the apiserver stores it (an rbac.authorization.k8s.io/v1
+    dict: its default rules or aggregationRule, aggregation labels, autoupdate "true"), or None
+    when dra-guard does not know its defaults."""
+    found = DEFAULTS.get(name)
+    if found is None:
+        return None
+    labels = {"kubernetes.io/bootstrapping": "rbac-defaults", **LABELS.get(name, {})}
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels, "annotations": {AUTOUPDATE: "true"}},
+            **copy.deepcopy(dict(found))}
 
 
 def _defaults(role: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from webhook.config import DetectionConfig
+from webhook.config import DetectionConfig, DriverSelector
 from webhook.model.readers import as_list as _list
 from webhook.model.readers import as_map as _map
 from webhook.model.readers import as_str as _str
@@ -195,6 +195,15 @@ def _make(names: list[tuple[str, str]], complete: bool, evidence: str, container
                   evidence=evidence, plugin_containers=containers, protects=protects)
 
 
+def matching_selector(daemonset: Mapping[str, Any], config: DetectionConfig) -> DriverSelector | None:
+    """The first drivers.selectors entry whose namespace is the DaemonSet dict's and whose
+    matchLabels its labels include, or None."""
+    meta = _map(daemonset.get("metadata"))
+    namespace, labels = _str(meta.get("namespace")), _map(meta.get("labels"))
+    return next((s for s in config.selectors if s.namespace == namespace
+                 and all(labels.get(k) == v for k, v in s.match_labels.items())), None)
+
+
 def detect(daemonset: Mapping[str, Any], *, config: DetectionConfig,
            can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False) -> Driver | None:
     """Whether an apps/v1 DaemonSet dict is a DRA driver, and which; None when it is not.
@@ -210,8 +219,7 @@ def detect(daemonset: Mapping[str, Any], *, config: DetectionConfig,
     spec = pod_spec(daemonset)
     sa = _str(spec.get("serviceAccountName")) or _str(spec.get("serviceAccount")) or "default"
     writes = can_write_slices(namespace, sa)
-    selector = next((s for s in config.selectors if s.namespace == namespace
-                     and all(labels.get(k) == v for k, v in s.match_labels.items())), None)
+    selector = matching_selector(daemonset, config)
     explicit = split_names(_str(annotations.get(DRIVER_KEY)) or _str(labels.get(DRIVER_KEY)))
     label_names = [(n, f"label/annotation {DRIVER_KEY}") for n in explicit]
     declared = config.is_declared(namespace, _str(meta.get("name")))

@@ -15,10 +15,13 @@ does not serve would crash-loop it); patch with `add` only, idempotently; on UPD
 rollout of every driver pod on our own: when the pod template is otherwise unchanged, warn instead.
 A health port of 0 or below (annotation, --healthcheck-port, HEALTHCHECK_PORT) means "no health
 service" (the NVIDIA and Intel charts document it): no probe, even with assumeDefaultPort; an
-advisory finding says so. By default a startupProbe on the same gRPC endpoint comes with the
-liveness probe (probes.startupProbe: 10 s x 30 = 5 min): device discovery on a real node can take
-minutes, and NVIDIA replaced its liveness-only probe for that reason; a container's own
-startupProbe is never touched.
+advisory finding says so. So does a driver known to switch its health service off by leaving the
+port out (webhook.model.health: the SR-IOV DRA driver). assumeDefaultPort is global, or per
+drivers.selectors entry (the first selector matching the DaemonSet; unset: the global value).
+By default a startupProbe on the same gRPC endpoint comes with the liveness probe
+(probes.startupProbe: 10 s x 30 = 5 min): device discovery on a real node can take minutes, and
+NVIDIA replaced its liveness-only probe for that reason; a container's own startupProbe is never
+touched.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import jsonpatch
 
 from webhook.config import Config, DetectionConfig, ProbeConfig
 from webhook.model import drivers as drivers_mod
+from webhook.model import health
 from webhook.model.facts import Facts
 from webhook.model.readers import as_list as _list
 from webhook.model.readers import as_map as _map
@@ -42,6 +46,7 @@ PORT_ANNOTATION = "dra-guard.io/healthcheck-port"
 ADDED_PREFIX = "probes.dra-guard.io/"  # + container name: "grpc:<port>" for every probe dra-guard added
 PORT_NAMES = ("healthcheck", "health", "grpc-health")
 _PORT_FLAG = re.compile(r"^--?healthcheck-port(?:=(.*))?$")
+UNSET = " unset"  # health_port's source suffix for a driver whose health service is off without the setting
 
 
 def _port(value: Any) -> int | None:
@@ -54,15 +59,17 @@ def _port(value: Any) -> int | None:
     return None if port > 65535 else max(port, 0)
 
 
-def health_port(container: Mapping[str, Any], *, annotation: str, config: ProbeConfig) -> tuple[int | None, str]:
+def health_port(container: Mapping[str, Any], *, annotation: str, config: ProbeConfig,
+                assume: bool | None = None) -> tuple[int | None, str]:
     """(port, where it came from) of a container's gRPC health service, (None, "") when unknown;
-    port 0 when a source says "no health service" (a value of 0 or below): then no probe is added,
-    even with assumeDefaultPort.
+    port 0 when a source says "no health service" (a value of 0 or below, or "<ENV> unset" for a
+    driver that is off without it): then no probe is added, even with assumeDefaultPort.
 
     Order: the DaemonSet annotation dra-guard.io/healthcheck-port ("51515", or per container
     "plugin=51515,gpus=51516"), a containerPort named healthcheck/health/grpc-health, a
-    --healthcheck-port argument or HEALTHCHECK_PORT env of the container, and only with
-    assumeDefaultPort the configured default.
+    --healthcheck-port argument or HEALTHCHECK_PORT env of the container, a driver known to be off
+    without them (webhook.model.health), and only with assumeDefaultPort (`assume`, None: the
+    configured one) the configured default.
     """
     name = container.get("name")
     if annotation:
@@ -86,9 +93,20 @@ def health_port(container: Mapping[str, Any], *, annotation: str, config: ProbeC
     for env in map(_map, _list(container.get("env"))):
         if env.get("name") == "HEALTHCHECK_PORT" and _port(env.get("value")) is not None:
             return _port(env.get("value")), "HEALTHCHECK_PORT"
-    if config.assume_default_port:
+    off = health.off_by_omission(container)
+    if off is not None:
+        return 0, off[1] + UNSET
+    if config.assume_default_port if assume is None else assume:
         return config.default_port, "probes.defaultPort"
     return None, ""
+
+
+def assume_default_port(daemonset: Mapping[str, Any], *, detection: DetectionConfig, config: ProbeConfig) -> bool:
+    """assumeDefaultPort for a DaemonSet dict: its drivers.selectors entry's when set, else probes'."""
+    selector = drivers_mod.matching_selector(daemonset, detection)
+    if selector is not None and selector.assume_default_port is not None:
+        return selector.assume_default_port
+    return config.assume_default_port
 
 
 def grpc_probe(port: int, config: ProbeConfig, *, startup: bool = False) -> dict[str, Any]:
@@ -203,8 +221,10 @@ def container_name(container: Mapping[str, Any], index: int) -> str:
     return name if isinstance(name, str) and name else f"#{index}"
 
 
-def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config: ProbeConfig) -> tuple[dict[str, Any], list[Finding]]:
-    """The DaemonSet with probes added (a modified copy) and the findings about it."""
+def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config: ProbeConfig,
+             assume: bool | None = None) -> tuple[dict[str, Any], list[Finding]]:
+    """The DaemonSet with probes added (a modified copy) and the findings about it; `assume`:
+    assumeDefaultPort for it (None: probes.assumeDefaultPort)."""
     modified = _copy_for_patch(daemonset)
     ns, name = _ref(daemonset)
     annotations_in = _map(_map(daemonset.get("metadata")).get("annotations"))
@@ -217,7 +237,7 @@ def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config
         if not isinstance(container, dict) or "livenessProbe" in container:
             continue
         cname = container_name(container, i)
-        port, source = health_port(container, annotation=annotation, config=config)
+        port, source = health_port(container, annotation=annotation, config=config, assume=assume)
         if port is None:
             findings.append(_finding(
                 daemonset, "no-healthcheck-port",
@@ -229,10 +249,13 @@ def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config
                 container=cname))
             continue
         if port == 0:
+            off = health.off_by_omission(container) if source.endswith(UNSET) else None
+            why = (f"{source}: {off[0]} runs no health service without it, so probes.assumeDefaultPort is never "
+                   f"applied to it" if off else f"{source} is 0 or below")
             findings.append(_finding(
                 daemonset, "healthcheck-disabled",
                 f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) whose health service "
-                f"is switched off ({source} is 0 or below), so dra-guard adds no probe and a hung driver will not "
+                f"is switched off ({why}), so dra-guard adds no probe and a hung driver will not "
                 f"be restarted. Give it a health port to have a gRPC liveness probe added.",
                 f"dra-guard: driver container {cname} has its health service off ({source}); no probe added",
                 container=cname))
@@ -275,7 +298,8 @@ def review(request: Mapping[str, Any], *, detection: DetectionConfig, config: Pr
     driver = drivers_mod.detect(obj, config=detection, can_write_slices=can_write_slices)
     if driver is None:
         return ALLOW
-    modified, findings = evaluate(obj, driver=driver, config=config)
+    modified, findings = evaluate(obj, driver=driver, config=config,
+                                  assume=assume_default_port(obj, detection=detection, config=config))
     old = request.get("oldObject")
     if (operation == "UPDATE" and isinstance(old, Mapping)
             and _map(_map(old.get("spec")).get("template")) == _map(_map(obj.get("spec")).get("template"))):
@@ -304,7 +328,8 @@ def audit(daemonset: Mapping[str, Any], *, detection: DetectionConfig, config: P
     driver = drivers_mod.detect(daemonset, config=detection, can_write_slices=can_write_slices)
     if driver is None:
         return []
-    return evaluate(daemonset, driver=driver, config=config)[1]
+    return evaluate(daemonset, driver=driver, config=config,
+                    assume=assume_default_port(daemonset, detection=detection, config=config))[1]
 
 
 def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:

@@ -95,6 +95,42 @@ def binding_violations(binding: Mapping[str, Any], grants: Iterable[Grant], conf
     return out
 
 
+def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str]) -> tuple[str, str]:
+    """(who may hold the violation's grants, the narrowest setting that would accept them).
+
+    `dra`: the DRA resources written, `powers`: the escalation powers (both sorted names).
+    adminSubjects lifts every check, so it is offered only when nothing narrower would do: a
+    driver subject refused an admin-only DRA resource is told to add it to driverResources (every
+    driver subject may then write it); a subject that writes a driver resource (a driver not yet
+    configured) is told of driverSubjects first.
+    """
+    s = v.subject
+    is_driver = config.driver_subjects.contains(kind=s.kind, name=s.name, namespace=s.namespace)
+    driver_held = {g.resource for g in v.grants
+                   if g.resource in config.driver_resources or (g.namespaced and g.resource in NAMESPACE_POWER_NAMES)}
+    admin_dra = [r for r in dra if r not in config.driver_resources]
+    admin_powers = [p for p in powers if p not in driver_held]
+    admins = "add the subject to rbac.adminSubjects in dra-guard's config (Helm value config.rbac.adminSubjects)"
+    widened = ", ".join(sorted(config.driver_resources | set(admin_dra)))
+    widen = (f"add {', '.join(admin_dra)} to rbac.driverResources (drivers may then write "
+             f"{'it' if len(admin_dra) == 1 else 'them'}; Helm value config.rbac.driverResources: [{widened}])")
+    writes_driver_resource = any(r in config.driver_resources for r in dra)
+    if admin_powers or (not is_driver and not writes_driver_resource):
+        held = admin_powers or admin_dra or powers
+        fix = admins + (f" ({', '.join(admin_dra)} alone: {widen})" if is_driver and admin_dra else "")
+        return f"only cluster admins may hold {', '.join(held)}", fix
+    if is_driver:
+        return (f"only cluster admins may write {', '.join(admin_dra)}; DRA drivers (rbac.driverSubjects, which "
+                f"{s} is one of) may write {', '.join(sorted(config.driver_resources))}"), widen
+    who = f"only cluster admins and DRA drivers may write {', '.join(r for r in dra if r not in admin_dra)}"
+    if admin_dra:
+        who += f", only cluster admins {', '.join(admin_dra)}"
+    fix = ("if it is a DRA driver, add the subject to rbac.driverSubjects in dra-guard's config (Helm value "
+           "config.rbac.driverSubjects)" + (f" and {widen}" if admin_dra else "")
+           + "; else to rbac.adminSubjects (Helm value config.rbac.adminSubjects)")
+    return who, fix
+
+
 def describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
     """(message, summary) for a violation."""
     dra = sorted({g.resource for g in v.grants if g.resource in config.protected_resources})
@@ -110,14 +146,7 @@ def describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
         where = f" in namespace {v.namespace}" if v.namespace else ""
         parts.append(f"escalation powers{where}: {', '.join(powers)} (each lets the holder act as, or switch off, "
                      f"an identity that holds DRA write)")
-    admin_only = [r for r in dra if r in config.admin_only_resources] or powers
-    if admin_only:
-        who = f"only cluster admins may hold {', '.join(admin_only)}"
-        fix = "add the subject to rbac.adminSubjects in dra-guard's config (Helm value config.rbac.adminSubjects)"
-    else:
-        who = f"only cluster admins and DRA drivers may write {', '.join(dra)}"
-        fix = ("add the subject to rbac.adminSubjects or rbac.driverSubjects in dra-guard's config (Helm values "
-               "config.rbac.adminSubjects, config.rbac.driverSubjects)")
+    who, fix = _remedy(v, config, dra, powers)
     message = (f"{v.binding_ref} grants {'; and '.join(parts)} to {v.subject} via {via}; {who}. "
                f"Bind a narrower role (ResourceClaims and ResourceClaimTemplates are enough for workloads), "
                f"or {fix}.")
