@@ -1,7 +1,9 @@
 """The `dra-guard` command: serve | audit | drain-plan | certs | hook.
 
-Exit codes: 0 success (audit: no finding), 1 audit found something enforce mode would refuse,
-2 usage, configuration or input errors (the message names the file, line or config key).
+Exit codes: 0 success (audit: no finding), 1 audit found something enforce mode would refuse
+(drain-plan: some driver pod must wait), 2 usage, configuration or input errors (the message names
+the file, line or config key) and a Kubernetes API that cannot be reached or refuses (one line
+naming the server and the cause, webhook.kube.errors): 1 never means an outage.
 Parsing and exit codes only: webhook.cli.parser builds the parser, webhook.cli.commands runs the
 commands over the layers below.
 """

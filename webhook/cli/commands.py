@@ -86,8 +86,9 @@ def _audit(args: argparse.Namespace) -> int:
         elif found:
             config, source = audit.config_from(objects), "the DraGuardConfiguration among the manifests"
         elif args.cluster and not args.no_installed_config:
-            client = api_client(args.kubeconfig, timeout_seconds=10, context=args.context)
-            installed = lists.installed_config(client, namespace=args.release_namespace)
+            client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
+            installed = lists.installed_config(client, namespace=args.release_namespace,
+                                               timeout_seconds=args.request_timeout)
             if installed is None:
                 config, source = from_mapping(None), "the built-in defaults (no dra-guard release found in the cluster)"
             else:
@@ -100,15 +101,15 @@ def _audit(args: argparse.Namespace) -> int:
         print(f"dra-guard: warning: {line}", file=sys.stderr)
     print(f"dra-guard: config: {source}", file=sys.stderr)
     if args.cluster:
-        client = client or api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds,
-                                      context=args.context)
+        client = client or api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
         limiter = RateLimiter(qps=args.qps, burst=args.burst)
-        served = served_resource_versions(client)
+        served = served_resource_versions(client, timeout_seconds=args.request_timeout)
         if args.scope == "files" and not objects:
             return fail("--scope files needs -f PATH: it reports only what the files change")
         # RBAC, Pods and ResourceClaims go straight into the indexes, page by page (issue 19: memory)
         facts = StaticFacts(config)
-        live = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter)
+        live = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter,
+                                          timeout_seconds=args.request_timeout)
         baseline = audit.audit(live, config, served_versions=served, online=True, facts=facts) if args.scope == "files" else None
         add_objects(facts, objects)  # the files' objects replace the live ones of the same key
         result = audit.audit(audit.merge(objects, live), config, served_versions=served, online=True, facts=facts)
@@ -166,8 +167,9 @@ def _drain_plan(args: argparse.Namespace) -> int:
     from webhook.kube.client import api_client
 
     config = load_config(args.config)
-    client = api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds, context=args.context)
-    index = drainplan.build_index(lists.list_drain_objects(client, args.node), config)
+    client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
+    index = drainplan.build_index(lists.list_drain_objects(client, args.node, timeout_seconds=args.request_timeout),
+                                  config)
     result = drainplan.plan(index, args.node)
     sys.stdout.write(drainplan.render_json(result) if args.output == "json" else drainplan.render_text(result))
     return 0 if result["ready"] else 1
