@@ -1,5 +1,5 @@
 """API and network failures of the commands that talk to the API (`audit --cluster`, `drain-plan
-NODE`): one line on stderr naming the server and the cause, exit 2, never a
+NODE`, `serve`'s start-up): one line on stderr naming the server and the cause, exit 2, never a
 traceback, and nothing on stdout. Exit 1 means "would refuse" / "must wait" and never an outage:
 `until dra-guard drain-plan NODE; do sleep 10; done` and CI jobs rely on it.
 
@@ -25,8 +25,11 @@ import yaml
 import certs
 from tests.serve import free_port
 
-#: seconds each request may take in the timeout cases (--request-timeout)
+#: seconds each request may take in the timeout cases (audit/drain-plan --request-timeout, serve's
+#: cluster.requestTimeoutSeconds)
 TIMEOUT = 1
+#: what `serve` may take before the test gives up on it (it would otherwise serve on, never ready)
+SERVE_LIMIT = 30.0
 
 
 class Endpoint:
@@ -96,6 +99,16 @@ def endpoints(control_plane, tmp_path_factory, silent_server):
     }
 
 
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory):
+    """Serving certificate files for `serve` (--tls-cert-file, --tls-key-file): no --self-signed
+    line on stderr, so the error is the only line."""
+    folder = tmp_path_factory.mktemp("tls")
+    ca = certs.generate_ca()
+    certs.write_bundle(folder, ca=ca, serving=certs.generate_serving(ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"]))
+    return folder
+
+
 def run(argv: list[str], *, limit: float) -> subprocess.CompletedProcess[str]:
     """Run `python -m webhook.cli ARGV` in a process group of its own; after `limit` seconds the
     group is killed (gunicorn's workers with it) and the test fails."""
@@ -110,13 +123,18 @@ def run(argv: list[str], *, limit: float) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-def command(name: str, endpoint: Endpoint, *, short: bool) -> list[str]:
+def command(name: str, endpoint: Endpoint, tmp_path: pathlib.Path, serving: pathlib.Path, *, short: bool) -> list[str]:
     """The argv of command `name` against `endpoint`; short: each request may take TIMEOUT seconds."""
     kubeconfig = ["--kubeconfig", str(endpoint.kubeconfig)]
     timeout = ["--request-timeout", str(TIMEOUT)] if short else []
     if name == "audit":
         return ["audit", "--cluster", *kubeconfig, *timeout]
-    return ["drain-plan", "node-a", *kubeconfig, *timeout]
+    if name == "drain-plan":
+        return ["drain-plan", "node-a", *kubeconfig, *timeout]
+    config = tmp_path / "config.yaml"
+    config.write_text(f"cluster:\n  requestTimeoutSeconds: {TIMEOUT}\n" if short else "{}\n")
+    return ["serve", "--host", "127.0.0.1", "--port", str(free_port()), "--config", str(config),
+            "--tls-cert-file", str(serving / "tls.crt"), "--tls-key-file", str(serving / "tls.key"), *kubeconfig]
 
 
 def assert_one_line(result: subprocess.CompletedProcess[str], endpoint: Endpoint) -> str:
@@ -133,12 +151,13 @@ def assert_one_line(result: subprocess.CompletedProcess[str], endpoint: Endpoint
     return line
 
 
-@pytest.mark.parametrize("name", ["audit", "drain-plan"])
+@pytest.mark.parametrize("name", ["audit", "drain-plan", "serve"])
 @pytest.mark.parametrize("kind", ["refused", "tls", "401", "403", "timeout"])
-def test_an_api_failure_is_one_line_naming_the_server_and_the_cause_with_exit_2(kind, name, endpoints):
+def test_an_api_failure_is_one_line_naming_the_server_and_the_cause_with_exit_2(kind, name, endpoints, serving, tmp_path):
     endpoint = endpoints[kind]
     started = time.monotonic()
-    result = run(command(name, endpoint, short=kind == "timeout"), limit=60.0)
+    result = run(command(name, endpoint, tmp_path, serving, short=kind == "timeout"),
+                 limit=SERVE_LIMIT if name == "serve" else 60.0)
     line = assert_one_line(result, endpoint)
     if kind == "timeout":  # the first request's timeout, not a default's
         assert time.monotonic() - started < TIMEOUT + 8, line

@@ -16,7 +16,6 @@ def fail(message: str) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     import certs
-    from webhook.kube.client import api_client
     from webhook.serve import server
 
     config = load_config(args.config)
@@ -49,7 +48,8 @@ def _serve(args: argparse.Namespace) -> int:
         return fail("TLS is required: give --tls-cert-file and --tls-key-file (certificates.mode files or cert-manager), "
                      "set certificates.mode: self in --config, or use --self-signed DIR for development")
     if not args.no_cluster:
-        api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)  # fail fast
+        # an API the caches cannot read is an error now, not a server that never becomes ready
+        server.check_cluster(config, args.kubeconfig)
     server.run(server.ServeOptions(
         config=config, host=args.host, port=args.port or config.server.port, cert_file=cert_file, key_file=key_file,
         kubeconfig=args.kubeconfig, no_cluster=args.no_cluster, log_level=args.log_level))
