@@ -159,3 +159,16 @@ def test_self_signed_and_self_mode_exclude_each_other(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text("certificates: {mode: self}\n")
     code, _, err = run_cli(capsys, "serve", "--config", str(tmp_path / "c.yaml"), "--self-signed", str(tmp_path / "t"))
     assert code == 2 and "exclude each other" in err
+
+
+def test_an_unforeseen_failure_exits_2_never_1(capsys, monkeypatch):
+    """1 means "would refuse" / "must wait": a crash must not read as either."""
+    from webhook.cli import commands
+
+    def crash(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(commands.COMMANDS, "drain-plan", crash)
+    code, out, err = run_cli(capsys, "drain-plan", "node-a")
+    assert code == 2 and out == ""
+    assert "RuntimeError: boom" in err and err.rstrip().endswith("internal error (the traceback above); please report it")

@@ -10,6 +10,7 @@ commands over the layers below.
 from __future__ import annotations
 
 import sys
+import traceback
 
 from webhook.cli import commands
 from webhook.cli.parser import build_parser
@@ -34,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
         return commands.fail(str(exc))
     except ValueError as exc:  # certs.CertificateError and bad --ip values
         return commands.fail(str(exc))
+    except Exception:
+        # a failure nobody foresaw is a bug to report, and must not exit 1 as Python would:
+        # 1 means "would refuse" (audit) or "must wait" (drain-plan)
+        traceback.print_exc()
+        return commands.fail("internal error (the traceback above); please report it")
 
 
 if __name__ == "__main__":
