@@ -37,8 +37,10 @@ def test_compliant_examples_exit_0(capsys):
 
 def test_json_output_shape(capsys):
     code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES), "--output", "json")
-    findings = json.loads(out)
+    result = json.loads(out)
     assert code == 1
+    assert (result["apiVersion"], result["kind"]) == ("dra-guard.io/v1alpha1", "AuditResult")
+    findings = result["findings"]
     assert sorted((f["policy"], f["name"]) for f in findings) == [
         ("eviction", "gpu-example-driver"), ("probes", "gpu-example-driver"), ("rbac", "ci-deployer-everything"), ("rbac", "team-b-edit"), ("rbac", "team-gpu")]
     for f in findings:
@@ -124,12 +126,31 @@ def test_deep_yaml_and_date_names(tmp_path, capsys):
     text = yaml.safe_dump(ds).replace("name: plugin", "name: 2024-01-01")
     (tmp_path / "ds.yaml").write_text(text)
     code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"), "-o", "json")
-    assert code == 1 and json.loads(out)
+    assert code == 1 and json.loads(out)["findings"]
+
+
+def test_json_summary_counts_each_policy_by_what_enforce_mode_does(capsys):
+    """The summary agrees with the findings and the exit code: refuse and patch are what exit 1 means;
+    pass counts the objects a policy judged without a finding (as PolicyReports do)."""
+    _, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES), "-o", "json")
+    result = json.loads(out)
+    assert list(result) == ["apiVersion", "kind", "summary", "findings"]
+    summary = result["summary"]
+    assert summary["findings"] == len(result["findings"]) == 5
+    assert summary["byPolicy"] == {"eviction": {"refuse": 0, "patch": 0, "advisory": 1, "pass": 1},
+                                   "probes": {"refuse": 0, "patch": 1, "advisory": 0, "pass": 1},
+                                   "rbac": {"refuse": 3, "patch": 0, "advisory": 0, "pass": 3}}
+    assert summary["results"] == {"refuse": 3, "patch": 1, "advisory": 1, "pass": 5}
+    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "compliant"), "-f", str(EXAMPLES / "dra-guard-config.yaml"),
+                           "-o", "json")
+    clean = json.loads(out)
+    assert code == 0 and clean["findings"] == [] and clean["summary"]["findings"] == 0
+    assert clean["summary"]["results"]["refuse"] == clean["summary"]["results"]["patch"] == 0
 
 
 def test_json_says_which_findings_a_patch_fixes(capsys):
     _, out, err = run_cli(capsys, "audit", "-f", str(EXAMPLES), "-o", "json")
-    by_policy = {f["policy"]: f for f in json.loads(out)}
+    by_policy = {f["policy"]: f for f in json.loads(out)["findings"]}
     assert by_policy["probes"]["patch"] is True and by_policy["rbac"]["patch"] is False
     assert "config: the DraGuardConfiguration among the manifests" in err
 

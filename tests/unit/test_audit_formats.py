@@ -43,7 +43,7 @@ def test_stdin_is_read_with_dash(capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump_all([WRITER, BAD])))
     code, out, err = run_cli(capsys, "audit", "-f", "-", "-o", "json")
     assert code == 1, err
-    [finding] = json.loads(out)
+    [finding] = json.loads(out)["findings"]
     assert finding["name"] == "team-a-slices" and finding["file"].startswith("<stdin>:")
 
 
@@ -54,7 +54,7 @@ def test_every_input_problem_is_reported_with_the_findings_of_what_could_be_read
     code, out, err = run_cli(capsys, "audit", "-f", str(tmp_path / "broken.yaml"), "-f", str(good),
                              "-f", str(tmp_path / "unreadable.yaml"), "-f", str(tmp_path / "missing.yaml"), "-o", "json")
     assert code == 2
-    assert [f["name"] for f in json.loads(out)] == ["team-a-slices"]  # the good file was still judged
+    assert [f["name"] for f in json.loads(out)["findings"]] == ["team-a-slices"]  # the good file was still judged
     for needle in ("broken.yaml line", "unreadable.yaml: cannot read", "missing.yaml: no such file"):
         assert needle in err, err
     assert "3 input problem(s)" in err
@@ -74,7 +74,7 @@ def test_literal_braces_in_a_valid_manifest_are_audited_not_skipped(tmp_path, ca
     """Prometheus rules and Go templates in ConfigMaps hold {{ }} in strings: valid YAML, judged."""
     role = dict(WRITER, metadata={"name": "slice-writer", "annotations": {"summary": "{{ $labels.pod }}"}})
     code, out, _ = run_cli(capsys, "audit", "-f", str(write(tmp_path, "m.yaml", role, BAD)), "-o", "json")
-    assert code == 1 and json.loads(out)[0]["name"] == "team-a-slices"
+    assert code == 1 and json.loads(out)["findings"][0]["name"] == "team-a-slices"
 
 
 def test_a_binding_whose_role_is_not_among_the_files_is_a_finding_not_a_clean_result(tmp_path, capsys):

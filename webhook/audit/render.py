@@ -16,6 +16,10 @@ from webhook.policies.registry import PAGE, source_of
 
 Result = tuple[Finding, str]
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+#: the apiVersion and kind of `-o json` / `-o yaml`
+API_VERSION, KIND = "dra-guard.io/v1alpha1", "AuditResult"
+#: what enforce mode does about a finding, and "pass" for an object a policy judged without one
+RESULTS = ("refuse", "patch", "advisory", "pass")
 
 
 def version() -> str:
@@ -60,15 +64,46 @@ def render_table(findings: list[Result]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_json(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None) -> str:
-    """A JSON array of findings (policy, kind, namespace, name, mode, check, message, source, file, details)."""
-    return json.dumps([as_dict(f, mode, sources or {}) for f, mode in findings], indent=2, default=str) + "\n"
+def result_of(finding: Finding) -> str:
+    """"refuse" (enforce mode refuses), "patch" (it patches) or "advisory"."""
+    return "refuse" if finding.enforced else "patch" if finding.fixed_by_patch else "advisory"
 
 
-def render_yaml(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None) -> str:
-    """The JSON form as YAML (a list)."""
-    data = json.loads(render_json(findings, sources))
-    return yaml.safe_dump(data, sort_keys=False) if data else "[]\n"
+def summary(findings: list[Result], judged: Mapping[str, list[tuple[str, str, str]]] | None = None) -> dict[str, Any]:
+    """{"findings": N, "results": {refuse, patch, advisory, pass: count}, "byPolicy": {policy:
+    {the same counts}}}. pass: the objects of `judged` (policy -> (kind, namespace, name), from
+    webhook.audit.run.audit) without a finding of that policy, as in PolicyReports."""
+    by_policy: dict[str, dict[str, int]] = {}
+    found: set[tuple[str, str, str, str]] = set()
+    for f, _ in findings:
+        by_policy.setdefault(f.policy, dict.fromkeys(RESULTS, 0))[result_of(f)] += 1
+        found.add((f.policy, f.kind, f.namespace, f.name))
+    for policy, objects in (judged or {}).items():
+        counts = by_policy.setdefault(policy, dict.fromkeys(RESULTS, 0))
+        counts["pass"] += sum(1 for key in set(objects) if (policy, *key) not in found)
+    return {"findings": len(findings), "results": {r: sum(c[r] for c in by_policy.values()) for r in RESULTS},
+            "byPolicy": dict(sorted(by_policy.items()))}
+
+
+def envelope(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None, *,
+             judged: Mapping[str, list[tuple[str, str, str]]] | None = None) -> dict[str, Any]:
+    """The AuditResult of `-o json` and `-o yaml`: {"apiVersion": API_VERSION, "kind": KIND,
+    "summary": summary(), "findings": [as_dict() of each]}."""
+    return {"apiVersion": API_VERSION, "kind": KIND, "summary": summary(findings, judged),
+            "findings": [as_dict(f, mode, sources or {}) for f, mode in findings]}
+
+
+def render_json(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None, *,
+                judged: Mapping[str, list[tuple[str, str, str]]] | None = None) -> str:
+    """envelope() as JSON; each finding has policy, kind, namespace, name, mode, check, enforced,
+    patch, message, source, file (objects read from files) and details."""
+    return json.dumps(envelope(findings, sources, judged=judged), indent=2, default=str) + "\n"
+
+
+def render_yaml(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None, *,
+                judged: Mapping[str, list[tuple[str, str, str]]] | None = None) -> str:
+    """The JSON form (render_json) as YAML."""
+    return yaml.safe_dump(json.loads(render_json(findings, sources, judged=judged)), sort_keys=False)
 
 
 def render_sarif(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None) -> str:

@@ -120,8 +120,8 @@ def _audit(args: argparse.Namespace) -> int:
     findings, sources = result.findings, manifests.sources
     renderers = {
         "table": lambda: audit.render_table(findings),
-        "json": lambda: audit.render_json(findings, sources),
-        "yaml": lambda: audit.render_yaml(findings, sources),
+        "json": lambda: audit.render_json(findings, sources, judged=result.judged),
+        "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged),
         "sarif": lambda: audit.render_sarif(findings, sources),
         "junit": lambda: audit.render_junit(findings, sources),
         "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged),

@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="--cluster: use the built-in defaults instead of the installed release's configuration")
     audit.add_argument("-o", "--output", choices=["table", "json", "yaml", "sarif", "junit", "policyreport"],
                        default="table",
-                       help="table (default), json or yaml (a list of findings), sarif (SARIF 2.1.0 for code-scanning "
+                       help="table (default), json or yaml (an AuditResult: apiVersion dra-guard.io/v1alpha1, summary, findings), sarif (SARIF 2.1.0 for code-scanning "
                             "UIs), junit (JUnit XML for CI test reports), policyreport (wgpolicyk8s.io/v1alpha2 "
                             "ClusterPolicyReport/PolicyReports as YAML)")
     audit.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr while reading")
