@@ -134,8 +134,9 @@ def test_json_summary_counts_each_policy_by_what_enforce_mode_does(capsys):
     pass counts the objects a policy judged without a finding (as PolicyReports do)."""
     _, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES), "-o", "json")
     result = json.loads(out)
-    assert list(result) == ["apiVersion", "kind", "summary", "findings"]
+    assert list(result) == ["apiVersion", "kind", "summary", "inputErrors", "findings"]
     summary = result["summary"]
+    assert summary["complete"] is True and summary["inputErrors"] == 0 and result["inputErrors"] == []
     assert summary["findings"] == len(result["findings"]) == 5
     assert summary["byPolicy"] == {"eviction": {"refuse": 0, "patch": 0, "advisory": 1, "pass": 1},
                                    "probes": {"refuse": 0, "patch": 1, "advisory": 0, "pass": 1},

@@ -117,14 +117,16 @@ def _audit(args: argparse.Namespace) -> int:
             result = audit.only_files(result, baseline, {audit.load.object_key(o) for o in objects})
     else:
         result = audit.audit(objects, config)
-    findings, sources = result.findings, manifests.sources
+    findings, sources, problems = result.findings, manifests.sources, manifests.problems
+    # with problems every format says the audit is incomplete: a clean-looking stdout next to exit 2
+    # would be read by whatever only parses stdout
     renderers = {
-        "table": lambda: audit.render_table(findings),
-        "json": lambda: audit.render_json(findings, sources, judged=result.judged),
-        "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged),
-        "sarif": lambda: audit.render_sarif(findings, sources),
-        "junit": lambda: audit.render_junit(findings, sources),
-        "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged),
+        "table": lambda: audit.render_table(findings, problems),
+        "json": lambda: audit.render_json(findings, sources, judged=result.judged, problems=problems),
+        "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged, problems=problems),
+        "sarif": lambda: audit.render_sarif(findings, sources, problems=problems),
+        "junit": lambda: audit.render_junit(findings, sources, problems=problems),
+        "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged, problems=problems),
     }
     sys.stdout.write(renderers[args.output]())
     if manifests.problems:
