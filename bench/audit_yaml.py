@@ -71,7 +71,7 @@ def measure(megabytes: float, repeat: int) -> dict[str, Any]:
         def full() -> None:
             read = audit.read([str(path)])
             result = audit.audit(read.objects, config)
-            audit.render_json(result.findings, read.sources)
+            audit.render_json(result.findings, read.sources, judged=result.judged)
 
         whole = best(full, repeat)
         count = len(audit.read([str(path)]).objects)

@@ -34,14 +34,16 @@ def kcm_pod(name, qps, burst):
 
 
 def audit_cluster(cp, *args, installed_config=False):
-    """`dra-guard audit --cluster -o json` as admin: (exit code, findings). Without
+    """`dra-guard audit --cluster -o json` as admin: (exit code, its AuditResult's findings). Without
     installed_config the built-in defaults are used (other tests may install releases)."""
     extra = [] if installed_config else ["--no-installed-config"]
     out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
                           str(cp.kubeconfig("admin")), "--output", "json", *extra, *args],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode in (0, 1), out.stderr
-    return out.returncode, json.loads(out.stdout)
+    result = json.loads(out.stdout)
+    assert result["kind"] == "AuditResult" and result["summary"]["findings"] == len(result["findings"]), result["summary"]
+    return out.returncode, result["findings"]
 
 
 def test_existing_binding_is_reported_until_removed(control_plane):
@@ -200,7 +202,7 @@ def test_the_installed_release_configuration_is_used_by_default(control_plane, t
                               str(cp.kubeconfig("admin")), "-o", "json", "--release-namespace", ns],
                              capture_output=True, text=True, timeout=120)
         assert f"config: ConfigMap {ns}/dra-guard (the installed release)" in out.stderr
-        findings = json.loads(out.stdout)
+        findings = json.loads(out.stdout)["findings"]
         # group devs is an admin in the installed configuration: its binding is no finding
         assert not [f for f in findings if f["name"] == "e2e-audit-devs"], findings
         # the built-in defaults would report it

@@ -91,7 +91,7 @@ def test_an_rbac_manager_granting_a_power_around_rbac_is_refused_and_an_admins_g
                                 str(cp.kubeconfig("admin")), "--config", str(guard.workdir / "config.yaml"), "-o", "json"],
                                capture_output=True, text=True, timeout=120)
         assert audit.returncode == 1, audit.stderr
-        findings = json.loads(audit.stdout)
+        findings = json.loads(audit.stdout)["findings"]
         assert any(f["kind"] == "ClusterRoleBinding" and f["name"] == name and power in f["message"] for f in findings)
     finally:
         cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", name, "--ignore-not-found")
@@ -178,11 +178,11 @@ def test_only_an_admin_gives_a_namespace_dra_admin_access(control_plane, guard):
         assert cp.kubectl("bob", "label", "namespace", "r2-team", f"{LABEL}-").returncode == 0  # taking it away
         audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
                                 str(cp.kubeconfig("admin")), "-o", "json"], capture_output=True, text=True, timeout=120)
-        assert not any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout))
+        assert not any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)["findings"])
         cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}=true")
         audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
                                 str(cp.kubeconfig("admin")), "-o", "json"], capture_output=True, text=True, timeout=120)
-        assert any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)), audit.stdout
+        assert any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)["findings"]), audit.stdout
     finally:
         cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}-", check=False)
         cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-r2-ns-patch", "--ignore-not-found")

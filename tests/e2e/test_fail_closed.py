@@ -145,7 +145,7 @@ def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(c
                               str(cp.kubeconfig("admin")), "--config", str(guard.workdir / "config.yaml"), "-o", "json"],
                              capture_output=True, text=True, timeout=120)
         assert out.returncode in (0, 1), out.stderr
-        found = [f for f in json.loads(out.stdout) if f["check"] == "undeclared-driver"]
+        found = [f for f in json.loads(out.stdout)["findings"] if f["check"] == "undeclared-driver"]
         assert ("burst-01", "undeclared-driver") in {(f["namespace"], f["name"]) for f in found}
         assert ("burst-driver", "burst-driver") not in {(f["namespace"], f["name"]) for f in found}
         assert all(declared in f["message"] and this in f["message"] for f in found)

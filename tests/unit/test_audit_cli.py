@@ -37,8 +37,10 @@ def test_compliant_examples_exit_0(capsys):
 
 def test_json_output_shape(capsys):
     code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES), "--output", "json")
-    findings = json.loads(out)
+    result = json.loads(out)
     assert code == 1
+    assert (result["apiVersion"], result["kind"]) == ("dra-guard.io/v1alpha1", "AuditResult")
+    findings = result["findings"]
     assert sorted((f["policy"], f["name"]) for f in findings) == [
         ("eviction", "gpu-example-driver"), ("probes", "gpu-example-driver"), ("rbac", "ci-deployer-everything"), ("rbac", "team-b-edit"), ("rbac", "team-gpu")]
     for f in findings:
@@ -124,12 +126,32 @@ def test_deep_yaml_and_date_names(tmp_path, capsys):
     text = yaml.safe_dump(ds).replace("name: plugin", "name: 2024-01-01")
     (tmp_path / "ds.yaml").write_text(text)
     code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"), "-o", "json")
-    assert code == 1 and json.loads(out)
+    assert code == 1 and json.loads(out)["findings"]
+
+
+def test_json_summary_counts_each_policy_by_what_enforce_mode_does(capsys):
+    """The summary agrees with the findings and the exit code: refuse and patch are what exit 1 means;
+    pass counts the objects a policy judged without a finding (as PolicyReports do)."""
+    _, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES), "-o", "json")
+    result = json.loads(out)
+    assert list(result) == ["apiVersion", "kind", "summary", "inputErrors", "findings"]
+    summary = result["summary"]
+    assert summary["complete"] is True and summary["inputErrors"] == 0 and result["inputErrors"] == []
+    assert summary["findings"] == len(result["findings"]) == 5
+    assert summary["byPolicy"] == {"eviction": {"refuse": 0, "patch": 0, "advisory": 1, "pass": 1},
+                                   "probes": {"refuse": 0, "patch": 1, "advisory": 0, "pass": 1},
+                                   "rbac": {"refuse": 3, "patch": 0, "advisory": 0, "pass": 3}}
+    assert summary["results"] == {"refuse": 3, "patch": 1, "advisory": 1, "pass": 5}
+    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "compliant"), "-f", str(EXAMPLES / "dra-guard-config.yaml"),
+                           "-o", "json")
+    clean = json.loads(out)
+    assert code == 0 and clean["findings"] == [] and clean["summary"]["findings"] == 0
+    assert clean["summary"]["results"]["refuse"] == clean["summary"]["results"]["patch"] == 0
 
 
 def test_json_says_which_findings_a_patch_fixes(capsys):
     _, out, err = run_cli(capsys, "audit", "-f", str(EXAMPLES), "-o", "json")
-    by_policy = {f["policy"]: f for f in json.loads(out)}
+    by_policy = {f["policy"]: f for f in json.loads(out)["findings"]}
     assert by_policy["probes"]["patch"] is True and by_policy["rbac"]["patch"] is False
     assert "config: the DraGuardConfiguration among the manifests" in err
 
@@ -274,3 +296,15 @@ def test_view_is_known_and_an_unknown_role_stays_advisory(capsys, monkeypatch):
     assert code == 0 and results == {}  # view's defaults grant no DRA write and no power
     code, results = audit_stdin(capsys, monkeypatch, _bootstrap_binding("vendor-operator", "platform-team"))
     assert code == 0 and [r["level"] for r in results["rbac/unresolved-roleref"]] == ["warning"]
+
+def test_an_unforeseen_failure_exits_2_never_1(capsys, monkeypatch):
+    """1 means "would refuse" / "must wait": a crash must not read as either."""
+    from webhook.cli import commands
+
+    def crash(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(commands.COMMANDS, "drain-plan", crash)
+    code, out, err = run_cli(capsys, "drain-plan", "node-a")
+    assert code == 2 and out == ""
+    assert "RuntimeError: boom" in err and err.rstrip().endswith("internal error (the traceback above); please report it")

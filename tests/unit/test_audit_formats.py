@@ -43,7 +43,7 @@ def test_stdin_is_read_with_dash(capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(yaml.safe_dump_all([WRITER, BAD])))
     code, out, err = run_cli(capsys, "audit", "-f", "-", "-o", "json")
     assert code == 1, err
-    [finding] = json.loads(out)
+    [finding] = json.loads(out)["findings"]
     assert finding["name"] == "team-a-slices" and finding["file"].startswith("<stdin>:")
 
 
@@ -54,10 +54,41 @@ def test_every_input_problem_is_reported_with_the_findings_of_what_could_be_read
     code, out, err = run_cli(capsys, "audit", "-f", str(tmp_path / "broken.yaml"), "-f", str(good),
                              "-f", str(tmp_path / "unreadable.yaml"), "-f", str(tmp_path / "missing.yaml"), "-o", "json")
     assert code == 2
-    assert [f["name"] for f in json.loads(out)] == ["team-a-slices"]  # the good file was still judged
+    result = json.loads(out)
+    assert [f["name"] for f in result["findings"]] == ["team-a-slices"]  # the good file was still judged
+    assert result["summary"]["complete"] is False and result["summary"]["inputErrors"] == 3 == len(result["inputErrors"])
     for needle in ("broken.yaml line", "unreadable.yaml: cannot read", "missing.yaml: no such file"):
         assert needle in err, err
     assert "3 input problem(s)" in err
+
+
+def clean_reading(output: str, text: str) -> bool:
+    """Whether `text` in format `output` reads as a clean audit to what parses only stdout."""
+    if output == "table":
+        return "Incomplete audit" not in text or "No findings" in text
+    if output in ("json", "yaml"):
+        return yaml.safe_load(text)["summary"]["complete"] is not False
+    if output == "sarif":
+        return json.loads(text)["runs"][0]["invocations"][0]["executionSuccessful"] is not False
+    if output == "junit":
+        suites = ET.fromstring(text)
+        return suites.get("errors") in (None, "0") or any(c.get("name") == "no findings" for c in suites.iter("testcase"))
+    reports = list(yaml.safe_load_all(text))
+    return not any((r or {}).get("summary", {}).get("error") for r in reports)
+
+
+@pytest.mark.parametrize("output", ["table", "json", "yaml", "sarif", "junit", "policyreport"])
+def test_stdout_never_reads_clean_when_an_input_failed(tmp_path, capsys, output):
+    """The error is on stderr and the exit code is 2; stdout, which CI steps and scripts often read
+    alone, says the audit is incomplete in every format, with or without findings in the rest."""
+    code, out, err = run_cli(capsys, "audit", "-f", str(tmp_path / "missing.yaml"), "-o", output)
+    assert code == 2 and "missing.yaml: no such file" in err
+    assert not clean_reading(output, out), out
+    good = write(tmp_path, "good.yaml", WRITER, BAD)
+    code, out, _ = run_cli(capsys, "audit", "-f", str(good), "-f", str(tmp_path / "missing.yaml"), "-o", output)
+    assert code == 2 and not clean_reading(output, out), out
+    code, out, _ = run_cli(capsys, "audit", "-f", str(write(tmp_path, "ok.yaml", WRITER)), "-o", output)
+    assert code == 0 and clean_reading(output, out), out  # and a complete clean audit still reads clean
 
 
 def test_a_helm_template_is_skipped_with_the_way_to_render_it(tmp_path, capsys):
@@ -74,7 +105,7 @@ def test_literal_braces_in_a_valid_manifest_are_audited_not_skipped(tmp_path, ca
     """Prometheus rules and Go templates in ConfigMaps hold {{ }} in strings: valid YAML, judged."""
     role = dict(WRITER, metadata={"name": "slice-writer", "annotations": {"summary": "{{ $labels.pod }}"}})
     code, out, _ = run_cli(capsys, "audit", "-f", str(write(tmp_path, "m.yaml", role, BAD)), "-o", "json")
-    assert code == 1 and json.loads(out)[0]["name"] == "team-a-slices"
+    assert code == 1 and json.loads(out)["findings"][0]["name"] == "team-a-slices"
 
 
 def test_a_binding_whose_role_is_not_among_the_files_is_a_finding_not_a_clean_result(tmp_path, capsys):

@@ -9,7 +9,7 @@ enforce mode adds by patch at the next change is warn/low; an advisory is warn/m
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -37,10 +37,12 @@ def _resource(kind: str, namespace: str, name: str) -> dict[str, str]:
 
 
 def policy_reports(findings: list[Result], *, now: float | None = None,
-                   judged: Mapping[str, list[tuple[str, str, str]]] | None = None) -> list[dict[str, Any]]:
+                   judged: Mapping[str, list[tuple[str, str, str]]] | None = None,
+                   problems: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The reports (wgpolicyk8s.io/v1alpha2 dicts) of `findings`; `judged` (policy -> (kind,
     namespace, name) of the objects it judged, from webhook.audit.run.audit) adds a `pass` result
-    for each judged object without a finding of that policy."""
+    for each judged object without a finding of that policy; each of `problems` (inputs that could
+    not be read) an `error` result of policy "input" in the ClusterPolicyReport."""
     seconds = int(now if now is not None else time.time())
     stamp = {"seconds": seconds, "nanos": 0}
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -61,6 +63,10 @@ def policy_reports(findings: list[Result], *, now: float | None = None,
                 "source": "dra-guard", "policy": policy, "rule": policy, "result": "pass", "scored": True,
                 "message": f"{kind} {name}: nothing the {policy} policy would refuse or patch",
                 "resources": [_resource(kind, namespace, name)], "timestamp": stamp})
+    for problem in problems:
+        groups.setdefault("", []).append({
+            "source": "dra-guard", "policy": "input", "rule": "readable", "result": "error", "scored": True,
+            "message": problem[:1024], "timestamp": stamp})
     reports = []
     for namespace in sorted(groups):
         results = groups[namespace]
@@ -81,6 +87,7 @@ def empty_cluster_report() -> dict[str, Any]:
             "summary": dict.fromkeys(RESULTS, 0), "results": []}
 
 
-def render_policyreport(findings: list[Result], judged: Mapping[str, list[tuple[str, str, str]]] | None = None) -> str:
+def render_policyreport(findings: list[Result], judged: Mapping[str, list[tuple[str, str, str]]] | None = None, *,
+                        problems: Sequence[str] = ()) -> str:
     """The reports of policy_reports() as one YAML stream (kubectl apply -f - takes it)."""
-    return yaml.safe_dump_all(policy_reports(findings, judged=judged), sort_keys=False)
+    return yaml.safe_dump_all(policy_reports(findings, judged=judged, problems=problems), sort_keys=False)

@@ -1,13 +1,16 @@
 """The `dra-guard` command: serve | audit | drain-plan | certs | hook.
 
-Exit codes: 0 success (audit: no finding), 1 audit found something enforce mode would refuse,
-2 usage, configuration or input errors (the message names the file, line or config key).
+Exit codes: 0 success (audit: no finding), 1 audit found something enforce mode would refuse
+(drain-plan: some driver pod must wait), 2 usage, configuration or input errors (the message names
+the file, line or config key) and a Kubernetes API that cannot be reached or refuses (one line
+naming the server and the cause, webhook.kube.errors): 1 never means an outage.
 Parsing and exit codes only: webhook.cli.parser builds the parser, webhook.cli.commands runs the
 commands over the layers below.
 """
 from __future__ import annotations
 
 import sys
+import traceback
 
 from webhook.cli import commands
 from webhook.cli.parser import build_parser
@@ -32,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
         return commands.fail(str(exc))
     except ValueError as exc:  # certs.CertificateError and bad --ip values
         return commands.fail(str(exc))
+    except Exception:
+        # a failure nobody foresaw is a bug to report, and must not exit 1 as Python would:
+        # 1 means "would refuse" (audit) or "must wait" (drain-plan)
+        traceback.print_exc()
+        return commands.fail("internal error (the traceback above); please report it")
 
 
 if __name__ == "__main__":

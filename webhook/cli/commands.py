@@ -16,7 +16,6 @@ def fail(message: str) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     import certs
-    from webhook.kube.client import api_client
     from webhook.serve import server
 
     config = load_config(args.config)
@@ -49,7 +48,8 @@ def _serve(args: argparse.Namespace) -> int:
         return fail("TLS is required: give --tls-cert-file and --tls-key-file (certificates.mode files or cert-manager), "
                      "set certificates.mode: self in --config, or use --self-signed DIR for development")
     if not args.no_cluster:
-        api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)  # fail fast
+        # an API the caches cannot read is an error now, not a server that never becomes ready
+        server.check_cluster(config, args.kubeconfig)
     server.run(server.ServeOptions(
         config=config, host=args.host, port=args.port or config.server.port, cert_file=cert_file, key_file=key_file,
         kubeconfig=args.kubeconfig, no_cluster=args.no_cluster, log_level=args.log_level))
@@ -86,8 +86,9 @@ def _audit(args: argparse.Namespace) -> int:
         elif found:
             config, source = audit.config_from(objects), "the DraGuardConfiguration among the manifests"
         elif args.cluster and not args.no_installed_config:
-            client = api_client(args.kubeconfig, timeout_seconds=10, context=args.context)
-            installed = lists.installed_config(client, namespace=args.release_namespace)
+            client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
+            installed = lists.installed_config(client, namespace=args.release_namespace,
+                                               timeout_seconds=args.request_timeout)
             if installed is None:
                 config, source = from_mapping(None), "the built-in defaults (no dra-guard release found in the cluster)"
             else:
@@ -100,15 +101,15 @@ def _audit(args: argparse.Namespace) -> int:
         print(f"dra-guard: warning: {line}", file=sys.stderr)
     print(f"dra-guard: config: {source}", file=sys.stderr)
     if args.cluster:
-        client = client or api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds,
-                                      context=args.context)
+        client = client or api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
         limiter = RateLimiter(qps=args.qps, burst=args.burst)
-        served = served_resource_versions(client)
+        served = served_resource_versions(client, timeout_seconds=args.request_timeout)
         if args.scope == "files" and not objects:
             return fail("--scope files needs -f PATH: it reports only what the files change")
         # RBAC, Pods and ResourceClaims go straight into the indexes, page by page (issue 19: memory)
         facts = StaticFacts(config)
-        live = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter)
+        live = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter,
+                                          timeout_seconds=args.request_timeout)
         baseline = audit.audit(live, config, served_versions=served, online=True, facts=facts) if args.scope == "files" else None
         add_objects(facts, objects)  # the files' objects replace the live ones of the same key
         result = audit.audit(audit.merge(objects, live), config, served_versions=served, online=True, facts=facts)
@@ -116,14 +117,16 @@ def _audit(args: argparse.Namespace) -> int:
             result = audit.only_files(result, baseline, {audit.load.object_key(o) for o in objects})
     else:
         result = audit.audit(objects, config)
-    findings, sources = result.findings, manifests.sources
+    findings, sources, problems = result.findings, manifests.sources, manifests.problems
+    # with problems every format says the audit is incomplete: a clean-looking stdout next to exit 2
+    # would be read by whatever only parses stdout
     renderers = {
-        "table": lambda: audit.render_table(findings),
-        "json": lambda: audit.render_json(findings, sources),
-        "yaml": lambda: audit.render_yaml(findings, sources),
-        "sarif": lambda: audit.render_sarif(findings, sources),
-        "junit": lambda: audit.render_junit(findings, sources),
-        "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged),
+        "table": lambda: audit.render_table(findings, problems),
+        "json": lambda: audit.render_json(findings, sources, judged=result.judged, problems=problems),
+        "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged, problems=problems),
+        "sarif": lambda: audit.render_sarif(findings, sources, problems=problems),
+        "junit": lambda: audit.render_junit(findings, sources, problems=problems),
+        "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged, problems=problems),
     }
     sys.stdout.write(renderers[args.output]())
     if manifests.problems:
@@ -166,8 +169,9 @@ def _drain_plan(args: argparse.Namespace) -> int:
     from webhook.kube.client import api_client
 
     config = load_config(args.config)
-    client = api_client(args.kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds, context=args.context)
-    index = drainplan.build_index(lists.list_drain_objects(client, args.node), config)
+    client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
+    index = drainplan.build_index(lists.list_drain_objects(client, args.node, timeout_seconds=args.request_timeout),
+                                  config)
     result = drainplan.plan(index, args.node)
     sys.stdout.write(drainplan.render_json(result) if args.output == "json" else drainplan.render_text(result))
     return 0 if result["ready"] else 1

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import textwrap
 
@@ -32,6 +33,17 @@ DRAIN_EXAMPLES = textwrap.dedent("""\
 
 POLICY_LIST = "policies (config key policies.<name>):\n" + "".join(
     f"  {p.name:<9} {p.path:<20} {p.title}\n" for p in POLICIES) + "\n"
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds > 0 (argparse type); argparse reports a bad one as a usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(kube-controller-manager QPS/Burst, served resource.k8s.io versions, old kubelets) "
                                        "and the driver pods a drain would have to leave last. Exit 0 when clean (advisory "
                                        "findings alone do not fail), 1 when enforce mode would refuse or patch "
-                                       "something, 2 on usage or input errors.",
+                                       "something, 2 on usage or input errors and when the Kubernetes API cannot be reached or refuses.",
                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     audit.add_argument("-f", "--filename", dest="paths", action="append", default=[], metavar="PATH",
                        help="file or folder of YAML/JSON manifests, or - for standard input (repeatable; multi-document "
@@ -81,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "about the files' objects or that the files introduce (a pull-request check)")
     audit.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
     audit.add_argument("--context", metavar="NAME", help="kubeconfig context for --cluster (default: the current one)")
+    audit.add_argument("--request-timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
+                       help="--cluster: seconds each API request may take (default: %(default)g)")
     audit.add_argument("--qps", type=float, default=10.0, help="--cluster: API requests per second at most (default: %(default)s)")
     audit.add_argument("--burst", type=int, default=20, help="--cluster: requests allowed in a burst (default: %(default)s)")
     audit.add_argument("--config", metavar="FILE",
@@ -94,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="--cluster: use the built-in defaults instead of the installed release's configuration")
     audit.add_argument("-o", "--output", choices=["table", "json", "yaml", "sarif", "junit", "policyreport"],
                        default="table",
-                       help="table (default), json or yaml (a list of findings), sarif (SARIF 2.1.0 for code-scanning "
+                       help="table (default), json or yaml (an AuditResult: apiVersion dra-guard.io/v1alpha1, summary, findings), sarif (SARIF 2.1.0 for code-scanning "
                             "UIs), junit (JUnit XML for CI test reports), policyreport (wgpolicyk8s.io/v1alpha2 "
                             "ClusterPolicyReport/PolicyReports as YAML)")
     audit.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr while reading")
@@ -107,12 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
                                        "must take (the source page: drain the DRA driver as late as possible). "
                                        "A driver pod with another Ready pod of its DaemonSet on the node "
                                        "(surge rollout) can go. Exit 0 when every driver pod can be evicted now, 1 "
-                                       "when some must wait, 2 on errors.",
+                                       "when some must wait, 2 on errors (a node that does not exist, an API that cannot be reached or "
+                                       "refuses: one line naming the server and the cause).",
                            epilog=DRAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     drain.add_argument("node", metavar="NODE", help="the node's name, as in `kubectl get nodes`")
     drain.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
     drain.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
     drain.add_argument("--config", metavar="FILE", help="the YAML config file `serve` reads (driver detection)")
+    drain.add_argument("--request-timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
+                       help="seconds each API request may take (default: %(default)g)")
     drain.add_argument("-o", "--output", choices=["text", "json"], default="text")
 
     certs_p = sub.add_parser("certs", help="certificate helpers")

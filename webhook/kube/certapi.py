@@ -11,7 +11,8 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from certs.selfmanaged import Conflict
-from webhook.kube.client import count
+from webhook.kube.client import count, server_of
+from webhook.kube.errors import api_failure
 
 #: every object dra-guard creates at run time carries it (README "Uninstall")
 MANAGED_BY_LABEL = {"app.kubernetes.io/managed-by": "dra-guard"}
@@ -22,7 +23,8 @@ class KubeCertApi:
 
     Secrets' data is exchanged as bytes (base64 on the wire); Leases as coordination.k8s.io/v1
     dicts; webhook caBundles of admissionregistration.k8s.io/v1 configurations ("validating" or
-    "mutating"). A 409 raises certs.selfmanaged.Conflict.
+    "mutating"). A 409 raises certs.selfmanaged.Conflict; any other failure webhook.kube.errors.ClusterError
+    ("cannot <verb> <resource> from <server>: <cause>").
     """
 
     def __init__(self, client: kubernetes.client.ApiClient, namespace: str, *, timeout_seconds: float = 5.0) -> None:
@@ -31,6 +33,7 @@ class KubeCertApi:
         self.coordination = kubernetes.client.CoordinationV1Api(client)
         self.admission = kubernetes.client.AdmissionregistrationV1Api(client)
         self.timeout = timeout_seconds
+        self.server = server_of(client)
 
     def _call(self, verb: str, resource: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         count(verb, resource)
@@ -41,7 +44,9 @@ class KubeCertApi:
                 return None
             if exc.status == 409:
                 raise Conflict(f"{verb} {resource}: {exc.reason}") from exc
-            raise
+            raise api_failure(f"{verb} {resource}", self.server, exc, timeout_seconds=self.timeout) from exc
+        except Exception as exc:  # network errors come in many urllib3 types
+            raise api_failure(f"{verb} {resource}", self.server, exc, timeout_seconds=self.timeout) from exc
         return json.loads(resp.data) if resp.data else {}
 
     def get_secret(self, name: str) -> dict[str, Any] | None:

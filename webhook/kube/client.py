@@ -12,10 +12,10 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from webhook import metrics
-from webhook.kube.errors import ClusterError
+from webhook.kube.errors import ClusterError, calling, cause
 
 __all__ = ["API_ERRORS", "RESOURCE_GROUP", "RESOURCE_VERSIONS", "ClusterError", "api_client", "count",
-           "describe_error", "served_resource_versions"]
+           "describe_error", "served_resource_versions", "server_of"]
 
 RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first
@@ -59,10 +59,8 @@ API_ERRORS: tuple[type[Exception], ...] = (ApiException, ClusterError)
 
 
 def describe_error(exc: BaseException) -> str:
-    """A one-line description of an API error: "HTTP <status> <reason>" or the exception's text."""
-    if isinstance(exc, ApiException):
-        return f"HTTP {exc.status} {exc.reason}"
-    return str(exc)
+    """A one-line description of an API error: a ClusterError's text, else webhook.kube.errors.cause()."""
+    return str(exc) if isinstance(exc, ClusterError) else cause(exc)
 
 
 def count(verb: str, resource: str) -> None:
@@ -71,10 +69,17 @@ def count(verb: str, resource: str) -> None:
     metrics.KUBE_API_REQUESTS.labels(verb=verb, resource=resource).inc()
 
 
-def served_resource_versions(client: kubernetes.client.ApiClient) -> list[str]:
-    """The resource.k8s.io versions the apiserver serves, preferred first ([] when none)."""
+def server_of(client: kubernetes.client.ApiClient) -> str:
+    """The API server's URL `client` talks to (e.g. "https://127.0.0.1:6443"), for error messages."""
+    return str(client.configuration.host)
+
+
+def served_resource_versions(client: kubernetes.client.ApiClient, *, timeout_seconds: float = 10.0) -> list[str]:
+    """The resource.k8s.io versions the apiserver serves, preferred first ([] when none).
+    Raises ClusterError (webhook.kube.errors.api_failure) when the discovery request fails."""
     count("get", "apis")
-    groups = kubernetes.client.ApisApi(client).get_api_versions(_request_timeout=10)
+    with calling(server_of(client), "discover the served API groups", timeout_seconds=timeout_seconds):
+        groups = kubernetes.client.ApisApi(client).get_api_versions(_request_timeout=timeout_seconds)
     for group in groups.groups or []:
         if group.name == RESOURCE_GROUP:
             served = [v.version for v in group.versions or []]

@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from webhook import metrics
 from webhook.kube.client import ClusterError, count
+from webhook.kube.errors import calling
 from webhook.kube.pages import Pages
 
 log = logging.getLogger("dra_guard.cluster")
@@ -127,6 +128,14 @@ class Informer:
     def start(self) -> None:
         """Start the list/watch thread."""
         self.thread.start()
+
+    def check(self, server: str) -> None:
+        """One LIST of at most one object, bounded by the informer's timeout_seconds: whether this
+        cache can start (reachable, credentials accepted, list allowed). Raises ClusterError
+        ("cannot list <name> from <server>: <cause>")."""
+        count("list", self.name)
+        with calling(server, f"list {self.name}", timeout_seconds=self._timeout):
+            self._list(limit=1, _preload_content=False, _request_timeout=self._timeout)
 
     def stop(self) -> None:
         """Stop watching (returns at once; the thread ends at the next event or timeout)."""

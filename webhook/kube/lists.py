@@ -7,7 +7,8 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions
+from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions, server_of
+from webhook.kube.errors import calling
 from webhook.kube.informer import settle_page
 from webhook.kube.pages import Pages, RateLimiter, list_all, listing
 from webhook.model.facts import Facts
@@ -16,7 +17,7 @@ from webhook.policies import admin_access
 
 
 def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, served_versions: list[str] | None = None,
-                         limiter: RateLimiter | None = None) -> list[dict[str, Any]]:
+                         limiter: RateLimiter | None = None, timeout_seconds: float = 30.0) -> list[dict[str, Any]]:
     """What `dra-guard audit --cluster` and the in-server periodic audit judge, without holding the
     large kinds twice (issue 19: the audit of a 5,000-node cluster within 1 GiB).
 
@@ -28,12 +29,14 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
     labelled for DRA admin access and the ResourceClaims/Templates asking for it, and the indexed
     ClusterRoleBindings (their slimmed form: the unresolved roleRef check and PolicyReports read
     name and roleRef). DaemonSets and ResourceSlices also go into `facts`.
-    Raises ClusterError on API errors."""
+    timeout_seconds: the timeout of each page.
+    Raises ClusterError ("cannot list <resource> from <server>: <cause>") on API and network errors."""
     rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
     apps_api = kubernetes.client.AppsV1Api(client)
     core_api = kubernetes.client.CoreV1Api(client)
     custom = kubernetes.client.CustomObjectsApi(client)
     version = served_versions[0] if served_versions else None
+    server = server_of(client)
 
     def dra(plural: str) -> Any:
         def lister(**kwargs: Any) -> Any:
@@ -46,11 +49,13 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
         return lister
 
     def stream(list_func: Any, resource: str, into: Any) -> None:
-        with listing(resource):
-            into(Pages(list_func, resource=resource, timeout_seconds=30.0, limiter=limiter, after_page=settle_page))
+        with listing(resource, server, timeout_seconds=timeout_seconds):
+            into(Pages(list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter,
+                       after_page=settle_page))
 
     def whole(list_func: Any, resource: str, kind: str) -> list[dict[str, Any]]:
-        return list_all(list_func, resource=resource, kind=kind, limiter=limiter, view=audit_view)
+        return list_all(list_func, resource=resource, kind=kind, limiter=limiter, view=audit_view,
+                        timeout_seconds=timeout_seconds, server=server)
 
     stream(rbac_api.list_cluster_role, "clusterroles", facts.rbac.replace_roles)
     stream(rbac_api.list_role_for_all_namespaces, "roles", lambda p: facts.rbac.replace_roles(p, namespaced=True))
@@ -89,21 +94,26 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
     return out
 
 
-def list_drain_objects(client: kubernetes.client.ApiClient, node: str) -> list[dict[str, Any]]:
+def list_drain_objects(client: kubernetes.client.ApiClient, node: str, *,
+                       timeout_seconds: float = 30.0) -> list[dict[str, Any]]:
     """What `dra-guard drain-plan NODE` needs: RBAC (driver detection), DaemonSets, the node's Pods
     (field selector spec.nodeName), the node's ResourceSlices (field selector spec.nodeName: which
-    drivers serve it) and every ResourceClaim, in paged lists."""
+    drivers serve it) and every ResourceClaim, in paged lists; timeout_seconds per request.
+    Raises ClusterError when the node does not exist, DRA is not served, or a request fails
+    ("cannot <verb> <resource> from <server>: <cause>")."""
     rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
     apps_api = kubernetes.client.AppsV1Api(client)
     core_api = kubernetes.client.CoreV1Api(client)
+    server = server_of(client)
     count("get", "nodes")
     try:
-        core_api.read_node(node, _preload_content=False, _request_timeout=10)
-    except ApiException as exc:
-        if exc.status == 404:
-            raise ClusterError(f"node {node} not found") from exc
-        raise ClusterError(f"reading node {node} failed: HTTP {exc.status} {exc.reason}") from exc
-    versions = served_resource_versions(client)
+        with calling(server, f"get node {node}", timeout_seconds=timeout_seconds):
+            core_api.read_node(node, _preload_content=False, _request_timeout=timeout_seconds)
+    except ClusterError as exc:
+        if isinstance(exc.__cause__, ApiException) and exc.__cause__.status == 404:
+            raise ClusterError(f"node {node} not found in {server}") from exc.__cause__
+        raise
+    versions = served_resource_versions(client, timeout_seconds=timeout_seconds)
     if not versions:
         raise ClusterError("the cluster serves no resource.k8s.io version (DRA is not enabled)")
     custom = kubernetes.client.CustomObjectsApi(client)
@@ -118,36 +128,43 @@ def list_drain_objects(client: kubernetes.client.ApiClient, node: str) -> list[d
     def node_pods(**kwargs: Any) -> Any:
         return core_api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", **kwargs)
 
-    return (list_all(rbac_api.list_cluster_role, resource="clusterroles", kind="ClusterRole")
-            + list_all(rbac_api.list_cluster_role_binding, resource="clusterrolebindings", kind="ClusterRoleBinding")
-            + list_all(apps_api.list_daemon_set_for_all_namespaces, resource="daemonsets", kind="DaemonSet")
-            + list_all(node_pods, resource="pods", kind="Pod")
-            + list_all(node_slices, resource="resourceslices", kind="ResourceSlice")
-            + list_all(claims, resource="resourceclaims", kind="ResourceClaim"))
+    def every(list_func: Any, resource: str, kind: str) -> list[dict[str, Any]]:
+        return list_all(list_func, resource=resource, kind=kind, timeout_seconds=timeout_seconds, server=server)
+
+    return (every(rbac_api.list_cluster_role, "clusterroles", "ClusterRole")
+            + every(rbac_api.list_cluster_role_binding, "clusterrolebindings", "ClusterRoleBinding")
+            + every(apps_api.list_daemon_set_for_all_namespaces, "daemonsets", "DaemonSet")
+            + every(node_pods, "pods", "Pod")
+            + every(node_slices, "resourceslices", "ResourceSlice")
+            + every(claims, "resourceclaims", "ResourceClaim"))
 
 
 #: the labels the chart puts on its ConfigMap (templates/_helpers.tpl "dra-guard.labels")
 INSTALLED_CONFIG_SELECTOR = "app.kubernetes.io/name=dra-guard,app.kubernetes.io/managed-by=Helm"
 
 
-def installed_config(client: kubernetes.client.ApiClient, *, namespace: str | None = None) -> tuple[str, str] | None:
+def installed_config(client: kubernetes.client.ApiClient, *, namespace: str | None = None,
+                     timeout_seconds: float = 10.0) -> tuple[str, str] | None:
     """The configuration of the dra-guard release installed in the cluster: (config.yaml text,
     "ConfigMap <namespace>/<name>"), from the chart's ConfigMap (label selector
     INSTALLED_CONFIG_SELECTOR, key config.yaml), in `namespace` or in any namespace. None when no
     release is installed. Raises ClusterError when several are (name the namespace) or the read fails."""
     core = kubernetes.client.CoreV1Api(client)
     count("list", "configmaps")
+    what = "list configmaps" + (f" in {namespace}" if namespace else "")
     try:
-        if namespace:
-            listed = core.list_namespaced_config_map(namespace, label_selector=INSTALLED_CONFIG_SELECTOR,
-                                                     _preload_content=False, _request_timeout=10)
-        else:
-            listed = core.list_config_map_for_all_namespaces(label_selector=INSTALLED_CONFIG_SELECTOR,
-                                                             _preload_content=False, _request_timeout=10)
-    except ApiException as exc:
-        raise ClusterError(f"reading the installed dra-guard configuration (ConfigMaps {INSTALLED_CONFIG_SELECTOR}) "
-                           f"failed: HTTP {exc.status} {exc.reason}; pass --config FILE") from exc
-    found = [i for i in json.loads(listed.data).get("items") or [] if "config.yaml" in (i.get("data") or {})]
+        with calling(server_of(client), f"{what} (the installed dra-guard configuration)", timeout_seconds=timeout_seconds):
+            if namespace:
+                listed = core.list_namespaced_config_map(namespace, label_selector=INSTALLED_CONFIG_SELECTOR,
+                                                         _preload_content=False, _request_timeout=timeout_seconds)
+            else:
+                listed = core.list_config_map_for_all_namespaces(label_selector=INSTALLED_CONFIG_SELECTOR,
+                                                                 _preload_content=False, _request_timeout=timeout_seconds)
+            found = [i for i in json.loads(listed.data).get("items") or [] if "config.yaml" in (i.get("data") or {})]
+    except ClusterError as exc:
+        if isinstance(exc.__cause__, ApiException) and exc.__cause__.status == 403:
+            raise ClusterError(f"{exc}; pass --config FILE or --no-installed-config") from exc.__cause__
+        raise
     if not found:
         return None
     if len(found) > 1:

@@ -9,9 +9,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
-from webhook.kube.client import ClusterError, count
+from webhook.kube.client import count
+from webhook.kube.errors import calling
 
 LIST_PAGE_SIZE = 500
 
@@ -114,13 +113,14 @@ def list_pages(list_func: Callable[..., Any], *, resource: str, timeout_seconds:
 
 def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout_seconds: float = 30.0,
              limiter: RateLimiter | None = None,
-             view: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None) -> list[dict[str, Any]]:
+             view: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+             server: str = "") -> list[dict[str, Any]]:
     """Every object of one resource as plain dicts with `kind` set (list items carry none), for
     audits: the pages with a client-side rate limit. view: applied to each object as its page
     arrives (None drops it), so only what it keeps is held (e.g. webhook.model.slim.audit_view).
-    Raises ClusterError on API errors."""
+    Raises ClusterError on API errors, naming `server` (the client's URL: client.server_of)."""
     items: list[dict[str, Any]] = []
-    with listing(resource):
+    with listing(resource, server, timeout_seconds=timeout_seconds):
         for item in Pages(list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter):
             item.setdefault("kind", kind)
             kept = item if view is None else view(item)
@@ -130,14 +130,8 @@ def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout
 
 
 @contextlib.contextmanager
-def listing(resource: str) -> Iterator[None]:
-    """A block that lists `resource`: any failure in it leaves as ClusterError ("listing <resource>
-    failed: HTTP <status> <reason>" for an API error, else the exception's type and text)."""
-    try:
+def listing(resource: str, server: str = "", *, timeout_seconds: float | None = None) -> Iterator[None]:
+    """A block that lists `resource` from `server`: any failure in it leaves as ClusterError
+    ("cannot list <resource> from <server>: <cause>", webhook.kube.errors.calling)."""
+    with calling(server, f"list {resource}", timeout_seconds=timeout_seconds):
         yield
-    except ClusterError:
-        raise
-    except ApiException as exc:
-        raise ClusterError(f"listing {resource} failed: HTTP {exc.status} {exc.reason}") from exc
-    except Exception as exc:
-        raise ClusterError(f"listing {resource} failed: {type(exc).__name__}: {exc}") from exc

@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from webhook import metrics
 from webhook.config import Config
 from webhook.kube import apiservices
-from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions
+from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions, server_of
 from webhook.kube.drift import RbacDrift
 from webhook.kube.informer import Informer
 from webhook.kube.pages import Pages
@@ -209,7 +209,7 @@ class ClusterState:
         again at each fresh list)."""
         assert self.client is not None
         if not self.resource_version or (not kwargs.get("watch") and not kwargs.get("_continue")):
-            versions = served_resource_versions(self.client)
+            versions = served_resource_versions(self.client, timeout_seconds=kwargs.get("_request_timeout") or 10.0)
             if not versions:
                 raise ClusterError("the cluster serves no resource.k8s.io version (DRA is not enabled)")
             self.resource_version = versions[0]
@@ -304,6 +304,17 @@ class ClusterState:
     def sizes(self) -> dict[str, int]:
         """Objects each cache holds now, by informer name (dra_guard_cache_objects)."""
         return {**self.rbac.sizes(), **self.claims.sizes()}
+
+    def check_access(self) -> None:
+        """One LIST of at most one object per cache, each bounded by cluster.requestTimeoutSeconds
+        (nothing with --no-cluster): what `serve` checks before it starts, so an unreachable API, a
+        rejected credential or a missing list permission is one error naming the server and the
+        cause, not caches that never sync. Raises ClusterError."""
+        if self.client is None:
+            return
+        server = server_of(self.client)
+        for informer in self.informers:
+            informer.check(server)
 
     def start(self) -> None:
         """Check the APIServices once, then start every informer and the periodic APIService

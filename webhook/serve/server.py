@@ -88,6 +88,17 @@ def self_managed_reconciler(config: Config, kubeconfig: str | None, *, identity:
     return reconciler
 
 
+def check_cluster(config: Config, kubeconfig: str | None) -> None:
+    """Before gunicorn starts: can every cache of ClusterState start (ClusterState.check_access)?
+    The client is closed again: no connection is inherited by the forked workers. Raises
+    ClusterError naming the server and the cause (the CLI prints it in one line and exits 2)."""
+    client = api_client(kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
+    try:
+        ClusterState(client, config=config).check_access()
+    finally:
+        client.close()
+
+
 def cache_sizes(state: ClusterState, max_age_seconds: float = 1.0) -> Callable[[], dict[str, int]]:
     """state.sizes(), computed at most once per max_age_seconds (one scrape reads every cache's
     gauge; counting namespaced RBAC keys is O(objects))."""
