@@ -321,3 +321,26 @@ def test_the_audit_reports_every_grant_shaped_path(path):
     if team is not None:  # the same RoleBinding outside a sensitive namespace is no finding
         found = {(f.kind, f.namespace, f.name) for f in rbac.audit(rbac.RbacIndex.from_objects([*roles, team]), CONFIG)}
         assert ("RoleBinding", "team-a", meta["name"]) not in found, path
+
+
+@pytest.mark.parametrize("power, rules", [
+    ("apiservices", [rule(["apiservices"], ["update"], groups=["apiregistration.k8s.io"])]),
+    ("flowschemas", [rule(["flowschemas"], ["patch"], groups=["flowcontrol.apiserver.k8s.io"])]),
+    ("certificatesigningrequests/nodeclient", [rule(["certificatesigningrequests/nodeclient"], ["create"],
+                                                    groups=["certificates.k8s.io"])]),
+    ("pods", [rule(["pods"], ["update"], groups=[""])]),
+    ("namespaces", [rule(["namespaces"], ["patch"], groups=[""])]),
+    ("leases", [rule(["leases"], ["create"], groups=["coordination.k8s.io"])]),
+])
+def test_audit_of_files_reports_each_power_around_rbac(tmp_path, capsys, power, rules):
+    """`dra-guard audit -f` over a ClusterRole and its ClusterRoleBinding, as a chart would ship them."""
+    import json
+
+    import yaml
+
+    from webhook.cli import main
+    docs = [cluster_role("r", rules), binding("b", "r", ALICE)]
+    (tmp_path / "rbac.yaml").write_text(yaml.safe_dump_all(docs))
+    code = main(["audit", "-f", str(tmp_path / "rbac.yaml"), "-o", "json"])
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert code == 1 and any(f["check"] == "rbac-write" and power in f["message"] for f in findings), findings
