@@ -77,11 +77,14 @@ def served_names(index: ClaimIndex, pod: PodInfo, driver: Driver) -> list[tuple[
     return names
 
 
-def ready_peer(index: ClaimIndex, pod: PodInfo) -> str:
-    """"namespace/name" of another Ready, running, not Terminating pod of pod's DaemonSet on its node, or ""."""
+def ready_peer(index: ClaimIndex, pod: PodInfo, *, leaving: frozenset[tuple[str, str]] = frozenset()) -> str:
+    """"namespace/name" of another Ready, running, not Terminating pod of pod's DaemonSet on its
+    node, or "". `leaving`: (namespace, name) of pods whose own eviction was just allowed
+    (webhook.model.leaving): no one's peer."""
     for other, _ in index.driver_pods_on(pod.node):
         if (other.daemonset == pod.daemonset and other.namespace == pod.namespace and other.name != pod.name
-                and other.ready and not other.terminating and not other.finished):
+                and other.ready and not other.terminating and not other.finished
+                and (other.namespace, other.name) not in leaving):
             return f"{other.namespace}/{other.name}"
     return ""
 

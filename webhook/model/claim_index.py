@@ -11,6 +11,7 @@ from typing import Any
 from webhook.config import DetectionConfig
 from webhook.model import drivers
 from webhook.model.claims import ClaimInfo, Hold, PodInfo, claim_entry, pod_info, pod_is_relevant
+from webhook.model.leaving import Leaving
 from webhook.model.readers import as_map, as_str
 from webhook.model.release import release_gradually
 from webhook.model.slices import SliceIndex
@@ -39,6 +40,7 @@ class ClaimIndex:
         self._ds_pods_by_node: dict[str, set[tuple[str, str]]] = {}  # node -> DaemonSet pods on it
         self._claim_drivers_by_node: dict[str, set[str]] = {}  # node -> drivers of claims indexed there
         self.slices = SliceIndex()  # node -> drivers publishing ResourceSlices for it
+        self.leaving = Leaving()  # driver pods just allowed to leave on the strength of a peer
 
     def sizes(self) -> dict[str, int]:
         """counts() under the cache names of dra_guard_cache_objects (daemonsets, pods,
@@ -59,6 +61,8 @@ class ClaimIndex:
             self._drop_pod((info.namespace, info.name))
             self._put_pod(info)
             self._reindex_claims_of_pod(info)
+        if info.terminating or info.finished:
+            self.leaving.settle(info.namespace, info.name)  # outside the index's lock: review takes leaving's first
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Forget a Pod."""
@@ -66,6 +70,7 @@ class ClaimIndex:
             old = self._drop_pod((namespace, name))
             if old is not None:
                 self._reindex_claims_of_pod(old)
+        self.leaving.settle(namespace, name)
 
     def _put_pod(self, info: PodInfo) -> None:
         key = (info.namespace, info.name)

@@ -99,15 +99,27 @@ def review(request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionCon
         return ALLOW
     holds = list(dict.fromkeys(h for _, h in needed.holds))
     names = ",".join(needed.held_names)
+    leaving_peer = ""
     if needed.peer:
-        return Decision(warnings=(short(f"dra-guard: seamless upgrade: Ready pod {needed.peer} of the same DaemonSet "
-                                        f"serves driver {names} on {pod.node}, so {name} may go"),))
+        # find the peer and record this pod as leaving in one step: two evictions of a surge pair
+        # sent together must not each leave on the strength of the other (webhook.model.leaving)
+        with index.leaving.lock:
+            peer = attribution.ready_peer(index, pod, leaving=index.leaving.recent())
+            if peer and request.get("dryRun") is not True:
+                index.leaving.add(namespace, name)
+        if peer:
+            return Decision(warnings=(short(f"dra-guard: seamless upgrade: Ready pod {peer} of the same DaemonSet "
+                                            f"serves driver {names} on {pod.node}, so {name} may go"),))
+        leaving_peer = needed.peer
     learned = {n: how for n, how in needed.names if n in needed.held_names}
     verb = "evict" if operation == "CREATE" else "delete"
     message = (f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) is still needed on node {pod.node}: "
                f"{len(holds)} ResourceClaim(s) allocated to it there are still reserved by pods that have not finished: "
                f"{describe_holds(holds, config.max_listed_claims)}. Drain the DRA driver last: {verb} those pods "
                f"first; this {'eviction' if verb == 'evict' else 'deletion'} can be retried once their claims are released.")
+    if leaving_peer:
+        message += (f" (Its Ready peer {leaving_peer} of the same DaemonSet was allowed to leave a moment ago: one "
+                    f"pod of a surge pair goes at a time.)")
     if any(how.startswith(("ResourceSlice", "ResourceClaim")) for how in learned.values()):
         message += " (Driver name learned from: " + "; ".join(f"{n}: {h}" for n, h in learned.items()) + ".)"
     return Decision(findings=(Finding(
