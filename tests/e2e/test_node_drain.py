@@ -8,6 +8,8 @@ node for scale-down: the DaemonSet controller then does not put an evicted drive
 """
 from __future__ import annotations
 
+import json
+import threading
 import time
 
 import pytest
@@ -262,3 +264,60 @@ def test_surge_rollout_of_the_driver_keeps_claims_served(real_node, clean_node, 
     new_log = node.container_log(testdriver.NAMESPACE, new, "plugin")
     assert f"dradriver: unprepared claim work/{claim_a} uid={uid_a}" in new_log  # prepared by the old instance
     assert "is not registered" not in node.kubelet_log_text()[log_offset:]
+
+
+def surge_pair_trial(cp, ds: list[str], trial: int) -> list[int]:
+    """Wait for two Ready driver pods (starting a surge with a new template when one is left) that
+    dra-guard sees as peers, send both evictions at the same moment and return their HTTP codes
+    once the evicted one is gone."""
+    import concurrent.futures
+
+    def both_ready():
+        pods = testdriver.driver_pods(cp)
+        if len(pods) == 1 and testdriver.ready(pods[0]):  # start a surge: a new template
+            cp.kubectl("admin", "patch", *ds, "--type=merge", "-p",
+                       json.dumps({"spec": {"template": {"metadata": {"annotations": {"e2e/pair": str(trial)}}}}}))
+        ready = [p for p in pods if testdriver.ready(p)]
+        return ready if len(ready) == 2 else None
+
+    pair = [p["metadata"]["name"] for p in wait_for("two Ready driver pods", both_ready, timeout=120, interval=0.5)]
+
+    def seen_as_peers():  # a dry run of one eviction is allowed (a dry run leaves no record)
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pair[0], "namespace": testdriver.NAMESPACE}}
+        return cp.session("admin").post(f"{cp.url}/api/v1/namespaces/{testdriver.NAMESPACE}/pods/{pair[0]}/eviction"
+                                        f"?dryRun=All", json=body, timeout=10).status_code == 201
+
+    wait_for("dra-guard to see the Ready peer", seen_as_peers, timeout=30)
+    barrier = threading.Barrier(2)
+
+    def send(name):
+        barrier.wait()
+        return evict(cp, testdriver.NAMESPACE, name).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        codes = list(pool.map(send, pair))
+    evicted = {name for name, code in zip(pair, codes, strict=True) if code == 201}
+    if len(evicted) <= 1:
+        wait_for("the evicted pod gone", lambda: not evicted & {
+            p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)}, timeout=90)
+    return codes
+
+
+def test_two_evictions_of_a_surge_pair_sent_together_never_both_leave_while_a_claim_is_held(real_node, clean_node, guard):
+    """A surge rollout held open (minReadySeconds 3600: the DaemonSet controller keeps the old pod
+    while the new one is Ready), a consumer's claim prepared on the node; 20 times, both driver
+    pods' evictions sent at the same moment: never both 201 (cluster-autoscaler evicts a node's
+    DaemonSet pods together)."""
+    cp = real_node.cp
+    start_consumer(cp, "held")
+    ds = ["daemonset", "-n", testdriver.NAMESPACE, testdriver.NAME]
+    cp.kubectl("admin", "patch", *ds, "--type=merge", "-p", '{"spec":{"minReadySeconds":3600}}')
+    outcomes = []
+    try:
+        for trial in range(20):
+            codes = surge_pair_trial(cp, ds, trial)
+            outcomes.append(codes)
+            assert codes.count(201) <= 1, f"trial {trial}: both driver pods evicted while a claim is held: {outcomes}"
+        assert sum(codes.count(201) == 1 for codes in outcomes) >= 15, outcomes  # the peer rule still lets one go
+    finally:
+        cp.kubectl("admin", "patch", *ds, "--type=merge", "-p", '{"spec":{"minReadySeconds":0}}')
