@@ -120,28 +120,50 @@ def plugin_container(name, *, args=None, env=None, ports=None, mounts=("plugins-
     return c
 
 
-def pod(name, node, *, namespace="work", claims=("gpu",), phase="Running", terminating=False, ds=None, uid=None):
-    """A core/v1 Pod dict on `node`: a claim consumer, or with `ds` a DaemonSet's pod."""
+def pod(name, node, *, namespace="work", claims=("gpu",), phase="Running", terminating=False, ds=None, uid=None,
+        extended=None):
+    """A core/v1 Pod dict on `node`: a claim consumer, or with `ds` a DaemonSet's pod. With
+    `extended` (a claim name) it asks extended resource example.com/fabric-gpu, lists no claim, and
+    its status names the claim the scheduler made for it (status.extendedResourceClaimStatus)."""
     meta = {"name": name, "namespace": namespace, "uid": uid or f"uid-{namespace}-{name}"}
     if terminating:
         meta["deletionTimestamp"] = "2026-11-30T10:00:00Z"
     if ds:
         meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds, "uid": "x", "controller": True}]
     spec = {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}
-    if claims and not ds:
+    status: dict[str, Any] = {"phase": phase}
+    if extended:
+        spec["containers"][0]["resources"] = {"requests": {"example.com/fabric-gpu": "1"},
+                                              "limits": {"example.com/fabric-gpu": "1"}}
+        status["extendedResourceClaimStatus"] = {"resourceClaimName": extended, "requestMappings": [
+            {"containerName": "c", "resourceName": "example.com/fabric-gpu", "requestName": "container-0-request-0"}]}
+    elif claims and not ds:
         spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
-def claim(name, *, driver=DRIVER, node="node-a", reserved=("consumer",), namespace="work", api="resource.k8s.io/v1"):
-    """An allocated ResourceClaim dict (node-local on `node`, or usable anywhere with node None) reserved by pods `reserved`."""
+def claim(name, *, driver=DRIVER, node="node-a", reserved=("consumer",), namespace="work", api="resource.k8s.io/v1",
+          labels=None, consumers=()):
+    """An allocated ResourceClaim dict (node-local on `node`, usable anywhere with node None, or
+    with `labels` ({key: value}) on the nodes with those labels) reserved by pods `reserved` and
+    by `consumers` ((apiGroup, resource, name): reservedFor entries that are not pods)."""
     alloc = {"devices": {"results": [{"request": "gpu", "driver": driver, "pool": node or "net", "device": "gpu-0"}]}}
-    if node:
+    if labels:
+        alloc["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": k, "operator": "In", "values": [v]} for k, v in labels.items()]}]}
+    elif node:
         alloc["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+    refs = [{"resource": "pods", "name": r, "uid": f"uid-{namespace}-{r}"} for r in reserved]
+    refs += [{"apiGroup": g, "resource": res, "name": n, "uid": f"uid-{n}"} for g, res, n in consumers]
     return {"apiVersion": api, "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
-            "status": {"allocation": alloc, "reservedFor": [
-                {"resource": "pods", "name": r, "uid": f"uid-{namespace}-{r}"} for r in reserved]}}
+            "status": {"allocation": alloc, "reservedFor": refs}}
+
+
+def node_object(name, labels=None):
+    """A core/v1 Node dict with `labels` ({key: value})."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}}}
 
 
 def eviction_request(name, namespace="gpu", *, api="policy/v1", dry_run=False, operation="CREATE"):
@@ -155,11 +177,11 @@ def eviction_request(name, namespace="gpu", *, api="policy/v1", dry_run=False, o
 
 
 def index_with(*objects):
-    """A ClaimIndex with DaemonSet gpu/gpu-driver (pods on node-a and node-b) plus `objects` (Pods, ResourceClaims)."""
+    """A ClaimIndex with DaemonSet gpu/gpu-driver (pods on node-a and node-b) plus `objects` (Pods, ResourceClaims, Nodes)."""
     idx = ClaimIndex(from_mapping(None).detection)
     idx.upsert_daemonset(driver_daemonset(name="gpu-driver", namespace="gpu"))
     idx.upsert_pod(pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"))
     idx.upsert_pod(pod("gpu-driver-b", "node-b", namespace="gpu", ds="gpu-driver"))
     for obj in objects:
-        {"Pod": idx.upsert_pod, "ResourceClaim": idx.upsert_claim}[obj["kind"]](obj)
+        {"Pod": idx.upsert_pod, "ResourceClaim": idx.upsert_claim, "Node": idx.nodes.upsert}[obj["kind"]](obj)
     return idx

@@ -501,14 +501,14 @@ CACHE_RULES = [
     {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"],
      "verbs": ["list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "watch"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"], "verbs": ["list", "watch"]},
     # readiness: the APIServices of the groups it reads are served locally
     {"apiGroups": ["apiregistration.k8s.io"], "resources": ["apiservices"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},  # RBAC drift Events
 ]
 AUDIT_RULES = [
-    {"apiGroups": [""], "resources": ["nodes", "namespaces"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": ["list"]},
 ]
 REPORT_RULES = [

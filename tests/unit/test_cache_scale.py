@@ -22,7 +22,7 @@ def test_rbac_index_counts_cluster_scoped_and_namespaced_objects_apart():
 def test_claim_index_counts_only_the_pods_it_keeps():
     idx = index_with(pod("consumer", "node-a"), claim("gpu"),
                      pod("web", "node-a", claims=()))  # no claim, no DaemonSet: not kept
-    assert idx.sizes() == {"daemonsets": 1, "pods": 3, "resourceclaims": 1, "resourceslices": 0}
+    assert idx.sizes() == {"daemonsets": 1, "pods": 3, "resourceclaims": 1, "resourceslices": 0, "nodes": 0}
     idx.delete_claim("work", "gpu")
     assert idx.sizes()["resourceclaims"] == 0
 

@@ -106,7 +106,7 @@ def test_index_deletes_and_relists():
     idx.replace_pods([pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"), pod("consumer", "node-a"),
                       pod("unrelated", "node-a", claims=())])
     assert not decide(idx).allowed
-    assert idx.counts() == {"pods": 2, "daemonsets": 1, "drivers": 1, "claims": 1, "resourceslices": 0}  # the unrelated pod is not kept
+    assert idx.counts() == {"pods": 2, "daemonsets": 1, "drivers": 1, "claims": 1, "resourceslices": 0, "nodes": 0}  # the unrelated pod is not kept
 
 
 def test_malformed_requests_do_not_crash():

@@ -28,7 +28,7 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
     DaemonSets, kube-system Pods, Nodes, kube-system ConfigMaps, ResourceSlices, the Namespaces
     labelled for DRA admin access and the ResourceClaims/Templates asking for it, and the indexed
     ClusterRoleBindings (their slimmed form: the unresolved roleRef check and PolicyReports read
-    name and roleRef). DaemonSets and ResourceSlices also go into `facts`.
+    name and roleRef). DaemonSets, ResourceSlices and Nodes also go into `facts`.
     timeout_seconds: the timeout of each page.
     Raises ClusterError ("cannot list <resource> from <server>: <cause>") on API and network errors."""
     rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
@@ -66,7 +66,9 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
     facts.claims.replace_daemonsets(out)
     stream(core_api.list_pod_for_all_namespaces, "pods", facts.claims.replace_pods)
     out += whole(system(core_api.list_namespaced_pod), "pods", "Pod")
-    out += whole(core_api.list_node, "nodes", "Node")
+    nodes = whole(core_api.list_node, "nodes", "Node")
+    out += nodes
+    facts.claims.nodes.replace(nodes)  # before the claims: the ones placed by node labels
     out += whole(system(core_api.list_namespaced_config_map), "configmaps", "ConfigMap")
     # DRA admin access: the labelled Namespaces, and the claims and templates that ask for it
     out += list_all(core_api.list_namespace, resource="namespaces", kind="Namespace", limiter=limiter,
@@ -96,9 +98,11 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
 
 def list_drain_objects(client: kubernetes.client.ApiClient, node: str, *,
                        timeout_seconds: float = 30.0) -> list[dict[str, Any]]:
-    """What `dra-guard drain-plan NODE` needs: RBAC (driver detection), DaemonSets, the node's Pods
-    (field selector spec.nodeName), the node's ResourceSlices (field selector spec.nodeName: which
-    drivers serve it) and every ResourceClaim, in paged lists; timeout_seconds per request.
+    """What `dra-guard drain-plan NODE` needs: the Node (its labels: claims of devices selected by
+    node labels), RBAC (driver detection), DaemonSets, the node's Pods (field selector
+    spec.nodeName), the node's ResourceSlices (field selector spec.nodeName: which drivers serve
+    it) and every ResourceClaim, in paged lists; timeout_seconds per request. The plan asks only
+    about NODE, so no other Node is read.
     Raises ClusterError when the node does not exist, DRA is not served, or a request fails
     ("cannot <verb> <resource> from <server>: <cause>")."""
     rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
@@ -108,7 +112,8 @@ def list_drain_objects(client: kubernetes.client.ApiClient, node: str, *,
     count("get", "nodes")
     try:
         with calling(server, f"get node {node}", timeout_seconds=timeout_seconds):
-            core_api.read_node(node, _preload_content=False, _request_timeout=timeout_seconds)
+            read = core_api.read_node(node, _preload_content=False, _request_timeout=timeout_seconds)
+            node_object = {**json.loads(read.data), "kind": "Node"}
     except ClusterError as exc:
         if isinstance(exc.__cause__, ApiException) and exc.__cause__.status == 404:
             raise ClusterError(f"node {node} not found in {server}") from exc.__cause__
@@ -131,7 +136,7 @@ def list_drain_objects(client: kubernetes.client.ApiClient, node: str, *,
     def every(list_func: Any, resource: str, kind: str) -> list[dict[str, Any]]:
         return list_all(list_func, resource=resource, kind=kind, timeout_seconds=timeout_seconds, server=server)
 
-    return (every(rbac_api.list_cluster_role, "clusterroles", "ClusterRole")
+    return ([node_object] + every(rbac_api.list_cluster_role, "clusterroles", "ClusterRole")
             + every(rbac_api.list_cluster_role_binding, "clusterrolebindings", "ClusterRoleBinding")
             + every(apps_api.list_daemon_set_for_all_namespaces, "daemonsets", "DaemonSet")
             + every(node_pods, "pods", "Pod")

@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import kubernetes
@@ -35,14 +35,25 @@ log = logging.getLogger("dra_guard.cluster")
 MIN_READ_SHARE = 0.25
 
 
+def events(upsert: Callable[[Mapping[str, Any]], None],
+           delete: Callable[[str, str], None]) -> Callable[[str, Mapping[str, Any]], None]:
+    """A watch-event handler: DELETED deletes (namespace, name), anything else upserts the object."""
+    def on_event(kind: str, obj: Mapping[str, Any]) -> None:
+        if kind == "DELETED":
+            delete(*ClusterState._name(obj))
+        else:
+            upsert(obj)
+    return on_event
+
+
 class ClusterState:
     """The caches dra-guard keeps of the cluster, and what readiness needs to know about them.
 
     rbac: ClusterRoles, ClusterRoleBindings, Roles and RoleBindings (RBAC guard; driver detection by
     ServiceAccount).
     claims: DaemonSets, DaemonSet-owned and claim-using Pods, allocated ResourceClaims (drain
-    order) and, compact (driver, nodeName, pool), ResourceSlices (which drivers serve which node),
-    read through the newest resource.k8s.io version the cluster serves.
+    order), compact (driver, nodeName, pool), ResourceSlices (which drivers serve which node),
+    read through the newest resource.k8s.io version the cluster serves, and Nodes' labels.
 
     With `client` None (``--no-cluster``) nothing is watched, the indexes stay empty and the
     state counts as synced: policies then see an empty cluster.
@@ -84,12 +95,17 @@ class ClusterState:
                      on_event=self._binding_event, timeout_seconds=timeout),
             Informer(name="daemonsets", list_func=apps_api.list_daemon_set_for_all_namespaces,
                      on_replace=self._daemonsets_replaced, on_event=self._daemonset_event, timeout_seconds=timeout),
-            Informer(name="pods", list_func=core_api.list_pod_for_all_namespaces,
-                     on_replace=self.claims.replace_pods, on_event=self._pod_event, timeout_seconds=timeout),
-            Informer(name="resourceclaims", list_func=self._list_claims,
-                     on_replace=self.claims.replace_claims, on_event=self._claim_event, timeout_seconds=timeout),
-            Informer(name="resourceslices", list_func=self._list_slices,
-                     on_replace=self.claims.slices.replace, on_event=self._slice_event, timeout_seconds=timeout),
+            Informer(name="pods", list_func=core_api.list_pod_for_all_namespaces, on_replace=self.claims.replace_pods,
+                     on_event=events(self.claims.upsert_pod, self.claims.delete_pod), timeout_seconds=timeout),
+            Informer(name="resourceclaims", list_func=self._list_claims, on_replace=self.claims.replace_claims,
+                     on_event=events(self.claims.upsert_claim, self.claims.delete_claim), timeout_seconds=timeout),
+            Informer(name="resourceslices", list_func=self._list_slices, on_replace=self.claims.slices.replace,
+                     on_event=events(self.claims.slices.upsert, lambda ns, name: self.claims.slices.delete(name)),
+                     timeout_seconds=timeout),
+            # Nodes (name and labels kept): which nodes a claim's allocation selects by label
+            Informer(name="nodes", list_func=core_api.list_node, on_replace=self.claims.nodes.replace,
+                     on_event=events(self.claims.nodes.upsert, lambda ns, name: self.claims.nodes.delete(name)),
+                     timeout_seconds=timeout),
         ]
 
     def fetch_cluster_role(self, name: str) -> dict[str, Any] | None:
@@ -282,24 +298,6 @@ class ClusterState:
         else:
             self.claims.upsert_daemonset(obj)
         self.report_undeclared()
-
-    def _pod_event(self, kind: str, obj: Mapping[str, Any]) -> None:
-        if kind == "DELETED":
-            self.claims.delete_pod(*self._name(obj))
-        else:
-            self.claims.upsert_pod(obj)
-
-    def _slice_event(self, kind: str, obj: Mapping[str, Any]) -> None:
-        if kind == "DELETED":
-            self.claims.slices.delete(self._name(obj)[1])
-        else:
-            self.claims.slices.upsert(obj)
-
-    def _claim_event(self, kind: str, obj: Mapping[str, Any]) -> None:
-        if kind == "DELETED":
-            self.claims.delete_claim(*self._name(obj))
-        else:
-            self.claims.upsert_claim(obj)
 
     def sizes(self) -> dict[str, int]:
         """Objects each cache holds now, by informer name (dra_guard_cache_objects)."""

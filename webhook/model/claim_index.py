@@ -1,20 +1,36 @@
-"""ClaimIndex: the in-memory view of ResourceClaims, DaemonSets and relevant Pods that the drain
-order reads. webhook.kube fills it from watches; `dra-guard drain-plan` and `audit` fill one from
+"""ClaimIndex: the in-memory view of ResourceClaims, DaemonSets, relevant Pods and Node labels that
+the drain order reads. webhook.kube fills it from watches; `dra-guard drain-plan` and `audit` fill one from
 lists (webhook.model.facts). Thread-safe; lookups never do I/O.
 """
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook.config import DetectionConfig
 from webhook.model import drivers
 from webhook.model.claims import ClaimInfo, Hold, PodInfo, claim_entry, pod_info, pod_is_relevant
 from webhook.model.leaving import Leaving
+from webhook.model.nodes import NodeIndex
 from webhook.model.readers import as_map, as_str
 from webhook.model.release import release_gradually
 from webhook.model.slices import SliceIndex
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _discard(table: dict[K, set[V]], k: K, value: V) -> bool:
+    """Remove `value` from table[k], dropping the entry once empty; whether it was dropped."""
+    values = table.get(k)
+    if values is None:
+        return False
+    values.discard(value)
+    if values:
+        return False
+    del table[k]
+    return True
 
 
 class ClaimIndex:
@@ -39,15 +55,18 @@ class ClaimIndex:
         self._anywhere_by_pod: dict[tuple[str, str], set[tuple[str, str]]] = {}  # pod -> claims usable anywhere
         self._ds_pods_by_node: dict[str, set[tuple[str, str]]] = {}  # node -> DaemonSet pods on it
         self._claim_drivers_by_node: dict[str, set[str]] = {}  # node -> drivers of claims indexed there
+        self._everywhere: dict[str, set[tuple[str, str]]] = {}  # driver -> claims held on every node
+        self._by_labels: set[tuple[str, str]] = set()  # claims placed by node labels
         self.slices = SliceIndex()  # node -> drivers publishing ResourceSlices for it
         self.leaving = Leaving()  # driver pods just allowed to leave on the strength of a peer
+        self.nodes = NodeIndex(on_change=self._reindex_label_claims)  # node -> its labels
 
     def sizes(self) -> dict[str, int]:
         """counts() under the cache names of dra_guard_cache_objects (daemonsets, pods,
-        resourceclaims, resourceslices)."""
+        resourceclaims, resourceslices, nodes)."""
         c = self.counts()
         return {"daemonsets": c["daemonsets"], "pods": c["pods"], "resourceclaims": c["claims"],
-                "resourceslices": c["resourceslices"]}
+                "resourceslices": c["resourceslices"], "nodes": c["nodes"]}
 
     # -- pods
     def upsert_pod(self, pod: Mapping[str, Any]) -> None:
@@ -85,11 +104,7 @@ class ClaimIndex:
         if old is not None and self._pods_by_uid.get(old.uid) is old:
             del self._pods_by_uid[old.uid]
         if old is not None and old.daemonset and old.node:
-            keys = self._ds_pods_by_node.get(old.node)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self._ds_pods_by_node[old.node]
+            _discard(self._ds_pods_by_node, old.node, key)
         return old
 
     def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
@@ -153,6 +168,13 @@ class ClaimIndex:
                 if self._daemonsets.get(key) is daemonsets[key]:
                     self._drivers[key] = verdict
 
+    # -- nodes
+    def _reindex_label_claims(self) -> None:
+        """Nodes or their labels changed (NodeIndex's on_change): place the claims held by labels again."""
+        with self._lock:
+            for key in list(self._by_labels):
+                self._reindex(key)
+
     # -- claims
     def upsert_claim(self, claim: Mapping[str, Any]) -> None:
         """Add or replace a ResourceClaim (unallocated claims are not kept)."""
@@ -181,28 +203,50 @@ class ClaimIndex:
         only ones placed by their pods) are placed again under the lock."""
         fresh = ClaimIndex(self._detection, self._can_write)
         fresh._pods, fresh._pods_by_uid = self._pods, self._pods_by_uid  # read only: where pods run
+        fresh.nodes = self.nodes  # read only: the nodes' labels (changes meanwhile: re-placed at the swap)
         for key, info in map(claim_entry, items):
             if info is not None:
                 fresh._put_claim(key, info)
         with self._lock:
-            old = (self._claims, self._by_driver_node, self._slots, self._anywhere_by_pod, self._claim_drivers_by_node)
+            old = (self._claims, self._by_driver_node, self._slots, self._anywhere_by_pod, self._claim_drivers_by_node,
+                   self._everywhere)
             self._claims, self._by_driver_node, self._slots = fresh._claims, fresh._by_driver_node, fresh._slots
             self._anywhere_by_pod, self._claim_drivers_by_node = fresh._anywhere_by_pod, fresh._claim_drivers_by_node
+            self._everywhere, self._by_labels = fresh._everywhere, fresh._by_labels
             self._reindex_anywhere_claims()
+            for key in list(self._by_labels):  # the nodes may have changed meanwhile
+                self._reindex(key)
         release_gradually(*old)  # outside the lock, entry by entry
 
-    def _claim_nodes(self, info: ClaimInfo) -> set[str]:
+    def _claim_nodes(self, info: ClaimInfo) -> set[str] | None:
+        """The nodes where `info` holds its drivers; None: every node.
+
+        A reserving pod holds on its node (one the allocation selects: the scheduler put it there,
+        and its devices stay prepared there if the node's labels change later). A consumer that is
+        not a pod holds on every node the allocation selects: by name, by labels (the nodes known
+        now), or, for devices usable anywhere, every node."""
         if info.nodes:
             return set(info.nodes)
-        found = set()
-        for name, uid in info.reserved_for:  # usable anywhere: where its pods run
+        found: set[str] = set()
+        if info.others:
+            if not info.selector:
+                return None
+            found.update(self.nodes.selected(info.selector))
+        for name, uid in info.reserved_for:
             pod = self._pods_by_uid.get(uid) or self._pods.get((info.namespace, name))
             if pod is not None and pod.node:
                 found.add(pod.node)
         return found
 
     def _index(self, key: tuple[str, str], info: ClaimInfo) -> None:
-        slots = {(driver, node) for node in self._claim_nodes(info) for driver in info.drivers}
+        nodes = self._claim_nodes(info)
+        if nodes is None:
+            for driver in info.drivers:
+                self._everywhere.setdefault(driver, set()).add(key)
+            nodes = set()
+        if info.others and info.selector:
+            self._by_labels.add(key)
+        slots = {(driver, node) for node in nodes for driver in info.drivers}
         self._slots[key] = tuple(slots)  # a tuple: ~150 bytes less than a set per claim (issue 19)
         for dn in slots:
             self._by_driver_node.setdefault(dn, set()).add(key)
@@ -215,42 +259,34 @@ class ClaimIndex:
         old = self._claims.pop(key, None)
         if old is None:
             return
+        self._by_labels.discard(key)
+        for driver in old.drivers:
+            _discard(self._everywhere, driver, key)
         for dn in self._slots.pop(key, ()):
-            keys = self._by_driver_node.get(dn)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self._by_driver_node[dn]
-                    node_drivers = self._claim_drivers_by_node.get(dn[1], set())
-                    node_drivers.discard(dn[0])
-                    if not node_drivers:
-                        self._claim_drivers_by_node.pop(dn[1], None)
+            if _discard(self._by_driver_node, dn, key):
+                _discard(self._claim_drivers_by_node, dn[1], dn[0])
         if not old.nodes:
             for pod_name, _ in old.reserved_for:
-                keys = self._anywhere_by_pod.get((old.namespace, pod_name))
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del self._anywhere_by_pod[(old.namespace, pod_name)]
+                _discard(self._anywhere_by_pod, (old.namespace, pod_name), key)
 
     def _reindex_claims_of_pod(self, pod: PodInfo) -> None:
         """A pod moved or appeared: claims usable anywhere that it reserves follow it to its node."""
         for key in list(self._anywhere_by_pod.get((pod.namespace, pod.name), ())):
-            info = self._claims.get(key)
-            if info is not None:
-                self._unindex(key)
-                self._claims[key] = info
-                self._index(key, info)
+            self._reindex(key)
+
+    def _reindex(self, key: tuple[str, str]) -> None:
+        """Place claim `key` again (the lock is held)."""
+        info = self._claims.get(key)
+        if info is not None:
+            self._unindex(key)
+            self._claims[key] = info
+            self._index(key, info)
 
     def _reindex_anywhere_claims(self) -> None:
         """Place every claim usable anywhere again by where its reserving pods run now (the lock is
         held). Node-local claims do not depend on pods."""
         for key in set().union(*self._anywhere_by_pod.values()) if self._anywhere_by_pod else ():
-            info = self._claims.get(key)
-            if info is not None:
-                self._unindex(key)
-                self._claims[key] = info
-                self._index(key, info)
+            self._reindex(key)
 
     # -- queries
     def driver_of_pod(self, namespace: str, name: str) -> tuple[PodInfo, drivers.Driver] | None:
@@ -263,10 +299,11 @@ class ClaimIndex:
             return (pod, driver) if driver is not None else None
 
     def holds(self, driver: str, node: str) -> list[Hold]:
-        """Claims allocated to `driver` on `node` whose reserving pods on `node` have not finished."""
+        """Claims allocated to `driver` on `node` whose reserving pods on `node` have not finished,
+        or reserved for a consumer that is not a pod (held wherever the allocation reaches)."""
         with self._lock:
             out = []
-            for key in sorted(self._by_driver_node.get((driver, node), ())):
+            for key in sorted(self._by_driver_node.get((driver, node), set()) | self._everywhere.get(driver, set())):
                 info = self._claims[key]
                 pods = []
                 for name, uid in info.reserved_for:
@@ -277,6 +314,7 @@ class ClaimIndex:
                         continue
                     if pod.node == node and not pod.finished:
                         pods.append(f"{pod.namespace}/{pod.name}" + (" (Terminating)" if pod.terminating else ""))
+                pods += info.others
                 if pods:
                     out.append(Hold(claim=f"{key[0]}/{key[1]}", pods=tuple(pods)))
             return out
@@ -294,14 +332,14 @@ class ClaimIndex:
 
     def claim_drivers_on(self, node: str) -> frozenset[str]:
         """The drivers of allocated claims indexed on `node` (node-local, or usable anywhere and
-        reserved by a pod there)."""
+        reserved by a pod there, or held on every node)."""
         with self._lock:
-            return frozenset(self._claim_drivers_by_node.get(node, ()))
+            return frozenset(self._claim_drivers_by_node.get(node, ())) | frozenset(self._everywhere)
 
     def counts(self) -> dict[str, int]:
         """Sizes of the index (pods kept, DaemonSets, drivers, allocated claims)."""
         with self._lock:
             return {"pods": len(self._pods), "daemonsets": len(self._daemonsets),
                     "drivers": sum(1 for d in self._drivers.values() if d is not None), "claims": len(self._claims),
-                    "resourceslices": len(self.slices)}
+                    "resourceslices": len(self.slices), "nodes": len(self.nodes)}
 

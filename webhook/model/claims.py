@@ -1,8 +1,13 @@
 """Claim facts for the drain order: what dra-guard keeps of Pods and allocated ResourceClaims.
 
 Field shapes: resource.k8s.io v1 ResourceClaim status (v1beta1/v1beta2 have the same status shape):
-``status.allocation.devices.results[].driver``, ``status.allocation.nodeSelector`` (node-local
-devices) and ``status.reservedFor`` (the consuming pods); core/v1 Pod. Pure.
+``status.allocation.devices.results[].driver``, ``status.allocation.nodeSelector`` (a core/v1
+NodeSelector: ``metadata.name In`` for node-local devices, labels for devices usable from several
+nodes; absent for devices usable anywhere) and ``status.reservedFor[]`` (ResourceClaimConsumerReference
+``{apiGroup, resource, name, uid}``: pods, or other consumers such as scheduling.k8s.io
+``podgroups``); core/v1 Pod, with ``status.extendedResourceClaimStatus`` (PodExtendedResourceClaimStatus
+``{resourceClaimName, requestMappings[]: {containerName, resourceName, requestName}}``: the claim
+the scheduler made for the pod's DRA-backed extended resources, KEP-5004). Pure.
 """
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.model.nodes import Selector, named_nodes, read_selector
 from webhook.model.readers import as_list, as_map, as_str
 
 _SETS: dict[frozenset[str], frozenset[str]] = {}
@@ -57,38 +63,42 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
 
 
 def pod_is_relevant(pod: Mapping[str, Any]) -> bool:
-    """Whether the index keeps this Pod: owned by a DaemonSet, or using ResourceClaims.
+    """Whether the index keeps this Pod: owned by a DaemonSet, or using ResourceClaims: listed in
+    ``spec.resourceClaims``, or made for its extended resources by the scheduler (named in
+    ``status.extendedResourceClaimStatus.resourceClaimName``; such a pod lists no claim).
 
     Everything else is dropped at once, so memory follows DRA pods and DaemonSet pods, not all pods.
     """
     meta, spec = as_map(pod.get("metadata")), as_map(pod.get("spec"))
-    return bool(as_list(spec.get("resourceClaims"))) or any(
+    extended = as_map(as_map(pod.get("status")).get("extendedResourceClaimStatus"))
+    return bool(as_list(spec.get("resourceClaims"))) or bool(as_str(extended.get("resourceClaimName"))) or any(
         o.get("kind") == "DaemonSet" for o in map(as_map, as_list(meta.get("ownerReferences"))))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ClaimInfo:
-    """What the index keeps of a ResourceClaim's status."""
+    """What the index keeps of a ResourceClaim's status.
+
+    Where the allocation reaches: `nodes` when every term of its nodeSelector names nodes
+    (node-local devices), else `selector` when it selects by labels, else (both empty) anywhere.
+    """
 
     namespace: str
     name: str
     drivers: frozenset[str]            # allocation.devices.results[].driver
-    nodes: frozenset[str]              # from allocation.nodeSelector (empty: usable anywhere)
+    nodes: frozenset[str]              # nodes allocation.nodeSelector names (empty: not limited by name)
     reserved_for: tuple[tuple[str, str], ...]  # (pod name, pod uid) of reservedFor entries for pods
+    selector: Selector = ()            # allocation.nodeSelector when it selects by labels
+    others: tuple[str, ...] = ()       # "namespace/name (resource.group)" of reservedFor entries not pods
 
 
-def claim_nodes(node_selector: Any) -> frozenset[str]:
-    """Node names a claim's allocation.nodeSelector (core/v1 NodeSelector) pins it to.
+def _is_pod(ref: Mapping[str, Any]) -> bool:
+    return ref.get("resource") == "pods" and not as_str(ref.get("apiGroup"))
 
-    Reads matchFields ``metadata.name In [...]`` (what the scheduler writes for node-local devices);
-    an absent selector, or one it cannot read, gives the empty set (usable anywhere).
-    """
-    nodes: set[str] = set()
-    for term in map(as_map, as_list(as_map(node_selector).get("nodeSelectorTerms"))):
-        for field in map(as_map, as_list(term.get("matchFields"))):
-            if field.get("key") == "metadata.name" and field.get("operator") == "In":
-                nodes.update(v for v in as_list(field.get("values")) if isinstance(v, str))
-    return frozenset(nodes)
+
+def _consumer(namespace: str, ref: Mapping[str, Any]) -> str:
+    group = as_str(ref.get("apiGroup"))
+    return f"{namespace}/{as_str(ref.get('name'))} ({as_str(ref.get('resource')) or 'unknown'}{'.' + group if group else ''})"
 
 
 def claim_info(claim: Mapping[str, Any]) -> ClaimInfo | None:
@@ -99,15 +109,23 @@ def claim_info(claim: Mapping[str, Any]) -> ClaimInfo | None:
         return None
     results = as_list(as_map(allocation.get("devices")).get("results"))
     driver_names = shared(frozenset(_name(r.get("driver")) for r in map(as_map, results) if as_str(r.get("driver"))))
-    reserved = tuple((as_str(r.get("name")), as_str(r.get("uid"))) for r in map(as_map, as_list(status.get("reservedFor")))
-                     if r.get("resource") == "pods" and as_str(r.get("name")))
-    return ClaimInfo(namespace=_name(meta.get("namespace")), name=as_str(meta.get("name")), drivers=driver_names,
-                     nodes=shared(claim_nodes(allocation.get("nodeSelector"))), reserved_for=reserved)
+    refs = [r for r in map(as_map, as_list(status.get("reservedFor"))) if r]
+    reserved = tuple((as_str(r.get("name")), as_str(r.get("uid"))) for r in refs if _is_pod(r) and as_str(r.get("name")))
+    namespace = _name(meta.get("namespace"))
+    # a consumer that is not a pod (a PodGroup, or a resource dra-guard does not know) runs where
+    # dra-guard cannot see: it holds the driver wherever the allocation reaches
+    others = tuple(_consumer(namespace, r) for r in refs if not _is_pod(r))
+    selector = read_selector(allocation.get("nodeSelector"))
+    nodes = named_nodes(selector)
+    return ClaimInfo(namespace=namespace, name=as_str(meta.get("name")), drivers=driver_names,
+                     nodes=shared(nodes or frozenset()), reserved_for=reserved,
+                     selector=selector if nodes is None else (), others=others)
 
 
 @dataclasses.dataclass(frozen=True)
 class Hold:
-    """A claim that still needs driver D on node N, and the pods that hold it (namespace/name)."""
+    """A claim that still needs driver D on node N, and what holds it: pods ("namespace/name") and
+    consumers that are not pods ("namespace/name (resource.group)")."""
 
     claim: str   # namespace/name
     pods: tuple[str, ...]

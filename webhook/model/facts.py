@@ -19,7 +19,8 @@ class Facts(Protocol):
     """The cluster as the policies see it.
 
     rbac: ClusterRoles and ClusterRoleBindings. claims: DaemonSets, driver and claim-using Pods,
-    allocated ResourceClaims, and (claims.slices) which drivers publish ResourceSlices on which node.
+    allocated ResourceClaims, (claims.slices) which drivers publish ResourceSlices on which node
+    and (claims.nodes) the Nodes' labels.
     """
 
     @property
@@ -96,7 +97,7 @@ class StaticFacts:
 
 def build_facts(objects: Iterable[Mapping[str, Any]], config: Config) -> StaticFacts:
     """StaticFacts from Kubernetes object dicts with `kind` set (manifest files or lists):
-    ClusterRoles and ClusterRoleBindings into `rbac`; DaemonSets, Pods, ResourceSlices and
+    ClusterRoles and ClusterRoleBindings into `rbac`; DaemonSets, Pods, ResourceSlices, Nodes and
     ResourceClaims into `claims` (claims last, so usable-anywhere claims find their pods). Other kinds are ignored."""
     facts = StaticFacts(config)
     add_objects(facts, objects)
@@ -107,8 +108,8 @@ def add_objects(facts: Facts, objects: Iterable[Mapping[str, Any]]) -> None:
     """Put object dicts with `kind` set into the indexes of `facts`, each replacing the indexed
     object of the same kind, namespace and name (e.g. manifest files over what `dra-guard audit
     --cluster` streamed from the cluster: "what if I applied these files"). RBAC kinds into
-    `rbac`; DaemonSets, Pods and ResourceSlices, then ResourceClaims (usable-anywhere claims
-    find their pods) into `claims`. Other kinds are ignored."""
+    `rbac`; DaemonSets, Pods, ResourceSlices and Nodes, then ResourceClaims (claims find their
+    pods and nodes) into `claims`. Other kinds are ignored."""
     objects = list(objects)
     for obj in objects:
         kind = obj.get("kind")
@@ -120,6 +121,8 @@ def add_objects(facts: Facts, objects: Iterable[Mapping[str, Any]]) -> None:
             facts.claims.upsert_pod(obj)
         elif kind == "ResourceSlice":
             facts.claims.slices.upsert(obj)
+        elif kind == "Node":
+            facts.claims.nodes.upsert(obj)
     for obj in objects:
         if obj.get("kind") == "ResourceClaim":
             facts.claims.upsert_claim(obj)

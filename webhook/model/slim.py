@@ -88,7 +88,7 @@ def audit_view(obj: dict[str, Any]) -> dict[str, Any] | None:
         keep = ("name", "namespace", "uid", "ownerReferences", "deletionTimestamp")
         return {"kind": kind, "metadata": {k: meta[k] for k in keep if k in meta},
                 "spec": {k: spec[k] for k in ("nodeName", "resourceClaims") if k in spec},
-                "status": {k: status[k] for k in ("phase", "conditions") if k in status}}
+                "status": {k: status[k] for k in ("phase", "conditions", "extendedResourceClaimStatus") if k in status}}
     if kind == "ResourceClaim":
         return {"kind": kind, "apiVersion": obj.get("apiVersion"), "metadata": meta, "status": obj.get("status") or {}}
     if kind == "ResourceSlice":

@@ -10,13 +10,15 @@ Decision: the driver pod of driver D on node N (which drivers a pod serves, and 
 exception: webhook.model.attribution) is still needed while a ResourceClaim has an
 allocation result with ``driver == D`` on N (N from ``status.allocation.nodeSelector``, or the node of
 a reserving pod for devices usable anywhere) and a ``status.reservedFor`` pod on N that has not
-finished (a Terminating pod counts: it is the one waiting for the driver). Then the eviction is
+finished (a Terminating pod counts: it is the one waiting for the driver; a pod counts whether or
+not it lists the claim), or a ``status.reservedFor`` consumer that is not a pod, which holds on
+every node the allocation selects (by name, by node labels, or all). Then the eviction is
 refused with HTTP 429 TooManyRequests, which kubectl drain, cluster-autoscaler and Karpenter retry
 like a PodDisruptionBudget refusal. Field shapes: resource.k8s.io v1 (v1beta1/v1beta2 have the
 same status shape), policy/v1 Eviction.
 
 The policy reads the ClaimIndex (webhook.model.claim_index), which webhook.kube fills from
-watches of ResourceClaims, DaemonSets and (slimmed) Pods.
+watches of ResourceClaims, DaemonSets, (slimmed) Pods and Nodes' labels.
 
 Scope: the chart sends dra-guard only the evictions of the pods of the drivers declared in
 ``drivers.declared``, with failurePolicy Fail, so the drain order holds while dra-guard is slow,
