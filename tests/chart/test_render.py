@@ -720,6 +720,44 @@ def test_admins_are_left_out_of_the_rbac_webhook_from_the_same_list_dra_guard_tr
         assert not any(c["name"] == "not-admin" for c in webhooks(objs)[name].get("matchConditions") or [])
 
 
+def _not_admin(objs) -> str:
+    return next(c["expression"] for c in webhooks(objs)["rbac.dra-guard.io"]["matchConditions"] if c["name"] == "not-admin")
+
+
+def test_one_extra_admin_set_on_the_command_line_keeps_the_default_admins():
+    """`--set` replaces a list: set on extraAdminSubjects it adds ops:admin, and both dra-guard's
+    config and the RBAC webhook's matchConditions still hold every default admin."""
+    from webhook.config import KUBE_SYSTEM_CONTROLLERS, RbacConfig
+    objs = helm.template(extra=["--set", "config.rbac.extraAdminSubjects.serviceAccounts={ops:admin}"])
+    expr = _not_admin(objs)
+    for entry in sorted(KUBE_SYSTEM_CONTROLLERS):
+        assert f'"system:serviceaccount:{entry}"' in expr, entry
+    assert '"system:serviceaccount:ops:admin"' in expr
+    assert '"system:masters"' in expr and '"system:kube-controller-manager"' in expr
+    admins = from_mapping(config_of(objs)).rbac.admin_subjects
+    assert admins.service_accounts == KUBE_SYSTEM_CONTROLLERS | {"ops:admin"}
+    assert admins.groups == RbacConfig().admin_subjects.groups and admins.users == RbacConfig().admin_subjects.users
+    # the extra driver list reaches dra-guard's config; drivers are never left out of the webhook
+    objs = helm.template(extra=["--set", "config.rbac.extraDriverSubjects.serviceAccounts={gpu:driver}"])
+    assert from_mapping(config_of(objs)).rbac.driver_subjects.service_accounts == {"gpu:driver"}
+    assert "gpu:driver" not in _not_admin(objs)
+
+
+def test_matchconditions_read_the_three_service_account_spellings_like_dra_guard():
+    extra = {"serviceAccounts": ["ops/a", "system:serviceaccount:ops:b", "ops:c", "team/*", "system:serviceaccount:ci:*"],
+             "groups": ["system:masters", "ops-admins"], "users": ["alice"]}
+    objs = helm.template(values={"config": {"rbac": {"extraAdminSubjects": extra}}})
+    expr = _not_admin(objs)
+    for user in ("ops:a", "ops:b", "ops:c"):
+        assert f'"system:serviceaccount:{user}"' in expr, user
+    assert '"system:serviceaccount:team:"' in expr and '"system:serviceaccount:ci:"' in expr
+    assert '"ops-admins"' in expr and '"alice"' in expr
+    assert expr.count('"system:masters"') == 1  # listed twice, rendered once
+    assert "/" not in expr
+    admins = from_mapping(config_of(objs)).rbac.admin_subjects
+    assert {"ops:a", "ops:b", "ops:c", "team:*", "ci:*"} <= admins.service_accounts
+
+
 def test_release_and_namespace_names_that_yaml_reads_as_booleans_render_as_strings():
     """A release named `y` or a namespace `on` (YAML 1.1 booleans) must stay strings in labels
     and namespaces, or the apiserver refuses the objects ("cannot unmarshal bool")."""

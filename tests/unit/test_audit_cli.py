@@ -31,8 +31,11 @@ def test_examples_non_compliant_findings_and_exit_1(capsys):
 
 
 def test_compliant_examples_exit_0(capsys):
-    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "compliant"), "-f", str(EXAMPLES / "dra-guard-config.yaml"))
+    """The folder is self-contained: its configuration (the driver's ServiceAccount, the declared
+    driver) is among its own manifests."""
+    code, out, err = run_cli(capsys, "audit", "-f", str(EXAMPLES / "compliant"))
     assert code == 0 and "No findings" in out
+    assert "config: the DraGuardConfiguration among the manifests" in err
 
 
 def test_json_output_shape(capsys):
@@ -112,7 +115,7 @@ def test_advisory_findings_alone_exit_0(tmp_path, capsys):
     ds = yaml.safe_load((EXAMPLES / "compliant" / "driver-daemonset.yaml").read_text())
     ds["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
-    code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"), "-f", str(EXAMPLES / "dra-guard-config.yaml"))
+    code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"), "-f", str(EXAMPLES / "compliant" / "dra-guard-config.yaml"))
     assert code == 0
     assert "seamless-upgrade" in out and "1 advisory" in out
 
@@ -142,8 +145,7 @@ def test_json_summary_counts_each_policy_by_what_enforce_mode_does(capsys):
                                    "probes": {"refuse": 0, "patch": 1, "advisory": 0, "pass": 1},
                                    "rbac": {"refuse": 3, "patch": 0, "advisory": 0, "pass": 3}}
     assert summary["results"] == {"refuse": 3, "patch": 1, "advisory": 1, "pass": 5}
-    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "compliant"), "-f", str(EXAMPLES / "dra-guard-config.yaml"),
-                           "-o", "json")
+    code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "compliant"), "-o", "json")
     clean = json.loads(out)
     assert code == 0 and clean["findings"] == [] and clean["summary"]["findings"] == 0
     assert clean["summary"]["results"]["refuse"] == clean["summary"]["results"]["patch"] == 0

@@ -105,9 +105,14 @@ EXACT_MESSAGES = [
     ({"audit": {"qps": "x"}}, "audit.qps: expected int or float, got str 'x'"),
     ({"rbac": {"driverSubject": {}}}, "rbac.driverSubject: unknown key (known here: adminOnlyResources, adminSubjects, "
                                       "aggregationControllerUsers, apiGroup, driftRemediation, driverResources, driverSubjects, escalationChecks, "
+                                      "extraAdminSubjects, extraDriverSubjects, "
                                       "sensitiveNamespaces, writeVerbs)"),
     ({"rbac": {"adminSubjects": {"serviceAccounts": ["a"]}}},
-     "rbac.adminSubjects.serviceAccounts: 'a' must be 'namespace:name' or 'namespace:*'"),
+     "rbac.adminSubjects.serviceAccounts: 'a' must be 'namespace:name', 'namespace/name' or "
+     "'system:serviceaccount:namespace:name' (name may be *)"),
+    ({"rbac": {"extraDriverSubjects": {"serviceAccounts": ["system:serviceaccount:gpu"]}}},
+     "rbac.extraDriverSubjects.serviceAccounts: 'system:serviceaccount:gpu' must be 'namespace:name', "
+     "'namespace/name' or 'system:serviceaccount:namespace:name' (name may be *)"),
     ({"rbac": {"writeVerbs": [""]}}, "rbac.writeVerbs[0]: expected a non-empty string, got ''"),
     ({"drivers": {"selectors": [{}]}}, "drivers.selectors[0].namespace: required"),
     ({"drivers": {"selectors": [{"namespace": "n", "matchLabels": {"a": 1}}]}},

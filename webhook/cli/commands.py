@@ -68,6 +68,8 @@ def _audit(args: argparse.Namespace) -> int:
 
     if not args.paths and not args.cluster:
         return fail("audit needs -f PATH (files, folders or - for stdin) and/or --cluster")
+    if args.suggest_values and args.output != "table":
+        return fail("--suggest-values prints Helm values (YAML); drop -o/--output")
 
     def progress(line: str) -> None:
         print(f"dra-guard: {line}", file=sys.stderr, flush=True)
@@ -128,7 +130,8 @@ def _audit(args: argparse.Namespace) -> int:
         "junit": lambda: audit.render_junit(findings, sources, problems=problems),
         "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged, problems=problems),
     }
-    sys.stdout.write(renderers[args.output]())
+    sys.stdout.write(audit.suggest_values([f for f, _ in findings], config) if args.suggest_values
+                     else renderers[args.output]())
     if manifests.problems:
         print(f"dra-guard: {len(manifests.problems)} input problem(s); the findings above cover what could be read",
               file=sys.stderr)

@@ -13,6 +13,7 @@ EXAMPLES = textwrap.dedent("""\
     examples:
       dra-guard audit -f examples/                      check manifests offline (exit 1 if something would be refused or patched)
       dra-guard audit -f team-rbac.yaml --cluster       check files against the live cluster's roles
+      dra-guard audit --cluster --suggest-values        the Helm values that clear the driver findings
       dra-guard serve --self-signed /tmp/dra-guard      run locally over TLS with a development CA
       dra-guard serve --config /etc/dra-guard/config.yaml \\
           --tls-cert-file tls.crt --tls-key-file tls.key
@@ -112,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "UIs), junit (JUnit XML for CI test reports), policyreport (wgpolicyk8s.io/v1alpha2 "
                             "ClusterPolicyReport/PolicyReports as YAML)")
     audit.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr while reading")
+    audit.add_argument("--suggest-values", action="store_true",
+                       help="instead of the report, print the Helm values (YAML under config:) that clear the driver "
+                            "findings: refused ResourceSlice writers to rbac.extraDriverSubjects, undeclared drivers "
+                            "to drivers.declared (the exit code stays the audit's)")
 
     drain = sub.add_parser("drain-plan", help="what a drain of NODE must wait for (DRA drivers last)",
                            description="List NODE's DRA driver pods and, for each, its drivers (and how each name "

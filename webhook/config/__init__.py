@@ -48,8 +48,9 @@ Example (all defaults shown)::
       adminSubjects:
         groups: [system:masters]
         users: [system:kube-controller-manager, system:kube-scheduler]
-        serviceAccounts:            # "namespace:name" or "namespace:*": the kube-system controllers the
-                                    # v1.37 bootstrap RBAC gives DRA write or an escalation power
+        serviceAccounts:            # "namespace:name" ("namespace/name", "system:serviceaccount:namespace:name";
+                                    # name *: all of a namespace): the kube-system controllers the v1.37
+                                    # bootstrap RBAC gives DRA write or an escalation power
           - kube-system:bootstrap-signer
           - kube-system:certificate-controller
           - kube-system:cronjob-controller
@@ -72,6 +73,14 @@ Example (all defaults shown)::
           - kube-system:storage-version-migrator-controller
           - kube-system:token-cleaner
       driverSubjects:
+        groups: []
+        users: []
+        serviceAccounts: []
+      extraAdminSubjects:           # added to adminSubjects: set these, keep the defaults above
+        groups: []
+        users: []
+        serviceAccounts: []
+      extraDriverSubjects:          # added to driverSubjects
         groups: []
         users: []
         serviceAccounts: []

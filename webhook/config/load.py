@@ -20,8 +20,9 @@ from webhook.config.subjects import (
     NEVER_PRIVILEGED_GROUPS,
     NEVER_PRIVILEGED_USERS,
     SubjectSet,
+    service_account_entry,
 )
-from webhook.config.types import HEADER_KEYS, Config
+from webhook.config.types import HEADER_KEYS, Config, RbacConfig
 
 
 class _Reader:
@@ -146,6 +147,13 @@ def _read_value(entry: Entry, r: _Reader, name: str, default: Any, read: Mapping
     return members
 
 
+def _subjects(values: dict[str, Any], reader: _Reader, notes: list[str]) -> None:
+    # every spelling of a ServiceAccount becomes "ns:name" here, once: SubjectSet and the sets'
+    # unions compare these strings
+    values["service_accounts"] = frozenset(service_account_entry(e) for e in values["service_accounts"])
+    _never_trusted(values, reader, notes)
+
+
 def _never_trusted(values: Mapping[str, Any], reader: _Reader, notes: list[str]) -> None:
     for g in sorted(values["groups"]):
         if g in NEVER_PRIVILEGED_GROUPS or g.startswith(NEVER_PRIVILEGED_GROUP_PREFIXES):
@@ -155,9 +163,14 @@ def _never_trusted(values: Mapping[str, Any], reader: _Reader, notes: list[str])
             notes.append(f"{reader.key('users')}: {u} is never trusted")
 
 
+def _extra_subjects(values: dict[str, Any], reader: _Reader, notes: list[str]) -> None:
+    values["admin_subjects"] = values["admin_subjects"].union(values["extra_admin_subjects"])
+    values["driver_subjects"] = values["driver_subjects"].union(values["extra_driver_subjects"])
+
+
 #: per section class, what runs after its keys are read and before unknown keys are reported:
-#: (values by attribute, the section's reader, the "ignored" notes to append to)
-_AFTER: dict[type, Callable[[Mapping[str, Any], _Reader, list[str]], None]] = {SubjectSet: _never_trusted}
+#: (values by attribute, which it may rewrite, the section's reader, the "ignored" notes to append to)
+_AFTER: dict[type, Callable[[dict[str, Any], _Reader, list[str]], None]] = {SubjectSet: _subjects, RbacConfig: _extra_subjects}
 
 
 def _read_section(cls: type[Any], reader: _Reader, defaults: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:

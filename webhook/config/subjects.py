@@ -37,17 +37,39 @@ KUBE_SYSTEM_CONTROLLERS: Final = frozenset(f"kube-system:{name}" for name in (
 CONTROL_PLANE_USERS: Final = frozenset({"system:kube-controller-manager", "system:kube-scheduler"})
 
 
+#: how a ServiceAccount may be written in a config list: the config's own "ns:name", the "ns/name"
+#: dra-guard's messages print, and the username the apiserver authenticates it as; name may be *
+SERVICE_ACCOUNT_PATTERN: Final = r"^(system:serviceaccount:[^:/]+:[^:/]+|[^:/]+[:/][^:/]+)$"
+SERVICE_ACCOUNT_FORMS: Final = "'namespace:name', 'namespace/name' or 'system:serviceaccount:namespace:name' (name may be *)"
+_SA_USER_PREFIX: Final = "system:serviceaccount:"
+
+
+def service_account_entry(text: str) -> str:
+    """A ServiceAccount entry of SERVICE_ACCOUNT_PATTERN in the one form SubjectSet matches,
+    "ns:name" ("ns:*" stays); "ops/admin" and "system:serviceaccount:ops:admin" -> "ops:admin"."""
+    if text.startswith(_SA_USER_PREFIX) and text.count(":") == 3:
+        text = text[len(_SA_USER_PREFIX):]
+    return text.replace("/", ":", 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class SubjectSet:
-    """A set of RBAC identities: user names, group names and ServiceAccounts ("ns:name" / "ns:*")."""
+    """A set of RBAC identities: user names, group names and ServiceAccounts ("ns:name" / "ns:*";
+    the config loader turns the other spellings of SERVICE_ACCOUNT_PATTERN into these)."""
 
     users: frozenset[str] = dataclasses.field(default=frozenset(), metadata=key(
         "users", help="user names"))
     groups: frozenset[str] = dataclasses.field(default=frozenset(), metadata=key(
         "groups", help="group names (system:authenticated and the like are never trusted)"))
     service_accounts: frozenset[str] = dataclasses.field(default=frozenset(), metadata=key(
-        "serviceAccounts", pattern="^[^:]+:[^:]+$", pattern_help="'namespace:name' or 'namespace:*'",
-        help="ServiceAccounts as namespace:name, or namespace:* for every one of a namespace"))
+        "serviceAccounts", pattern=SERVICE_ACCOUNT_PATTERN, pattern_help=SERVICE_ACCOUNT_FORMS,
+        help="ServiceAccounts as namespace:name (or namespace/name, or system:serviceaccount:namespace:name), "
+             "name * for every one of a namespace"))
+
+    def union(self, other: SubjectSet) -> SubjectSet:
+        """The identities of both sets."""
+        return SubjectSet(users=self.users | other.users, groups=self.groups | other.groups,
+                          service_accounts=self.service_accounts | other.service_accounts)
 
     def contains(self, *, kind: str, name: str, namespace: str = "") -> bool:
         """Whether an RBAC subject belongs to the set.

@@ -79,6 +79,13 @@ class RbacConfig:
         metadata=key("adminSubjects", help="who may write the admin-only and the driver resources and hold escalation powers"))
     driver_subjects: SubjectSet = dataclasses.field(default=SubjectSet(), metadata=key(
         "driverSubjects", help="DRA drivers: who may write the driver resources (ResourceSlices), not DeviceClasses"))
+    # The extra lists are added to the two above by the loader (and by the chart's matchConditions),
+    # so that `helm --set` of one extra admin or driver, which replaces a whole list, never drops
+    # the default admins; admin_subjects and driver_subjects hold the unions after loading.
+    extra_admin_subjects: SubjectSet = dataclasses.field(default=SubjectSet(), metadata=key(
+        "extraAdminSubjects", help="more adminSubjects, added to that list (set these, keep its defaults)"))
+    extra_driver_subjects: SubjectSet = dataclasses.field(default=SubjectSet(), metadata=key(
+        "extraDriverSubjects", help="more driverSubjects, added to that list"))
     aggregation_controller_users: frozenset[str] = dataclasses.field(default=frozenset({
         "system:serviceaccount:kube-system:clusterrole-aggregation-controller", "system:kube-controller-manager"}),
         metadata=key("aggregationControllerUsers", help="users whose rule copies into aggregating roles only warn"))

@@ -139,6 +139,18 @@ class Subject:
             return f"ServiceAccount {self.namespace}/{self.name}"
         return f"{self.kind} {self.name}"
 
+    @classmethod
+    def parse(cls, text: str) -> Subject | None:
+        """The Subject `str()` printed ("ServiceAccount ns/name", "User alice"); None for other text
+        (findings carry subjects in that form: Finding.details["subject"])."""
+        kind, _, name = text.partition(" ")
+        if not kind or not name:
+            return None
+        if kind == "ServiceAccount":
+            namespace, _, name = name.partition("/")
+            return cls(kind=kind, name=name, namespace=namespace) if namespace and name else None
+        return cls(kind=kind, name=name)
+
 
 def subjects_of(binding: Mapping[str, Any]) -> list[Subject]:
     """The subjects of a binding dict; malformed entries are skipped."""

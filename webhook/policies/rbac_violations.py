@@ -110,7 +110,8 @@ def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str])
                    if g.resource in config.driver_resources or (g.namespaced and g.resource in NAMESPACE_POWER_NAMES)}
     admin_dra = [r for r in dra if r not in config.driver_resources]
     admin_powers = [p for p in powers if p not in driver_held]
-    admins = "add the subject to rbac.adminSubjects in dra-guard's config (Helm value config.rbac.adminSubjects)"
+    # the Helm values named are the extra lists: a --set of adminSubjects itself drops its defaults
+    admins = "add the subject to rbac.adminSubjects in dra-guard's config (Helm value config.rbac.extraAdminSubjects)"
     widened = ", ".join(sorted(config.driver_resources | set(admin_dra)))
     widen = (f"add {', '.join(admin_dra)} to rbac.driverResources (drivers may then write "
              f"{'it' if len(admin_dra) == 1 else 'them'}; Helm value config.rbac.driverResources: [{widened}])")
@@ -126,8 +127,8 @@ def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str])
     if admin_dra:
         who += f", only cluster admins {', '.join(admin_dra)}"
     fix = ("if it is a DRA driver, add the subject to rbac.driverSubjects in dra-guard's config (Helm value "
-           "config.rbac.driverSubjects)" + (f" and {widen}" if admin_dra else "")
-           + "; else to rbac.adminSubjects (Helm value config.rbac.adminSubjects)")
+           "config.rbac.extraDriverSubjects)" + (f" and {widen}" if admin_dra else "")
+           + "; else to rbac.adminSubjects (Helm value config.rbac.extraAdminSubjects)")
     return who, fix
 
 

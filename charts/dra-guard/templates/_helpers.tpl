@@ -256,34 +256,44 @@ securityContext:
 
 {{/*
 The CEL condition of the RBAC webhook that leaves the admins out: false (not sent to dra-guard) for
-a request by a user, group or ServiceAccount of config.rbac.adminSubjects, the same list dra-guard
-itself trusts. Identities that stand for many (system:authenticated, system:unauthenticated,
+a request by a user, group or ServiceAccount of config.rbac.adminSubjects or extraAdminSubjects, the
+same lists dra-guard itself trusts (its loader adds the extra list to adminSubjects too, so a --set
+of the extra list keeps the defaults). A ServiceAccount is "ns:name", "ns/name" or
+"system:serviceaccount:ns:name" (name may be *), as webhook/config/subjects.py accepts. Identities that stand for many (system:authenticated, system:unauthenticated,
 system:serviceaccounts[:ns], system:anonymous) are never admins, as in webhook/config
 (NEVER_PRIVILEGED_*). Lists are rendered with toJson: JSON strings are CEL string literals.
 */}}
 {{- define "dra-guard.notAdminExpression" -}}
 {{- $admins := .Values.config.rbac.adminSubjects | default dict -}}
+{{- $extra := .Values.config.rbac.extraAdminSubjects | default dict -}}
 {{- $groups := list -}}
-{{- range $admins.groups | default list -}}
+{{- range concat ($admins.groups | default list) ($extra.groups | default list) -}}
 {{- if not (or (has . (list "system:authenticated" "system:unauthenticated" "system:serviceaccounts")) (hasPrefix "system:serviceaccounts:" .)) -}}
 {{- $groups = append $groups . -}}
 {{- end -}}
 {{- end -}}
 {{- $users := list -}}
-{{- range $admins.users | default list -}}
+{{- range concat ($admins.users | default list) ($extra.users | default list) -}}
 {{- if ne . "system:anonymous" -}}
 {{- $users = append $users . -}}
 {{- end -}}
 {{- end -}}
 {{- $prefixes := list -}}
-{{- range $admins.serviceAccounts | default list -}}
-{{- $parts := splitList ":" . -}}
+{{- range concat ($admins.serviceAccounts | default list) ($extra.serviceAccounts | default list) -}}
+{{- $entry := . -}}
+{{- if and (hasPrefix "system:serviceaccount:" $entry) (eq (len (splitList ":" $entry)) 4) -}}
+{{- $entry = trimPrefix "system:serviceaccount:" $entry -}}
+{{- end -}}
+{{- $parts := splitList ":" (replace "/" ":" $entry) -}}
 {{- if eq (index $parts 1) "*" -}}
 {{- $prefixes = append $prefixes (printf "system:serviceaccount:%s:" (index $parts 0)) -}}
 {{- else -}}
-{{- $users = append $users (printf "system:serviceaccount:%s" .) -}}
+{{- $users = append $users (printf "system:serviceaccount:%s:%s" (index $parts 0) (index $parts 1)) -}}
 {{- end -}}
 {{- end -}}
+{{- $groups = $groups | uniq -}}
+{{- $users = $users | uniq -}}
+{{- $prefixes = $prefixes | uniq -}}
 !(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in {{ $groups | toJson }}))
 && !(request.userInfo.username in {{ $users | toJson }})
 && !({{ $prefixes | toJson }}.exists(p, request.userInfo.username.startsWith(p)))

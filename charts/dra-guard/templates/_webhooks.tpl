@@ -45,7 +45,8 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
       expression: >-
         !(request.userInfo.username in ['system:apiserver', 'system:kube-controller-manager',
         'system:serviceaccount:kube-system:clusterrole-aggregation-controller'])
-    # The admins of config.rbac.adminSubjects (the list dra-guard itself trusts) are never sent:
+    # The admins of config.rbac.adminSubjects and extraAdminSubjects (the lists dra-guard itself
+    # trusts) are never sent:
     # dra-guard would allow their grants anyway, and the chart's own ClusterRoles must install,
     # upgrade and roll back while dra-guard is down (the usual reason to upgrade it). A grant an
     # admin makes is still reported by the periodic audit and `dra-guard audit --cluster`.
