@@ -15,7 +15,7 @@ Pure: request dicts and object dicts in, Decisions and Findings out.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from webhook.model.powers import resource_ok
@@ -23,8 +23,8 @@ from webhook.model.rbac import Subject, subjects_of
 from webhook.model.rbac_index import RbacIndex
 from webhook.model.readers import as_list, as_map, as_str, labels_of, name_of, namespace_of, strings
 from webhook.policies.decision import ALLOW, Decision, Finding, short
+from webhook.policies.rbac_violations import POLICY
 
-POLICY = "rbac"
 LABEL: Final = "resource.kubernetes.io/admin-access"
 RESOURCE_GROUP: Final = "resource.k8s.io"
 
@@ -122,7 +122,3 @@ def audit(index: RbacIndex, objects: Mapping[str, list[dict[str, Any]]]) -> Iter
                     summary=short(f"dra-guard: {kind} {ns}/{name} uses DRA adminAccess"),
                     details={"label": LABEL})
 
-
-def labelled_namespaces(objects: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The names of the labelled Namespaces among `objects`, sorted."""
-    return sorted(name_of(o) for o in objects if o.get("kind") == "Namespace" and labelled(o))
