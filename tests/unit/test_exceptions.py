@@ -216,3 +216,15 @@ def test_a_probes_exception_leaves_the_driver_unpatched():
     resp = answer(client_for(probes_entry()), body, path="/mutate/daemonsets")
     assert resp["allowed"] is True and "patch" not in resp
     assert any("allowed by exception probes DaemonSet gpu/gpu-driver" in w for w in resp["warnings"])
+
+
+def test_a_binding_admitted_by_an_exception_stays_in_the_pending_record():
+    """The RBAC guard drops what it refuses from its pending record; admitted after all, the binding
+    must be there for a concurrent review of its role (webhook.model.pending)."""
+    state = ClusterState(None)
+    state.rbac.upsert_role(SLICE_WRITER)
+    client = create_app(config=config_with(rbac_entry()), cluster=state).test_client()
+    assert answer(client, review(TEAM_GPU, dry_run=True))["allowed"] is True
+    assert state.rbac.pending.bindings_of("slice-writer") == []  # a dry run leaves nothing behind
+    assert answer(client, review(TEAM_GPU))["allowed"] is True
+    assert [b["metadata"]["name"] for b in state.rbac.pending.bindings_of("slice-writer")] == ["team-gpu"]

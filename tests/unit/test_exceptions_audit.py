@@ -88,3 +88,10 @@ def test_a_probes_exception_skips_the_missing_probe(tmp_path):
     assert done.returncode == 0, done.stderr
     probes = [f for f in json.loads(done.stdout)["findings"] if f["policy"] == "probes"]
     assert probes and all(f["exception"]["ref"] == "probes DaemonSet gpu/gpu-driver" and not f["patch"] for f in probes)
+
+
+def test_config_validate_names_an_expired_exception(tmp_path):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"exceptions": [entry(-2)]}))
+    done = subprocess.run([sys.executable, "-m", "webhook.cli", "config", "validate", str(tmp_path / "config.yaml")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "exception rbac ClusterRoleBinding team-gpu (owner team-gpu) expired at" in done.stderr

@@ -158,6 +158,11 @@ def _config(args: argparse.Namespace) -> int:
         config = load_config(args.file)
         for line in config.ignored:
             print(f"dra-guard: warning: {line}", file=sys.stderr)
+        now = datetime.datetime.now(datetime.UTC)
+        for e in config.exceptions:
+            if not e.live(now):
+                print(f"dra-guard: warning: exception {e.ref} (owner {e.owner}) expired at {e.expires.isoformat()}",
+                      file=sys.stderr)
         modes = ", ".join(f"{name} {config.policy(name).mode}" for name in sorted(config.policies))
         print(f"{args.file}: valid DraGuardConfiguration (policies: {modes})")
         return 0
