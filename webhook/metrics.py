@@ -155,6 +155,25 @@ AUDIT_VIOLATIONS = Gauge(
     "Findings of the last periodic cluster audit, by policy and mode (only on the replica that ran it).",
     ["policy", "mode"],
 )
+AUDIT_EXCEPTED = Gauge(
+    "dra_guard_audit_excepted_findings",
+    "Findings of the last periodic cluster audit covered by an exception of the config, by state: active "
+    "(reported as skip) or expired (reported again, with an exception-expired finding); only on the replica "
+    "that ran it.",
+    ["state"],
+)
+EXCEPTIONS = Gauge(
+    "dra_guard_exceptions",
+    "Exceptions in the config (key exceptions), by state: active (before their expires) or expired; read at "
+    "each scrape.",
+    ["state"],
+)
+EXCEPTION_MATCHES = Counter(
+    "dra_guard_admission_excepted_total",
+    "Admission reviews whose findings an exception covered, by policy and the exception's state: active (let "
+    "through with a warning naming it) or expired (judged as without it).",
+    ["policy", "state"],
+)
 AUDIT_LAST_RUN = Gauge(
     "dra_guard_audit_last_run_timestamp_seconds",
     "When this replica last completed the periodic cluster audit (Unix time, seconds).",

@@ -630,6 +630,10 @@ BAD_VALUES = [
     ({"config": {"certificates": {"mode": "self"}}}, "/config", "additional properties 'certificates' not allowed"),
     ({"config": {"bogus": 1}}, "/config", "additional properties 'bogus' not allowed"),
     ({"webhooks": {"url": "http://127.0.0.1:8443"}}, "/webhooks/url", "does not match pattern"),
+    ({"config": {"exceptions": [{"policy": "rbac", "kind": "ClusterRoleBinding", "name": "b", "reason": "r",
+                                 "owner": "o"}]}}, "/config/exceptions/0", "missing property 'expires'"),
+    ({"config": {"exceptions": [{"policy": "rbac", "kind": "ClusterRole", "name": "b", "reason": "r", "owner": "o",
+                                 "expires": "2027-01-01T00:00:00Z"}]}}, "/config/exceptions/0/kind", "'ClusterRoleBinding'"),
     ({"monitoring": {"prometheusRule": {"thresholds": {"errorRatio": "high"}}}},
      "/monitoring/prometheusRule/thresholds/errorRatio", "got string, want number"),
 ]
@@ -825,3 +829,13 @@ def test_host_network_extra_env_and_rolling_update_reach_every_pod_the_chart_mak
     assert find(default, "Deployment")["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     with pytest.raises(helm.HelmError):
         helm.template(values={"extraEnv": [{"value": "no name"}]})
+
+
+def test_an_exception_in_the_values_reaches_the_config_dra_guard_reads():
+    import datetime
+    expires = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    entry = {"policy": "probes", "kind": "DaemonSet", "namespace": "gpu", "name": "legacy-driver",
+             "reason": "no health endpoint", "owner": "team-gpu", "expires": expires}
+    config = config_of(helm.template(values={"config": {"exceptions": [entry]}}))
+    (exception,) = from_mapping(config).exceptions
+    assert exception.ref == "probes DaemonSet gpu/legacy-driver" and exception.owner == "team-gpu"

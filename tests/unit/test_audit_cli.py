@@ -141,10 +141,10 @@ def test_json_summary_counts_each_policy_by_what_enforce_mode_does(capsys):
     summary = result["summary"]
     assert summary["complete"] is True and summary["inputErrors"] == 0 and result["inputErrors"] == []
     assert summary["findings"] == len(result["findings"]) == 5
-    assert summary["byPolicy"] == {"eviction": {"refuse": 0, "patch": 0, "advisory": 1, "pass": 1},
-                                   "probes": {"refuse": 0, "patch": 1, "advisory": 0, "pass": 1},
-                                   "rbac": {"refuse": 3, "patch": 0, "advisory": 0, "pass": 3}}
-    assert summary["results"] == {"refuse": 3, "patch": 1, "advisory": 1, "pass": 5}
+    assert summary["byPolicy"] == {"eviction": {"refuse": 0, "patch": 0, "advisory": 1, "skip": 0, "pass": 1},
+                                   "probes": {"refuse": 0, "patch": 1, "advisory": 0, "skip": 0, "pass": 1},
+                                   "rbac": {"refuse": 3, "patch": 0, "advisory": 0, "skip": 0, "pass": 3}}
+    assert summary["results"] == {"refuse": 3, "patch": 1, "advisory": 1, "skip": 0, "pass": 5}
     code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "compliant"), "-o", "json")
     clean = json.loads(out)
     assert code == 0 and clean["findings"] == [] and clean["summary"]["findings"] == 0

@@ -126,8 +126,8 @@ EXACT_MESSAGES = [
     ({"audit": {"qps": 0}}, "audit.qps: must be > 0 and <= 1000; got 0"),
     ({"cluster": {"requestTimeoutSeconds": 60}}, "cluster.requestTimeoutSeconds: must be > 0 and <= 30; got 60"),
     ({"apiVersion": "v1"}, "apiVersion: must be one of dra-guard.io/v1alpha1; got 'v1'"),
-    ({"bogus": 1}, "bogus: unknown key (known here: apiVersion, audit, certificates, cluster, drivers, eviction, kind, "
-                   "mode, policies, probes, rbac, server)"),
+    ({"bogus": 1}, "bogus: unknown key (known here: apiVersion, audit, certificates, cluster, drivers, eviction, exceptions, "
+                   "kind, mode, policies, probes, rbac, server)"),
     # the chart's schema always refused an empty apiGroup; the reader now does too
     ({"rbac": {"apiGroup": ""}}, "rbac.apiGroup: must not be empty"),
 ]

@@ -227,7 +227,7 @@ def test_number_bounds_are_the_schemas(path, e, value, ok):
 
 
 def test_every_choice_is_accepted_and_others_refused():
-    cases = [(p, e) for p, e in declared() if e.kind == "choice"]
+    cases = [(p, e) for p, e in declared() if e.kind == "choice" and "[]" not in p]  # list items: test_config_exceptions
     assert len(cases) >= 5
     for path, e in cases:
         for choice in e.choices:

@@ -45,3 +45,20 @@ def test_rolebinding_in_kube_system_is_reported():
     state._binding_event("ADDED", binding("b", "pods", [subject("User", "alice")], kind="RoleBinding", namespace="kube-system"))
     state._binding_event("ADDED", binding("b", "pods", [subject("User", "alice")], kind="RoleBinding", namespace="team-a"))
     assert metrics.RBAC_DRIFT.labels(kind="RoleBinding", action="reported")._value.get() == before + 1
+
+
+def test_a_binding_a_live_exception_covers_is_not_reported_but_an_expired_one_is():
+    import datetime
+    when = datetime.datetime.now(datetime.UTC)
+
+    def config(days):
+        return from_mapping({"exceptions": [{
+            "policy": "rbac", "kind": "ClusterRoleBinding", "name": "early", "roleRef": "later",
+            "subjects": {"users": ["alice"]}, "resources": ["deviceclasses"], "reason": "r", "owner": "o",
+            "expires": (when + datetime.timedelta(days=days)).isoformat()}]})
+    for days, reports in ((30, 0), (-1, 1)):
+        state = ClusterState(None, config=config(days))
+        before = reported()
+        state._role_event("ADDED", WRITER)
+        state._binding_event("ADDED", EARLY)
+        assert reported() == before + reports, days

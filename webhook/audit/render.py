@@ -21,8 +21,9 @@ Result = tuple[Finding, str]
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 #: the apiVersion and kind of `-o json` / `-o yaml`
 API_VERSION, KIND = "dra-guard.io/v1alpha1", "AuditResult"
-#: what enforce mode does about a finding, and "pass" for an object a policy judged without one
-RESULTS = ("refuse", "patch", "advisory", "pass")
+#: what enforce mode does about a finding ("skip": an exception of the config skips it), and "pass"
+#: for an object a policy judged without one
+RESULTS = ("refuse", "patch", "advisory", "skip", "pass")
 
 
 def version() -> str:
@@ -65,20 +66,24 @@ def render_table(findings: list[Result], problems: Sequence[str] = ()) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         lines.append(f"    {f.message}")
     count = sum(1 for f, _ in findings if acting(f))
+    skipped = sum(1 for f, _ in findings if f.skipped)
+    excepted = f"{skipped} skipped by exceptions, " if skipped else ""
     lines.append(f"\n{len(findings)} finding(s): {count} that enforce mode would refuse or patch, "
-                 f"{len(findings) - count} advisory. Why: {PAGE}")
+                 f"{excepted}{len(findings) - count - skipped} advisory. Why: {PAGE}")
     return "\n".join(lines) + "\n" + incomplete
 
 
 def result_of(finding: Finding) -> str:
-    """"refuse" (enforce mode refuses), "patch" (it patches) or "advisory"."""
+    """"refuse" (enforce mode refuses), "patch" (it patches), "skip" (an exception skips it) or "advisory"."""
+    if finding.skipped:
+        return "skip"
     return "refuse" if finding.enforced else "patch" if finding.fixed_by_patch else "advisory"
 
 
 def summary(findings: list[Result], judged: Mapping[str, list[tuple[str, str, str]]] | None = None,
             problems: Sequence[str] = ()) -> dict[str, Any]:
     """{"complete": no input problem, "inputErrors": how many, "findings": N, "results": {refuse,
-    patch, advisory, pass: count}, "byPolicy": {policy: {the same counts}}}. pass: the objects of
+    patch, advisory, skip, pass: count}, "byPolicy": {policy: {the same counts}}}. pass: the objects of
     `judged` (policy -> (kind, namespace, name), from webhook.audit.run.audit) without a finding of
     that policy, as in PolicyReports."""
     by_policy: dict[str, dict[str, int]] = {}
@@ -120,7 +125,7 @@ def render_sarif(findings: list[Result], sources: Mapping[tuple[str, str, str], 
                  problems: Sequence[str] = ()) -> str:
     """SARIF 2.1.0: one run of tool dra-guard, a rule per check (helpUri: the source page's
     section), a result per finding: level error when enforce mode would refuse or patch, warning
-    for advisories; a physical location (file and line) for objects read from files, a logical one
+    for advisories (and, for a finding an exception skips, an accepted external suppression); a physical location (file and line) for objects read from files, a logical one
     (kind/namespace/name) always. The run's invocation has executionSuccessful false and an error
     notification per input problem when there are any."""
     sources = sources or {}
@@ -137,6 +142,10 @@ def render_sarif(findings: list[Result], sources: Mapping[tuple[str, str, str], 
             "ruleId": rule_id, "level": "error" if acting(f) else "warning", "message": {"text": f.message},
             "properties": {"mode": mode, "enforced": f.enforced, "patch": f.fixed_by_patch},
             "locations": [{"logicalLocations": [{"name": logical, "kind": "resource"}]}]}
+        if f.skipped:  # SARIF's own word for an accepted finding: code-scanning UIs show it as dismissed
+            result["suppressions"] = [{"kind": "external", "status": "accepted",
+                                       "justification": f"exception {f.exception['ref']} (owner {f.exception['owner']}, "
+                                                        f"expires {f.exception['expires']}): {f.exception['reason']}"}]
         where = sources.get((f.kind, f.namespace, f.name))
         if where:
             path, _, line = where.rpartition(":")
@@ -155,12 +164,13 @@ def render_sarif(findings: list[Result], sources: Mapping[tuple[str, str, str], 
 def render_junit(findings: list[Result], sources: Mapping[tuple[str, str, str], str] | None = None, *,
                  problems: Sequence[str] = ()) -> str:
     """JUnit XML: a test suite "dra-guard", a test case per finding (a failure when enforce mode
-    would refuse or patch; advisories pass with their message as output), a test case in error per
+    would refuse or patch; skipped when an exception skips it; advisories pass with their message as output), a test case in error per
     input problem, and one passing case "no findings" when there is neither, so CI reports show the
     audit ran."""
     sources = sources or {}
     suite = ET.Element("testsuite", name="dra-guard", tests=str(max(1, len(findings) + len(problems))),
-                       failures=str(sum(1 for f, _ in findings if acting(f))), errors=str(len(problems)), skipped="0")
+                       failures=str(sum(1 for f, _ in findings if acting(f))), errors=str(len(problems)),
+                       skipped=str(sum(1 for f, _ in findings if f.skipped)))
     for problem in problems:
         case = ET.SubElement(suite, "testcase", classname="dra-guard.input", name=problem.split(": ", 1)[0])
         ET.SubElement(case, "error", message=problem, type="input-error").text = problem
@@ -171,7 +181,9 @@ def render_junit(findings: list[Result], sources: Mapping[tuple[str, str, str], 
         if where:
             case.set("file", where.rpartition(":")[0])
         text = f"{f.message}\nmode: {mode}\nsource: {source_of(f.policy)}"
-        if acting(f):
+        if f.skipped:
+            ET.SubElement(case, "skipped", message=f.summary).text = text
+        elif acting(f):
             ET.SubElement(case, "failure", message=f.summary, type=f.check or f.policy).text = text
         else:
             ET.SubElement(case, "system-out").text = text

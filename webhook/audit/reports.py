@@ -4,7 +4,9 @@ PolicyReport "dra-guard" per namespace, with a `pass` result for every object a 
 without a finding (so compliance ratios mean something).
 
 Result and severity follow what enforce mode does: a refusal is fail/high; a missing probe that
-enforce mode adds by patch at the next change is warn/low; an advisory is warn/medium.
+enforce mode adds by patch at the next change is warn/low; an advisory is warn/medium; a finding an
+exception of the config skips is skip/info, with properties exceptionRef, exceptionReason,
+exceptionOwner and exceptionExpires.
 """
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ RESULTS = ("pass", "fail", "warn", "error", "skip")
 
 def result_and_severity(finding: Finding) -> tuple[str, str]:
     """("fail", "high") for a refusal, ("warn", "low") for what enforce mode patches,
-    ("warn", "medium") for an advisory."""
+    ("warn", "medium") for an advisory, ("skip", "info") for what an exception skips."""
+    if finding.skipped:
+        return "skip", "info"
     if finding.enforced:
         return "fail", "high"
     if finding.fixed_by_patch:
@@ -53,7 +57,8 @@ def policy_reports(findings: list[Result], *, now: float | None = None,
         groups.setdefault(f.namespace, []).append({
             "source": "dra-guard", "policy": f.policy, "rule": f.check or f.policy, "result": result,
             "severity": severity, "scored": True, "message": f.message[:1024],
-            "properties": {"mode": mode, "patch": str(f.fixed_by_patch).lower(), "source": source_of(f.policy)},
+            "properties": {"mode": mode, "patch": str(f.fixed_by_patch).lower(), "source": source_of(f.policy),
+                           **{f"exception{k.capitalize()}": v for k, v in f.exception.items()}},
             "resources": [_resource(f.kind, f.namespace, f.name)], "timestamp": stamp})
     for policy, objects in sorted((judged or {}).items()):
         for kind, namespace, name in objects:

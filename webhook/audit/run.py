@@ -9,6 +9,7 @@ define are taken as every apiserver stores them, and findings reached through th
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ from webhook.config import CONFIG_KIND, Config, ConfigError, from_mapping
 from webhook.model import bootstrap, drivers
 from webhook.model.facts import Facts, build_facts
 from webhook.model.readers import as_map, as_str, name_of
-from webhook.policies import controlplane, probes
+from webhook.policies import controlplane, exceptions, probes
 from webhook.policies.decision import Finding, short
 from webhook.policies.registry import POLICIES
 
@@ -69,13 +70,14 @@ def run(objects: list[dict[str, Any]], config: Config, *, served_versions: list[
 
 
 def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: list[str] | None = None,
-          online: bool = False, facts: Facts | None = None) -> Audit:
+          online: bool = False, facts: Facts | None = None, now: datetime.datetime | None = None) -> Audit:
     """run(), plus the objects each policy judged (for `pass` results in PolicyReports) and the
     unresolved roleRef findings (a ClusterRoleBinding whose ClusterRole is not among `objects`:
     advisory, never a silent clean). online: `objects` include the live cluster's.
     facts: the indexes to judge by, already holding what `objects` would add (e.g. filled by
     webhook.kube.lists.stream_audit_cluster, files added with webhook.model.facts.add_objects);
-    None: built from `objects`."""
+    None: built from `objects`. The config's exceptions are applied at `now` (an aware datetime;
+    None: the clock's): covered findings skipped, expired exceptions reported (webhook.policies.exceptions)."""
     findings: list[tuple[Finding, str]] = []
     assumed = [] if online or facts is not None else bootstrap_roles(objects)
     facts = facts if facts is not None else build_facts([*assumed, *objects], config)
@@ -107,6 +109,7 @@ def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: lis
     findings += [(f, config.policy("rbac").mode) for f in unresolved_role_refs(by_kind, facts.rbac.role, online=online)]
     if assumed:
         findings = note_defaults(findings, {name_of(r) for r in assumed})
+    findings = exceptions.apply(findings, config.exceptions, now=now or datetime.datetime.now(datetime.UTC))
     driver_daemonsets = [object_key(ds) for ds in by_kind.get("DaemonSet", [])
                          if drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices)]
     judged = {

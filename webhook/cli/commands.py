@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import pathlib
 import sys
 from collections.abc import Callable
@@ -102,6 +103,11 @@ def _audit(args: argparse.Namespace) -> int:
     for line in config.ignored:
         print(f"dra-guard: warning: {line}", file=sys.stderr)
     print(f"dra-guard: config: {source}", file=sys.stderr)
+    now = datetime.datetime.now(datetime.UTC)
+    for e in config.exceptions:
+        if not e.live(now):
+            print(f"dra-guard: warning: exception {e.ref} (owner {e.owner}) expired at {e.expires.isoformat()}; "
+                  f"what it covers is reported again", file=sys.stderr)
     if args.cluster:
         client = client or api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
         limiter = RateLimiter(qps=args.qps, burst=args.burst)
@@ -130,7 +136,7 @@ def _audit(args: argparse.Namespace) -> int:
         "junit": lambda: audit.render_junit(findings, sources, problems=problems),
         "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged, problems=problems),
     }
-    sys.stdout.write(audit.suggest_values([f for f, _ in findings], config) if args.suggest_values
+    sys.stdout.write(audit.suggest_values([f for f, _ in findings if not f.skipped], config) if args.suggest_values
                      else renderers[args.output]())
     if manifests.problems:
         print(f"dra-guard: {len(manifests.problems)} input problem(s); the findings above cover what could be read",
@@ -152,6 +158,11 @@ def _config(args: argparse.Namespace) -> int:
         config = load_config(args.file)
         for line in config.ignored:
             print(f"dra-guard: warning: {line}", file=sys.stderr)
+        now = datetime.datetime.now(datetime.UTC)
+        for e in config.exceptions:
+            if not e.live(now):
+                print(f"dra-guard: warning: exception {e.ref} (owner {e.owner}) expired at {e.expires.isoformat()}",
+                      file=sys.stderr)
         modes = ", ".join(f"{name} {config.policy(name).mode}" for name in sorted(config.policies))
         print(f"{args.file}: valid DraGuardConfiguration (policies: {modes})")
         return 0

@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(kube-controller-manager QPS/Burst, served resource.k8s.io versions, old kubelets) "
                                        "and the driver pods a drain would have to leave last. Exit 0 when clean (advisory "
                                        "findings alone do not fail), 1 when enforce mode would refuse or patch "
-                                       "something, 2 on usage or input errors and when the Kubernetes API cannot be reached or refuses.",
+                                       "something, 2 on usage or input errors and when the Kubernetes API cannot be reached or refuses. "
+                                       "A finding a live exception of the config covers (key exceptions) is reported as skip and "
+                                       "does not fail; an expired one is reported (check exception-expired) and skips nothing.",
                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     audit.add_argument("-f", "--filename", dest="paths", action="append", default=[], metavar="PATH",
                        help="file or folder of YAML/JSON manifests, or - for standard input (repeatable; multi-document "

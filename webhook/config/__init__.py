@@ -132,10 +132,14 @@ Example (all defaults shown)::
       requestTimeoutSeconds: 2
       apiCheckIntervalSeconds: 30   # APIServices of the groups it reads served by the apiserver (else not ready)
       bindingRefreshIntervalSeconds: 2   # at most one full ClusterRoleBinding read per this many seconds
+    exceptions: []                # [{policy: rbac, kind: ClusterRoleBinding, name: gpu-ops, roleRef: slice-writer,
+                                  #   subjects: {groups: [gpu-ops]}, resources: [resourceslices], reason: ...,
+                                  #   owner: team-gpu, expires: "2026-12-31T00:00:00Z"}] (README "Exceptions")
 """
 from __future__ import annotations
 
 from webhook.config.declare import ConfigError
+from webhook.config.exceptions import EXCEPTABLE, PolicyException
 from webhook.config.load import from_mapping, load_config
 from webhook.config.process import AuditConfig, CertificatesConfig, ClusterConfig, ServerConfig
 from webhook.config.subjects import (
@@ -166,10 +170,10 @@ from webhook.config.types import (
 )
 
 __all__ = [
-    "CONFIG_API_VERSION", "CONFIG_KIND", "DEFAULT_FAILURE_MODES", "ESCALATION_CHECKS", "FAILURE_MODES",
+    "CONFIG_API_VERSION", "CONFIG_KIND", "DEFAULT_FAILURE_MODES", "ESCALATION_CHECKS", "EXCEPTABLE", "FAILURE_MODES",
     "KUBE_SYSTEM_CONTROLLERS", "MODES",
     "NEVER_PRIVILEGED_GROUPS", "NEVER_PRIVILEGED_GROUP_PREFIXES", "NEVER_PRIVILEGED_USERS", "POLICY_NAMES",
     "AuditConfig", "CertificatesConfig", "ClusterConfig", "Config", "ConfigError", "DeclaredDriver", "DetectionConfig",
-    "DriverSelector", "EvictionConfig", "FailureMode", "Mode", "PolicyConfig", "ProbeConfig", "RbacConfig",
-    "ServerConfig", "SubjectSet", "from_mapping", "load_config",
+    "DriverSelector", "EvictionConfig", "FailureMode", "Mode", "PolicyConfig", "PolicyException", "ProbeConfig",
+    "RbacConfig", "ServerConfig", "SubjectSet", "from_mapping", "load_config",
 ]

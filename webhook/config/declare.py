@@ -3,13 +3,14 @@
 ``dataclasses.field(default=10, metadata=key("periodSeconds", lo=1, hi=3600, help="..."))`` says
 the key's name in the file (camelCase), its bounds or form, and one line of help. The value's
 kind comes from the field's type annotation (bool or bool | None, int, float, str, a Literal of choices,
-frozenset[str] / tuple[str, ...] lists, Mapping[str, str], a nested dataclass section, a tuple of
-dataclass sections, a Mapping of named sections). webhook.config.load reads a file by walking these
+frozenset[str] / tuple[str, ...] lists, Mapping[str, str], datetime (an RFC 3339 date-time), a
+nested dataclass section, a tuple of dataclass sections, a Mapping of named sections). webhook.config.load reads a file by walking these
 declarations and webhook.config.schema writes the JSON schema from the same ones.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import types
 import typing
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from typing import Any, Final, Literal
 METADATA: Final = "dra_guard_key"
 
 Kind = Literal["bool", "int", "number", "str", "choice", "strings", "sorted_strings", "section", "sections",
-               "string_map", "family"]
+               "string_map", "family", "time"]
 
 
 class ConfigError(ValueError):
@@ -97,6 +98,8 @@ def _kind(tp: Any, declared: Key) -> tuple[Kind, tuple[str, ...], type[Any] | No
         return "int", (), None
     if tp is float:
         return "number", (), None
+    if tp is datetime.datetime:
+        return "time", (), None  # an RFC 3339 date-time (webhook.config.exceptions.parse_expiry)
     if tp is str:
         return ("choice", declared.choices, None) if declared.choices else ("str", (), None)
     if origin is Literal:

@@ -5,6 +5,7 @@ Every error is a ConfigError whose message starts with the key's dotted path
 """
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import os
 import pathlib
@@ -15,6 +16,7 @@ from typing import Any
 import yaml
 
 from webhook.config.declare import ConfigError, Entry, Key, class_defaults, entries, instance_values
+from webhook.config.exceptions import EXCEPTABLE, MAX_DAYS, NAMESPACED_KINDS, PolicyException, parse_expiry
 from webhook.config.subjects import (
     NEVER_PRIVILEGED_GROUP_PREFIXES,
     NEVER_PRIVILEGED_GROUPS,
@@ -22,7 +24,7 @@ from webhook.config.subjects import (
     SubjectSet,
     service_account_entry,
 )
-from webhook.config.types import HEADER_KEYS, Config, RbacConfig
+from webhook.config.types import DNS_LABEL, DNS_SUBDOMAIN, HEADER_KEYS, Config, RbacConfig
 
 
 class _Reader:
@@ -117,7 +119,20 @@ def _read_value(entry: Entry, r: _Reader, name: str, default: Any, read: Mapping
             raise ConfigError(f"{path}: {text!r} must be {declared.pattern_help}")
         return text
     if entry.kind == "choice":
+        if declared.required and r.data.get(name) is None:
+            r.seen.add(name)
+            raise ConfigError(f"{path}: required (one of {', '.join(entry.choices)})")
         return r.choice(name, entry.choices, default)
+    if entry.kind == "time":
+        raw = r.take(name, (str, datetime.date), None)
+        if raw is None:
+            if declared.required:
+                raise ConfigError(f"{path}: required (an RFC 3339 date-time such as 2026-12-31T00:00:00Z)")
+            return default
+        try:
+            return parse_expiry(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     if entry.kind in ("strings", "sorted_strings"):
         items = r.strings(name, frozenset(default))
         _check_items(path, declared, items)
@@ -168,9 +183,50 @@ def _extra_subjects(values: dict[str, Any], reader: _Reader, notes: list[str]) -
     values["driver_subjects"] = values["driver_subjects"].union(values["extra_driver_subjects"])
 
 
+def _exception(values: dict[str, Any], reader: _Reader, notes: list[str]) -> None:
+    """The cross-checks of one exceptions[] entry (webhook.config.exceptions says why each)."""
+    policy, kind = values["policy"], values["kind"]
+    if policy not in EXCEPTABLE:
+        raise ConfigError(f"{reader.key('policy')}: the {policy} policy is never excepted (an exception would let "
+                          f"anyone allowed to evict pods drain a DRA driver its claims still need); one of "
+                          f"{', '.join(EXCEPTABLE)}")
+    kinds = EXCEPTABLE[policy][0]
+    if kind not in kinds:
+        raise ConfigError(f"{reader.key('kind')}: a {policy} exception names a {' or '.join(kinds)}; got {kind}")
+    namespace = values["namespace"]
+    if kind in NAMESPACED_KINDS and not namespace:
+        raise ConfigError(f"{reader.key('namespace')}: required for a {kind}")
+    if kind not in NAMESPACED_KINDS and namespace:
+        raise ConfigError(f"{reader.key('namespace')}: a {kind} has no namespace; drop it")
+    if namespace and not re.search(DNS_LABEL, namespace):
+        raise ConfigError(f"{reader.key('namespace')}: {namespace!r} must be a namespace name (DNS label)")
+    if kind == "DaemonSet" and not re.search(DNS_SUBDOMAIN, values["name"]):
+        raise ConfigError(f"{reader.key('name')}: {values['name']!r} must be a DaemonSet name (DNS subdomain)")
+    subjects: SubjectSet = values["subjects"]
+    pins = {"roleRef": values["role_ref"], "subjects": subjects.users | subjects.groups | subjects.service_accounts,
+            "resources": values["resources"]}
+    for pin, value in pins.items():
+        if policy == "rbac" and not value:
+            raise ConfigError(f"{reader.key(pin)}: required for an rbac exception: it says exactly what the "
+                              f"binding may grant, so whoever may write the binding cannot widen it")
+        if policy != "rbac" and value:
+            raise ConfigError(f"{reader.key(pin)}: only rbac exceptions take {pin}; drop it")
+    wild = sorted(e for e in subjects.service_accounts if e.endswith(":*"))
+    if wild:
+        raise ConfigError(f"{reader.key('subjects')}.serviceAccounts: {wild[0]} is a pattern; name each ServiceAccount")
+    never = [n for n in notes if n.startswith(reader.key("subjects"))]
+    if never:
+        raise ConfigError(f"{never[0]}: an exception cannot give it anything")
+    horizon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=MAX_DAYS)
+    if values["expires"] > horizon:
+        raise ConfigError(f"{reader.key('expires')}: {values['expires'].isoformat()} is more than {MAX_DAYS} days "
+                          f"ahead; exceptions are reviewed at least once a year")
+
+
 #: per section class, what runs after its keys are read and before unknown keys are reported:
 #: (values by attribute, which it may rewrite, the section's reader, the "ignored" notes to append to)
-_AFTER: dict[type, Callable[[dict[str, Any], _Reader, list[str]], None]] = {SubjectSet: _subjects, RbacConfig: _extra_subjects}
+_AFTER: dict[type, Callable[[dict[str, Any], _Reader, list[str]], None]] = {
+    SubjectSet: _subjects, RbacConfig: _extra_subjects, PolicyException: _exception}
 
 
 def _read_section(cls: type[Any], reader: _Reader, defaults: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -215,6 +271,13 @@ def from_mapping(data: Any) -> Config:
             # its namespace is never sent to dra-guard: nothing dra-guard needs to start may wait on itself
             raise ConfigError(f"drivers.declared[{i}].namespace: {own} is dra-guard's own namespace, which is never "
                               f"sent to dra-guard; install the driver in a namespace of its own")
+    seen: dict[tuple[str, str, str, str], int] = {}
+    for i, exception in enumerate(config.exceptions):
+        where = (exception.policy, exception.kind, exception.namespace, exception.name)
+        if where in seen:
+            raise ConfigError(f"exceptions[{i}]: {exception.ref} is already excepted by exceptions[{seen[where]}]; "
+                              f"keep one entry per object and policy")
+        seen[where] = i
     return config.with_guard(own)
 
 

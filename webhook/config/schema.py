@@ -68,6 +68,8 @@ def _value(entry: Entry, *, chart: bool, member: str = "") -> dict[str, Any]:
             node["pattern"] = declared.pattern
     elif kind == "choice":
         node = {"type": "string", "enum": list(entry.choices)}
+    elif kind == "time":
+        node = {"type": "string", "format": "date-time"}
     elif kind in ("strings", "sorted_strings"):
         node = {"type": "array", "items": _items(declared)}
     elif kind == "string_map":

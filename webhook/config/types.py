@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import ClassVar, Final, Literal, get_args
 
 from webhook.config.declare import Key, key
+from webhook.config.exceptions import PolicyException
 from webhook.config.process import AuditConfig, CertificatesConfig, ClusterConfig, ServerConfig
 from webhook.config.subjects import CONTROL_PLANE_USERS, ESCALATION_CHECKS, KUBE_SYSTEM_CONTROLLERS, SubjectSet
 
@@ -268,6 +269,9 @@ class Config:
         "server", help="the HTTPS server (gunicorn)"))
     cluster: ClusterConfig = dataclasses.field(default=ClusterConfig(), metadata=key(
         "cluster", help="Kubernetes API access"))
+    exceptions: tuple[PolicyException, ...] = dataclasses.field(default=(), metadata=key(
+        "exceptions", help="findings an admin excepts on one named object, with a reason, an owner and an expiry "
+                           "(README 'Exceptions'): not enforced at admission, skip in audits, findings once expired"))
     ignored: tuple[str, ...] = ()  # "key: reason" lines for entries that were accepted but have no effect
 
     def with_guard(self, namespace: str) -> Config:

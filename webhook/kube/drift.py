@@ -10,6 +10,7 @@ violation (deduplicated per process until it goes away) is reported within the w
 - a Kubernetes Event (reason RbacViolation, type Warning) on the binding, in its namespace
   ("default" for a ClusterRoleBinding, where the apiserver keeps cluster-scoped objects' Events);
 - with rbac.driftRemediation (off by default): the binding is deleted (action="remediated").
+A finding a live exception of the config covers (webhook.policies.exceptions) is none of these.
 The periodic audit and its PolicyReports list the same findings at their next run.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ from webhook.config import Config
 from webhook.kube.client import count
 from webhook.model.rbac_index import RbacIndex
 from webhook.model.readers import name_of, namespace_of
-from webhook.policies import rbac
+from webhook.policies import exceptions, rbac
 from webhook.policies.decision import Finding
 
 log = logging.getLogger("dra_guard.drift")
@@ -60,7 +61,7 @@ class RbacDrift:
             cfg = self.config.rbac
             bindings = [obj] if kind in BINDING_KINDS else rbac.bindings_reaching(self.index, cfg, obj)
             for binding in bindings:
-                findings = rbac.judge_binding(self.index, cfg, binding)
+                findings = self._not_excepted(rbac.judge_binding(self.index, cfg, binding))
                 key_kind = "RoleBinding" if namespace_of(binding) else "ClusterRoleBinding"
                 if not findings:
                     self._forget(key_kind, namespace_of(binding), name_of(binding))
@@ -68,6 +69,13 @@ class RbacDrift:
                     self._report(f)
         except Exception:  # a broken report must never stop the informer feeding the caches
             log.exception("judging an RBAC watch event failed", extra={"kind": kind, "object": name_of(obj)})
+
+    def _not_excepted(self, findings: list[Finding]) -> list[Finding]:
+        """`findings` without those a live exception of the config covers: admission let them
+        through on purpose (an expired exception covers nothing: those are reported)."""
+        now = datetime.datetime.now(datetime.UTC)
+        return [f for f in findings
+                if (e := exceptions.covering(f, self.config.exceptions)) is None or not e.live(now)]
 
     def _forget(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:

@@ -24,6 +24,8 @@ class Finding:
     check: a stable id of the rule that found it (e.g. "rbac-write", "missing-liveness-probe").
     enforced: False for advisory findings, which enforce mode shows as warnings but never refuses.
     fixed_by_patch: the Decision's patch resolves it (enforce mode applies the patch and stays quiet).
+    exception: set when a live exception of the config skips it (webhook.policies.exceptions): the
+    exception's ref, reason, owner and expires (RFC 3339); enforced and fixed_by_patch are then False.
     """
 
     policy: str
@@ -38,6 +40,12 @@ class Finding:
     check: str = ""
     enforced: bool = True
     fixed_by_patch: bool = False
+    exception: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def skipped(self) -> bool:
+        """Whether a live exception skips it (PolicyReport result `skip`)."""
+        return bool(self.exception)
 
     def as_dict(self, *, mode: str) -> dict[str, Any]:
         """The JSON form used by `dra-guard audit --output json` and structured logs."""
@@ -52,6 +60,7 @@ class Finding:
             "patch": self.fixed_by_patch,
             "message": self.message,
             **({"details": dict(self.details)} if self.details else {}),
+            **({"exception": dict(self.exception)} if self.exception else {}),
         }
 
 

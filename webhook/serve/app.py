@@ -18,6 +18,7 @@ error is JSON too (404, 405, 500): never an HTML page, never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import logging
 import time
@@ -32,6 +33,7 @@ from webhook import admission, metrics
 from webhook.config import Config
 from webhook.model.facts import Facts
 from webhook.model.limits import over_limit
+from webhook.policies import exceptions
 from webhook.policies.decision import Decision
 from webhook.policies.registry import POLICIES, Review
 from webhook.serve.lanes import Lane, arrived, lanes_for
@@ -64,13 +66,31 @@ class Readiness:
 
 
 def policy_routes(config: Config, facts: Facts) -> dict[str, tuple[str, Callable[[Mapping[str, Any]], Decision]]]:
-    """URL path -> (policy name, request -> Decision) for every policy in the registry."""
-    def bind(review: Review) -> Callable[[Mapping[str, Any]], Decision]:
+    """URL path -> (policy name, request -> Decision) for every policy in the registry, the config's
+    exceptions applied (webhook.policies.exceptions) at the time of the review."""
+    def bind(name: str, review: Review) -> Callable[[Mapping[str, Any]], Decision]:
         def evaluate(req: Mapping[str, Any]) -> Decision:
-            return review(req, facts, config)
+            decision = review(req, facts, config)
+            if not config.exceptions or not decision.findings:
+                return decision
+            excepted, used, expired = exceptions.admit(decision, config.exceptions, now=datetime.datetime.now(datetime.UTC))
+            if used:
+                metrics.EXCEPTION_MATCHES.labels(policy=name, state="active").inc()
+            if expired:
+                metrics.EXCEPTION_MATCHES.labels(policy=name, state="expired").inc()
+            for e in expired:
+                log.warning("exception expired", extra={"policy": name, "exception": e.ref, "owner": e.owner,
+                                                        "expires": e.expires.isoformat(), "uid": req.get("uid")})
+            obj = req.get("object")
+            if name == "rbac" and excepted.allowed and not decision.allowed and req.get("dryRun") is not True \
+                    and isinstance(obj, Mapping):
+                # the RBAC guard dropped the object it refused from its pending record; allowed after
+                # all, it goes back, so a concurrent review of its role sees it (webhook.model.pending)
+                facts.rbac.pending.add(obj)
+            return excepted
         return evaluate
 
-    return {p.path: (p.name, bind(p.review)) for p in POLICIES}
+    return {p.path: (p.name, bind(p.name, p.review)) for p in POLICIES}
 
 
 def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = None) -> Flask:

@@ -10,7 +10,7 @@ returns its memory to the system when it exits.
 
 Protocol: the parent writes one pickled AuditRequest to the child's stdin (both run the same
 code); the child writes (Cluster)PolicyReports itself and prints one JSON line on stdout: {"counts":
-[[policy, mode, n], ...], "findings": n, "objects": n, "seconds": s, "peakRssMiB": m, "pid": p},
+[[policy, mode, n], ...], "findings": n, "excepted": {"active": n, "expired": n}, "objects": n, "seconds": s, "peakRssMiB": m, "pid": p},
 or {"error": "..."} with exit status 3 on an API error. Its log lines go to the inherited stderr.
 """
 from __future__ import annotations
@@ -37,6 +37,7 @@ from webhook.kube import lists
 from webhook.kube.pages import RateLimiter
 from webhook.kube.reports import PolicyReportWriter
 from webhook.model.facts import StaticFacts
+from webhook.policies.exceptions import EXPIRED_CHECK
 
 #: the child's nice increment: the serving worker (nice 0) gets the CPU first when both want it
 NICE = 10
@@ -61,8 +62,10 @@ class AuditRequest:
 
 @dataclasses.dataclass(frozen=True)
 class AuditSummary:
-    """The child's answer: findings counted per (policy, mode), totals, the Namespaces labelled for
-    DRA admin access, wall time (seconds), the child's peak RSS (MiB) and its pid."""
+    """The child's answer: findings counted per (policy, mode) (those an exception skips left out),
+    totals, the Namespaces labelled for DRA admin access, wall time (seconds), the child's peak RSS
+    (MiB), its pid, and the findings exceptions covered ({"active": skipped, "expired":
+    exception-expired findings})."""
 
     counts: dict[tuple[str, str], int]
     findings: int
@@ -71,6 +74,7 @@ class AuditSummary:
     seconds: float
     peak_rss_mib: float
     pid: int
+    excepted: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class AuditChildError(RuntimeError):
@@ -88,7 +92,7 @@ def audit_cluster(client: Any, config: Config) -> dict[str, Any]:
     facts = StaticFacts(config)
     objects = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter)
     result = audit.audit(objects, config, served_versions=served, online=True, facts=facts)
-    counts = collections.Counter((f.policy, mode) for f, mode in result.findings)
+    counts = collections.Counter((f.policy, mode) for f, mode in result.findings if not f.skipped)
     writer = PolicyReportWriter(client)
     if config.audit.policy_reports and writer.served():
         reports = audit.policy_reports(result.findings, judged=result.judged)
@@ -97,6 +101,8 @@ def audit_cluster(client: Any, config: Config) -> dict[str, Any]:
         writer.apply(reports)
     return {"counts": [[p, m, n] for (p, m), n in sorted(counts.items())], "findings": len(result.findings),
             "adminAccessNamespaces": sum(1 for f, _ in result.findings if f.check == "admin-access-namespace"),
+            "excepted": {"active": sum(1 for f, _ in result.findings if f.skipped),
+                         "expired": sum(1 for f, _ in result.findings if f.check == EXPIRED_CHECK)},
             "objects": len(objects), "seconds": round(time.monotonic() - started, 3),
             "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "pid": os.getpid()}
 
@@ -164,7 +170,8 @@ def run_in_child(request: AuditRequest, *, timeout_seconds: float,
     return AuditSummary(counts={(p, m): int(n) for p, m, n in answer["counts"]}, findings=int(answer["findings"]),
                         admin_access_namespaces=int(answer.get("adminAccessNamespaces", 0)),
                         objects=int(answer["objects"]), seconds=float(answer["seconds"]),
-                        peak_rss_mib=float(answer["peakRssMiB"]), pid=int(answer["pid"]))
+                        peak_rss_mib=float(answer["peakRssMiB"]), pid=int(answer["pid"]),
+                        excepted={str(k): int(v) for k, v in answer.get("excepted", {}).items()})
 
 
 if __name__ == "__main__":

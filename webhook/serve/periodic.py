@@ -63,6 +63,11 @@ class PeriodicAudit:
         metrics.AUDIT_VIOLATIONS.clear()
         for (policy, mode), n in summary.counts.items():
             metrics.AUDIT_VIOLATIONS.labels(policy=policy, mode=mode).set(n)
+        for state in ("active", "expired"):
+            metrics.AUDIT_EXCEPTED.labels(state=state).set(summary.excepted.get(state, 0))
+        if summary.excepted.get("expired"):
+            log.warning("periodic audit: expired exceptions still cover findings (reported as exception-expired)",
+                        extra={"expiredExceptions": summary.excepted["expired"]})
         metrics.AUDIT_LAST_RUN.set(now.timestamp())
         metrics.ADMIN_ACCESS_NAMESPACES.set(summary.admin_access_namespaces)
         metrics.AUDIT_LAST_SECONDS.set(summary.seconds)

@@ -237,6 +237,7 @@ class DraGuardServer(BaseApplication):
         sizes = cache_sizes(state)
         for cache in state.sizes():  # read at each scrape
             metrics.CACHE_OBJECTS.labels(cache=cache).set_function(functools.partial(lambda c: sizes()[c], cache))
+        watch_exceptions(o.config)
         if client is not None and o.config.audit.interval_seconds > 0:
             from webhook.serve.periodic import PeriodicAudit
 
@@ -252,6 +253,22 @@ class DraGuardServer(BaseApplication):
         readiness = Readiness(cluster=state, certificate=lambda: reloader(o).status(), draining=worker.DRAINING.is_set)
         log.info("worker ready to serve", extra={"port": o.port, "cluster": not o.no_cluster})
         return create_app(config=o.config, cluster=state, readiness=readiness)
+
+
+def watch_exceptions(config: Config) -> None:
+    """Publish dra_guard_exceptions{state} (counted at each scrape: an exception expires while the
+    server runs) and log each exception that has already expired, once per worker start."""
+    def count(live: bool) -> int:
+        now = datetime.datetime.now(datetime.UTC)
+        return sum(1 for e in config.exceptions if e.live(now) == live)
+
+    metrics.EXCEPTIONS.labels(state="active").set_function(functools.partial(count, True))
+    metrics.EXCEPTIONS.labels(state="expired").set_function(functools.partial(count, False))
+    now = datetime.datetime.now(datetime.UTC)
+    for e in config.exceptions:
+        if not e.live(now):
+            log.warning("exception expired", extra={"exception": e.ref, "owner": e.owner, "expires": e.expires.isoformat(),
+                                                    "reason": e.reason})
 
 
 #: glibc mallopt() parameter M_ARENA_MAX (malloc.h)
