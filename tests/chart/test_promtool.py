@@ -3,9 +3,10 @@
 The rules are charts/dra-guard/files/prometheus-rules.yaml rendered by `helm template` into the
 PrometheusRule; its spec (plain rule-file format) goes to `promtool check rules` as is, and to
 `promtool test rules` with tests/chart/rules-tests.yaml (synthetic series: every alert fires when
-it should and stays silent when it should). For the unit tests the long `description`
-annotations are left out (they are checked by `check rules` and below); summaries stay and are
-compared, so Prometheus' templating of $labels and $value is tested.
+it should and stays silent when it should). For the unit tests the long `description` and the
+`runbook_url` annotations are left out (they are checked by `check rules`, below and in
+test_runbooks.py); summaries stay and are compared, so Prometheus' templating of $labels and $value
+is tested.
 """
 from __future__ import annotations
 
@@ -74,11 +75,13 @@ def run_promtool(promtool: pathlib.Path, *args: str, cwd: pathlib.Path) -> subpr
 
 
 def write_unit_test_files(folder: pathlib.Path, spec: dict[str, Any]) -> pathlib.Path:
-    """rules.yaml (descriptions left out) and a copy of rules-tests.yaml in `folder`; returns the latter."""
+    """rules.yaml (descriptions and runbook URLs left out) and a copy of rules-tests.yaml in `folder`;
+    returns the latter."""
     stripped = json.loads(json.dumps(spec))
     for group in stripped["groups"]:
         for rule in group["rules"]:
             rule.get("annotations", {}).pop("description", None)
+            rule.get("annotations", {}).pop("runbook_url", None)
     (folder / "rules.yaml").write_text(yaml.safe_dump(stripped, sort_keys=False))
     return pathlib.Path(shutil.copy(RULE_TESTS, folder / "rules-tests.yaml"))
 

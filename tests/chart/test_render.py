@@ -613,6 +613,20 @@ def test_monitoring_objects():
     assert [g["name"] for g in find(cm, "PrometheusRule")["spec"]["groups"]] == ["dra-guard"]
 
 
+def test_alerts_link_their_runbooks_at_the_configured_base():
+    """monitoring.prometheusRule.runbookBaseURL is the page every alert's runbook_url points into
+    (a copy on an internal wiki, say), each alert at its own anchor."""
+    base = "https://wiki.example.com/ops/dra-guard-runbooks"
+    objs = helm.template(values={"monitoring": {"prometheusRule": {"enabled": True, "runbookBaseURL": base}}})
+    rules = [r for g in find(objs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    assert len(rules) >= 20
+    for rule in rules:
+        assert rule["annotations"]["runbook_url"] == f"{base}#{rule['alert'].lower()}", rule["alert"]
+    default = [r for g in find(rendered("monitoring"), "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
+    assert {r["annotations"]["runbook_url"].partition("#")[0] for r in default} == {
+        "https://github.com/dra-guard/dra-guard/blob/main/docs/runbooks.md"}
+
+
 # ---------------------------------------------------------------- schema
 BAD_VALUES = [
     ({"config": {"mode": "sometimes"}}, "/config/mode", "value must be one of 'enforce', 'warn', 'audit'"),
@@ -636,6 +650,10 @@ BAD_VALUES = [
                                  "expires": "2027-01-01T00:00:00Z"}]}}, "/config/exceptions/0/kind", "'ClusterRoleBinding'"),
     ({"monitoring": {"prometheusRule": {"thresholds": {"errorRatio": "high"}}}},
      "/monitoring/prometheusRule/thresholds/errorRatio", "got string, want number"),
+    ({"monitoring": {"prometheusRule": {"runbookBaseURL": "docs/runbooks.md"}}},
+     "/monitoring/prometheusRule/runbookBaseURL", "does not match pattern"),
+    ({"monitoring": {"prometheusRule": {"runbookBaseURL": "https://wiki.example.com/runbooks#top"}}},
+     "/monitoring/prometheusRule/runbookBaseURL", "does not match pattern"),
 ]
 
 
