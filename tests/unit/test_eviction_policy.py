@@ -141,3 +141,27 @@ def test_drain_plan_lists_what_holds_each_driver():
     assert "gpu-driver-a" in drainplan.render_text(result)
     empty = drainplan.plan(drainplan.build_index(objs, fm(None)), "node-b")
     assert empty["ready"] is True and "no DRA driver pods" in drainplan.render_text(empty)
+
+
+def test_the_driver_evictions_metric_says_refused_only_when_the_eviction_was_refused():
+    """In warn and audit mode the rule's refusal lets the eviction through: counted as would-refuse."""
+    import types
+
+    from prometheus_client import REGISTRY
+
+    from webhook import metrics  # noqa: F401  (registers the metric)
+
+    def count(decision):
+        return REGISTRY.get_sample_value("dra_guard_driver_evictions_total",
+                                         {"driver": "gpu.example.com", "decision": decision}) or 0.0
+
+    for mode, label in (("enforce", "refused"), ("warn", "would-refuse"), ("audit", "would-refuse")):
+        idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+        before = {d: count(d) for d in ("refused", "would-refuse")}
+        config = from_mapping({"policies": {"eviction": {"mode": mode}}})
+        facts = types.SimpleNamespace(claims=idx, fresh=lambda age: (True, ""))  # the two members admit() reads
+        eviction.admit(eviction_request("gpu-driver-a"), facts, config)
+        after = {d: count(d) for d in ("refused", "would-refuse")}
+        assert after[label] == before[label] + 1, (mode, before, after)
+        other = "refused" if label == "would-refuse" else "would-refuse"
+        assert after[other] == before[other], (mode, before, after)

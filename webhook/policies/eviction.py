@@ -139,18 +139,20 @@ def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
     eviction.maxCacheAgeSeconds; then record() its metrics. (The registry's `review`.)"""
     decision = review(request, index=facts.claims, config=config.eviction,
                       synced=facts.fresh(config.eviction.max_cache_age_seconds))
-    record(request, decision, facts.claims)
+    record(request, decision, facts.claims, mode=config.policy(POLICY).mode)
     return decision
 
 
-def record(request: Mapping[str, Any], decision: Decision, index: ClaimIndex) -> None:
-    """Metrics of the drain-order guard: driver pod evictions refused and allowed by driver
-    (dra_guard_driver_evictions_total), and the claims blocking a node's driver at its last refused
-    eviction (dra_guard_blocking_claims)."""
+def record(request: Mapping[str, Any], decision: Decision, index: ClaimIndex, *, mode: str = "enforce") -> None:
+    """Metrics of the drain-order guard: driver pod evictions by driver and decision
+    (dra_guard_driver_evictions_total: "refused" in enforce mode, "would-refuse" in warn and audit
+    mode, where the eviction was let through, "allowed"), and the claims blocking a node's driver
+    at its last such eviction (dra_guard_blocking_claims). mode: the eviction policy's mode."""
     refused = [f for f in decision.findings if f.check == "driver-still-needed"]
+    label = "refused" if mode == "enforce" else "would-refuse"
     for f in refused:
         for name in f.details["drivers"]:
-            metrics.DRIVER_EVICTIONS.labels(driver=name, decision="refused").inc()
+            metrics.DRIVER_EVICTIONS.labels(driver=name, decision=label).inc()
         metrics.BLOCKING_CLAIMS.labels(node=f.details["node"]).set(len(f.details["claims"]))
     if not decision.findings:
         found = index.driver_of_pod(as_str(request.get("namespace")), as_str(request.get("name")))
