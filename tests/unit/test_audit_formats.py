@@ -161,7 +161,7 @@ def test_policyreports_have_pass_results_and_severities_that_match_enforce_mode(
     viewer = cluster_role("view-claims", [rule(["resourceclaims"], ["get"])])
     objects = [WRITER, BAD, viewer, ok_binding, driver_daemonset()]
     result = audit.audit([dict(o) for o in objects], from_mapping(None))
-    [cluster, namespaced] = audit.policy_reports(result.findings, judged=result.judged, now=1)
+    [cluster, namespaced] = audit.policy_reports(result.findings, refs=result.refs, judged=result.judged, now=1)
     by_name = {r["resources"][0]["name"]: r for r in cluster["results"]}
     assert by_name["team-a-view"]["result"] == "pass"
     assert (by_name["team-a-slices"]["result"], by_name["team-a-slices"]["severity"]) == ("fail", "high")

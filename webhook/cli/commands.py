@@ -128,7 +128,10 @@ def _audit(args: argparse.Namespace) -> int:
         "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged, problems=problems),
         "sarif": lambda: audit.render_sarif(findings, sources, problems=problems),
         "junit": lambda: audit.render_junit(findings, sources, problems=problems),
-        "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged, problems=problems),
+        "policyreport": lambda: audit.render_reports(findings, refs=result.refs, judged=result.judged,
+                                                     problems=problems, api=audit.WGPOLICY),
+        "openreports": lambda: audit.render_reports(findings, refs=result.refs, judged=result.judged,
+                                                    problems=problems, api=audit.OPENREPORTS),
     }
     sys.stdout.write(audit.suggest_values([f for f, _ in findings], config) if args.suggest_values
                      else renderers[args.output]())
@@ -267,8 +270,10 @@ def _hook(args: argparse.Namespace) -> int:
         if not args.webhook_configuration:
             return fail("hook pre-delete needs --webhook-configuration NAME (or $WEBHOOK_CONFIGURATION)")
         client = api_client(args.kubeconfig, timeout_seconds=10)
-        return 0 if hooks.delete_webhook_configurations(client, args.webhook_configuration,
-                                                        retry_seconds=args.retry_seconds) else 1
+        gone = hooks.delete_webhook_configurations(client, args.webhook_configuration, retry_seconds=args.retry_seconds)
+        if args.delete_reports:
+            hooks.delete_reports(client)
+        return 0 if gone else 1
     if args.hook_command == "test":
         missing = [flag for flag, value in (("--slice-writer-role", args.slice_writer_role),
                                             ("--binding-name", args.binding_name)) if not value]
@@ -283,6 +288,18 @@ def _hook(args: argparse.Namespace) -> int:
     return fail("hook needs an action: pre-delete or test")
 
 
+def _cleanup(args: argparse.Namespace) -> int:
+    """`dra-guard cleanup [--dry-run]`: delete every report dra-guard wrote (webhook.kube.reports.delete_reports)."""
+    from webhook.kube.client import api_client
+    from webhook.kube.reports import delete_reports
+
+    client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
+    done = delete_reports(client, dry_run=args.dry_run, timeout_seconds=args.request_timeout,
+                          report=lambda line: print(line, flush=True))
+    print(f"{len(done)} report(s) {'would be deleted (dry run)' if args.dry_run else 'deleted'}", flush=True)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve, "audit": _audit, "drain-plan": _drain_plan, "certs": _certs, "hook": _hook,
-    "config": _config, "completion": _completion}
+    "config": _config, "completion": _completion, "cleanup": _cleanup}

@@ -289,6 +289,12 @@ class ClaimIndex:
             self._reindex(key)
 
     # -- queries
+    def pod(self, namespace: str, name: str) -> PodInfo | None:
+        """What the index keeps of Pod namespace/name (only Pods it indexes: DaemonSet-owned or
+        using claims), or None."""
+        with self._lock:
+            return self._pods.get((namespace, name))
+
     def driver_of_pod(self, namespace: str, name: str) -> tuple[PodInfo, drivers.Driver] | None:
         """(the pod, its driver) when pod namespace/name belongs to a DRA driver DaemonSet, else None. O(1)."""
         with self._lock:
