@@ -141,6 +141,10 @@ def object_refs(keys: set[tuple[str, str, str]], objects: list[dict[str, Any]], 
     API group, a driver) are left out. dra_version: the apiVersion of resource.k8s.io objects
     listed without one ("resource.k8s.io/v1")."""
     by_key = {object_key(o): o for o in objects}
+    bindings: dict[tuple[str, str], Any] = {}
+    if any(k[0] in ("ClusterRoleBinding", "RoleBinding") for k in keys):
+        for b in [*facts.rbac.bindings(), *facts.rbac.bindings(namespaced=True)]:
+            bindings[(as_str(as_map(b.get("metadata")).get("namespace")), name_of(b))] = b
     out: dict[tuple[str, str, str], dict[str, str]] = {}
     for key in keys:
         kind, namespace, name = key
@@ -151,7 +155,7 @@ def object_refs(keys: set[tuple[str, str, str]], objects: list[dict[str, Any]], 
             api_version = as_str(obj.get("apiVersion")) or api_version
             uid = as_map(obj.get("metadata")).get("uid")
         elif kind in ("ClusterRoleBinding", "RoleBinding") and bool(namespace) == (kind == "RoleBinding"):
-            binding = facts.rbac.binding(name, namespace)
+            binding = bindings.get((namespace, name))
             if binding is None:
                 continue
             uid = as_map(binding.get("metadata")).get("uid")

@@ -101,16 +101,17 @@ class ReportWriter:
                     body = {**report, "metadata": {**meta, "resourceVersion": current["metadata"]["resourceVersion"]}}
                     self._call("update", api.cluster_plural, self.custom.replace_cluster_custom_object,
                                api.cluster_plural, name, body)
-        for kind, namespace, name in self.listed():
-            if kind == api.kind and namespace not in keep:
+        for _, namespace, name in self.listed(cluster=False):
+            if namespace not in keep:
                 self._call("delete", api.plural, self.custom.delete_namespaced_custom_object,
                            namespace, api.plural, name)
 
-    def listed(self) -> list[tuple[str, str, str]]:
+    def listed(self, *, cluster: bool = True) -> list[tuple[str, str, str]]:
         """(kind, namespace, name) of dra-guard's reports of this API (label MANAGED_BY): the
-        cluster-scoped ones first."""
+        cluster-scoped ones first (cluster False: only the namespaced ones)."""
         api, out = self.api, []
-        for plural, kind in ((api.cluster_plural, api.cluster_kind), (api.plural, api.kind)):
+        kinds = ((api.cluster_plural, api.cluster_kind),) if cluster else ()
+        for plural, kind in (*kinds, (api.plural, api.kind)):
             listed = self._call("list", plural, self.custom.list_cluster_custom_object, plural,
                                 label_selector=MANAGED_BY) or {}
             for item in listed.get("items") or []:

@@ -290,10 +290,8 @@ class ClaimIndex:
 
     # -- queries
     def pod(self, namespace: str, name: str) -> PodInfo | None:
-        """What the index keeps of Pod namespace/name (only Pods it indexes: DaemonSet-owned or
-        using claims), or None."""
-        with self._lock:
-            return self._pods.get((namespace, name))
+        """Pod namespace/name if indexed (DaemonSet-owned or using claims), else None (one dict read: no lock)."""
+        return self._pods.get((namespace, name))
 
     def driver_of_pod(self, namespace: str, name: str) -> tuple[PodInfo, drivers.Driver] | None:
         """(the pod, its driver) when pod namespace/name belongs to a DRA driver DaemonSet, else None. O(1)."""

@@ -203,11 +203,6 @@ class RbacIndex:
         with self._lock:
             return self._roles.get((namespace, name))
 
-    def binding(self, name: str, namespace: str = "") -> Mapping[str, Any] | None:
-        """The slimmed ClusterRoleBinding `name` (or RoleBinding namespace/name), or None."""
-        with self._lock:
-            return self._bindings.get((namespace, name))
-
     def bindings(self, *, namespaced: bool = False) -> list[Mapping[str, Any]]:
         """All ClusterRoleBindings (namespaced: all RoleBindings) (slimmed), sorted by namespace and name."""
         with self._lock:

@@ -30,8 +30,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
 from webhook import audit, logs
 from webhook.config import Config
 from webhook.kube import client as kube_client
@@ -91,7 +89,7 @@ def write_reports(client: Any, result: audit.Audit, report_format: str) -> None:
         if group not in chosen:
             try:
                 writer.delete_all()
-            except ApiException as exc:  # 403 from an older chart's RBAC: never worth losing the reports written
+            except kube_client.API_ERRORS as exc:  # 403 from an older chart's RBAC: never worth losing the reports written
                 log.warning("cannot delete dra-guard's reports of a report API not chosen",
                             extra={"group": group, "error": kube_client.describe_error(exc)[:300]})
             continue
