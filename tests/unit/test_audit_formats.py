@@ -77,7 +77,7 @@ def clean_reading(output: str, text: str) -> bool:
     return not any((r or {}).get("summary", {}).get("error") for r in reports)
 
 
-@pytest.mark.parametrize("output", ["table", "json", "yaml", "sarif", "junit", "policyreport"])
+@pytest.mark.parametrize("output", ["table", "json", "yaml", "sarif", "junit", "policyreport", "openreports"])
 def test_stdout_never_reads_clean_when_an_input_failed(tmp_path, capsys, output):
     """The error is on stderr and the exit code is 2; stdout, which CI steps and scripts often read
     alone, says the audit is incomplete in every format, with or without findings in the rest."""
