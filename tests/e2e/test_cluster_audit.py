@@ -295,3 +295,58 @@ def test_escalation_paths_1_2_5_are_reported(control_plane):
         assert "e2e-audit-edit" in out.stdout and "e2e-audit-imp" in out.stdout
     finally:
         cp.kubectl("admin", "delete", "-f", "-", input=ESCALATIONS, check=False)
+
+
+def test_suggest_values_from_the_live_cluster_clear_its_driver_findings(control_plane, tmp_path):
+    """`audit --cluster --suggest-values` on the real apiserver: a driver installed as its chart does
+    (ServiceAccount with ResourceSlice write through a ClusterRoleBinding, a kubelet plugin
+    DaemonSet) is an `rbac-write` and an `undeclared-driver` finding; the printed values, merged
+    into the config, clear exactly those two."""
+    import yaml
+
+    cp = control_plane
+    ns, name = "e2e-suggest", "vendor-driver"
+    objs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-suggest-slices"},
+         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-suggest-slices"},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+         "roleRef": {"kind": "ClusterRole", "name": "e2e-suggest-slices", "apiGroup": "rbac.authorization.k8s.io"}},
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": ns},
+         "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+             "metadata": {"labels": {"app": name}},
+             "spec": {"serviceAccountName": name, "nodeSelector": {"e2e-suggest": "no-node-has-this"},
+                      "containers": [{"name": "plugin", "image": "registry.example/vendor-driver:v1",
+                                      "volumeMounts": [{"name": "plugins", "mountPath": "/var/lib/kubelet/plugins"},
+                                                       {"name": "registry", "mountPath": "/var/lib/kubelet/plugins_registry"}]}],
+                      "volumes": [{"name": "plugins", "hostPath": {"path": "/var/lib/kubelet/plugins"}},
+                                  {"name": "registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry"}}]}}}},
+    ]
+    document = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
+    cp.kubectl("admin", "apply", "-f", "-", input=document)
+    config = tmp_path / "config.yaml"
+    config.write_text("{}\n")
+
+    def ours(findings):
+        return sorted((f["check"], f["name"]) for f in findings
+                      if (f["check"] == "rbac-write" and f["name"] == "e2e-suggest-slices")
+                      or (f["check"] == "undeclared-driver" and f["name"] == name))
+
+    try:
+        _, before = audit_cluster(cp, "--config", str(config))
+        assert ours(before) == [("rbac-write", "e2e-suggest-slices"), ("undeclared-driver", name)], before
+        out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
+                              str(cp.kubeconfig("admin")), "--config", str(config), "--suggest-values"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1, out.stderr  # the findings still stand until the values are used
+        values = yaml.safe_load(out.stdout)["config"]
+        assert f"{ns}:{name}" in values["rbac"]["extraDriverSubjects"]["serviceAccounts"], out.stdout
+        assert {"namespace": ns, "name": name} in values["drivers"]["declared"], out.stdout
+        config.write_text(yaml.safe_dump(values))
+        _, after = audit_cluster(cp, "--config", str(config))
+        assert ours(after) == [], [f for f in after if f["name"] in ("e2e-suggest-slices", name)]
+    finally:
+        cp.kubectl("admin", "delete", "-f", "-", "--wait=false", input=document, check=False)

@@ -154,3 +154,51 @@ def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(c
     wait_for("the gauge to drop the DaemonSet",
              lambda: 'daemonset="undeclared-driver"' not in guard.proc.session().get(guard.url + "/metrics", timeout=5).text,
              timeout=20)
+
+
+def test_with_guard_deletes_a_terminating_driver_pods_final_delete_does_not_wait_on_a_dra_guard_that_is_down(
+        control_plane, tmp_path):
+    """eviction.guardDeletes sends DELETE of declared driver pods to the fail-closed webhook. With
+    nothing answering there: a first DELETE (by anyone but the DaemonSet controller) is refused,
+    but once the pod is Terminating (its deletion began as the DaemonSet controller's), the final
+    DELETE (the kubelet's; here the same request as a force delete) goes through without calling
+    dra-guard: a pod is never left Terminating by an outage."""
+    import json as json_
+
+    import certs
+    from tests.e2e.guard import webhook_configurations
+    from tests.serve import free_port
+
+    cp = control_plane
+    ns, ds = "dg-final-delete", "final-driver"
+    ca = certs.generate_ca()
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem())
+    closed = f"https://127.0.0.1:{free_port()}/"  # dra-guard down: nothing listens here
+    docs = webhook_configurations(url=closed, ca_file=tmp_path / "ca.crt", declared=((ns, ds),),
+                                  values={"config": {"eviction": {"guardDeletes": True}}})
+    [config] = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    config["metadata"]["name"] = "e2e-final-delete"
+    config["webhooks"] = [w for w in config["webhooks"] if w["name"] == "driver-evictions.dra-guard.io"]
+    assert config["webhooks"] and config["webhooks"][0]["failurePolicy"] == "Fail"
+    cp.kubectl("admin", "create", "namespace", ns)
+    pod = f"{ds}-abcde"
+    burst.create_pods(cp.session("admin"), cp.url, [(ns, pod)])
+    cp.kubectl("admin", "apply", "-f", "-", input=json_.dumps(config))
+    try:
+        # the webhook is in force: a plain DELETE of the driver pod is refused (nothing answers)
+        first = wait_for("the webhook refuses a DELETE of the driver pod", lambda: (lambda r: r if r.returncode and "driver-evictions.dra-guard.io" in r.stderr else None)(
+            cp.kubectl("admin", "delete", "pod", "-n", ns, pod, "--wait=false", check=False)), timeout=30)
+        assert "failed calling webhook" in first.stderr, first.stderr
+        # the DaemonSet controller's delete is let through by matchConditions: the pod is now Terminating
+        cp.kubectl("admin", "delete", "pod", "-n", ns, pod, "--wait=false",
+                   "--as=system:serviceaccount:kube-system:daemon-set-controller")
+        got = json_.loads(cp.kubectl("admin", "get", "pod", "-n", ns, pod, "-o", "json").stdout)
+        assert got["metadata"].get("deletionTimestamp"), got["metadata"]
+        # the final DELETE of a Terminating pod: not sent to dra-guard, so not refused by its outage
+        final = cp.kubectl("admin", "delete", "pod", "-n", ns, pod, "--grace-period=0", "--force", "--wait=false",
+                           check=False)
+        assert final.returncode == 0, final.stderr
+        assert cp.kubectl("admin", "get", "pod", "-n", ns, pod, check=False).returncode != 0
+    finally:
+        cp.kubectl("admin", "delete", "validatingwebhookconfiguration", "e2e-final-delete", check=False)
+        cp.kubectl("admin", "delete", "namespace", ns, "--wait=false", check=False)

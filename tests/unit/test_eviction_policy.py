@@ -95,6 +95,19 @@ def test_delete_guard_is_off_by_default_and_lets_the_daemonset_controller_throug
     assert eviction.review(req, index=idx, config=cfg).allowed
 
 
+def test_delete_guard_lets_the_kubelets_final_delete_of_a_terminating_pod_through():
+    """The kubelet deletes a pod for good once its containers stopped; the pod's leaving was decided
+    when its deletion began, so refusing that DELETE would only leave it Terminating."""
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    cfg = from_mapping({"eviction": {"guardDeletes": True}}).eviction
+    req = eviction_request("gpu-driver-a", operation="DELETE")
+    req["userInfo"]["username"] = "system:node:node-a"
+    req["oldObject"] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-driver-a", "namespace": "gpu"}}
+    assert not eviction.review(req, index=idx, config=cfg).allowed  # a first DELETE is judged
+    req["oldObject"]["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
+    assert eviction.review(req, index=idx, config=cfg).allowed
+
+
 def test_index_deletes_and_relists():
     idx = index_with(pod("consumer", "node-a"), claim("gpu"))
     idx.delete_claim("work", "gpu")

@@ -269,19 +269,21 @@ def _hook(args: argparse.Namespace) -> int:
     if args.hook_command == "pre-delete":
         if not args.webhook_configuration:
             return fail("hook pre-delete needs --webhook-configuration NAME (or $WEBHOOK_CONFIGURATION)")
-        client = api_client(args.kubeconfig, timeout_seconds=10)
-        gone = hooks.delete_webhook_configurations(client, args.webhook_configuration, retry_seconds=args.retry_seconds)
+        client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout)
+        hooks.delete_webhook_configurations(client, args.webhook_configuration, retry_seconds=args.retry_seconds,
+                                            timeout_seconds=args.request_timeout)
         if args.delete_reports:
-            hooks.delete_reports(client)
-        return 0 if gone else 1
+            hooks.delete_reports(client, timeout_seconds=args.request_timeout)
+        return 0
     if args.hook_command == "test":
         missing = [flag for flag, value in (("--slice-writer-role", args.slice_writer_role),
                                             ("--binding-name", args.binding_name)) if not value]
         if missing:
             return fail(f"hook test needs {' and '.join(missing)} (or their environment variables)")
-        client = api_client(args.kubeconfig, timeout_seconds=30)
+        client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout)
         status, text, warnings = hooks.dry_run_binding(
-            client, hooks.refused_binding(args.binding_name, args.slice_writer_role, args.test_group))
+            client, hooks.refused_binding(args.binding_name, args.slice_writer_role, args.test_group),
+            timeout_seconds=args.request_timeout)
         passed, why = hooks.judge_test(args.rbac_mode, args.failure_policy, status, text, warnings)
         print(("PASS: " if passed else "FAIL: ") + why, flush=True)
         return 0 if passed else 1

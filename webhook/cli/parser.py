@@ -168,24 +168,30 @@ def build_parser() -> argparse.ArgumentParser:
                                       "variable named in its help, which the chart sets.")
     hook_sub = hook.add_subparsers(dest="hook_command", metavar="ACTION")
     pre = hook_sub.add_parser(
-        "pre-delete", help="delete dra-guard's webhook configurations before the rest of the release goes",
+        "pre-delete", help="delete dra-guard's webhook configurations before the rest of the release goes, then its reports",
         description="Delete the ValidatingWebhookConfiguration and MutatingWebhookConfiguration NAME (already "
                     "absent counts as done), so an uninstall never leaves a fail-closed webhook pointing at "
-                    "nothing. Exit 0 when both are gone, 1 otherwise (no permission, or transient errors past "
-                    "--retry-seconds).")
+                    "nothing. Exit 0 when both are gone; 2 with one line naming the server and the cause "
+                    "when the caller may not delete them (401/403) or other API and network errors last past "
+                    "--retry-seconds. With --delete-reports, then dra-guard's reports (as `dra-guard cleanup`); a "
+                    "failure there is printed and leaves the exit code alone.")
     pre.add_argument("--webhook-configuration", metavar="NAME", default=os.environ.get("WEBHOOK_CONFIGURATION", ""),
                      help="name of both configurations ($WEBHOOK_CONFIGURATION)")
     pre.add_argument("--retry-seconds", type=float, default=60.0, help="retry transient errors this long (default: 60)")
     pre.add_argument("--delete-reports", action="store_true", default=os.environ.get("DELETE_REPORTS", "") == "true",
                      help="then delete dra-guard's reports, as `dra-guard cleanup` ($DELETE_REPORTS=true); a failure "
                           "there is printed and does not change the exit code")
+    pre.add_argument("--request-timeout", type=positive_seconds, default=10.0, metavar="SECONDS",
+                     help="seconds each API request may take (default: 10)")
     pre.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config)")
     test = hook_sub.add_parser(
         "test", help="helm test: a dry-run ClusterRoleBinding the RBAC guard must refuse (enforce) or warn about",
         description="Create, as a server-side dry run (nothing is stored), a ClusterRoleBinding that gives a "
                     "made-up group a ClusterRole with write on resourceslices. enforce: passes only if "
                     "rbac.dra-guard.io denied it; warn: only if it was allowed with a dra-guard warning; audit: if "
-                    "the apiserver got an answer. 'failed calling webhook' always fails. Exit 0 passed, 1 failed.")
+                    "the apiserver got an answer. 'failed calling webhook' always fails. Exit 0 passed, 1 failed, 2 when "
+                    "the apiserver cannot be reached or refuses the hook itself (one line naming the server and "
+                    "the cause: the test then says nothing about dra-guard).")
     test.add_argument("--rbac-mode", choices=["enforce", "warn", "audit"], default=os.environ.get("RBAC_MODE", "enforce"),
                       help="the rbac policy's mode ($RBAC_MODE, default enforce)")
     test.add_argument("--failure-policy", default=os.environ.get("FAILURE_POLICY", "Fail"),
@@ -196,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the made-up group to bind ($TEST_GROUP)")
     test.add_argument("--binding-name", default=os.environ.get("BINDING_NAME", ""),
                       help="name of the dry-run ClusterRoleBinding ($BINDING_NAME)")
+    test.add_argument("--request-timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
+                      help="seconds the dry run may take (default: 30)")
     test.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config)")
 
     cfg = sub.add_parser("config", help="check a config file, or print its JSON schema",

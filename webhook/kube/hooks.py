@@ -25,20 +25,24 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from webhook.kube.client import count
-from webhook.kube.errors import ClusterError
+from webhook.kube.client import count, server_of
+from webhook.kube.errors import ClusterError, api_failure
 from webhook.kube.reports import delete_reports as _delete_all_reports
 
 RETRY_SECONDS = 60  # pre-delete: transient errors are retried for this long
+REQUEST_TIMEOUT = 10.0  # seconds per API request of a hook
 
 
 def delete_webhook_configurations(client: kubernetes.client.ApiClient, name: str, *,
-                                  retry_seconds: float = RETRY_SECONDS) -> bool:
+                                  retry_seconds: float = RETRY_SECONDS,
+                                  timeout_seconds: float = REQUEST_TIMEOUT) -> None:
     """Delete the Validating- and MutatingWebhookConfiguration called `name` (admissionregistration.k8s.io/v1).
 
-    Prints one line per configuration ("deleted ..." or "... already absent") on stdout. Returns
-    True when both are gone (already absent counts), False on 401/403 or when transient errors
-    last beyond `retry_seconds` (seconds); the reason goes to stderr.
+    Prints one line per configuration ("deleted ..." or "... already absent") on stdout; each
+    request may take `timeout_seconds`. Returns when both are gone (already absent counts).
+    Raises ClusterError (one line naming the server and the cause, webhook.kube.errors) on 401/403,
+    or when other failures (network, 5xx, timeouts: an apiserver restarting during an uninstall)
+    last beyond `retry_seconds` (seconds).
     """
     api = kubernetes.client.AdmissionregistrationV1Api(client)
     pending = [("validatingwebhookconfiguration", api.delete_validating_webhook_configuration),
@@ -48,27 +52,26 @@ def delete_webhook_configurations(client: kubernetes.client.ApiClient, name: str
         kind, delete = pending[0]
         count("delete", kind + "s")
         try:
-            delete(name, _request_timeout=10)
+            delete(name, _request_timeout=timeout_seconds)
             print(f"deleted {kind} {name}", flush=True)
             pending.pop(0)
-        except ApiException as exc:
-            if exc.status == 404:
+        except Exception as exc:  # ApiException for answers; network errors come in many urllib3 types
+            if isinstance(exc, ApiException) and exc.status == 404:
                 print(f"{kind} {name} already absent", flush=True)
                 pending.pop(0)
-            elif exc.status in (401, 403) or time.monotonic() > deadline:
-                print(f"cannot delete {kind} {name}: {exc.status} {exc.reason}", file=sys.stderr, flush=True)
-                return False
-            else:
-                time.sleep(2)
-    return True
+                continue
+            if (isinstance(exc, ApiException) and exc.status in (401, 403)) or time.monotonic() > deadline:
+                raise api_failure(f"delete {kind} {name}", server_of(client), exc,
+                                  timeout_seconds=timeout_seconds) from exc
+            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
 
 
-def delete_reports(client: kubernetes.client.ApiClient) -> bool:
+def delete_reports(client: kubernetes.client.ApiClient, *, timeout_seconds: float = REQUEST_TIMEOUT) -> bool:
     """Delete every report dra-guard wrote (webhook.kube.reports.delete_reports), one line each on
     stdout. Returns False, with the reason on stderr, when the API failed: the uninstall goes on
     (stale reports are not worth a failed uninstall; `dra-guard cleanup` removes them later)."""
     try:
-        done = _delete_all_reports(client, timeout_seconds=10, report=lambda line: print(line, flush=True))
+        done = _delete_all_reports(client, timeout_seconds=timeout_seconds, report=lambda line: print(line, flush=True))
     except ClusterError as exc:
         print(f"reports not deleted: {exc}; run `dra-guard cleanup` after the uninstall", file=sys.stderr, flush=True)
         return False
@@ -105,12 +108,21 @@ def judge_test(mode: str, failure_policy: str, status: int, body: str, warnings:
     return True, "allowed in audit mode: the apiserver got an answer" + note
 
 
-def dry_run_binding(client: kubernetes.client.ApiClient, binding: dict[str, Any]) -> tuple[int, str, str]:
-    """Create `binding` with dryRun=All: (HTTP status, the error message or body, Warning header)."""
+def dry_run_binding(client: kubernetes.client.ApiClient, binding: dict[str, Any], *,
+                    timeout_seconds: float = 30.0) -> tuple[int, str, str]:
+    """Create `binding` with dryRun=All: (HTTP status, the error message or body, Warning header).
+
+    An admission webhook's answer (allowed, or denied with any status) is returned to be judged.
+    Raises ClusterError (one line naming the server and the cause) when the apiserver cannot be
+    reached or answers in `timeout_seconds`, or refuses the caller itself (401, or a 403 that is
+    RBAC's, not a webhook's): the test then says nothing about dra-guard.
+    """
     api = kubernetes.client.RbacAuthorizationV1Api(client)
     count("create", "clusterrolebindings")
+    action = "create clusterrolebindings (dry run)"
     try:
-        resp = api.create_cluster_role_binding(binding, dry_run="All", _preload_content=False, _request_timeout=30)
+        resp = api.create_cluster_role_binding(binding, dry_run="All", _preload_content=False,
+                                               _request_timeout=timeout_seconds)
         return int(resp.status), resp.data.decode(), str(resp.headers.get("Warning", ""))
     except ApiException as exc:
         raw = exc.body or ""
@@ -119,4 +131,8 @@ def dry_run_binding(client: kubernetes.client.ApiClient, binding: dict[str, Any]
             text = str(json.loads(text).get("message", text))
         except (ValueError, AttributeError):
             pass
+        if exc.status == 401 or (exc.status == 403 and "admission webhook" not in text):
+            raise api_failure(action, server_of(client), exc, timeout_seconds=timeout_seconds) from exc
         return int(exc.status or 0), text, str((exc.headers or {}).get("Warning", ""))
+    except Exception as exc:  # network errors come in many urllib3 types
+        raise api_failure(action, server_of(client), exc, timeout_seconds=timeout_seconds) from exc

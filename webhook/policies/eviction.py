@@ -71,6 +71,8 @@ def review(request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionCon
         user = as_str(as_map(request.get("userInfo")).get("username"))
         if user in config.daemonset_controller_users:
             return ALLOW  # the DaemonSet controller's own deletes: rolling updates must work
+        if as_map(as_map(request.get("oldObject")).get("metadata")).get("deletionTimestamp"):
+            return ALLOW  # already terminating (the kubelet's final DELETE): its leaving was decided before
     else:
         return ALLOW
     namespace, name = as_str(request.get("namespace")), as_str(request.get("name"))

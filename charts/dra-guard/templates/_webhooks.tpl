@@ -113,6 +113,11 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
     - name: not-daemonset-controller
       expression: >-
         !(request.operation == 'DELETE' && request.userInfo.username in {{ .Values.config.eviction.daemonSetControllerUsers | toJson }})
+    # a pod already terminating: its leaving was decided when its deletion began, and the
+    # kubelet's final DELETE must not wait on (or be refused by) a dra-guard that is down
+    - name: not-already-terminating
+      expression: >-
+        !(request.operation == 'DELETE' && oldObject != null && has(oldObject.metadata.deletionTimestamp))
     {{- end }}
 {{- end }}
 {{- if and $w.eviction.enabled $w.eviction.bestEffort.enabled }}
