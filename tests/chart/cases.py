@@ -50,6 +50,7 @@ def cases() -> list[tuple[str, dict[str, Any]]]:
                              "certificates": {"mode": "files", "files": {"secretName": "my-dra-guard-tls"}},
                              "webhooks": {"caBundle": CA_BUNDLE}}),
         ("policyreport-crds", {"policyReports": {"installCRDs": True}}),
+        ("report-crds-both", {"policyReports": {"installCRDs": True}, "config": {"audit": {"reportFormat": "both"}}}),
         ("audit-no-reports", {"config": {"audit": {"intervalSeconds": 300, "qps": 5, "burst": 10, "policyReports": False}}}),
         ("dev-url", {"webhooks": {"url": "https://127.0.0.1:8443", "caBundle": CA_BUNDLE}}),
         ("pre-delete", {"preDelete": {"enabled": True}}),

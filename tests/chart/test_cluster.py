@@ -176,8 +176,11 @@ def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane
         "leases.coordination.k8s.io": {"get", "list", "create", "update", "delete"},
         "validatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},
         "mutatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},
+        # its own reports in both report APIs (config.audit.reportFormat; the other's are deleted)
         "policyreports.wgpolicyk8s.io": {"get", "list", "create", "update", "delete"},
-        "clusterpolicyreports.wgpolicyk8s.io": {"get", "create", "update"},
+        "clusterpolicyreports.wgpolicyk8s.io": {"get", "list", "create", "update", "delete"},
+        "reports.openreports.io": {"get", "list", "create", "update", "delete"},
+        "clusterreports.openreports.io": {"get", "list", "create", "update", "delete"},
         "apiservices.apiregistration.k8s.io": {"get"},  # readiness: the groups it reads are served locally
     }
     for resource, verbs in grants.items():

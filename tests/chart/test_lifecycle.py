@@ -19,6 +19,7 @@ import pathlib
 import re
 import shlex
 import subprocess
+import sys
 import tarfile
 import time
 from typing import Any
@@ -141,17 +142,18 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
 
 
 def readme_cleanup_commands(namespace: str) -> list[list[str]]:
-    """The kubectl commands of README "Uninstall" (its clean-up block), for `namespace`."""
+    """The kubectl and dra-guard commands of README "Uninstall" (its clean-up block), for
+    `namespace`: each as its words after the program, the program first ("kubectl", "dra-guard")."""
     text = (REPO / "README.md").read_text()
     section = text.split("### Uninstall", 1)[1]
     block = section.split("Remove them when dra-guard is gone for good:", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
     commands = []
     for line in block.splitlines():
         line = line.split("#", 1)[0].strip()
-        if line.startswith("kubectl "):
+        if line.startswith(("kubectl ", "dra-guard ")):
             words = [namespace if w == "dra-guard" and i and prev in ("-n", "namespace") else w
                      for i, (prev, w) in enumerate(zip([""] + shlex.split(line), shlex.split(line), strict=False))]
-            commands.append(words[1:])
+            commands.append(words)
     return commands
 
 
@@ -217,9 +219,16 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lis
     assert any("ClusterPolicyReport `dra-guard`" in row for row in table)
     assert any("CRDs" in row for row in table) and any("namespace" in row for row in table)
 
-    # README's clean-up commands remove them
-    for command in readme_cleanup_commands(ns):
-        out = cp.kubectl("admin", *command, "--wait=false", check=False)
+    # README's clean-up commands remove them: `dra-guard cleanup` its reports, kubectl the rest
+    commands = readme_cleanup_commands(ns)
+    assert ["dra-guard", "cleanup"] in commands
+    for command in commands:
+        if command[0] == "dra-guard":
+            out = subprocess.run([sys.executable, "-m", "webhook.cli", *command[1:], "--kubeconfig",
+                                  str(cp.kubeconfig("admin"))], capture_output=True, text=True)
+            assert out.returncode == 0 and "ClusterPolicyReport dra-guard" in out.stdout, (command, out.stdout, out.stderr)
+            continue
+        out = cp.kubectl("admin", *command[1:], "--wait=false", check=False)
         assert out.returncode == 0, (command, out.stderr)
     assert names("secret", "-n", ns) == [] and names("lease", "-n", ns) == []
     assert "dra-guard" not in names("clusterpolicyreport")

@@ -511,13 +511,13 @@ AUDIT_RULES = [
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": ["list"]},
 ]
-REPORT_RULES = [
-    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "verbs": ["list", "create"]},
-    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports"], "resourceNames": ["dra-guard"],
-     "verbs": ["get", "update", "delete"]},
-    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["clusterpolicyreports"], "verbs": ["create"]},
-    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["clusterpolicyreports"], "resourceNames": ["dra-guard"],
-     "verbs": ["get", "update"]},
+REPORT_RULES = [  # both report APIs: config.audit.reportFormat chooses, the other's reports are deleted
+    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": ["list", "create"]},
+    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"],
+     "resourceNames": ["dra-guard"], "verbs": ["get", "update", "delete"]},
+    {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["list", "create"]},
+    {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"],
+     "resourceNames": ["dra-guard"], "verbs": ["get", "update", "delete"]},
 ]
 SELF_RULES = [
     {"apiGroups": ["admissionregistration.k8s.io"],
@@ -558,9 +558,17 @@ def test_rbac_bindings():
     crb = find(objs, "ClusterRoleBinding", "dra-guard")
     assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "dra-guard", "namespace": "dra-guard"}]
     pre_delete = find(rendered("pre-delete"), "ClusterRole", "dra-guard-pre-delete")
-    assert pre_delete["rules"] == [{"apiGroups": ["admissionregistration.k8s.io"],
-                                    "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
-                                    "resourceNames": ["dra-guard"], "verbs": ["delete"]}]
+    assert pre_delete["rules"] == [
+        {"apiGroups": ["admissionregistration.k8s.io"],
+         "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+         "resourceNames": ["dra-guard"], "verbs": ["delete"]},
+        # then its reports (`dra-guard hook pre-delete --delete-reports`): list finds them, all named dra-guard
+        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": ["list"]},
+        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"],
+         "resourceNames": ["dra-guard"], "verbs": ["delete"]},
+        {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["list"]},
+        {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"],
+         "resourceNames": ["dra-guard"], "verbs": ["delete"]}]
 
 
 def test_hooks():
@@ -584,11 +592,12 @@ def test_hooks():
     # both hooks run dra-guard's own subcommands, which the CLI knows
     test_container, hook_container = pod["spec"]["containers"][0], job["spec"]["template"]["spec"]["containers"][0]
     assert test_container["command"] + test_container["args"] == ["dra-guard", "hook", "test"]
-    assert hook_container["command"] + hook_container["args"] == ["dra-guard", "hook", "pre-delete"]
+    assert hook_container["command"] + hook_container["args"] == ["dra-guard", "hook", "pre-delete", "--delete-reports"]
     from webhook.cli.parser import build_parser
     for container in (test_container, hook_container):
         args = build_parser().parse_args(container["args"])
-        assert (args.command, args.hook_command) == tuple(container["args"])
+        assert (args.command, args.hook_command) == tuple(container["args"][:2])
+    assert build_parser().parse_args(hook_container["args"]).delete_reports is True
 
 
 # ---------------------------------------------------------------- monitoring
@@ -794,12 +803,28 @@ def test_release_and_namespace_names_that_yaml_reads_as_booleans_render_as_strin
 
 def test_installed_policyreport_crds_are_kept_on_uninstall():
     """Deleting a CRD deletes every object of it, other tools' reports included: `helm uninstall`
-    must leave the wgpolicyk8s.io CRDs (helm.sh/resource-policy: keep)."""
+    must leave the report CRDs (helm.sh/resource-policy: keep)."""
     crds = [o for o in rendered("policyreport-crds") if o["kind"] == "CustomResourceDefinition"]
     assert sorted(c["metadata"]["name"] for c in crds) == ["clusterpolicyreports.wgpolicyk8s.io",
                                                           "policyreports.wgpolicyk8s.io"]
     for crd in crds:
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+@pytest.mark.parametrize("report_format, expected", [
+    ("wgpolicyk8s.io", ["clusterpolicyreports.wgpolicyk8s.io", "policyreports.wgpolicyk8s.io"]),
+    ("openreports.io", ["clusterreports.openreports.io", "reports.openreports.io"]),
+    ("both", ["clusterpolicyreports.wgpolicyk8s.io", "clusterreports.openreports.io", "policyreports.wgpolicyk8s.io",
+              "reports.openreports.io"]),
+])
+def test_installcrds_installs_the_crds_of_the_chosen_report_format(report_format, expected):
+    objs = helm.template(values={"policyReports": {"installCRDs": True}, "config": {"audit": {"reportFormat": report_format}}})
+    crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+    assert sorted(c["metadata"]["name"] for c in crds) == expected
+    for crd in crds:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert not [o for o in helm.template(values={"config": {"audit": {"reportFormat": report_format}}})
+                if o["kind"] == "CustomResourceDefinition"]  # installCRDs is off by default
 
 
 def test_readme_sizing_matches_the_chart_defaults_and_the_measured_figures():

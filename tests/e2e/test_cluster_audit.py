@@ -108,7 +108,7 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
 
         def has_finding():
             r = report()
-            return r and any(res["resources"][0]["name"] == "e2e-audit-devs" for res in r["results"])
+            return r and any(res.get("resources", [{}])[0].get("name") == "e2e-audit-devs" for res in r["results"])
         deadline = time.monotonic() + 30
         while not has_finding():
             assert time.monotonic() < deadline, proc.log()

@@ -77,7 +77,7 @@ def clean_reading(output: str, text: str) -> bool:
     return not any((r or {}).get("summary", {}).get("error") for r in reports)
 
 
-@pytest.mark.parametrize("output", ["table", "json", "yaml", "sarif", "junit", "policyreport"])
+@pytest.mark.parametrize("output", ["table", "json", "yaml", "sarif", "junit", "policyreport", "openreports"])
 def test_stdout_never_reads_clean_when_an_input_failed(tmp_path, capsys, output):
     """The error is on stderr and the exit code is 2; stdout, which CI steps and scripts often read
     alone, says the audit is incomplete in every format, with or without findings in the rest."""
@@ -161,7 +161,7 @@ def test_policyreports_have_pass_results_and_severities_that_match_enforce_mode(
     viewer = cluster_role("view-claims", [rule(["resourceclaims"], ["get"])])
     objects = [WRITER, BAD, viewer, ok_binding, driver_daemonset()]
     result = audit.audit([dict(o) for o in objects], from_mapping(None))
-    [cluster, namespaced] = audit.policy_reports(result.findings, judged=result.judged, now=1)
+    [cluster, namespaced] = audit.policy_reports(result.findings, refs=result.refs, judged=result.judged, now=1)
     by_name = {r["resources"][0]["name"]: r for r in cluster["results"]}
     assert by_name["team-a-view"]["result"] == "pass"
     assert (by_name["team-a-slices"]["result"], by_name["team-a-slices"]["severity"]) == ("fail", "high")

@@ -87,8 +87,8 @@ def test_offline_audit_reads_a_kubeadm_static_pod_manifest():
 
 
 def test_policy_report_shape():
-    findings = audit.run([kcm_pod("--kube-api-qps=20")], from_mapping(None))
-    reports = audit.policy_reports(findings, now=1_700_000_000)
+    result = audit.audit([kcm_pod("--kube-api-qps=20")], from_mapping(None))
+    reports = audit.policy_reports(result.findings, refs=result.refs, now=1_700_000_000)
     assert [(r["kind"], r["metadata"].get("namespace")) for r in reports] == [("PolicyReport", "kube-system")]
     result = reports[0]["results"][0]
     assert result["result"] == "warn" and result["policy"] == "controlplane" and result["resources"][0]["kind"] == "Pod"

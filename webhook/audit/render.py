@@ -1,6 +1,6 @@
 """The output formats of `dra-guard audit -o`: table (default), json, yaml, sarif (SARIF 2.1.0, for
-code-scanning UIs), junit (JUnit XML, for CI test reports). The policyreport format is in
-webhook.audit.reports. Every renderer takes the findings with their modes and returns text.
+code-scanning UIs), junit (JUnit XML, for CI test reports). The policyreport and openreports
+formats are in webhook.audit.reports. Every renderer takes the findings with their modes and returns text.
 
 `problems` (the inputs that could not be read, each a line naming the file) make every format
 say the audit is incomplete, never clean: the findings then cover only what could be read."""

@@ -26,13 +26,27 @@ from webhook.policies.registry import POLICIES
 Result = tuple[Finding, str]
 
 
+#: the apiVersion of each kind the audit reads, for objects read from a LIST (whose items carry
+#: none); resource.k8s.io kinds take the version the cluster serves
+API_VERSIONS = {
+    "Pod": "v1", "Node": "v1", "Namespace": "v1", "ConfigMap": "v1", "DaemonSet": "apps/v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1",
+}
+DRA_KINDS = frozenset({"ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "DeviceTaintRule"})
+
+
 @dataclasses.dataclass
 class Audit:
-    """The audit of a set of objects: findings (each with its policy's mode) and, per policy, the
-    objects it judged ((kind, namespace, name)): those without a finding passed."""
+    """The audit of a set of objects: findings (each with its policy's mode); per policy, the
+    objects it judged ((kind, namespace, name)): those without a finding passed; and `refs`, the
+    apiVersion and uid ({"apiVersion": ..., "uid": ...}, uid absent for a file's object) of each
+    object a finding or a judgement names that was really read (from the cluster or the files):
+    what reports may name in results[].resources."""
 
     findings: list[Result]
     judged: dict[str, list[tuple[str, str, str]]]
+    refs: dict[tuple[str, str, str], dict[str, str]] = dataclasses.field(default_factory=dict)
 
 
 def config_from(objects: list[dict[str, Any]]) -> Config:
@@ -117,7 +131,43 @@ def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: lis
         "probes": driver_daemonsets,
         "eviction": driver_daemonsets,  # declared (pass) or not (undeclared-driver)
     }
-    return Audit(findings=findings, judged=judged)
+    keys = {(f.kind, f.namespace, f.name) for f, _ in findings} | {k for ks in judged.values() for k in ks}
+    dra_version = f"resource.k8s.io/{served_versions[0]}" if served_versions else ""
+    return Audit(findings=findings, judged=judged, refs=object_refs(keys, objects, facts, dra_version=dra_version))
+
+
+def object_refs(keys: set[tuple[str, str, str]], objects: list[dict[str, Any]], facts: Facts, *,
+                dra_version: str = "") -> dict[tuple[str, str, str], dict[str, str]]:
+    """(kind, namespace, name) -> {"apiVersion", "uid"} for each of `keys` that names an object read:
+    one of `objects`, a binding in facts.rbac (the audit streams them there), or a Pod in
+    facts.claims. Keys of anything else (a control-plane component not running as a Pod here, an
+    API group, a driver) are left out. dra_version: the apiVersion of resource.k8s.io objects
+    listed without one ("resource.k8s.io/v1")."""
+    by_key = {object_key(o): o for o in objects}
+    bindings: dict[tuple[str, str], Any] = {}
+    if any(k[0] in ("ClusterRoleBinding", "RoleBinding") for k in keys):
+        for b in [*facts.rbac.bindings(), *facts.rbac.bindings(namespaced=True)]:
+            bindings[(as_str(as_map(b.get("metadata")).get("namespace")), name_of(b))] = b
+    out: dict[tuple[str, str, str], dict[str, str]] = {}
+    for key in keys:
+        kind, namespace, name = key
+        api_version = API_VERSIONS.get(kind) or (dra_version if kind in DRA_KINDS else "")
+        uid: Any = None
+        obj = by_key.get(key)
+        if obj is not None:
+            api_version = as_str(obj.get("apiVersion")) or api_version
+            uid = as_map(obj.get("metadata")).get("uid")
+        elif kind in ("ClusterRoleBinding", "RoleBinding") and bool(namespace) == (kind == "RoleBinding"):
+            binding = bindings.get((namespace, name))
+            if binding is None:
+                continue
+            uid = as_map(binding.get("metadata")).get("uid")
+        elif kind == "Pod" and (pod := facts.claims.pod(namespace, name)) is not None:
+            uid = pod.uid
+        else:
+            continue
+        out[key] = {"apiVersion": api_version, **({"uid": uid} if isinstance(uid, str) and uid else {})}
+    return out
 
 
 def bootstrap_roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -176,7 +226,7 @@ def only_files(result: Audit, baseline: Audit, file_keys: set[tuple[str, str, st
     before = {key(f) for f, _ in baseline.findings}
     kept = [(f, m) for f, m in result.findings if (f.kind, f.namespace, f.name) in file_keys or key(f) not in before]
     judged = {p: [k for k in keys if k in file_keys] for p, keys in result.judged.items()}
-    return Audit(findings=kept, judged=judged)
+    return Audit(findings=kept, judged=judged, refs=result.refs)
 
 
 def exit_code(findings: list[tuple[Finding, str]]) -> int:

@@ -1,4 +1,4 @@
-"""The `dra-guard` command: serve | audit | drain-plan | certs | hook.
+"""The `dra-guard` command: serve | audit | drain-plan | certs | hook | config | completion | cleanup.
 
 Exit codes: 0 success (audit: no finding), 1 audit found something enforce mode would refuse
 (drain-plan: some driver pod must wait), 2 usage, configuration or input errors (the message names

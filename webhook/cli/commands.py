@@ -134,7 +134,10 @@ def _audit(args: argparse.Namespace) -> int:
         "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged, problems=problems),
         "sarif": lambda: audit.render_sarif(findings, sources, problems=problems),
         "junit": lambda: audit.render_junit(findings, sources, problems=problems),
-        "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged, problems=problems),
+        "policyreport": lambda: audit.render_reports(findings, refs=result.refs, judged=result.judged,
+                                                     problems=problems, api=audit.WGPOLICY),
+        "openreports": lambda: audit.render_reports(findings, refs=result.refs, judged=result.judged,
+                                                    problems=problems, api=audit.OPENREPORTS),
     }
     sys.stdout.write(audit.suggest_values([f for f, _ in findings if not f.skipped], config) if args.suggest_values
                      else renderers[args.output]())
@@ -280,6 +283,8 @@ def _hook(args: argparse.Namespace) -> int:
         client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout)
         hooks.delete_webhook_configurations(client, args.webhook_configuration, retry_seconds=args.retry_seconds,
                                             timeout_seconds=args.request_timeout)
+        if args.delete_reports:
+            hooks.delete_reports(client, timeout_seconds=args.request_timeout)
         return 0
     if args.hook_command == "test":
         missing = [flag for flag, value in (("--slice-writer-role", args.slice_writer_role),
@@ -296,6 +301,18 @@ def _hook(args: argparse.Namespace) -> int:
     return fail("hook needs an action: pre-delete or test")
 
 
+def _cleanup(args: argparse.Namespace) -> int:
+    """`dra-guard cleanup [--dry-run]`: delete every report dra-guard wrote (webhook.kube.reports.delete_reports)."""
+    from webhook.kube.client import api_client
+    from webhook.kube.reports import delete_reports
+
+    client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
+    done = delete_reports(client, dry_run=args.dry_run, timeout_seconds=args.request_timeout,
+                          report=lambda line: print(line, flush=True))
+    print(f"{len(done)} report(s) {'would be deleted (dry run)' if args.dry_run else 'deleted'}", flush=True)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve, "audit": _audit, "drain-plan": _drain_plan, "certs": _certs, "hook": _hook,
-    "config": _config, "completion": _completion}
+    "config": _config, "completion": _completion, "cleanup": _cleanup}

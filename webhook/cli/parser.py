@@ -109,11 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: the only one installed)")
     audit.add_argument("--no-installed-config", action="store_true",
                        help="--cluster: use the built-in defaults instead of the installed release's configuration")
-    audit.add_argument("-o", "--output", choices=["table", "json", "yaml", "sarif", "junit", "policyreport"],
+    audit.add_argument("-o", "--output", choices=["table", "json", "yaml", "sarif", "junit", "policyreport", "openreports"],
                        default="table",
                        help="table (default), json or yaml (an AuditResult: apiVersion dra-guard.io/v1alpha1, summary, findings), sarif (SARIF 2.1.0 for code-scanning "
                             "UIs), junit (JUnit XML for CI test reports), policyreport (wgpolicyk8s.io/v1alpha2 "
-                            "ClusterPolicyReport/PolicyReports as YAML)")
+                            "ClusterPolicyReport/PolicyReports as YAML), openreports (openreports.io/v1alpha1 "
+                            "ClusterReport/Reports as YAML); in both, a result names an object (apiVersion, uid) only "
+                            "when it was read, and a message over 1024 characters is cut at a word with the whole "
+                            "text in properties.message")
     audit.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr while reading")
     audit.add_argument("--suggest-values", action="store_true",
                        help="instead of the report, print the Helm values (YAML under config:) that clear the driver "
@@ -167,15 +170,19 @@ def build_parser() -> argparse.ArgumentParser:
                                       "variable named in its help, which the chart sets.")
     hook_sub = hook.add_subparsers(dest="hook_command", metavar="ACTION")
     pre = hook_sub.add_parser(
-        "pre-delete", help="delete dra-guard's webhook configurations before the rest of the release goes",
+        "pre-delete", help="delete dra-guard's webhook configurations before the rest of the release goes, then its reports",
         description="Delete the ValidatingWebhookConfiguration and MutatingWebhookConfiguration NAME (already "
                     "absent counts as done), so an uninstall never leaves a fail-closed webhook pointing at "
                     "nothing. Exit 0 when both are gone; 2 with one line naming the server and the cause "
                     "when the caller may not delete them (401/403) or other API and network errors last past "
-                    "--retry-seconds.")
+                    "--retry-seconds. With --delete-reports, then dra-guard's reports (as `dra-guard cleanup`); a "
+                    "failure there is printed and leaves the exit code alone.")
     pre.add_argument("--webhook-configuration", metavar="NAME", default=os.environ.get("WEBHOOK_CONFIGURATION", ""),
                      help="name of both configurations ($WEBHOOK_CONFIGURATION)")
     pre.add_argument("--retry-seconds", type=float, default=60.0, help="retry transient errors this long (default: 60)")
+    pre.add_argument("--delete-reports", action="store_true", default=os.environ.get("DELETE_REPORTS", "") == "true",
+                     help="then delete dra-guard's reports, as `dra-guard cleanup` ($DELETE_REPORTS=true); a failure "
+                          "there is printed and does not change the exit code")
     pre.add_argument("--request-timeout", type=positive_seconds, default=10.0, metavar="SECONDS",
                      help="seconds each API request may take (default: 10)")
     pre.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config)")
@@ -210,6 +217,20 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("file", metavar="FILE", help="the YAML config file")
     schema = cfg_sub.add_parser("schema", help="print the config file's JSON schema")
     schema.add_argument("--chart", action="store_true", help="the subtree of the chart's values.schema.json (config:)")
+
+    clean = sub.add_parser(
+        "cleanup", help="delete the reports dra-guard wrote (PolicyReports, openreports.io Reports)",
+        description="Delete every report dra-guard wrote (label app.kubernetes.io/managed-by=dra-guard): "
+                    "wgpolicyk8s.io ClusterPolicyReports and PolicyReports and openreports.io ClusterReports and "
+                    "Reports, of each report API the cluster serves; one line per report, then a count. Run it "
+                    "after `helm uninstall` (the chart's pre-delete hook runs the same code when "
+                    "preDelete.enabled). Exit 0 done (nothing to delete included), 2 when the API cannot be "
+                    "reached or refuses (one line naming the server and the cause).")
+    clean.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+    clean.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+    clean.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+    clean.add_argument("--request-timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
+                       help="seconds each API request may take (default: %(default)g)")
 
     comp = sub.add_parser("completion", help="print shell completion code (bash, zsh, fish)",
                           description="Print the code that makes your shell complete dra-guard's commands and "

@@ -111,7 +111,8 @@ Example (all defaults shown)::
       intervalSeconds: 600        # 0 turns it off
       qps: 10.0                   # its own client-side API rate limit
       burst: 20
-      policyReports: true         # write (Cluster)PolicyReports when wgpolicyk8s.io/v1alpha2 is served
+      policyReports: true         # write its reports when their report API is served
+      reportFormat: wgpolicyk8s.io  # or openreports.io, or both
     server:
       port: 8443
       maxRequestBytes: 8388608

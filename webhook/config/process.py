@@ -72,7 +72,13 @@ class AuditConfig:
     burst: int = dataclasses.field(default=20, metadata=key(
         "burst", lo=1, hi=1000, help="the audit's API request burst"))
     policy_reports: bool = dataclasses.field(default=True, metadata=key(
-        "policyReports", help="write (Cluster)PolicyReports when wgpolicyk8s.io/v1alpha2 is served"))
+        "policyReports", help="write dra-guard's reports (the report API of reportFormat) when it is served"))
+    report_format: Literal["wgpolicyk8s.io", "openreports.io", "both"] = dataclasses.field(
+        default="wgpolicyk8s.io", metadata=key(
+            "reportFormat", help="the report API of policyReports: wgpolicyk8s.io (v1alpha2 ClusterPolicyReport/"
+                                 "PolicyReports, Kyverno 1.x and the Policy Reporter), openreports.io (v1alpha1 "
+                                 "ClusterReport/Reports, their successor) or both; dra-guard's reports of an API not "
+                                 "chosen are deleted"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,8 @@
 pre-delete: delete dra-guard's webhook configurations before anything else of the release goes.
 Without it an uninstall could delete the Service first and leave a failurePolicy Fail webhook
 pointing at nothing, which refuses every RBAC write in the cluster until someone deletes the
-configuration by hand.
+configuration by hand. Then (--delete-reports) dra-guard's reports, so no stale FAIL result stays
+in a policy UI after the uninstall; a failure there is reported and never stops the uninstall.
 
 test (`helm test`): does the apiserver really get dra-guard's answer for RBAC writes? A server-side
 dry run (nothing is stored) of a ClusterRoleBinding that gives a made-up group a ClusterRole with
@@ -17,6 +18,7 @@ A "failed calling webhook" error (dra-guard unreachable, bad caBundle) always fa
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Any
 
@@ -24,7 +26,8 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from webhook.kube.client import count, server_of
-from webhook.kube.errors import api_failure
+from webhook.kube.errors import ClusterError, api_failure
+from webhook.kube.reports import delete_reports as _delete_all_reports
 
 RETRY_SECONDS = 60  # pre-delete: transient errors are retried for this long
 REQUEST_TIMEOUT = 10.0  # seconds per API request of a hook
@@ -61,6 +64,19 @@ def delete_webhook_configurations(client: kubernetes.client.ApiClient, name: str
                 raise api_failure(f"delete {kind} {name}", server_of(client), exc,
                                   timeout_seconds=timeout_seconds) from exc
             time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+
+
+def delete_reports(client: kubernetes.client.ApiClient, *, timeout_seconds: float = REQUEST_TIMEOUT) -> bool:
+    """Delete every report dra-guard wrote (webhook.kube.reports.delete_reports), one line each on
+    stdout. Returns False, with the reason on stderr, when the API failed: the uninstall goes on
+    (stale reports are not worth a failed uninstall; `dra-guard cleanup` removes them later)."""
+    try:
+        done = _delete_all_reports(client, timeout_seconds=timeout_seconds, report=lambda line: print(line, flush=True))
+    except ClusterError as exc:
+        print(f"reports not deleted: {exc}; run `dra-guard cleanup` after the uninstall", file=sys.stderr, flush=True)
+        return False
+    print(f"{len(done)} report(s) deleted", flush=True)
+    return True
 
 
 def refused_binding(name: str, role: str, group: str) -> dict[str, Any]:

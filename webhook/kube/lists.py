@@ -12,6 +12,7 @@ from webhook.kube.errors import calling
 from webhook.kube.informer import settle_page
 from webhook.kube.pages import Pages, RateLimiter, list_all, listing
 from webhook.model.facts import Facts
+from webhook.model.rbac_index import ref_key
 from webhook.model.slim import audit_view
 from webhook.policies import admin_access
 
@@ -62,6 +63,7 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
     stream(rbac_api.list_cluster_role_binding, "clusterrolebindings", facts.rbac.replace_bindings)
     stream(rbac_api.list_role_binding_for_all_namespaces, "rolebindings",
            lambda p: facts.rbac.replace_bindings(p, namespaced=True))
+    read_missing_roles(client, facts, limiter=limiter, timeout_seconds=timeout_seconds)
     out = whole(apps_api.list_daemon_set_for_all_namespaces, "daemonsets", "DaemonSet")
     facts.claims.replace_daemonsets(out)
     stream(core_api.list_pod_for_all_namespaces, "pods", facts.claims.replace_pods)
@@ -94,6 +96,43 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
                         limiter=limiter, view=lambda o: o if admin_access.claim_requests_admin_access(o) else None)
     out += [{"kind": "ClusterRoleBinding", **b} for b in facts.rbac.bindings()]
     return out
+
+
+def read_missing_roles(client: kubernetes.client.ApiClient, facts: Facts, *, limiter: RateLimiter | None = None,
+                       timeout_seconds: float = 30.0) -> list[tuple[str, str]]:
+    """Read once, from the API, each role a binding in facts.rbac refers to that facts.rbac lacks,
+    and add those found to facts.rbac: the roles were listed before the bindings, so a role created
+    after its binding (the usual order of `kubectl apply` of a folder) is missing from the listing
+    while its binding is not; the audit would call the binding unresolved.
+    One LIST by field selector per missing role (dra-guard's RBAC allows list, not get), at
+    `limiter`'s rate. Returns the (namespace, name) of the roles still missing ("" namespace: a
+    ClusterRole). Raises ClusterError ("cannot list clusterroles from <server>: <cause>")."""
+    rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
+    server = server_of(client)
+    wanted: dict[tuple[str, str], None] = {}
+    for binding in [*facts.rbac.bindings(), *facts.rbac.bindings(namespaced=True)]:
+        key = ref_key(binding)
+        if key[1] and facts.rbac.role(key[1], key[0]) is None:
+            wanted[key] = None
+    missing = []
+    for namespace, name in wanted:
+        resource = "roles" if namespace else "clusterroles"
+        if limiter is not None:
+            limiter.wait()
+        count("list", resource)
+        with calling(server, f"list {resource}", timeout_seconds=timeout_seconds):
+            if namespace:
+                resp = rbac_api.list_namespaced_role(namespace, field_selector=f"metadata.name={name}",
+                                                     _preload_content=False, _request_timeout=timeout_seconds)
+            else:
+                resp = rbac_api.list_cluster_role(field_selector=f"metadata.name={name}", _preload_content=False,
+                                                  _request_timeout=timeout_seconds)
+            items = json.loads(resp.data).get("items") or []
+        if items:
+            facts.rbac.upsert_role(dict(items[0], kind="Role" if namespace else "ClusterRole"))
+        else:
+            missing.append((namespace, name))
+    return missing
 
 
 def list_drain_objects(client: kubernetes.client.ApiClient, node: str, *,

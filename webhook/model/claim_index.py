@@ -289,6 +289,10 @@ class ClaimIndex:
             self._reindex(key)
 
     # -- queries
+    def pod(self, namespace: str, name: str) -> PodInfo | None:
+        """Pod namespace/name if indexed (DaemonSet-owned or using claims), else None (one dict read: no lock)."""
+        return self._pods.get((namespace, name))
+
     def driver_of_pod(self, namespace: str, name: str) -> tuple[PodInfo, drivers.Driver] | None:
         """(the pod, its driver) when pod namespace/name belongs to a DRA driver DaemonSet, else None. O(1)."""
         with self._lock:

@@ -53,11 +53,13 @@ def slim_role(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def slim_binding(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What the index keeps of a ClusterRoleBinding or RoleBinding dict: name, namespace, the kept
-    annotations, roleRef and subjects, strings interned."""
+    """What the index keeps of a ClusterRoleBinding or RoleBinding dict: name, namespace, uid (the
+    audit's reports name the binding by it), the kept annotations, roleRef and subjects, strings interned."""
     ns = namespace_of(obj)
+    uid = as_map(obj.get("metadata")).get("uid")
     return {
-        "metadata": {"name": name_of(obj), "annotations": _kept_annotations(obj), **({"namespace": ns} if ns else {})},
+        "metadata": {"name": name_of(obj), "annotations": _kept_annotations(obj), **({"namespace": ns} if ns else {}),
+                     **({"uid": uid} if isinstance(uid, str) and uid else {})},
         "roleRef": compact(dict(as_map(obj.get("roleRef")))),
         "subjects": compact(as_list(obj.get("subjects"))),
     }

@@ -75,7 +75,9 @@ def controller_manager(pods: Iterable[Mapping[str, Any]]) -> list[Finding]:
     """kube-controller-manager client QPS/Burst against the page's 75/150 floor.
 
     pods: kube-system Pod dicts. No visible kube-controller-manager pod (managed control planes)
-    gives one "unknown" finding that says so instead of guessing.
+    gives one "unknown" finding that says so instead of guessing (named Pod
+    kube-system/kube-controller-manager, an object that does not exist: reports file it scope-less,
+    webhook.audit.reports).
     """
     found = component_pods(pods, "kube-controller-manager")
     if not found:
@@ -110,18 +112,20 @@ def scheduler(pods: Iterable[Mapping[str, Any]], configmaps: Iterable[Mapping[st
     """kube-scheduler client QPS/Burst when visible (flags, or a KubeSchedulerConfiguration in a
     kube-system ConfigMap). The page gives no number for the scheduler: values below its defaults
     (50/100) are reported, invisible configuration is said to be unknown."""
-    values: list[tuple[str, float, float]] = []
+    # (kind, name) of the object that shows the values: the Pod, or the ConfigMap; findings are
+    # filed against it (never against a "kube-scheduler" Pod that may not exist)
+    values: list[tuple[str, str, float, float]] = []
     for pod in component_pods(pods, "kube-scheduler"):
         args = _args(pod, "kube-scheduler")
         qps, burst = _flag(args, "--kube-api-qps"), _flag(args, "--kube-api-burst")
         if qps or burst:
-            values.append((f"pod {_map(pod.get('metadata')).get('name')}", float(qps or 50), float(burst or 100)))
+            values.append(("Pod", str(_map(pod.get("metadata")).get("name")), float(qps or 50), float(burst or 100)))
     for cm in configmaps:
         for text in _map(cm.get("data")).values():
             if isinstance(text, str) and "KubeSchedulerConfiguration" in text:
                 qps_m = re.search(r"^\s*qps:\s*([0-9.]+)", text, re.M)
                 burst_m = re.search(r"^\s*burst:\s*([0-9]+)", text, re.M)
-                values.append((f"ConfigMap {_map(cm.get('metadata')).get('name')}",
+                values.append(("ConfigMap", str(_map(cm.get("metadata")).get("name")),
                                float(qps_m.group(1)) if qps_m else 50.0, float(burst_m.group(1)) if burst_m else 100.0))
     if not values:
         return [_finding(
@@ -131,11 +135,12 @@ def scheduler(pods: Iterable[Mapping[str, Any]], configmaps: Iterable[Mapping[st
                     "scheduler_pod_scheduling_sli_duration_seconds and raise clientConnection.qps/burst if it grows.",
             summary="kube-scheduler client QPS/Burst not visible")]
     return [_finding(
-        "scheduler-qps", "Pod", "kube-scheduler", namespace="kube-system",
-        message=f"kube-scheduler ({where}) uses client QPS {qps:g} / Burst {burst:g}, below its defaults 50/100; DRA "
+        "scheduler-qps", kind, name, namespace="kube-system",
+        message=f"kube-scheduler ({kind.lower() if kind == 'Pod' else kind} {name}) uses client QPS {qps:g} / Burst "
+                f"{burst:g}, below its defaults 50/100; DRA "
                 f"scheduling makes more API calls (ResourceClaim status updates). Raise clientConnection.qps/burst.",
         summary=f"kube-scheduler client QPS/Burst {qps:g}/{burst:g} below the defaults 50/100", qps=qps, burst=burst)
-        for where, qps, burst in values if qps < 50 or burst < 100]
+        for kind, name, qps, burst in values if qps < 50 or burst < 100]
 
 
 def api_versions(served: list[str], slices: Iterable[Mapping[str, Any]]) -> list[Finding]:

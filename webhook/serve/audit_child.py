@@ -35,7 +35,7 @@ from webhook.config import Config
 from webhook.kube import client as kube_client
 from webhook.kube import lists
 from webhook.kube.pages import RateLimiter
-from webhook.kube.reports import PolicyReportWriter
+from webhook.kube.reports import REPORT_APIS, ReportWriter, served_report_apis
 from webhook.model.facts import StaticFacts
 from webhook.policies.exceptions import EXPIRED_CHECK
 
@@ -81,9 +81,33 @@ class AuditChildError(RuntimeError):
     """The child failed: an API error it reported, a timeout (it is killed), or a crash."""
 
 
+def write_reports(client: Any, result: audit.Audit, report_format: str) -> None:
+    """Write the reports of `result` in each report API `report_format` chooses ("wgpolicyk8s.io",
+    "openreports.io" or "both") that the cluster serves, an empty cluster-scoped report saying the
+    audit ran; delete dra-guard's reports of a served API not chosen (left by a previous
+    reportFormat). Raises kube_client.API_ERRORS."""
+    served = served_report_apis(client)
+    chosen = set(REPORT_APIS) if report_format == "both" else {report_format}
+    for group in sorted(served):
+        writer = ReportWriter(client, group)
+        if group not in chosen:
+            try:
+                writer.delete_all()
+            except kube_client.API_ERRORS as exc:  # 403 from an older chart's RBAC: never worth losing the reports written
+                log.warning("cannot delete dra-guard's reports of a report API not chosen",
+                            extra={"group": group, "error": kube_client.describe_error(exc)[:300]})
+            continue
+        reports = audit.policy_reports(result.findings, refs=result.refs, judged=result.judged, api=group)
+        cluster_kind = REPORT_APIS[group].cluster_kind
+        if not any(r["kind"] == cluster_kind for r in reports):  # an empty one says the audit ran
+            reports.insert(0, audit.empty_cluster_report(group))
+        writer.apply(reports)
+
+
 def audit_cluster(client: Any, config: Config) -> dict[str, Any]:
-    """Audit the live cluster once and write the (Cluster)PolicyReports (config.audit.policyReports
-    and wgpolicyk8s.io/v1alpha2 served): the JSON-able summary the child prints. RBAC, Pods and
+    """Audit the live cluster once and write dra-guard's reports (config.audit.policyReports, in
+    the report API of config.audit.reportFormat when served: write_reports()): the JSON-able
+    summary the child prints. RBAC, Pods and
     ResourceClaims are streamed into fresh indexes (lists.stream_audit_cluster), at
     config.audit.qps/burst. Raises kube_client.API_ERRORS on API errors."""
     started = time.monotonic()
@@ -93,12 +117,8 @@ def audit_cluster(client: Any, config: Config) -> dict[str, Any]:
     objects = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter)
     result = audit.audit(objects, config, served_versions=served, online=True, facts=facts)
     counts = collections.Counter((f.policy, mode) for f, mode in result.findings if not f.skipped)
-    writer = PolicyReportWriter(client)
-    if config.audit.policy_reports and writer.served():
-        reports = audit.policy_reports(result.findings, judged=result.judged)
-        if not any(r["kind"] == "ClusterPolicyReport" for r in reports):  # an empty one says the audit ran
-            reports.insert(0, audit.empty_cluster_report())
-        writer.apply(reports)
+    if config.audit.policy_reports:
+        write_reports(client, result, config.audit.report_format)
     return {"counts": [[p, m, n] for (p, m), n in sorted(counts.items())], "findings": len(result.findings),
             "adminAccessNamespaces": sum(1 for f, _ in result.findings if f.check == "admin-access-namespace"),
             "excepted": {"active": sum(1 for f, _ in result.findings if f.skipped),
