@@ -30,6 +30,7 @@ rbac:
     groups: [system:masters]
   driverSubjects:
     serviceAccounts: {driver_service_accounts}
+  driverResources: {driver_resources}
 drivers:
   declared: {declared}
 """
@@ -79,6 +80,7 @@ class Guard:
         self.proc: DraGuardProcess | None = None
         self.mode = "enforce"
         self.declared: tuple[tuple[str, str], ...] = ()
+        self.driver_resources: tuple[str, ...] = ("resourceslices",)
         cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                                   "items": chart_rbac()}))
         cp.kubectl("admin", "apply", "-f", str(MANIFESTS / "rbac-managers.yaml"))
@@ -89,17 +91,20 @@ class Guard:
 
     def start(self, *, mode: str = "enforce", extra_config: str = "",
               driver_service_accounts: tuple[str, ...] = ("dra-system:driver",),
-              declared: tuple[tuple[str, str], ...] | None = None, ready_timeout: float = 60.0) -> DraGuardProcess:
+              declared: tuple[tuple[str, str], ...] | None = None, ready_timeout: float = 60.0,
+              driver_resources: tuple[str, ...] = ("resourceslices",)) -> DraGuardProcess:
         """(Re)start dra-guard with global `mode`, rbac.driverSubjects.serviceAccounts
-        ("namespace:name") and drivers.declared ((namespace, DaemonSet name) pairs; None keeps the
-        last start's, which register() also renders into the chart's eviction webhook); wait until
-        /readyz (caches synced), at most ready_timeout seconds."""
+        ("namespace:name"), rbac.driverResources and drivers.declared ((namespace, DaemonSet name)
+        pairs; None keeps the last start's, which register() also renders into the chart's eviction
+        webhook); wait until /readyz (caches synced), at most ready_timeout seconds."""
         self.stop_server()
         self.mode = mode
+        self.driver_resources = tuple(driver_resources)
         if declared is not None:
             self.declared = tuple(declared)
         self.proc = DraGuardProcess(self.workdir, "--kubeconfig", str(self.cp.kubeconfig("dra-guard")),
                                     config=BASE_CONFIG.format(mode=mode, driver_service_accounts=json.dumps(list(driver_service_accounts)),
+                                                              driver_resources=json.dumps(list(driver_resources)),
                                                               declared=json.dumps(declared_values(self.declared)))
                                     + extra_config, port=self.port)
         self.proc.wait("/readyz", timeout=ready_timeout)

@@ -1,13 +1,18 @@
-"""The driver catalogue on the real control plane (issue 15, item 9).
+"""The driver catalogue on the real control plane.
 
 For each public driver's shape (tests/drivers_catalogue.py): its RBAC is accepted by the RBAC guard
-because its ServiceAccount is a configured driver subject (and the same binding for another
-ServiceAccount is refused); its DaemonSet gets the probe patch the chart calls for, or none; the
+because its ServiceAccount is a configured driver subject, with rbac.driverResources widened where
+the vendor's ClusterRole needs it (Intel's Gaudi driver creates DeviceTaintRules: without the
+setting its binding is refused with a message naming it), and the same binding for another
+ServiceAccount is refused; its DaemonSet gets the probe patch the chart calls for, or none; the
 real scheduler allocates a claim of each of its drivers from ResourceSlices published by its
 ServiceAccount on a node and reserves it; evicting the driver pod is refused with 429 while a claim
 of any of its drivers is reserved there (dra-guard learns the names from the ResourceSlices: most
 of these charts name their driver nowhere), without an API request of dra-guard's; it is allowed
-once the claims are released.
+once the claims are released. NVIDIA's ComputeDomain daemon (a DaemonSet the driver's controller
+creates, whose pods reserve a shared adminAccess claim on the chart's static, label-selected
+ResourceSlice) is a consumer, not a driver: it gets no probe, its pods may be evicted, and it
+holds the ComputeDomain kubelet plugin pod on its node.
 """
 from __future__ import annotations
 
@@ -18,13 +23,23 @@ import time
 import pytest
 import yaml
 
-from tests.drivers_catalogue import CatalogueDriver, catalogue, resource_slice
+from tests.drivers_catalogue import (
+    COMPUTE_DOMAIN_LABEL,
+    CatalogueDriver,
+    catalogue,
+    compute_domain_daemon,
+    compute_domain_daemon_rbac,
+    compute_domain_daemon_slice,
+    nvidia_compute_domain,
+    resource_slice,
+)
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import Guard
 from tests.e2e.kube import evict, get_json, wait_for
 
 WORK = "catalogue-work"
 ENTRIES = catalogue()
+DRIVER_SERVICE_ACCOUNTS = tuple(e.service_account for e in ENTRIES)
 
 
 def slug(driver: str) -> str:
@@ -36,7 +51,7 @@ def guard(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("admin", "create", "namespace", WORK, check=False)
     g = Guard(cp, tmp_path_factory.mktemp("dra-guard-catalogue"))
-    g.start(mode="enforce", driver_service_accounts=tuple(e.service_account for e in ENTRIES),
+    g.start(mode="enforce", driver_service_accounts=DRIVER_SERVICE_ACCOUNTS,
             declared=tuple((e.namespace, e.daemonset["metadata"]["name"]) for e in ENTRIES))
     g.register()
     try:
@@ -44,6 +59,14 @@ def guard(control_plane, tmp_path_factory):
     finally:
         g.stop()
         cp.kubectl("admin", "delete", "pod", "-n", WORK, "--all", "--grace-period=0", "--force", check=False)
+
+
+def configure(guard: Guard, driver_resources: tuple[str, ...] = ()) -> None:
+    """dra-guard with rbac.driverResources = resourceslices plus `driver_resources`: restarted
+    (same port and CA, the webhook configuration unchanged) only when that differs from now."""
+    wanted = ("resourceslices", *driver_resources)
+    if guard.driver_resources != wanted:
+        guard.start(mode="enforce", driver_service_accounts=DRIVER_SERVICE_ACCOUNTS, driver_resources=wanted)
 
 
 def consumer(entry: CatalogueDriver, driver: str, node: str) -> dict:
@@ -93,6 +116,15 @@ def test_catalogue_driver_on_the_real_control_plane(control_plane, guard, entry)
         # ServiceAccount that is not one is refused (server-side dry run)
         roles = [o for o in rbac if o["apiVersion"].startswith("rbac.authorization.k8s.io/")]
         cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all([o for o in rbac if o not in roles]))
+        if entry.driver_resources:
+            # the vendor's RBAC writes more than ResourceSlices: refused until rbac.driverResources
+            # names those resources too, and the refusal says so
+            configure(guard)
+            refused = cp.kubectl("alice", "apply", "-f", "-", input=yaml.safe_dump_all(roles), check=False)
+            assert refused.returncode != 0 and "dra-guard" in refused.stderr, refused
+            assert "rbac.driverResources" in refused.stderr, refused.stderr
+            assert all(r in refused.stderr for r in entry.driver_resources), refused.stderr
+        configure(guard, entry.driver_resources)
         installed = cp.kubectl("alice", "apply", "-f", "-", input=yaml.safe_dump_all(roles), check=False)
         assert installed.returncode == 0, installed.stderr
         other = copy.deepcopy(next(o for o in rbac if o["kind"] == "ClusterRoleBinding"))
@@ -180,5 +212,97 @@ def test_catalogue_driver_on_the_real_control_plane(control_plane, guard, entry)
                    check=False)
         for driver in entry.names:
             cp.kubectl("admin", "delete", "resourceslice", f"{node}-{driver}", "--ignore-not-found", check=False)
+        cp.kubectl("admin", "delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(rbac), check=False)
+        cp.kubectl("admin", "delete", "node", node, check=False)
+
+
+def test_compute_domain_daemon_is_a_consumer_that_holds_the_kubelet_plugin(control_plane, guard):
+    """NVIDIA's ComputeDomain kubelet plugin on a node, the chart's static daemon ResourceSlice
+    (nodeSelector on the ComputeDomain node label, published by Helm, not by the plugin), and the
+    daemon DaemonSet the controller creates for a ComputeDomain with its shared adminAccess claim:
+    the scheduler allocates the claim from the static slice and reserves it for the daemon pod.
+    dra-guard patches no probe into the daemon (not a driver: no ResourceSlice write, no kubelet
+    plugin mounts), lets its pod be evicted, and refuses the eviction of the kubelet plugin pod on
+    the daemon's node while the daemon's claim is reserved there."""
+    cp = control_plane
+    configure(guard)
+    entry = nvidia_compute_domain()
+    ns, domain = entry.namespace, "0f6c3f5e-cd01"
+    node = "e2e-cat-cd-daemon"
+    plugin_ds = copy.deepcopy(entry.daemonset)
+    plugin_ds["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    claim_name = f"computedomain-daemon-{domain}"
+    daemon_claim, daemon_ds = compute_domain_daemon(ns, domain, claim_name)
+    daemon_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                    "metadata": {"name": "compute-domain-daemon.nvidia.com"},
+                    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'compute-domain.nvidia.com' && "
+                                                                  "device.attributes['compute-domain.nvidia.com'].type == 'daemon'"}}]}}
+    static_slice = compute_domain_daemon_slice()
+    rbac = [o for o in entry.objects if o["kind"] != "DaemonSet"] + compute_domain_daemon_rbac(ns)
+    # the plugin labelled the node for the ComputeDomain during a workload's channel Prepare
+    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(node, labels={COMPUTE_DOMAIN_LABEL: domain}),
+                             timeout=10).raise_for_status()
+    cp.kubectl("admin", "create", "namespace", ns, check=False)
+    # the driver namespace may hold adminAccess claims (an admin's label)
+    cp.kubectl("admin", "label", "namespace", ns, "resource.kubernetes.io/admin-access=true", "--overwrite")
+    try:
+        cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all([*rbac, daemon_class, static_slice, plugin_ds]))
+        sa_ns, sa = entry.service_account.split(":")
+        cp.kubectl("admin", "create", "-f", "-", f"--as=system:serviceaccount:{sa_ns}:{sa}",
+                   input=json.dumps(resource_slice("compute-domain.nvidia.com", node)))  # its channel devices
+        # what the controller creates for the ComputeDomain: untouched by dra-guard
+        cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all([daemon_claim, daemon_ds]))
+        stored = get_json(cp, "daemonset", "-n", ns, daemon_ds["metadata"]["name"])
+        assert not any(k.startswith("probes.dra-guard.io/") for k in stored["metadata"].get("annotations") or {})
+        [daemon_c] = stored["spec"]["template"]["spec"]["containers"]
+        assert "grpc" not in daemon_c["livenessProbe"] and daemon_c["livenessProbe"]["exec"]
+
+        def pod_on_node(prefix: str) -> str | None:
+            pods = get_json(cp, "pods", "-n", ns) or {"items": []}
+            return next((p["metadata"]["name"] for p in pods["items"] if p["spec"].get("nodeName") == node
+                         and p["metadata"]["name"].startswith(prefix) and not p["metadata"].get("deletionTimestamp")), None)
+
+        plugin_pod = wait_for("the kubelet plugin pod on the node", lambda: pod_on_node(plugin_ds["metadata"]["name"]))
+        daemon_pod = wait_for("the daemon pod on the node", lambda: pod_on_node(daemon_ds["metadata"]["name"]))
+
+        def reserved() -> dict | None:
+            claim = get_json(cp, "resourceclaim", "-n", ns, claim_name) or {}
+            status = claim.get("status") or {}
+            return status if status.get("reservedFor") else None
+
+        status = wait_for("the scheduler to allocate the daemon claim from the static slice and reserve it", reserved)
+        [result] = status["allocation"]["devices"]["results"]
+        assert result["pool"] == "compute-domain-daemons" and result.get("adminAccess") is True, status
+        assert "nodeName" not in str(status["allocation"].get("nodeSelector")), status  # label-selected, not node-local
+
+        last: list = []
+
+        def refused():
+            r = evict(cp, ns, plugin_pod)
+            last[:] = [r.status_code, r.text]
+            return [r] if r.status_code == 429 and "dra-guard" in r.text else None  # a 429 Response is falsy
+
+        try:
+            [answer] = wait_for("dra-guard to refuse the kubelet plugin's eviction", refused)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; last answer {last}; dra-guard log:\n{guard.proc.log()}") from None
+        assert "compute-domain.nvidia.com" in answer.text and daemon_pod in answer.text, answer.text
+        # the daemon is a consumer: its own eviction is dra-guard's to allow (no driver of its own)
+        cp.kubectl("admin", "delete", "daemonset", "-n", ns, daemon_ds["metadata"]["name"])  # the ComputeDomain went away
+        assert evict(cp, ns, daemon_pod, grace=0).status_code in (200, 201)
+        wait_for("the daemon claim to be released", lambda: not reserved())
+        wait_for("dra-guard to allow the kubelet plugin's eviction",
+                 lambda: evict(cp, ns, plugin_pod, grace=0).status_code in (200, 201))
+    finally:
+        for name in (daemon_ds["metadata"]["name"], plugin_ds["metadata"]["name"]):
+            cp.kubectl("admin", "delete", "daemonset", "-n", ns, name, "--ignore-not-found", check=False)
+        cp.kubectl("admin", "delete", "pod", "-n", ns, "--field-selector", f"spec.nodeName={node}",
+                   "--grace-period=0", "--force", check=False)
+        # its finalizer goes once no pod reserves it: never wait on that here
+        cp.kubectl("admin", "delete", "resourceclaim", "-n", ns, claim_name, "--ignore-not-found", "--wait=false",
+                   check=False)
+        cp.kubectl("admin", "delete", "resourceslice", f"{node}-compute-domain.nvidia.com", static_slice["metadata"]["name"],
+                   "--ignore-not-found", check=False)
+        cp.kubectl("admin", "delete", "deviceclass", daemon_class["metadata"]["name"], "--ignore-not-found", check=False)
         cp.kubectl("admin", "delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(rbac), check=False)
         cp.kubectl("admin", "delete", "node", node, check=False)

@@ -43,11 +43,12 @@ def test_the_sriov_driver_with_a_declared_port_is_probed():
     ds = sriov.daemonset
     ds["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "HEALTHCHECK_PORT", "value": "51599"})
     config = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": [sriov.service_account]}}})
-    assert probed_ports(ds, config)[0] == {"kubelet-plugin": 51599}
+    assert probed_ports(ds, config)[0] == {"plugin": 51599}
 
 
 @pytest.mark.parametrize("image, name", [
-    ("ghcr.io/k8snetworkplumbingwg/dra-driver-sriov:v0.1.0", "dra-driver-sriov"),
+    ("ghcr.io/k8snetworkplumbingwg/dra-driver-sriov:v0.1.0", "dra-driver-sriov"),  # the chart README's image.repository
+    ("quay.io/schseba/dra-driver-sriov:latest", "dra-driver-sriov"),  # the chart values.yaml's (older) default
     ("mirror.local:5000/dra-driver-sriov@sha256:abc", "dra-driver-sriov"),
     ("dra-driver-sriov", "dra-driver-sriov"),
     ("registry.example/dra-driver-sriov-operator:v1", "dra-driver-sriov-operator"),

@@ -4,13 +4,22 @@ rbac.driverSubjects for a driver not yet configured; rbac.adminSubjects, which l
 only when nothing narrower would do."""
 from __future__ import annotations
 
+import yaml
+
 from tests.builders import binding, cluster_role, review, rule, subject
 from tests.drivers_catalogue import intel_gaudi_rbac
+from webhook.audit import load
 from webhook.config import from_mapping
 from webhook.model.facts import build_facts
 from webhook.policies import rbac
 
-GAUDI_SA = "intel-gaudi-resource-driver:intel-gaudi-resource-driver"
+GAUDI_SA = "intel-gaudi-resource-driver:intel-gaudi-resource-driver-service-account"
+
+
+def gaudi():
+    """Intel's Gaudi RBAC as the apiserver stores it (and dra-guard's manifest reader reads it): the
+    metadata.namespace its manifest sets on the ClusterRole and ClusterRoleBinding dropped."""
+    return [load.as_stored(o) for o in intel_gaudi_rbac()]
 
 
 def judge(objects, config):
@@ -22,7 +31,7 @@ def judge(objects, config):
 
 def test_gaudi_as_a_driver_is_told_to_add_devicetaintrules_to_driver_resources():
     config = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": [GAUDI_SA]}}})
-    decision = judge(intel_gaudi_rbac(), config)
+    decision = judge(gaudi(), config)
     assert not decision.allowed
     [finding] = decision.findings
     assert finding.details["resources"] == ["devicetaintrules"]  # ResourceSlice write is a driver's
@@ -32,14 +41,14 @@ def test_gaudi_as_a_driver_is_told_to_add_devicetaintrules_to_driver_resources()
     # the advice works: the same binding with the setting it names is accepted, offline too
     widened = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": [GAUDI_SA]},
                                      "driverResources": ["resourceslices", "devicetaintrules"]}})
-    assert judge(intel_gaudi_rbac(), widened).allowed
-    assert list(rbac.audit(build_facts(intel_gaudi_rbac(), widened).rbac, widened.rbac)) == []
-    [audited] = rbac.audit(build_facts(intel_gaudi_rbac(), config).rbac, config.rbac)
+    assert judge(gaudi(), widened).allowed
+    assert list(rbac.audit(build_facts(gaudi(), widened).rbac, widened.rbac)) == []
+    [audited] = rbac.audit(build_facts(gaudi(), config).rbac, config.rbac)
     assert "rbac.driverResources" in audited.message
 
 
 def test_gaudi_not_yet_a_driver_is_told_of_driver_subjects_and_driver_resources():
-    decision = judge(intel_gaudi_rbac(), from_mapping(None))
+    decision = judge(gaudi(), from_mapping(None))
     [finding] = decision.findings
     assert "add the subject to rbac.driverSubjects" in finding.message
     assert "add devicetaintrules to rbac.driverResources" in finding.message
@@ -69,10 +78,30 @@ def test_a_driver_with_a_power_only_admins_may_hold_is_told_both():
     alone would need only driverResources, and the message says so."""
     role = cluster_role("gaudi-plus", [rule(["devicetaintrules"], ["create"]),
                                       rule(["users"], ["impersonate"], groups=[""])])
-    crb = binding("gaudi-plus", "gaudi-plus", [subject("ServiceAccount", "intel-gaudi-resource-driver",
+    crb = binding("gaudi-plus", "gaudi-plus", [subject("ServiceAccount", "intel-gaudi-resource-driver-service-account",
                                                        "intel-gaudi-resource-driver")])
     config = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": [GAUDI_SA]}}})
     [finding] = judge([role, crb], config).findings
     assert "only cluster admins may hold impersonate:users" in finding.message
     assert "rbac.adminSubjects" in finding.message
     assert "devicetaintrules alone: add devicetaintrules to rbac.driverResources" in finding.message
+
+
+def test_the_gaudi_manifest_read_from_a_file_is_judged_as_the_stored_objects():
+    """Intel's Gaudi manifest sets metadata.namespace on its ClusterRole and ClusterRoleBinding;
+    the apiserver ignores it, and so does `dra-guard audit -f`: read verbatim from a file they are
+    one ClusterRole and one ClusterRoleBinding, and the DeviceTaintRule grant is found and named
+    with the setting that accepts it."""
+    verbatim = intel_gaudi_rbac()
+    assert all(o["metadata"].get("namespace") for o in verbatim)  # the vendor's quirk, kept verbatim
+    read = load.Manifests()
+    load.read_text("gaudi.yaml", yaml.safe_dump_all(verbatim), read)
+    assert not read.problems
+    index = rbac.RbacIndex.from_objects(read.objects)
+    assert index.sizes() == {"clusterroles": 1, "roles": 0, "clusterrolebindings": 1, "rolebindings": 0}
+    config = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": [GAUDI_SA]}}})
+    decision = judge(read.objects, config)
+    assert not decision.allowed and not decision.warnings
+    [audited] = rbac.audit(build_facts(read.objects, config).rbac, config.rbac)
+    assert audited.kind == "ClusterRoleBinding" and not audited.namespace
+    assert "add devicetaintrules to rbac.driverResources" in audited.message

@@ -7,8 +7,24 @@ import copy
 
 import pytest
 
-from tests.builders import claim, driver_daemonset, eviction_request, plugin_container, pod
-from tests.drivers_catalogue import CatalogueDriver, catalogue, nvidia_gpu, resource_slice
+from tests.builders import claim, driver_daemonset, eviction_request, node_object, plugin_container, pod
+from tests.drivers_catalogue import (
+    COMPUTE_DOMAIN_LABEL,
+    CatalogueDriver,
+    catalogue,
+    compute_domain_daemon,
+    compute_domain_daemon_rbac,
+    compute_domain_daemon_slice,
+    example_driver,
+    google_tpu,
+    intel_gaudi,
+    intel_gpu,
+    net_driver,
+    nvidia_compute_domain,
+    nvidia_gpu,
+    resource_slice,
+    sriov_driver,
+)
 from webhook import audit, drainplan
 from webhook.config import from_mapping
 from webhook.model import drivers
@@ -80,6 +96,77 @@ def test_catalogue_driver_is_recognised_probed_and_protected(entry):
     assert evict(released, entry).allowed
 
 
+def test_gaudi_rbac_needs_devicetaintrules_in_driver_resources():
+    """Intel's Gaudi ClusterRole creates DeviceTaintRules: as a driver subject alone its grant is an
+    RBAC violation; with the entry's rbac.driverResources it is none (the e2e proves the same on the
+    real control plane)."""
+    from webhook.audit import load
+    from webhook.policies import rbac
+
+    entry = intel_gaudi()
+    objects = [load.as_stored(o) for o in entry.objects]
+    assert entry.driver_resources == ("devicetaintrules",)
+    [finding] = rbac.audit(build_facts(objects, config_for(entry)).rbac, config_for(entry).rbac)
+    assert "rbac.driverResources" in finding.message
+    widened = config_for(entry, rbac={"driverSubjects": {"serviceAccounts": [entry.service_account]},
+                                      "driverResources": ["resourceslices", *entry.driver_resources]})
+    assert list(rbac.audit(build_facts(objects, widened).rbac, widened.rbac)) == []
+
+
+def test_only_the_tpu_plugin_container_is_the_kubelet_plugin():
+    """The TPU DaemonSet runs three containers; only tpu-dra-plugin mounts the kubelet folders, so
+    only it would ever get a probe (none today: no gRPC health port, an exec readiness probe)."""
+    tpu = google_tpu()
+    cfg = config_for(tpu)
+    facts = build_facts(list(tpu.objects), cfg)
+    d = drivers.detect(tpu.daemonset, config=cfg.detection, can_write_slices=facts.service_account_writes_slices)
+    assert d is not None and d.plugin_containers == (0,)
+    decision = probes.review({"operation": "CREATE", "object": tpu.daemonset}, detection=cfg.detection, config=cfg.probes,
+                             can_write_slices=facts.service_account_writes_slices)
+    assert decision.patch == () and [f.check for f in decision.findings] == ["no-healthcheck-port"]
+    assert not any("seamless" in w for w in decision.warnings)  # POD_UID and maxSurge 1: it supports it
+
+
+def test_the_sriov_chart_gets_no_probe_even_with_assume_default_port():
+    """The SR-IOV chart's default (healthcheckPort -1) renders no HEALTHCHECK_PORT: its health
+    service is off, and dra-guard, which knows the image, adds no probe on the default port."""
+    sriov = sriov_driver()
+    assert not any(e["name"] == "HEALTHCHECK_PORT" for e in sriov.daemonset["spec"]["template"]["spec"]["containers"][0]["env"])
+    cfg = config_for(sriov, probes={"assumeDefaultPort": True})
+    facts = build_facts(list(sriov.objects), cfg)
+    decision = probes.review({"operation": "CREATE", "object": sriov.daemonset}, detection=cfg.detection,
+                             config=cfg.probes, can_write_slices=facts.service_account_writes_slices)
+    assert decision.patch == () and [f.check for f in decision.findings] == ["healthcheck-disabled"]
+
+
+def test_compute_domain_daemon_is_a_consumer_holding_the_kubelet_plugin():
+    """NVIDIA's ComputeDomain daemon DaemonSet (made by the controller) is no driver: no ResourceSlice
+    write, no kubelet mounts. Its pod reserves the shared adminAccess claim allocated from the
+    chart's static slice (selected by node label, not node-local): that holds the ComputeDomain
+    kubelet plugin pod on the daemon's node, and only there."""
+    cd = nvidia_compute_domain()
+    domain = "cd-1"
+    daemon_claim, daemon_ds = compute_domain_daemon(cd.namespace, domain, "cd-1-daemon")
+    cfg = config_for(cd)
+    objs = [*cd.objects, *compute_domain_daemon_rbac(cd.namespace), daemon_ds, compute_domain_daemon_slice(),
+            resource_slice("compute-domain.nvidia.com", NODE), driver_pod(cd), driver_pod(cd, "node-b", suffix="b"),
+            node_object(NODE, {COMPUTE_DOMAIN_LABEL: domain}), node_object("node-b", {COMPUTE_DOMAIN_LABEL: domain})]
+    facts = build_facts(objs, cfg)
+    assert drivers.detect(daemon_ds, config=cfg.detection, can_write_slices=facts.service_account_writes_slices) is None
+    assert probes.review({"operation": "CREATE", "object": daemon_ds}, detection=cfg.detection, config=cfg.probes,
+                         can_write_slices=facts.service_account_writes_slices).patch == ()
+    daemon_pod = pod("cd-1-daemon-x", NODE, namespace=cd.namespace, claims=("cd-1-daemon",))
+    allocated = claim("cd-1-daemon", driver="compute-domain.nvidia.com", namespace=cd.namespace, node=None,
+                      labels={COMPUTE_DOMAIN_LABEL: domain}, reserved=("cd-1-daemon-x",))
+    facts = build_facts([*objs, daemon_pod, allocated], cfg)
+    refused = evict(facts, cd)
+    assert not refused.allowed and refused.findings[0].details["claims"] == [f"{cd.namespace}/cd-1-daemon"]
+    assert evict(facts, cd, "b").allowed  # the other labelled node runs no daemon pod
+    daemon_eviction = eviction.review(eviction_request("cd-1-daemon-x", namespace=cd.namespace), index=facts.claims,
+                                      config=facts.config.eviction)
+    assert daemon_eviction.allowed
+
+
 def test_drain_plan_says_how_each_name_was_learned():
     nv = nvidia_gpu()
     facts = facts_with([nv], *(resource_slice(n, NODE) for n in nv.names), *consumers("gpu.nvidia.com"))
@@ -89,6 +176,30 @@ def test_drain_plan_says_how_each_name_was_learned():
     assert all("ResourceSlice on node node-a" in d["learnedFrom"] for d in entry["drivers"])
     assert not entry["canEvictNow"] and plan["evictFirst"] == ["work/consumer-0"]
     assert "learned from ResourceSlice" in drainplan.render_text(plan)
+
+
+def test_the_compute_domain_controllers_daemonset_write_needs_it_in_driver_subjects():
+    """The ComputeDomain controller's Role writes DaemonSets in the driver namespace (it creates the
+    daemons): a workload power in a namespace whose ServiceAccounts write ResourceSlices, refused
+    unless the controller's ServiceAccount is a driver subject too (as the README says)."""
+    from tests.builders import review
+    from webhook.policies import rbac
+
+    cd = nvidia_compute_domain()
+    controller = "dra-driver-nvidia-gpu-service-account-controller"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "dra-driver-nvidia-gpu-role-controller", "namespace": cd.namespace},
+            "rules": [{"apiGroups": ["apps"], "resources": ["daemonsets"],
+                       "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "dra-driver-nvidia-gpu-role-binding-controller", "namespace": cd.namespace},
+               "subjects": [{"kind": "ServiceAccount", "name": controller, "namespace": cd.namespace}],
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}}
+    index = rbac.RbacIndex.from_objects([role])
+    refused = rbac.review(review(binding)["request"], index=index, config=config_for(cd).rbac)
+    assert not refused.allowed and "daemonsets" in refused.findings[0].message
+    both = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": [cd.service_account, f"{cd.namespace}:{controller}"]}}})
+    assert rbac.review(review(binding)["request"], index=index, config=both.rbac).allowed
 
 
 # ---------------------------------------------------------------- item 1: identity from the cluster
@@ -108,7 +219,7 @@ def test_unnamed_driver_is_attributed_the_drivers_no_named_pod_accounts_for():
 
 def test_ambiguous_attribution_holds_every_unnamed_pod():
     """NVIDIA's and Intel's pods on one node both name nothing: a claim of either holds both."""
-    nv, intel = nvidia_gpu(), catalogue()[2]
+    nv, intel = nvidia_gpu(), intel_gpu()
     slices = [resource_slice(n, NODE) for n in (*nv.names, *intel.names)]
     facts = facts_with([nv, intel], *slices, *consumers("gpu.intel.com"))
     for entry in (nv, intel):
@@ -172,7 +283,7 @@ def test_kubelet_root_elsewhere():
 
 def test_resourceslice_write_alone_is_enough():
     """The DRA network driver mounts no /var/run/cdi: its RBAC recognises it."""
-    net = catalogue()[-1]
+    net = net_driver()
     assert drivers.detect(net.daemonset, config=from_mapping(None).detection) is None
     facts = build_facts(list(net.objects), config_for(net))
     assert drivers.detect(net.daemonset, config=facts.config.detection,
@@ -218,7 +329,7 @@ def test_health_port_zero_or_below_means_no_probe(where):
 
 # ---------------------------------------------------------------- item 7: seamless upgrade
 def test_surge_rollout_lets_the_older_pod_go_and_holds_the_last():
-    ex = catalogue()[3]
+    ex = example_driver()
     objs = [*ex.objects, resource_slice("gpu.example.com", NODE), *consumers("gpu.example.com")]
     cfg = config_for(ex)
     old, new = driver_pod(ex, suffix="a", ready=True), driver_pod(ex, suffix="b", ready=False)
