@@ -4,7 +4,7 @@ traceback, and nothing on stdout. Exit 1 means "would refuse" / "must wait" and 
 `until dra-guard drain-plan NODE; do sleep 10; done` and CI jobs rely on it.
 
 The failures are real: a closed local port, a kubeconfig whose CA is not the apiserver's, a token
-the apiserver does not know, User bob (no permissions) on the real apiserver, and a local TCP
+the apiserver does not know, a ServiceAccount without permissions on the real apiserver, and a local TCP
 server that accepts connections and never answers.
 """
 from __future__ import annotations
@@ -82,6 +82,18 @@ def silent_server():
             conn.close()
 
 
+#: a ServiceAccount no test binds anything to: User bob may gain rights from other tests of the session
+NOBODY_NAMESPACE = "e2e-cli-errors"
+NOBODY = f"system:serviceaccount:{NOBODY_NAMESPACE}:nobody"
+
+
+def nobody_token(cp) -> str:
+    """A token of ServiceAccount NOBODY (TokenRequest): authenticated, with no permissions."""
+    cp.kubectl("admin", "create", "namespace", NOBODY_NAMESPACE, check=False)
+    cp.kubectl("admin", "create", "serviceaccount", "nobody", "-n", NOBODY_NAMESPACE, check=False)
+    return cp.kubectl("admin", "create", "token", "nobody", "-n", NOBODY_NAMESPACE, "--duration=1h").stdout.strip()
+
+
 @pytest.fixture(scope="module")
 def endpoints(control_plane, tmp_path_factory, silent_server):
     """kind -> Endpoint: refused, tls, 401, 403, timeout."""
@@ -94,7 +106,8 @@ def endpoints(control_plane, tmp_path_factory, silent_server):
                         cp.url, "TLS verification failed"),
         "401": Endpoint(variant(cp, "admin", folder / "401", token="not-a-token-the-apiserver-knows"), cp.url,
                         "401 Unauthorized"),
-        "403": Endpoint(cp.kubeconfig("bob"), cp.url, '403 Forbidden (User "bob" cannot '),
+        "403": Endpoint(variant(cp, "admin", folder / "403", token=nobody_token(cp)), cp.url,
+                        f'403 Forbidden (User "{NOBODY}" cannot '),
         "timeout": Endpoint(variant(cp, "admin", folder / "timeout", server=silent_server), silent_server,
                             f"no answer within {TIMEOUT} s"),
     }
@@ -171,16 +184,16 @@ def test_an_api_failure_is_one_line_naming_the_server_and_the_cause_with_exit_2(
 
 
 def test_audit_names_the_list_the_user_may_not_make_and_the_way_around_the_installed_config(endpoints, tmp_path):
-    bob = endpoints["403"]
+    nobody = endpoints["403"]  # a user without permissions
     # the installed release's configuration is read first; the line says how to do without it
-    line = assert_one_line(run(["audit", "--cluster", "--kubeconfig", str(bob.kubeconfig)], limit=60), bob)
+    line = assert_one_line(run(["audit", "--cluster", "--kubeconfig", str(nobody.kubeconfig)], limit=60), nobody)
     assert line.startswith("dra-guard: error: cannot list configmaps"), line
     assert line.endswith("; pass --config FILE or --no-installed-config"), line
-    line = assert_one_line(run(["audit", "--cluster", "--kubeconfig", str(bob.kubeconfig), "--no-installed-config"],
-                               limit=60), bob)
-    # the first list bob may not make (RBAC managers elsewhere in the session may list roles): named, with its reason
-    found = re.match(rf'dra-guard: error: cannot list (\w+) from {re.escape(bob.server)}: 403 Forbidden '
-                     rf'\(User "bob" cannot list resource "(\w+)"', line)
+    line = assert_one_line(run(["audit", "--cluster", "--kubeconfig", str(nobody.kubeconfig), "--no-installed-config"],
+                               limit=60), nobody)
+    # the first list the user may not make: named, with its reason
+    found = re.match(rf'dra-guard: error: cannot list (\w+) from {re.escape(nobody.server)}: 403 Forbidden '
+                     rf'\(User "{re.escape(NOBODY)}" cannot list resource "(\w+)"', line)
     assert found and found.group(1) == found.group(2), line
 
 
