@@ -161,6 +161,7 @@ class MemoryLeases:
         stored = json.loads(json.dumps(lease))
         stored["metadata"]["resourceVersion"] = str(self.version)
         self.leases[lease["metadata"]["name"]] = stored
+        return json.loads(json.dumps(stored))
 
     def create(self, lease, *, timeout):
         self.calls.append("create")
@@ -169,7 +170,7 @@ class MemoryLeases:
         with self.lock:
             if lease["metadata"]["name"] in self.leases:
                 raise Conflict("exists")
-            self._store(lease)
+            return self._store(lease)
 
     def get(self, name, *, timeout):
         self.calls.append("get")
@@ -186,7 +187,7 @@ class MemoryLeases:
             current = self.leases.get(lease["metadata"]["name"])
             if current is None or current["metadata"]["resourceVersion"] != lease["metadata"].get("resourceVersion"):
                 raise Conflict("changed")
-            self._store(lease)
+            return self._store(lease)
 
 
 def records_of(state, api, now=NOW):
@@ -258,6 +259,20 @@ def test_two_takeovers_of_one_stale_record_race_on_the_resource_version_and_one_
     api.before_replace = lambda: records_of(two, api).own(b, deadline())  # b's takeover lands first
     assert records_of(one, api).own(a, deadline())[0] == "conflict"
     assert api.leases[a.name]["spec"]["holderIdentity"] == b.holder
+
+
+def test_a_peer_that_left_while_the_record_was_read_refuses_and_gives_the_record_up():
+    """Replica two allowed gpu-driver-a2 (it holds the record); it is evicted and replica one's cache
+    sees it go before replica one reads the record: stale, taken over, but gpu-driver-a's peer is gone."""
+    api = MemoryLeases()
+    one, two = replica(), replica()
+    a = decide(one, "gpu-driver-a").record.lease  # its peer: gpu-driver-a2, Ready in one's cache
+    assert records_of(two, api).own(decide(two, "gpu-driver-a2").record.lease, deadline())[0] == "created"
+    one.claims.delete_pod("gpu", "gpu-driver-a2")  # evicted; one's watch delivers the deletion
+    result, why = records_of(one, api).own(a, deadline())
+    assert result == "conflict" and "gpu/gpu-driver-a2" in why
+    assert "holderIdentity" not in api.leases[a.name]["spec"]  # given up: nobody waits for its TTL
+    assert one.claims.leaving.recent() == frozenset()
 
 
 def test_an_api_failure_or_no_time_left_is_an_error_never_an_allow_in_enforce_mode():

@@ -11,7 +11,13 @@ LeaseRecords.own(record, deadline), before such an allow is answered:
   "taken_over". Both writes carry the resourceVersion read: a 409 there means another replica
   wrote first -> "conflict";
 * any other failure, or no time left before the review's deadline -> "error" (the caller answers
-  429 in enforce mode, allows in warn and audit).
+  429 in enforce mode, allows in warn and audit);
+* once written, the pod's peer must still be Ready and not Terminating in this replica's cache:
+  the peer was found before the record was read, and may have left meanwhile on the strength of
+  this very pod (another replica held the record, its pod was evicted, the cache saw it go and
+  the record turned stale). If it left -> "conflict", and the record is given up (holder cleared)
+  so that nobody waits for its TTL. Seen on the real control plane: both pods of a pair evicted
+  within 50 ms without this check.
 
 Each call is bounded by cluster.requestTimeoutSeconds and by the review's deadline. A result other
 than created/renewed/taken_over also withdraws the pod from this replica's own Leaving record (the
@@ -61,11 +67,11 @@ class NoTime(Exception):
 class LeaseApi(Protocol):
     """The three Lease calls LeaseRecords makes, each with a timeout in seconds. Leases are
     coordination.k8s.io/v1 dicts. create and replace raise Conflict on 409 (replace also on 404:
-    the Lease went meanwhile); get returns None on 404; anything else raises."""
+    the Lease went meanwhile) and return the Lease written; get returns None on 404; anything else raises."""
 
-    def create(self, lease: Mapping[str, Any], *, timeout: float) -> None: ...
+    def create(self, lease: Mapping[str, Any], *, timeout: float) -> dict[str, Any]: ...
     def get(self, name: str, *, timeout: float) -> dict[str, Any] | None: ...
-    def replace(self, lease: Mapping[str, Any], *, timeout: float) -> None: ...
+    def replace(self, lease: Mapping[str, Any], *, timeout: float) -> dict[str, Any]: ...
 
 
 class KubeLeases:
@@ -91,15 +97,15 @@ class KubeLeases:
         data: dict[str, Any] = json.loads(resp.data) if resp.data else {}
         return data
 
-    def create(self, lease: Mapping[str, Any], *, timeout: float) -> None:
-        self._call("create", self.api.create_namespaced_lease, self.namespace, lease, timeout=timeout)
+    def create(self, lease: Mapping[str, Any], *, timeout: float) -> dict[str, Any]:
+        return self._call("create", self.api.create_namespaced_lease, self.namespace, lease, timeout=timeout) or {}
 
     def get(self, name: str, *, timeout: float) -> dict[str, Any] | None:
         return self._call("get", self.api.read_namespaced_lease, name, self.namespace, timeout=timeout)
 
-    def replace(self, lease: Mapping[str, Any], *, timeout: float) -> None:
-        self._call("update", self.api.replace_namespaced_lease, lease["metadata"]["name"], self.namespace, lease,
-                   timeout=timeout)
+    def replace(self, lease: Mapping[str, Any], *, timeout: float) -> dict[str, Any]:
+        return self._call("update", self.api.replace_namespaced_lease, lease["metadata"]["name"], self.namespace,
+                          lease, timeout=timeout) or {}
 
 
 def micro_time(t: datetime.datetime) -> str:
@@ -147,6 +153,12 @@ class LeaseRecords:
         pod = found[0]
         return (not uid or pod.uid == uid) and not pod.terminating and not pod.finished
 
+    def peer_stays(self, record: LeaveRecord) -> bool:
+        """Whether record.peer is in this replica's cache, Ready, not Terminating nor finished."""
+        namespace, _, name = record.peer.partition("/")
+        found = self.index.driver_of_pod(namespace, name)
+        return found is not None and found[0].ready and not found[0].terminating and not found[0].finished
+
     def own(self, record: LeaveRecord, deadline: float) -> tuple[str, str]:
         """Write `record`'s Lease before `deadline` (time.monotonic()); (result, why) as in the
         module docstring. Never raises for an API failure (that is "error", why naming it)."""
@@ -160,28 +172,42 @@ class LeaseRecords:
         where = f"Lease {self.namespace}/{record.name}"
         try:
             try:
-                self.api.create(self.lease(record, now), timeout=left())
-                return self._done(record, "created", "")
+                written = self.api.create(self.lease(record, now), timeout=left())
+                result, why = "created", ""
             except Conflict:
-                pass
-            existing = self.api.get(record.name, timeout=left())
-            if existing is None:  # gone between the two calls (its Node's garbage collection)
-                return self._done(record, "conflict", f"{where} changed while it was read; retry")
-            spec, meta = existing.get("spec") or {}, existing.get("metadata") or {}
-            verdict = judge(spec, record, now=now, live=self.live)
-            if verdict == "held":
-                return self._done(record, "conflict", f"{where} names {spec.get('holderIdentity')} as leaving")
-            acquired = str(spec.get("acquireTime") or "") if verdict == "same" else ""
-            self.api.replace(self.lease(record, now, resource_version=str(meta.get("resourceVersion") or ""),
-                                        acquired=acquired), timeout=left())
-            return self._done(record, "renewed" if verdict == "same" else "taken_over",
-                              "" if verdict == "same" else f"from {spec.get('holderIdentity') or 'no holder'}")
+                existing = self.api.get(record.name, timeout=left())
+                if existing is None:  # gone between the two calls (its Node's garbage collection)
+                    return self._done(record, "conflict", f"{where} changed while it was read; retry")
+                spec, meta = existing.get("spec") or {}, existing.get("metadata") or {}
+                verdict = judge(spec, record, now=now, live=self.live)
+                if verdict == "held":
+                    return self._done(record, "conflict", f"{where} names {spec.get('holderIdentity')} as leaving")
+                acquired = str(spec.get("acquireTime") or "") if verdict == "same" else ""
+                written = self.api.replace(self.lease(record, now, resource_version=str(meta.get("resourceVersion") or ""),
+                                                      acquired=acquired), timeout=left())
+                result = "renewed" if verdict == "same" else "taken_over"
+                why = "" if verdict == "same" else f"from {spec.get('holderIdentity') or 'no holder'}"
+            if not self.peer_stays(record):
+                self._give_up(written, left)
+                return self._done(record, "conflict", f"its peer {record.peer} left while {where} was written")
+            return self._done(record, result, why)
         except Conflict:
             return self._done(record, "conflict", f"{where} was written by another replica at the same moment")
         except NoTime as exc:
             return self._done(record, "error", f"{where} not written: {exc}")
         except Exception as exc:  # API errors, timeouts: never an allow in enforce mode (the caller's 429)
             return self._done(record, "error", f"{where} not written: {describe_error(exc)}")
+
+    def _give_up(self, written: Mapping[str, Any], left: Callable[[], float]) -> None:
+        """Clear the holder of a record just written (its resourceVersion): its pod stays after all.
+        Best effort: when it fails the record expires after leaseDurationSeconds."""
+        spec = {k: v for k, v in (written.get("spec") or {}).items() if k != "holderIdentity"}
+        try:
+            self.api.replace({**written, "spec": spec}, timeout=left())
+        except (Conflict, NoTime) as exc:  # a later writer owns it, or no time: the TTL ends it
+            log.info("shared record not given up", extra={"why": str(exc)})
+        except Exception as exc:  # API failures
+            log.info("shared record not given up", extra={"why": describe_error(exc)})
 
     def _done(self, record: LeaveRecord, result: str, why: str) -> tuple[str, str]:
         metrics.EVICTION_RECORDS.labels(result=result).inc()
