@@ -25,7 +25,7 @@ import pytest
 
 from tests.builders import driver_daemonset, eviction_request
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
-from tests.e2e.guard import Guard, webhook_configurations
+from tests.e2e.guard import EVICTION_REFUSED, NAMESPACE, Guard, chart_namespaced_rbac, webhook_configurations
 from tests.e2e.kube import evict, wait_for
 from tests.serve import free_port
 
@@ -244,3 +244,34 @@ def test_two_evictions_of_a_surge_pair_sent_together_to_two_replicas_never_both_
     assert split >= TRIALS * 3 // 4, f"the reviews were not split over the two replicas: {split} of {TRIALS}"
     assert sum(codes.count(201) == 1 for codes in outcomes) >= TRIALS * 3 // 4, outcomes  # the peer rule still lets one go
     assert records["conflict"] >= 1 and records["error"] == 0, records  # the race happened, and the record settled it
+
+
+def test_a_record_that_cannot_be_written_refuses_in_enforce_mode_and_the_pair_goes_again_once_it_can(
+        control_plane, replicas):
+    """The replicas may not write Leases (the chart's RoleBinding gone): a driver pod with a Ready
+    peer is refused with 429 naming the cause (fail closed on this narrow scope; drains retry), and
+    allowed again once the RoleBinding is back."""
+    cp, guards = control_plane, replicas
+    pair = wait_for("a Ready surge pair", lambda: pair_ready(cp, TRIALS), timeout=60, interval=0.2)
+    wait_for("both replicas to see the pair as peers", lambda: all(sees_peers(g, pair) for g in guards),
+             timeout=60, interval=0.2)
+    errors = sum(counter(g, "dra_guard_eviction_records_total", 'result="error"') for g in guards)
+
+    def may_write_leases() -> bool:
+        return cp.kubectl("admin", "auth", "can-i", "update", "leases", "-n", NAMESPACE, "--as", "dra-guard",
+                          check=False).stdout.strip() == "yes"
+
+    cp.kubectl("admin", "delete", "rolebinding", "-n", NAMESPACE, "dra-guard")
+    try:
+        wait_for("the Lease rights gone", lambda: not may_write_leases(), timeout=30)
+        r = evict(cp, DRIVER_NS, pair[0], grace=0)
+        assert r.status_code == 429, r.text
+        message = r.json()["message"]
+        assert message.startswith(EVICTION_REFUSED) and "the record could not be written" in message, message
+        assert "403" in message, message
+        assert sum(counter(g, "dra_guard_eviction_records_total", 'result="error"') for g in guards) == errors + 1
+    finally:
+        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": chart_namespaced_rbac()}))
+    wait_for("the Lease rights back", may_write_leases, timeout=30)
+    assert evict(cp, DRIVER_NS, pair[0], grace=0).status_code == 201
