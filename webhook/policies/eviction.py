@@ -15,7 +15,10 @@ not it lists the claim), or a ``status.reservedFor`` consumer that is not a pod,
 every node the allocation selects (by name, by node labels, or all). Then the eviction is
 refused with HTTP 429 TooManyRequests, which kubectl drain, cluster-autoscaler and Karpenter retry
 like a PodDisruptionBudget refusal. Field shapes: resource.k8s.io v1 (v1beta1/v1beta2 have the
-same status shape), policy/v1 Eviction.
+same status shape), policy/v1 Eviction. While another Ready pod of the same DaemonSet serves the
+node (a surge rollout) the eviction is allowed instead, one pod of the pair at a time: within a
+replica by webhook.model.leaving's lock, across replicas by a shared record the serving replica
+must own before answering (Decision.record; webhook.kube.records writes it).
 
 The policy reads the ClaimIndex (webhook.model.claim_index), which webhook.kube fills from
 watches of ResourceClaims, DaemonSets, (slimmed) Pods and Nodes' labels.
