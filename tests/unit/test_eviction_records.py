@@ -128,6 +128,12 @@ def test_judge_tells_a_retry_from_a_live_holder_from_a_stale_record():
     late = NOW + datetime.timedelta(seconds=31)
     assert judge(spec("gpu/gpu-driver-a2/uid-b"), record(), now=late, live=alive) == "stale"  # expired
     assert judge({}, record(), now=NOW, live=alive) == "stale"
+    # a record written by hand lasts no longer than dra-guard's own
+    future = NOW + datetime.timedelta(days=1)
+    assert judge(spec("gpu/gpu-driver-a2/uid-b", renewed=future), record(), now=NOW, live=alive) == "stale"
+    assert judge(spec("gpu/gpu-driver-a2/uid-b", seconds=86400), record(), now=late, live=alive) == "stale"
+    skewed = NOW + datetime.timedelta(seconds=1)  # another replica's clock a second ahead
+    assert judge(spec("gpu/gpu-driver-a2/uid-b", renewed=skewed), record(), now=NOW, live=alive) == "held"
     # the same name but another pod object (uid): not a retry of this one
     assert judge(spec("gpu/gpu-driver-a/uid-old"), record(), now=NOW, live=alive) == "held"
 

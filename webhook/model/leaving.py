@@ -131,7 +131,8 @@ def judge(spec: Mapping[str, Any], record: LeaveRecord, *, now: datetime.datetim
 
     "same": it names this pod (same namespace/name, and uid when both have one): a retried
     eviction. "held": another pod that live(namespace, name, uid) says is still in the cache, not
-    Terminating nor finished, and renewTime + leaseDurationSeconds is not past: that pod is leaving.
+    Terminating nor finished, and renewTime + leaseDurationSeconds (at most record.seconds; a
+    renewTime more than that ahead of `now` is stale) is not past: that pod is leaving.
     "stale": anything else (no holder, holder gone or Terminating, expired, unreadable): take it over.
     """
     holder = spec.get("holderIdentity")
@@ -143,6 +144,12 @@ def judge(spec: Mapping[str, Any], record: LeaveRecord, *, now: datetime.datetim
         return "same"
     renewed = parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime"))
     seconds = spec.get("leaseDurationSeconds")
-    if renewed is None or not isinstance(seconds, int) or renewed + datetime.timedelta(seconds=seconds) < now:
+    if renewed is None or not isinstance(seconds, int):
+        return "stale"
+    # never longer than dra-guard's own records last, whatever a writer put there: a renewTime
+    # further ahead than that is no replica's (their clocks agree far better), a longer duration
+    # counts as record.seconds
+    ttl = datetime.timedelta(seconds=record.seconds)
+    if renewed > now + ttl or renewed + min(datetime.timedelta(seconds=seconds), ttl) < now:
         return "stale"
     return "held" if live(namespace, name, uid) else "stale"
