@@ -106,6 +106,14 @@ DRIVER_EVICTIONS = Counter(
     "Evictions of DRA driver pods, by driver and decision (refused with 429 while claims need the driver, or allowed).",
     ["driver", "decision"],
 )
+EVICTION_RECORDS = Counter(
+    "dra_guard_eviction_records_total",
+    "Writes of the shared record (a Lease per DaemonSet and node) that must be owned before a DRA driver pod leaves "
+    "on the strength of a Ready peer while claims need its driver, by result: created, renewed (a retried "
+    "eviction), taken_over (a stale record), conflict (another pod is leaving: 429), error (not written: 429 in "
+    "enforce mode).",
+    ["result"],
+)
 UNDECLARED_DRIVERS = Gauge(
     "dra_guard_undeclared_drivers",
     "1 for each DaemonSet dra-guard recognises as a DRA driver that drivers.declared does not list (its pods' "

@@ -340,7 +340,7 @@ def test_cert_manager_mode():
     assert volumes["tls"]["secret"]["secretName"] == serving["secretName"]
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         assert find(objs, kind)["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "dra-guard/dra-guard-serving"
-    # no Secret access outside self mode (the Role only holds the periodic audit's Lease)
+    # no Secret access outside self mode (the Role only holds Leases: the shared records, the periodic audit's)
     assert all(r["resources"] == ["leases"] for r in find(objs, "Role", "dra-guard")["rules"])
     assert all(r["apiGroups"] != ["admissionregistration.k8s.io"] for r in find(objs, "ClusterRole", "dra-guard")["rules"])
 
@@ -539,11 +539,14 @@ def test_cluster_role_is_exactly_what_the_code_needs(case, expected):
 
 
 def test_namespaced_roles():
+    # the eviction guard's shared records need the Lease verbs in every mode, the periodic audit off included
+    leases = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "delete"]}]
     files = rendered("audit-off-files")
-    assert "Role" not in kinds(files) and "RoleBinding" not in kinds(files)
+    assert find(files, "Role", "dra-guard")["rules"] == leases
+    assert find(files, "RoleBinding", "dra-guard")["roleRef"]["name"] == "dra-guard"
     own = find(rendered("certs-files"), "Role", "dra-guard")
     assert own["metadata"]["namespace"] == "dra-guard"
-    assert own["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}]
+    assert own["rules"] == leases
     system = find(rendered("defaults"), "Role", "dra-guard-audit")
     assert system["metadata"]["namespace"] == "kube-system"
     assert system["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]

@@ -1,8 +1,9 @@
 """dra-guard as the kube-apiserver sees it: a real `dra-guard serve` registered as a webhook.
 
 Guard starts `dra-guard serve` on loopback with the kubeconfig of its own user, whose only
-permissions are the Helm chart's ClusterRole (charts/dra-guard, rendered with `helm template` and
-bound to User "dra-guard"). It registers the Validating/MutatingWebhookConfiguration the chart
+permissions are the Helm chart's ClusterRole and namespaced Roles (charts/dra-guard, rendered with
+`helm template` and bound to User "dra-guard"; the Leases of the eviction guard's shared records
+are written in NAMESPACE, as with no $POD_NAMESPACE). It registers the Validating/MutatingWebhookConfiguration the chart
 renders with its development value `webhooks.url` (clientConfig.url = this server, caBundle = its
 CA), so the chart's rules, namespaceSelectors and matchConditions are what the tests exercise,
 and waits until the apiserver really calls it (a probe object that only dra-guard refuses).
@@ -83,6 +84,10 @@ class Guard:
         self.driver_resources: tuple[str, ...] = ("resourceslices",)
         cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                                   "items": chart_rbac()}))
+        # the chart's Role in its namespace: the eviction guard's shared records (Leases) are written there
+        cp.kubectl("admin", "create", "namespace", NAMESPACE, check=False)
+        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                  "items": chart_namespaced_rbac()}))
         cp.kubectl("admin", "apply", "-f", str(MANIFESTS / "rbac-managers.yaml"))
 
     @property

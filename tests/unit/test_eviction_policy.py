@@ -160,7 +160,8 @@ def test_the_driver_evictions_metric_says_refused_only_when_the_eviction_was_ref
         before = {d: count(d) for d in ("refused", "would-refuse")}
         config = from_mapping({"policies": {"eviction": {"mode": mode}}})
         facts = types.SimpleNamespace(claims=idx, fresh=lambda age: (True, ""))  # the two members admit() reads
-        eviction.admit(eviction_request("gpu-driver-a"), facts, config)
+        request = eviction_request("gpu-driver-a")
+        eviction.account(request, eviction.admit(request, facts, config), facts, mode=config.policy("eviction").mode)
         after = {d: count(d) for d in ("refused", "would-refuse")}
         assert after[label] == before[label] + 1, (mode, before, after)
         other = "refused" if label == "would-refuse" else "would-refuse"

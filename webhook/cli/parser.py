@@ -62,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                                        "/readyz and /metrics over HTTPS (and /validate/noop, a no-op review for "
                                        "benchmarks, never registered by the chart). Each gunicorn worker (server.workers) "
                                        "holds at most server.threads + 250 connections; more wait "
-                                       "in the kernel's backlog.",
+                                       "in the kernel's backlog. With a cluster, a DRA driver pod leaving on the strength "
+                                       "of its Ready peer while claims need its driver is allowed only once this replica "
+                                       "owns a shared record, a Lease dra-guard-leaving-<digest> in certificates.namespace "
+                                       "(else $POD_NAMESPACE, else dra-guard): replicas let one pod of a surge pair go at a time.",
                            epilog=POLICY_LIST + EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
@@ -73,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="development: create (or reuse) a CA and a certificate for localhost, 127.0.0.1 and ::1 in DIR")
     serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config, else ~/.kube/config)")
     serve.add_argument("--no-cluster", action="store_true",
-                       help="do not use the Kubernetes API: caches stay empty, policies see an empty cluster")
+                       help="do not use the Kubernetes API: caches stay empty, policies see an empty cluster, "
+                            "no shared record is written")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
     audit = sub.add_parser("audit", help="run the policies over manifests and/or the live cluster",

@@ -79,12 +79,13 @@ def selects(selector: Selector, name: str, labels: Mapping[str, str]) -> bool:
 
 
 class NodeIndex:
-    """Node name -> its labels, kept from a watch or a list (core/v1 Node dicts). on_change is
-    called (outside this index's lock) after a node appears, goes or changes its labels."""
+    """Node name -> its labels (and uid), kept from a watch or a list (core/v1 Node dicts).
+    on_change is called (outside this index's lock) after a node appears, goes or changes its labels."""
 
     def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
         self._lock = threading.Lock()
         self._labels: dict[str, dict[str, str]] = {}
+        self._uids: dict[str, str] = {}  # the owner of the node's shared records (webhook.kube.records)
         self._on_change = on_change
 
     @staticmethod
@@ -96,9 +97,11 @@ class NodeIndex:
     def upsert(self, obj: Mapping[str, Any]) -> None:
         """Add or replace a Node dict (a status-only update changes nothing here)."""
         name, labels = self._entry(obj)
+        uid = as_str(as_map(obj.get("metadata")).get("uid"))
         with self._lock:
             changed = self._labels.get(name) != labels
             self._labels[name] = labels
+            self._uids[name] = uid
         if changed:
             self._on_change()
 
@@ -106,15 +109,27 @@ class NodeIndex:
         """Forget Node `name`."""
         with self._lock:
             known = self._labels.pop(name, None) is not None
+            self._uids.pop(name, None)
         if known:
             self._on_change()
 
     def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
         """Replace every Node (after a relist); `items` is consumed and slimmed before the lock."""
-        fresh = dict(map(self._entry, items))
+        uids: dict[str, str] = {}
+
+        def entry(obj: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+            name, labels = self._entry(obj)
+            uids[name] = as_str(as_map(obj.get("metadata")).get("uid"))
+            return name, labels
+        fresh = dict(map(entry, items))
         with self._lock:
-            self._labels = fresh
+            self._labels, self._uids = fresh, uids
         self._on_change()
+
+    def uid(self, name: str) -> str:
+        """Node `name`'s metadata.uid ("" when unknown)."""
+        with self._lock:
+            return self._uids.get(name, "")
 
     def selected(self, selector: Selector) -> frozenset[str]:
         """The known nodes `selector` selects. O(nodes)."""

@@ -1,7 +1,9 @@
 """What a policy answers: a Decision made of Findings, warnings and a patch (pure data).
 
 The decision says what *enforce* mode would answer; applying the configured mode (enforce / warn /
-audit) is the job of webhook.admission.
+audit) is the job of webhook.admission. An allow may depend on a shared record the serving replica
+must own first (Decision.record; webhook.serve.app writes it through webhook.kube.records, then
+Decision.settle gives the final answer).
 """
 from __future__ import annotations
 
@@ -9,9 +11,13 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.model.leaving import LeaveRecord
 from webhook.model.readers import short
 
-__all__ = ["ALLOW", "Decision", "Finding", "short"]
+__all__ = ["ALLOW", "Decision", "Finding", "Record", "short"]
+
+#: results of writing a Record: owned (the allow holds) or not (the refusal answers)
+OWNED = ("created", "renewed", "taken_over")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +71,19 @@ class Finding:
 
 
 @dataclasses.dataclass(frozen=True)
+class Record:
+    """A shared record an allow depends on: the replica answering must own `lease` first.
+
+    conflict: the enforced finding answered when another holder owns it. failed: the one answered
+    when it could not be written (API error, timeout); settle() appends the cause to its message.
+    """
+
+    lease: LeaveRecord
+    conflict: Finding
+    failed: Finding
+
+
+@dataclasses.dataclass(frozen=True)
 class Decision:
     """A policy's verdict on one admission request, as enforce mode would answer it.
 
@@ -72,17 +91,31 @@ class Decision:
     warnings: informational messages (each under 120 characters) shown in enforce and warn modes.
     patch: JSON Patch operations (RFC 6902 dicts) for mutating policies, empty otherwise.
     audit_annotations: extra AdmissionResponse.auditAnnotations (key without prefix -> value).
+    record: when set, this allow holds only once the serving replica owns the record; settle()
+    gives the answer after the write (no API configured: the decision as it is).
     """
 
     findings: tuple[Finding, ...] = ()
     warnings: tuple[str, ...] = ()
     patch: tuple[Mapping[str, Any], ...] = ()
     audit_annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    record: Record | None = None
 
     @property
     def allowed(self) -> bool:
         """True when no finding is enforced."""
         return not any(f.enforced for f in self.findings)
+
+    def settle(self, result: str, why: str = "") -> Decision:
+        """The answer once `record` was written: `result` one of OWNED (or "unrecorded": no API to
+        write to) -> this decision without the record; "conflict" -> record.conflict; anything
+        else ("error") -> record.failed. `why` (the holder, or the error) ends the message."""
+        if self.record is None or result in (*OWNED, "unrecorded"):
+            return dataclasses.replace(self, record=None)
+        finding = self.record.conflict if result == "conflict" else self.record.failed
+        if why:
+            finding = dataclasses.replace(finding, message=f"{finding.message} (Shared record: {why}.)")
+        return Decision(findings=(finding,))
 
 
 ALLOW = Decision()

@@ -15,7 +15,10 @@ not it lists the claim), or a ``status.reservedFor`` consumer that is not a pod,
 every node the allocation selects (by name, by node labels, or all). Then the eviction is
 refused with HTTP 429 TooManyRequests, which kubectl drain, cluster-autoscaler and Karpenter retry
 like a PodDisruptionBudget refusal. Field shapes: resource.k8s.io v1 (v1beta1/v1beta2 have the
-same status shape), policy/v1 Eviction.
+same status shape), policy/v1 Eviction. While another Ready pod of the same DaemonSet serves the
+node (a surge rollout) the eviction is allowed instead, one pod of the pair at a time: within a
+replica by webhook.model.leaving's lock, across replicas by a shared record the serving replica
+must own before answering (Decision.record; webhook.kube.records writes it).
 
 The policy reads the ClaimIndex (webhook.model.claim_index), which webhook.kube fills from
 watches of ResourceClaims, DaemonSets, (slimmed) Pods and Nodes' labels.
@@ -27,6 +30,7 @@ unguarded: audit_objects() reports it (check ``undeclared-driver``) with the val
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -37,8 +41,9 @@ from webhook.model import attribution, drivers
 from webhook.model.claim_index import ClaimIndex
 from webhook.model.claims import Hold
 from webhook.model.facts import Facts
+from webhook.model.leaving import record_for
 from webhook.model.readers import as_map, as_str, name_of
-from webhook.policies.decision import ALLOW, Decision, Finding, short
+from webhook.policies.decision import ALLOW, Decision, Finding, Record, short
 
 POLICY = "eviction"
 
@@ -59,6 +64,9 @@ def review(request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionCon
 
     synced: (True, "") when the caches are fresh; otherwise (False, why) and every eviction gets
     429 "not ready, retry" (a drain retries; nothing is lost).
+    An allow on the strength of a Ready peer while claims are held (not a dry run) carries
+    Decision.record: the serving replica must own the shared record of (DaemonSet, node) before it
+    answers (webhook.model.leaving); the record's findings say what to answer when it cannot.
     """
     operation = as_str(request.get("operation"))
     sub = as_str(request.get("subResource"))
@@ -103,52 +111,67 @@ def review(request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionCon
         return ALLOW
     holds = list(dict.fromkeys(h for _, h in needed.holds))
     names = ",".join(needed.held_names)
-    leaving_peer = ""
-    if needed.peer:
-        # find the peer and record this pod as leaving in one step: two evictions of a surge pair
-        # sent together must not each leave on the strength of the other (webhook.model.leaving)
-        with index.leaving.lock:
-            peer = attribution.ready_peer(index, pod, leaving=index.leaving.recent())
-            if peer and request.get("dryRun") is not True:
-                index.leaving.add(namespace, name)
-        if peer:
-            return Decision(warnings=(short(f"dra-guard: seamless upgrade: Ready pod {peer} of the same DaemonSet "
-                                            f"serves driver {names} on {pod.node}, so {name} may go"),))
-        leaving_peer = needed.peer
     learned = {n: how for n, how in needed.names if n in needed.held_names}
     verb = "evict" if operation == "CREATE" else "delete"
     message = (f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) is still needed on node {pod.node}: "
                f"{len(holds)} ResourceClaim(s) allocated to it there are still reserved by pods that have not finished: "
                f"{describe_holds(holds, config.max_listed_claims)}. Drain the DRA driver last: {verb} those pods "
                f"first; this {'eviction' if verb == 'evict' else 'deletion'} can be retried once their claims are released.")
-    if leaving_peer:
-        message += (f" (Its Ready peer {leaving_peer} of the same DaemonSet was allowed to leave a moment ago: one "
-                    f"pod of a surge pair goes at a time.)")
+    learned_from = ""
     if any(how.startswith(("ResourceSlice", "ResourceClaim")) for how in learned.values()):
-        message += " (Driver name learned from: " + "; ".join(f"{n}: {h}" for n, h in learned.items()) + ".)"
-    return Decision(findings=(Finding(
-        policy=POLICY, kind="Pod", namespace=namespace, name=name, code=429, reason="TooManyRequests",
-        check="driver-still-needed", message=message,
-        summary=short(f"dra-guard: driver pod {name} still needed on {pod.node} by {len(holds)} claim(s)"),
-        details={"driver": names, "drivers": list(needed.held_names), "learned": learned, "node": pod.node,
-                 "claims": [h.claim for h in holds]}),))
+        learned_from = " (Driver name learned from: " + "; ".join(f"{n}: {h}" for n, h in learned.items()) + ".)"
+
+    def refusal(note: str = "") -> Finding:
+        return Finding(
+            policy=POLICY, kind="Pod", namespace=namespace, name=name, code=429, reason="TooManyRequests",
+            check="driver-still-needed", message=message + note + learned_from,
+            summary=short(f"dra-guard: driver pod {name} still needed on {pod.node} by {len(holds)} claim(s)"),
+            details={"driver": names, "drivers": list(needed.held_names), "learned": learned, "node": pod.node,
+                     "claims": [h.claim for h in holds]})
+
+    if not needed.peer:
+        return Decision(findings=(refusal(),))
+    # find the peer and record this pod as leaving in one step: two evictions of a surge pair
+    # sent together must not each leave on the strength of the other (webhook.model.leaving)
+    with index.leaving.lock:
+        peer = attribution.ready_peer(index, pod, leaving=index.leaving.recent())
+        if peer and request.get("dryRun") is not True:
+            index.leaving.add(namespace, name)
+    if not peer:
+        return Decision(findings=(refusal(f" (Its Ready peer {needed.peer} of the same DaemonSet was allowed to leave a "
+                                          f"moment ago: one pod of a surge pair goes at a time.)"),))
+    warning = short(f"dra-guard: seamless upgrade: Ready pod {peer} of the same DaemonSet serves driver {names} on "
+                    f"{pod.node}, so {name} may go")
+    if request.get("dryRun") is True:
+        return Decision(warnings=(warning,))  # a dry run writes no record
+    # across replicas: allowed only once this replica owns the shared record of (DaemonSet, node)
+    lease = record_for(pod, peer, ttl=index.leaving.ttl)
+    conflict = refusal(f" (A pod of the same DaemonSet on {pod.node} was allowed to leave a moment ago: one pod of a "
+                       f"surge pair goes at a time.)")
+    failed = dataclasses.replace(refusal(), check="leave-record-failed", message=(
+        f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) may leave node {pod.node} while "
+        f"{len(holds)} ResourceClaim(s) there still need the driver only once dra-guard has recorded it as leaving "
+        f"(then its Ready peer {peer} stays: one pod of a surge pair goes at a time), and the record could not be "
+        f"written; retry the {'eviction' if verb == 'evict' else 'deletion'} shortly."),
+        summary=short(f"dra-guard: driver pod {name} may go once recorded as leaving; record failed, retry"))
+    return Decision(warnings=(warning,), record=Record(lease=lease, conflict=conflict, failed=failed))
 
 
 def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
     """review() over the claim index, refusing with 429 while the caches are older than
-    eviction.maxCacheAgeSeconds; then record() its metrics. (The registry's `review`.)"""
-    decision = review(request, index=facts.claims, config=config.eviction,
-                      synced=facts.fresh(config.eviction.max_cache_age_seconds))
-    record(request, decision, facts.claims, mode=config.policy(POLICY).mode)
-    return decision
+    eviction.maxCacheAgeSeconds. (The registry's `review`; its `account` counts the final answer.)"""
+    return review(request, index=facts.claims, config=config.eviction,
+                  synced=facts.fresh(config.eviction.max_cache_age_seconds))
 
 
-def record(request: Mapping[str, Any], decision: Decision, index: ClaimIndex, *, mode: str = "enforce") -> None:
-    """Metrics of the drain-order guard: driver pod evictions by driver and decision
-    (dra_guard_driver_evictions_total: "refused" in enforce mode, "would-refuse" in warn and audit
-    mode, where the eviction was let through, "allowed"), and the claims blocking a node's driver
-    at its last such eviction (dra_guard_blocking_claims). mode: the eviction policy's mode."""
-    refused = [f for f in decision.findings if f.check == "driver-still-needed"]
+def account(request: Mapping[str, Any], decision: Decision, facts: Facts, *, mode: str) -> None:
+    """Metrics of the drain-order guard's final answer (after any shared record: Decision.settle):
+    driver pod evictions by driver and decision (dra_guard_driver_evictions_total: "refused" in
+    enforce mode, "would-refuse" in warn and audit mode, where the eviction was let through,
+    "allowed"), and the claims blocking a node's driver at its last such eviction
+    (dra_guard_blocking_claims). mode: the eviction policy's mode."""
+    index = facts.claims
+    refused = [f for f in decision.findings if f.check in ("driver-still-needed", "leave-record-failed")]
     label = "refused" if mode == "enforce" else "would-refuse"
     for f in refused:
         for name in f.details["drivers"]:

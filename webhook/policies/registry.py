@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from webhook.config import DEFAULT_FAILURE_MODES, Config, FailureMode
 from webhook.model.facts import Facts
@@ -30,6 +30,12 @@ MONITORING = PAGE + "#monitor-and-tune-components-for-higher-load-especially-in-
 Review = Callable[[Mapping[str, Any], Facts, Config], Decision]
 #: Facts + Config + objects by kind -> Findings about objects that already exist
 Audit = Callable[[Facts, Config, Mapping[str, list[dict[str, Any]]]], Iterable[Finding]]
+#: request dict + the final Decision (after any shared record) + Facts -> nothing (its metrics)
+class Account(Protocol):
+    """Counts a policy's own metrics of its final answer: (the request, the final Decision, the
+    Facts it was judged on, mode: the policy's mode)."""
+
+    def __call__(self, request: Mapping[str, Any], decision: Decision, facts: Facts, *, mode: str) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +48,7 @@ class Policy:
     title: one line for --help and docs.
     source: the section of the source page the policy enforces (a URL).
     review: the decision on one request. audit: findings about existing objects, or None.
+    account: counts the policy's own metrics of the final answer (once Decision.record is settled), or None.
     first: served first (issue 21): its own share of the server's threads (server.reservedThreads),
     which no other policy's reviews can take, and a review not judged in time (overload, deadline,
     limits) is answered 429 TooManyRequests "retry" whatever its failureMode, never an allow by
@@ -57,6 +64,7 @@ class Policy:
     review: Review
     audit: Audit | None = None
     first: bool = False
+    account: Account | None = None
 
     @property
     def failure_mode(self) -> FailureMode:
@@ -72,6 +80,7 @@ POLICIES: tuple[Policy, ...] = (
            title="driver liveness probes: a gRPC livenessProbe for DRA driver DaemonSets that lack one",
            source=PAGE + "#confirm-your-dra-driver-exposes-a-liveness-probe-and-utilize-it"),
     Policy(name="eviction", path="/validate/evictions", mutating=False, review=eviction.admit, audit=eviction.audit_objects, first=True,
+           account=eviction.account,
            title="drain order: 429 for evicting a DRA driver pod whose claims are still reserved on its node",
            source=PAGE + "#when-draining-a-node-drain-the-dra-driver-as-late-as-possible"),
 )

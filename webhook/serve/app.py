@@ -14,6 +14,10 @@ Routes (the policies' paths come from webhook.policies.registry):
 
 A body that is not a usable AdmissionReview gets HTTP 400 with {"error": "..."}; every other
 error is JSON too (404, 405, 500): never an HTML page, never a traceback.
+
+A decision whose allow depends on a shared record (Decision.record: a driver pod leaving on the
+strength of its Ready peer) is settled here, inside the review's deadline, by the `records`
+writer (webhook.kube.records) before it is answered; then the policy's `account` counts it.
 """
 from __future__ import annotations
 
@@ -32,10 +36,11 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from webhook import admission, metrics
 from webhook.config import Config
 from webhook.model.facts import Facts
+from webhook.model.leaving import LeaveRecord
 from webhook.model.limits import over_limit
 from webhook.policies import exceptions
 from webhook.policies.decision import Decision
-from webhook.policies.registry import POLICIES, Review
+from webhook.policies.registry import POLICIES, Review, by_name
 from webhook.serve.lanes import Lane, arrived, lanes_for
 
 log = logging.getLogger("dra_guard.app")
@@ -43,6 +48,9 @@ log = logging.getLogger("dra_guard.app")
 #: The no-op admission endpoint: the benchmarks' floor (see the module docstring).
 NOOP_PATH = "/validate/noop"
 LARGE_REVIEW_BYTES = 256 * 1024  # bodies above this (or chunked) are judged one at a time per worker
+#: writes a shared record before its deadline (time.monotonic()): (result, why), result one of
+#: created, renewed, taken_over, conflict, error (webhook.kube.records.LeaseRecords.own)
+Recorder = Callable[[LeaveRecord, float], tuple[str, str]]
 
 
 @dataclasses.dataclass
@@ -93,9 +101,21 @@ def policy_routes(config: Config, facts: Facts) -> dict[str, tuple[str, Callable
     return {p.path: (p.name, bind(p.name, p.review)) for p in POLICIES}
 
 
-def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = None) -> Flask:
+def settled(decision: Decision, request: Mapping[str, Any], *, records: Recorder | None, deadline: float) -> Decision:
+    """`decision` once its shared record is written (Decision.settle): a dry run, or no `records`
+    (no Kubernetes API), writes nothing and keeps it as it is."""
+    if decision.record is None:
+        return decision
+    if records is None or request.get("dryRun") is True:
+        return decision.settle("unrecorded")
+    return decision.settle(*records(decision.record.lease, deadline))
+
+
+def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = None,
+               records: Recorder | None = None) -> Flask:
     """Build the Flask app serving the admission endpoints of the registry for `config` over `cluster`'s facts
-    (webhook.kube.state.ClusterState when serving)."""
+    (webhook.kube.state.ClusterState when serving). records: the shared-record writer (None: none
+    is written, e.g. --no-cluster; each replica then guards surge pairs on its own)."""
     app = Flask("dra_guard")
     # one byte more than allowed: werkzeug caps a chunked body silently at this size, so reading
     # limit + 1 bytes tells a body over the limit from one exactly at it
@@ -133,6 +153,7 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
 
     def make_view(path: str, policy: str, evaluate: Callable[[Mapping[str, Any]], Decision]) -> Callable[[], Response]:
         lane, settings, is_first = lanes[policy], config.policy(policy), policy in first
+        account = by_name(policy).account
         # the policy's own deadline (the chart sets it from its webhook's timeoutSeconds), else the server's
         budget = settings.review_deadline_seconds or config.server.review_deadline_seconds
         budget_key = settings.deadline_key(policy)
@@ -178,8 +199,14 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
             if isinstance(review, Response):
                 return review
 
+            def final(req: Mapping[str, Any]) -> Decision:
+                decision = settled(evaluate(req), req, records=records, deadline=deadline)
+                if account is not None:
+                    account(req, decision, cluster, mode=settings.mode)
+                return decision
+
             def judged(req: Mapping[str, Any]) -> Decision:
-                return lane.judge(evaluate, req, deadline, deadline_key=budget_key)
+                return lane.judge(final, req, deadline, deadline_key=budget_key)
             return jsonify(admission.respond(review, policy=policy, evaluate=judged, settings=settings,
                                              first=is_first, limits=limits))
 

@@ -15,7 +15,9 @@ Timeouts (seconds) and why (docs/reliability.md has the whole table and the test
   client sockets       2 s per operation, 5 s per request: slow clients cannot hold the threads.
 In self certificate mode each worker also runs the certificate reconciler, and with a cluster the
 periodic audit's scheduler, in daemon threads (the audit itself runs in a child process:
-webhook.serve.audit_child).
+webhook.serve.audit_child). With a cluster, the eviction guard's shared records (Leases in
+certificates.namespace, else $POD_NAMESPACE, else dra-guard: webhook.kube.records) are written
+on the admission path, for driver pods leaving on the strength of a Ready peer only.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from webhook.config import Config
 from webhook.kube.certapi import KubeCertApi
 from webhook.kube.client import api_client
 from webhook.kube.informer import watch_collector_pauses
+from webhook.kube.records import KubeLeases, LeaseRecords
 from webhook.kube.state import ClusterState
 from webhook.serve import sockets, worker
 from webhook.serve.app import Readiness, create_app
@@ -251,8 +254,14 @@ class DraGuardServer(BaseApplication):
                 "reconciler": reconciler, "interval_seconds": o.config.certificates.check_interval_seconds,
                 "stop": threading.Event()}).start()
         readiness = Readiness(cluster=state, certificate=lambda: reloader(o).status(), draining=worker.DRAINING.is_set)
+        records = None
+        if client is not None:
+            # the shared records of driver pods leaving on the strength of a peer (webhook.kube.records)
+            namespace = resolve_namespace(o.config).certificates.namespace
+            records = LeaseRecords(KubeLeases(client, namespace), state.claims, namespace=namespace,
+                                   timeout_seconds=o.config.cluster.request_timeout_seconds).own
         log.info("worker ready to serve", extra={"port": o.port, "cluster": not o.no_cluster})
-        return create_app(config=o.config, cluster=state, readiness=readiness)
+        return create_app(config=o.config, cluster=state, readiness=readiness, records=records)
 
 
 def watch_exceptions(config: Config) -> None:
