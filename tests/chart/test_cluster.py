@@ -147,7 +147,7 @@ def test_installed_webhooks_answer(control_plane, installed):
 def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane, installed):
     # (before the pre-delete test, which uninstalls the release)
     """`kubectl auth can-i --list` as the chart's ServiceAccount: reads are list/watch (and the
-    Secret, ConfigMap and Lease gets of self mode), writes only its Secret, Leases, PolicyReports and
+    Secret, ConfigMap and Lease gets of self mode, the get of its own ClusterRole), writes only its Secret, Leases, PolicyReports and
     the patch of its own two webhook configurations; no wildcard anywhere."""
     cp = control_plane
 
@@ -182,6 +182,8 @@ def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane
         "reports.openreports.io": {"get", "list", "create", "update", "delete"},
         "clusterreports.openreports.io": {"get", "list", "create", "update", "delete"},
         "apiservices.apiregistration.k8s.io": {"get"},  # readiness: the groups it reads are served locally
+        # its own ClusterRole by name: the uid its reports name as their owner (garbage collection)
+        "clusterroles.rbac.authorization.k8s.io": {"get"},
     }
     for resource, verbs in grants.items():
         extra = verbs - {"list", "watch"} - allowed_writes.get(resource, set())

@@ -7,7 +7,8 @@ with the real helm on the real control plane.
 - An upgrade from the previous chart (0.1.0, taken from git history) with dra-guard serving and
   down, and a rollback.
 - `helm uninstall` finishes within 60 s although no hook pod can run here (no kubelet), leaves no
-  webhook configuration, and what stays is exactly README's "Uninstall" table, which README's
+  webhook configuration, the garbage collector deletes the periodic audit's reports (their owner is
+  the release's ClusterRole), and what stays is exactly README's "Uninstall" table, which README's
   clean-up commands then remove.
 """
 from __future__ import annotations
@@ -28,7 +29,9 @@ import pytest
 import yaml
 
 from tests.chart import helm
+from tests.chart.test_cluster import kubeconfig_for_service_account
 from tests.e2e.guard import Guard
+from tests.e2e.kube import wait_for
 from webhook.config import from_mapping
 
 pytestmark = pytest.mark.e2e
@@ -176,8 +179,13 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lis
     cp.kubectl("admin", "apply", "-f", str(helm.CHART / "files" / "policyreport-crds.yaml"))
     cp.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s",
                "crd/policyreports.wgpolicyk8s.io", "crd/clusterpolicyreports.wgpolicyk8s.io")
+    # Established is not yet listable: until the new resources' storage is initialized the
+    # apiserver answers 429 ("storage is (re)initializing"), which would fail the audit below
+    wait_for("the report CRDs' storage to serve lists", lambda: cp.kubectl(
+        "admin", "get", "clusterpolicyreports,policyreports", "-A", check=False).returncode == 0, timeout=60)
     # what dra-guard writes at run time, by its own code with the release's configuration:
-    # self mode's Secret and Leases, and the periodic audit's Lease and reports
+    # self mode's Secret and Leases, and the periodic audit's Lease and reports, the audit as the
+    # release's ServiceAccount (its RBAC: the reports, and the get of their owner, its ClusterRole)
     from certs.selfmanaged import Reconciler
     from webhook.kube.certapi import KubeCertApi
     from webhook.kube.client import api_client
@@ -188,7 +196,14 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lis
     config = dataclasses.replace(config, certificates=dataclasses.replace(config.certificates, dir=str(tmp_path / "certs")))
     client = api_client(str(cp.kubeconfig("admin")), timeout_seconds=5)
     Reconciler(KubeCertApi(client, ns), config.certificates, identity="pod-a").reconcile()
-    assert PeriodicAudit(client, config, identity="pod-a", kubeconfig=str(cp.kubeconfig("admin"))).run_once() is not None
+    as_dra_guard = kubeconfig_for_service_account(cp, tmp_path, ns, fullname)
+    summary = PeriodicAudit(api_client(str(as_dra_guard), timeout_seconds=5), config, identity="pod-a",
+                            kubeconfig=str(as_dra_guard)).run_once()
+    assert summary is not None and summary.report_owner_problem == "", summary
+    role_uid = cp.kubectl("admin", "get", "clusterrole", fullname, "-o", "jsonpath={.metadata.uid}").stdout
+    report = json.loads(cp.kubectl("admin", "get", "clusterpolicyreport", "dra-guard", "-o", "json").stdout)
+    assert [(o["kind"], o["name"], o["uid"]) for o in report["metadata"]["ownerReferences"]] == [
+        ("ClusterRole", fullname, role_uid)]
 
     # default values: no pre-delete Job; no kubelet runs here, so no hook pod could run anyway
     started = time.monotonic()
@@ -212,11 +227,15 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lis
     assert names("configmap", "-n", ns) == ["kube-root-ca.crt"]  # every namespace has it
     assert [n for n in names("serviceaccount", "-n", ns) if n != "default"] == []
     assert not [n for n in names("clusterrole") + names("clusterrolebinding") if n.startswith(fullname)]
-    assert "dra-guard" in names("clusterpolicyreport")
+    # no report of dra-guard's is left: the garbage collector deleted them with their owner
+    wait_for("the garbage collector to delete dra-guard's reports after helm uninstall",
+             lambda: not names("clusterpolicyreport", "-l", "app.kubernetes.io/managed-by=dra-guard")
+             and not names("policyreport", "-A", "-l", "app.kubernetes.io/managed-by=dra-guard"),
+             timeout=150, interval=1.0)
     table = readme_leftovers()
     assert any("Secret `<fullname>-tls`" in row for row in table)
     assert any("Leases" in row and "-certs-audit" in row and "-certs-serving-<pod>" in row for row in table)
-    assert any("ClusterPolicyReport `dra-guard`" in row for row in table)
+    assert not any("ClusterPolicyReport" in row for row in table)  # README says they go
     assert any("CRDs" in row for row in table) and any("namespace" in row for row in table)
 
     # README's clean-up commands remove them: `dra-guard cleanup` its reports, kubectl the rest
@@ -226,7 +245,8 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lis
         if command[0] == "dra-guard":
             out = subprocess.run([sys.executable, "-m", "webhook.cli", *command[1:], "--kubeconfig",
                                   str(cp.kubeconfig("admin"))], capture_output=True, text=True)
-            assert out.returncode == 0 and "ClusterPolicyReport dra-guard" in out.stdout, (command, out.stdout, out.stderr)
+            # nothing left to it here: it removes the reports an uninstall with --cascade orphan leaves
+            assert out.returncode == 0 and "0 report(s) deleted" in out.stdout, (command, out.stdout, out.stderr)
             continue
         out = cp.kubectl("admin", *command[1:], "--wait=false", check=False)
         assert out.returncode == 0, (command, out.stderr)

@@ -89,9 +89,13 @@ def test_template_renders_valid_objects_and_config(case):
 
 
 def test_chart_defaults_are_dra_guards_defaults():
-    """values.yaml's config renders exactly dra-guard's built-in defaults (only certificates differ:
-    the chart names its own objects), so the chart and `dra-guard serve` without --config agree."""
+    """values.yaml's config renders exactly dra-guard's built-in defaults (only certificates and the
+    reports' owner differ: the chart names its own objects), so the chart and `dra-guard serve`
+    without --config agree."""
     rendered_config = from_mapping(config_of(rendered("defaults")))
+    assert rendered_config.audit.report_owner_cluster_role == "dra-guard"
+    rendered_config = dataclasses.replace(
+        rendered_config, audit=dataclasses.replace(rendered_config.audit, report_owner_cluster_role=""))
     builtin = from_mapping(None)
     fields = [f.name for f in dataclasses.fields(builtin) if f.name not in ("certificates", "ignored")]
     assert {"mode", "policies", "rbac", "probes", "eviction", "server", "cluster"} <= set(fields)
@@ -518,6 +522,9 @@ REPORT_RULES = [  # both report APIs: config.audit.reportFormat chooses, the oth
     {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["list", "create"]},
     {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"],
      "resourceNames": ["dra-guard"], "verbs": ["get", "update", "delete"]},
+    # the reports' owner: its own ClusterRole's uid (config.audit.reportOwnerClusterRole)
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["dra-guard"],
+     "verbs": ["get"]},
 ]
 SELF_RULES = [
     {"apiGroups": ["admissionregistration.k8s.io"],
@@ -536,6 +543,35 @@ def test_cluster_role_is_exactly_what_the_code_needs(case, expected):
     """Caches: list/watch only; the periodic audit adds its lists and its PolicyReports; self mode
     adds get/patch on its own two webhook configurations, by name."""
     assert find(rendered(case), "ClusterRole", "dra-guard")["rules"] == expected
+
+
+@pytest.mark.parametrize("release,values", [
+    ("dra-guard", {}), ("dg", {}), ("dg", {"fullnameOverride": "guard-x"}),
+    ("dg", {"config": {"audit": {"reportFormat": "both"}}})])
+def test_the_reports_owner_is_the_releases_own_cluster_role_which_dra_guard_may_get(release, values):
+    """The config names the ClusterRole this release creates (helm uninstall deletes it, the garbage
+    collector then deletes the reports), and that ClusterRole lets dra-guard get itself by name and
+    nothing more of ClusterRoles than its caches' list/watch."""
+    objs = helm.template(values=values, release=release, namespace="ns")
+    config = from_mapping(config_of(objs))
+    [role] = [o for o in objs if o["kind"] == "ClusterRole" and "helm.sh/hook" not in (o["metadata"].get("annotations") or {})]
+    name = role["metadata"]["name"]
+    assert config.audit.report_owner_cluster_role == name
+    crb = find(objs, "ClusterRoleBinding", name)
+    assert crb["roleRef"]["name"] == name and crb["subjects"][0]["name"] == container_sa(objs)
+    on_roles = [r for r in role["rules"] if "clusterroles" in r["resources"]]
+    assert {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": [name],
+            "verbs": ["get"]} in on_roles
+    assert all(set(r["verbs"]) <= {"list", "watch"} for r in on_roles if not r.get("resourceNames"))
+
+
+def test_without_reports_there_is_no_get_on_the_cluster_role():
+    role = find(rendered("audit-no-reports"), "ClusterRole", "dra-guard")
+    assert not [r for r in role["rules"] if r.get("resourceNames") and "clusterroles" in r["resources"]]
+
+
+def container_sa(objs) -> str:
+    return find(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
 
 
 def test_namespaced_roles():

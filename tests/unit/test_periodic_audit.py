@@ -36,3 +36,15 @@ def test_the_first_audit_runs_once_the_caches_are_in_sync_not_an_interval_later(
     audit.loop(stop)
     assert ran.is_set() and caches.calls == 3
     assert waits[:2] == [1.0, 1.0] and 600 in waits  # polled each second, then the interval
+
+
+def test_reports_without_an_owner_are_warned_about_once_not_every_interval(caplog):
+    audit = PeriodicAudit.__new__(PeriodicAudit)  # no API client: only the log decision is exercised
+    audit.owner_problem_logged = ""
+    problems = ["no owner configured (audit.reportOwnerClusterRole)"] * 3 + [
+        "", "cannot read ClusterRole dg-dra-guard: 403 Forbidden", "cannot read ClusterRole dg-dra-guard: 403 Forbidden"]
+    with caplog.at_level("WARNING", logger="dra_guard.audit"):
+        for problem in problems:  # what six audits' summaries said
+            audit.log_owner_problem(problem)
+    warned = [r for r in caplog.records if "carry no owner" in r.getMessage()]
+    assert [r.reason for r in warned] == [problems[0], problems[4]]  # type: ignore[attr-defined]

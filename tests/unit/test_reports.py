@@ -9,6 +9,7 @@ from tests.builders import binding, cluster_role, rule, subject
 from webhook import audit
 from webhook.audit import reports
 from webhook.config import from_mapping
+from webhook.kube import reports as kube_reports
 from webhook.policies import controlplane
 from webhook.policies.decision import Finding
 
@@ -107,3 +108,60 @@ def test_openreports_form_has_its_kinds_and_a_report_source():
     assert [r["kind"] for r in wg] == ["ClusterPolicyReport", "PolicyReport"] and "source" not in wg[0]
     assert wg[1]["results"] == out[1]["results"]  # the same results in both forms
     assert out[1]["results"][0]["category"] == "DRA driver health"
+
+
+# ---------------------------------------------------------------- the reports' owner (garbage collection)
+OWNER = kube_reports.owner_reference("dg-dra-guard", "uid-1")
+
+
+def test_the_owner_reference_names_the_cluster_role_and_never_blocks_or_controls():
+    assert OWNER == {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": "dg-dra-guard",
+                     "uid": "uid-1", "controller": False, "blockOwnerDeletion": False}
+
+
+@pytest.mark.parametrize("api", [audit.WGPOLICY, audit.OPENREPORTS])
+def test_every_report_carries_the_owner_and_none_without_one(api):
+    refs = {("DaemonSet", "drivers", "d"): {"apiVersion": "apps/v1", "uid": "u"}}
+    findings = [(finding(), "enforce"), (finding(kind="DaemonSet", namespace="drivers", name="d", policy="probes",
+                                                 check="missing-liveness-probe"), "enforce")]
+    owned = audit.policy_reports(findings, refs=refs, now=1, api=api, owner=OWNER)
+    assert [r["metadata"].get("namespace", "") for r in owned] == ["", "drivers"]  # cluster-scoped and namespaced
+    assert all(r["metadata"]["ownerReferences"] == [OWNER] for r in owned)
+    assert audit.empty_cluster_report(api, owner=OWNER)["metadata"]["ownerReferences"] == [OWNER]
+    plain = audit.policy_reports(findings, refs=refs, now=1, api=api)
+    assert all("ownerReferences" not in r["metadata"] for r in plain)
+    assert "ownerReferences" not in audit.empty_cluster_report(api)["metadata"]
+    assert [{**r, "metadata": {k: v for k, v in r["metadata"].items() if k != "ownerReferences"}} for r in owned] == plain
+
+
+def stored(*owners: dict) -> dict:
+    meta = {"name": "dra-guard", "resourceVersion": "42", **({"ownerReferences": list(owners)} if owners else {})}
+    return {"metadata": meta}
+
+
+def test_an_existing_report_takes_the_owner_at_its_next_write():
+    [report] = audit.policy_reports([(finding(), "enforce")], refs={}, now=1, owner=OWNER)
+    body = kube_reports.updated(report, stored())
+    assert body["metadata"]["ownerReferences"] == [OWNER] and body["metadata"]["resourceVersion"] == "42"
+    assert body["results"] == report["results"]
+
+
+def test_a_replaced_cluster_roles_old_uid_is_dropped_and_other_owners_are_kept():
+    old = kube_reports.owner_reference("dg-dra-guard", "uid-0")
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "uid-9"}
+    [report] = audit.policy_reports([(finding(), "enforce")], refs={}, now=1, owner=OWNER)
+    assert kube_reports.updated(report, stored(old, other))["metadata"]["ownerReferences"] == [OWNER, other]
+    assert kube_reports.updated(report, stored(OWNER))["metadata"]["ownerReferences"] == [OWNER]  # not twice
+
+
+def test_a_write_without_an_owner_keeps_the_stored_ones():
+    """No owner this time (unreadable, or none configured): the stored reference stays, so one failed
+    read never takes the garbage collection away; a report that never had one gets none."""
+    [report] = audit.policy_reports([(finding(), "enforce")], refs={}, now=1)
+    assert kube_reports.updated(report, stored(OWNER))["metadata"]["ownerReferences"] == [OWNER]
+    assert "ownerReferences" not in kube_reports.updated(report, stored())["metadata"]
+
+
+def test_no_owner_configured_is_no_owner_without_an_api_call():
+    owner = kube_reports.ReportOwner(None, "")  # type: ignore[arg-type]  # no client: nothing may be called
+    assert owner.reference() is None and "audit.reportOwnerClusterRole" in owner.problem

@@ -13,6 +13,9 @@ enforce mode adds by patch at the next change is warn/low; an advisory is warn/m
 exception of the config skips is skip/info, with properties exceptionRef, exceptionReason,
 exceptionOwner and exceptionExpires.
 
+Each report may name an owner (metadata.ownerReferences, one item: the release's ClusterRole,
+webhook.kube.reports.ReportOwner), so that the Kubernetes garbage collector deletes the reports with it.
+
 A result names an object in `resources` (apiVersion, kind, namespace, name, uid) only when that
 object was read (from the cluster or the files: `refs`). A finding about something that is not an
 object there (a control-plane component that runs outside the cluster, an API group, a driver) is
@@ -115,7 +118,7 @@ def resource_ref(kind: str, namespace: str, name: str, ref: Mapping[str, str]) -
 
 def policy_reports(findings: list[Result], *, refs: Mapping[Key, Mapping[str, str]], now: float | None = None,
                    judged: Mapping[str, list[Key]] | None = None, problems: Sequence[str] = (),
-                   api: str = WGPOLICY) -> list[dict[str, Any]]:
+                   api: str = WGPOLICY, owner: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The reports of `findings` as dicts of the report API `api` (WGPOLICY or OPENREPORTS).
 
     refs: (kind, namespace, name) -> {"apiVersion": ..., "uid": ...} of the objects read (the cluster's,
@@ -125,6 +128,8 @@ def policy_reports(findings: list[Result], *, refs: Mapping[Key, Mapping[str, st
     result for each judged object read without a finding of that policy.
     problems: inputs that could not be read: an `error` result each, policy "input", cluster-scoped.
     now: the results' timestamp (seconds since the epoch; default: now).
+    owner: an ownerReference (apiVersion, kind, name, uid, ...) every report carries as its only
+    metadata.ownerReferences item; None: no ownerReferences.
     Raises KeyError for an unknown `api`."""
     api_version, cluster_kind, namespaced_kind = FORMATS[api]
     seconds = int(now if now is not None else time.time())
@@ -172,9 +177,7 @@ def policy_reports(findings: list[Result], *, refs: Mapping[Key, Mapping[str, st
     for namespace in sorted(groups):
         results = groups[namespace]
         summary = {k: sum(1 for r in results if r["result"] == k) for k in RESULTS}
-        meta: dict[str, Any] = {"name": "dra-guard", "labels": dict(MANAGED_BY)}
-        if namespace:
-            meta["namespace"] = namespace
+        meta = report_metadata(namespace, owner)
         report: dict[str, Any] = {"apiVersion": api_version, "kind": namespaced_kind if namespace else cluster_kind,
                                   "metadata": meta}
         if api == OPENREPORTS:
@@ -183,12 +186,22 @@ def policy_reports(findings: list[Result], *, refs: Mapping[Key, Mapping[str, st
     return reports
 
 
-def empty_cluster_report(api: str = WGPOLICY) -> dict[str, Any]:
+def report_metadata(namespace: str, owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """metadata of dra-guard's report in `namespace` ("": the cluster-scoped one): name dra-guard,
+    label MANAGED_BY and, with an `owner` (an ownerReference), ownerReferences [owner]."""
+    meta: dict[str, Any] = {"name": "dra-guard", "labels": dict(MANAGED_BY)}
+    if namespace:
+        meta["namespace"] = namespace
+    if owner is not None:
+        meta["ownerReferences"] = [dict(owner)]
+    return meta
+
+
+def empty_cluster_report(api: str = WGPOLICY, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """dra-guard's cluster-scoped report of API `api` with no result (the periodic audit ran and
-    found nothing cluster-wide)."""
+    found nothing cluster-wide); `owner` as policy_reports()."""
     api_version, cluster_kind, _ = FORMATS[api]
-    return {"apiVersion": api_version, "kind": cluster_kind,
-            "metadata": {"name": "dra-guard", "labels": dict(MANAGED_BY)},
+    return {"apiVersion": api_version, "kind": cluster_kind, "metadata": report_metadata("", owner),
             **({"source": "dra-guard"} if api == OPENREPORTS else {}),
             "summary": dict.fromkeys(RESULTS, 0), "results": []}
 

@@ -226,9 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
         "cleanup", help="delete the reports dra-guard wrote (PolicyReports, openreports.io Reports)",
         description="Delete every report dra-guard wrote (label app.kubernetes.io/managed-by=dra-guard): "
                     "wgpolicyk8s.io ClusterPolicyReports and PolicyReports and openreports.io ClusterReports and "
-                    "Reports, of each report API the cluster serves; one line per report, then a count. Run it "
-                    "after `helm uninstall` (the chart's pre-delete hook runs the same code when "
-                    "preDelete.enabled). Exit 0 done (nothing to delete included), 2 when the API cannot be "
+                    "Reports, of each report API the cluster serves; one line per report, then a count. The "
+                    "chart's reports name its ClusterRole as their owner and the garbage collector deletes them "
+                    "on `helm uninstall`; run this for those without an owner (written outside the chart, or "
+                    "left by `helm uninstall --cascade orphan`). The chart's pre-delete hook runs the same code "
+                    "when preDelete.enabled. Exit 0 done (nothing to delete included), 2 when the API cannot be "
                     "reached or refuses (one line naming the server and the cause).")
     clean.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
     clean.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")

@@ -113,6 +113,7 @@ Example (all defaults shown)::
       burst: 20
       policyReports: true         # write its reports when their report API is served
       reportFormat: wgpolicyk8s.io  # or openreports.io, or both
+      reportOwnerClusterRole: ""  # the reports' owner (the garbage collector deletes them with it); the chart sets it
     server:
       port: 8443
       maxRequestBytes: 8388608

@@ -79,6 +79,14 @@ class AuditConfig:
                                  "PolicyReports, Kyverno 1.x and the Policy Reporter), openreports.io (v1alpha1 "
                                  "ClusterReport/Reports, their successor) or both; dra-guard's reports of an API not "
                                  "chosen are deleted"))
+    # chart=False: the chart renders its own ClusterRole's name here (like the certificates
+    # section's names); a values key could only point the reports at an object the release
+    # does not delete
+    report_owner_cluster_role: str = dataclasses.field(default="", metadata=key(
+        "reportOwnerClusterRole", chart=False, pattern=r"^[^/%]*$", pattern_help="a ClusterRole name (no '/' or '%')",
+        help="the ClusterRole every report names in metadata.ownerReferences (its uid read at each audit), so "
+             "the Kubernetes garbage collector deletes the reports once that ClusterRole is deleted (helm "
+             "uninstall); the chart sets its own; empty: reports without an owner (`dra-guard cleanup` removes them)"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """ReportWriter: dra-guard's reports in the cluster, in either report API (webhook.audit.reports):
 wgpolicyk8s.io/v1alpha2 ClusterPolicyReport/PolicyReports or openreports.io/v1alpha1
 ClusterReport/Reports; and delete_reports(), what `dra-guard cleanup` and the chart's pre-delete
-hook run to remove them all."""
+hook run to remove them all; ReportOwner, the ClusterRole the reports name as their owner, so that the
+Kubernetes garbage collector deletes them with it."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,11 +11,15 @@ from typing import Any
 
 import kubernetes
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 from webhook.kube.client import count, server_of
-from webhook.kube.errors import calling
+from webhook.kube.errors import calling, cause
 
 MANAGED_BY = "app.kubernetes.io/managed-by=dra-guard"
+#: the kind of object that owns dra-guard's reports (config audit.reportOwnerClusterRole)
+OWNER_API_VERSION = "rbac.authorization.k8s.io/v1"
+OWNER_KIND = "ClusterRole"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +54,90 @@ def served_report_apis(client: kubernetes.client.ApiClient, *, timeout_seconds: 
     return served
 
 
+def owner_reference(name: str, uid: str) -> dict[str, Any]:
+    """The ownerReference (metadata.ownerReferences item) naming ClusterRole `name` of uid `uid`:
+    controller false (no controller manages a report) and blockOwnerDeletion false (setting it true
+    needs delete permission on the owner, else 422; and the owner's deletion never waits for the
+    reports)."""
+    return {"apiVersion": OWNER_API_VERSION, "kind": OWNER_KIND, "name": name, "uid": uid,
+            "controller": False, "blockOwnerDeletion": False}
+
+
+def merged_owner_references(new: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ownerReferences a report is updated with: `new` (what dra-guard sets now: its owner, or
+    nothing), then those of `current` (the stored report's) that name neither an object of `new` (by
+    uid) nor, with another uid, the same ClusterRole (a replaced one). With `new` empty (no owner
+    configured, or unreadable this time) `current`'s are kept whole: one failed read never takes
+    the garbage collection away, and references someone else set are never dropped."""
+    names = {(r.get("kind"), r.get("name")) for r in new if r.get("kind") == OWNER_KIND}
+    uids = {r.get("uid") for r in new}
+    return [*new, *(r for r in current if r.get("uid") not in uids and (r.get("kind"), r.get("name")) not in names)]
+
+
+class ReportOwner:
+    """The ClusterRole dra-guard's reports name as their owner (config audit.reportOwnerClusterRole;
+    the chart renders its own ClusterRole `<fullname>` there), read once and cached.
+
+    What this relies on:
+    - "Namespaced dependents can specify cluster-scoped or namespaced owners"; "Cluster-scoped
+      dependents can only specify cluster-scoped owners" (Kubernetes docs, Garbage Collection,
+      https://kubernetes.io/docs/concepts/architecture/garbage-collection/): a ClusterRole may own
+      the cluster-scoped report and every namespaced one.
+    - An owner reference whose object is not found, or is found with another uid, is dangling, and
+      the garbage collector deletes a dependent once all its owners are absent (same page: "the
+      dependent is subject to deletion once all owners are verified absent"; kube-controller-manager
+      pkg/controller/garbagecollector/garbagecollector.go, isDangling compares the uid): the reports
+      go when the ClusterRole is deleted, and so does a report written with the uid of a ClusterRole
+      that was since replaced (it is written again, with the new uid, at the next audit).
+    - `helm uninstall` deletes with propagation background by default (its --cascade,
+      https://helm.sh/docs/helm/helm_uninstall/), so the garbage collector deletes the dependents;
+      with `--cascade orphan` it removes the references instead and the reports stay
+      (`dra-guard cleanup` removes them).
+
+    Why that ClusterRole: the release deletes it on uninstall, dra-guard already depends on it (it
+    is what lets dra-guard write its reports, so no report of the chart's ServiceAccount can be
+    written once it is gone), and no documented procedure deletes it while dra-guard stays (the
+    break-glass deletes the webhook configurations, which must not take the reports with them)."""
+
+    def __init__(self, client: kubernetes.client.ApiClient, name: str, *, timeout_seconds: float = 10.0) -> None:
+        """name: the ClusterRole's name ("": no owner configured)."""
+        self.rbac = kubernetes.client.RbacAuthorizationV1Api(client)
+        self.name = name
+        self.timeout = timeout_seconds
+        self._reference: dict[str, Any] | None = None
+        #: why reference() is None: "" while it is not, else one line for the log
+        self.problem = ""
+
+    def reference(self) -> dict[str, Any] | None:
+        """The owner's ownerReference (owner_reference()), its uid read by one GET of the ClusterRole
+        the first time and cached until forget(). None when no name is configured, or when the
+        ClusterRole cannot be read (not found, forbidden, API unreachable); `problem` then says why.
+        Never raises: the reports are written without an owner rather than not at all."""
+        if self._reference is not None:
+            return self._reference
+        if not self.name:
+            self.problem = "no owner configured (audit.reportOwnerClusterRole)"
+            return None
+        count("get", "clusterroles")
+        try:
+            role = self.rbac.read_cluster_role(self.name, _request_timeout=self.timeout)
+        except (ApiException, HTTPError, OSError) as exc:
+            self.problem = f"cannot read ClusterRole {self.name}: {cause(exc, timeout_seconds=self.timeout)}"
+            return None
+        uid = str(getattr(role.metadata, "uid", "") or "")
+        if not uid:
+            self.problem = f"ClusterRole {self.name} has no uid"
+            return None
+        self.problem = ""
+        self._reference = owner_reference(self.name, uid)
+        return self._reference
+
+    def forget(self) -> None:
+        """Drop the cached uid: the next reference() reads the ClusterRole again (after a write
+        failed: the owner may have been replaced meanwhile)."""
+        self._reference = None
+
+
 class ReportWriter:
     """Writes dra-guard's reports of one API (REPORT_APIS key `group`), replacing its previous ones
     (the namespaced reports of namespaces without results any more are deleted)."""
@@ -75,7 +164,8 @@ class ReportWriter:
 
     def apply(self, reports: list[dict[str, Any]]) -> None:
         """Create or replace each report (dicts of this API); delete dra-guard's namespaced reports
-        not among `reports`."""
+        not among `reports`. A replaced report gets the ownerReferences of updated(): an existing
+        report takes the owner of `reports` at its next write."""
         api, keep = self.api, set()
         for report in reports:
             meta = report["metadata"]
@@ -88,9 +178,8 @@ class ReportWriter:
                     self._call("create", api.plural, self.custom.create_namespaced_custom_object,
                                namespace, api.plural, report)
                 else:
-                    body = {**report, "metadata": {**meta, "resourceVersion": current["metadata"]["resourceVersion"]}}
                     self._call("update", api.plural, self.custom.replace_namespaced_custom_object,
-                               namespace, api.plural, name, body)
+                               namespace, api.plural, name, updated(report, current))
             else:
                 current = self._call("get", api.cluster_plural, self.custom.get_cluster_custom_object,
                                      api.cluster_plural, name)
@@ -98,9 +187,8 @@ class ReportWriter:
                     self._call("create", api.cluster_plural, self.custom.create_cluster_custom_object,
                                api.cluster_plural, report)
                 else:
-                    body = {**report, "metadata": {**meta, "resourceVersion": current["metadata"]["resourceVersion"]}}
                     self._call("update", api.cluster_plural, self.custom.replace_cluster_custom_object,
-                               api.cluster_plural, name, body)
+                               api.cluster_plural, name, updated(report, current))
         for _, namespace, name in self.listed(cluster=False):
             if namespace not in keep:
                 self._call("delete", api.plural, self.custom.delete_namespaced_custom_object,
@@ -131,6 +219,20 @@ class ReportWriter:
     def delete_all(self) -> list[tuple[str, str, str]]:
         """Delete every report of this API that dra-guard wrote; (kind, namespace, name) of those deleted."""
         return [ref for ref in self.listed() if self.delete(*ref)]
+
+
+def updated(report: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """The body that replaces stored report `current` with `report` (an update, PUT): `current`'s
+    resourceVersion (a concurrent write fails with 409, never overwritten) and ownerReferences
+    merged_owner_references(report's, current's)."""
+    meta = dict(report["metadata"])
+    stored = current.get("metadata") or {}
+    meta["resourceVersion"] = stored["resourceVersion"]
+    owners = merged_owner_references(list(meta.get("ownerReferences") or []), list(stored.get("ownerReferences") or []))
+    meta.pop("ownerReferences", None)
+    if owners:
+        meta["ownerReferences"] = owners
+    return {**report, "metadata": meta}
 
 
 def delete_reports(client: kubernetes.client.ApiClient, *, dry_run: bool = False, timeout_seconds: float = 10.0,

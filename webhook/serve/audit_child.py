@@ -10,7 +10,8 @@ returns its memory to the system when it exits.
 
 Protocol: the parent writes one pickled AuditRequest to the child's stdin (both run the same
 code); the child writes (Cluster)PolicyReports itself and prints one JSON line on stdout: {"counts":
-[[policy, mode, n], ...], "findings": n, "excepted": {"active": n, "expired": n}, "objects": n, "seconds": s, "peakRssMiB": m, "pid": p},
+[[policy, mode, n], ...], "findings": n, "excepted": {"active": n, "expired": n}, "objects": n, "seconds": s, "peakRssMiB": m, "pid": p,
+"reportOwnerProblem": why the reports carry no owner or ""},
 or {"error": "..."} with exit status 3 on an API error. Its log lines go to the inherited stderr.
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ from webhook.config import Config
 from webhook.kube import client as kube_client
 from webhook.kube import lists
 from webhook.kube.pages import RateLimiter
-from webhook.kube.reports import REPORT_APIS, ReportWriter, served_report_apis
+from webhook.kube.reports import REPORT_APIS, ReportOwner, ReportWriter, served_report_apis
 from webhook.model.facts import StaticFacts
 from webhook.policies.exceptions import EXPIRED_CHECK
 
@@ -64,8 +65,9 @@ class AuditRequest:
 class AuditSummary:
     """The child's answer: findings counted per (policy, mode) (those an exception skips left out),
     totals, the Namespaces labelled for DRA admin access, wall time (seconds), the child's peak RSS
-    (MiB), its pid, and the findings exceptions covered ({"active": skipped, "expired":
-    exception-expired findings})."""
+    (MiB), its pid, the findings exceptions covered ({"active": skipped, "expired":
+    exception-expired findings}) and why the reports it wrote carry no owner ("" when they do:
+    write_reports())."""
 
     counts: dict[tuple[str, str], int]
     findings: int
@@ -75,19 +77,27 @@ class AuditSummary:
     peak_rss_mib: float
     pid: int
     excepted: dict[str, int] = dataclasses.field(default_factory=dict)
+    report_owner_problem: str = ""
 
 
 class AuditChildError(RuntimeError):
     """The child failed: an API error it reported, a timeout (it is killed), or a crash."""
 
 
-def write_reports(client: Any, result: audit.Audit, report_format: str) -> None:
+def write_reports(client: Any, result: audit.Audit, report_format: str, owner_name: str = "") -> str:
     """Write the reports of `result` in each report API `report_format` chooses ("wgpolicyk8s.io",
     "openreports.io" or "both") that the cluster serves, an empty cluster-scoped report saying the
     audit ran; delete dra-guard's reports of a served API not chosen (left by a previous
-    reportFormat). Raises kube_client.API_ERRORS."""
+    reportFormat). Each report names ClusterRole `owner_name` as its owner (ReportOwner: its uid
+    read once for this audit, from the API, and dropped when a write fails; every audit reads it
+    afresh, so a replaced ClusterRole's new uid is in the reports from the next audit on), so the
+    garbage collector deletes the reports with it. Returns why the reports carry no owner ("" when they do, or when no API
+    chosen is served): written without one rather than not at all.
+    Raises kube_client.API_ERRORS."""
     served = served_report_apis(client)
     chosen = set(REPORT_APIS) if report_format == "both" else {report_format}
+    owner = ReportOwner(client, owner_name)
+    problem = ""
     for group in sorted(served):
         writer = ReportWriter(client, group)
         if group not in chosen:
@@ -97,11 +107,19 @@ def write_reports(client: Any, result: audit.Audit, report_format: str) -> None:
                 log.warning("cannot delete dra-guard's reports of a report API not chosen",
                             extra={"group": group, "error": kube_client.describe_error(exc)[:300]})
             continue
-        reports = audit.policy_reports(result.findings, refs=result.refs, judged=result.judged, api=group)
+        reference = owner.reference()
+        problem = owner.problem if reference is None else ""
+        reports = audit.policy_reports(result.findings, refs=result.refs, judged=result.judged, api=group,
+                                       owner=reference)
         cluster_kind = REPORT_APIS[group].cluster_kind
         if not any(r["kind"] == cluster_kind for r in reports):  # an empty one says the audit ran
-            reports.insert(0, audit.empty_cluster_report(group))
-        writer.apply(reports)
+            reports.insert(0, audit.empty_cluster_report(group, owner=reference))
+        try:
+            writer.apply(reports)
+        except kube_client.API_ERRORS:
+            owner.forget()
+            raise
+    return problem
 
 
 def audit_cluster(client: Any, config: Config) -> dict[str, Any]:
@@ -117,14 +135,16 @@ def audit_cluster(client: Any, config: Config) -> dict[str, Any]:
     objects = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter)
     result = audit.audit(objects, config, served_versions=served, online=True, facts=facts)
     counts = collections.Counter((f.policy, mode) for f, mode in result.findings if not f.skipped)
+    owner_problem = ""
     if config.audit.policy_reports:
-        write_reports(client, result, config.audit.report_format)
+        owner_problem = write_reports(client, result, config.audit.report_format, config.audit.report_owner_cluster_role)
     return {"counts": [[p, m, n] for (p, m), n in sorted(counts.items())], "findings": len(result.findings),
             "adminAccessNamespaces": sum(1 for f, _ in result.findings if f.check == "admin-access-namespace"),
             "excepted": {"active": sum(1 for f, _ in result.findings if f.skipped),
                          "expired": sum(1 for f, _ in result.findings if f.check == EXPIRED_CHECK)},
             "objects": len(objects), "seconds": round(time.monotonic() - started, 3),
-            "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "pid": os.getpid()}
+            "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "pid": os.getpid(),
+            "reportOwnerProblem": owner_problem}
 
 
 def _lower_priority() -> None:
@@ -191,7 +211,8 @@ def run_in_child(request: AuditRequest, *, timeout_seconds: float,
                         admin_access_namespaces=int(answer.get("adminAccessNamespaces", 0)),
                         objects=int(answer["objects"]), seconds=float(answer["seconds"]),
                         peak_rss_mib=float(answer["peakRssMiB"]), pid=int(answer["pid"]),
-                        excepted={str(k): int(v) for k, v in answer.get("excepted", {}).items()})
+                        excepted={str(k): int(v) for k, v in answer.get("excepted", {}).items()},
+                        report_owner_problem=str(answer.get("reportOwnerProblem") or ""))
 
 
 if __name__ == "__main__":

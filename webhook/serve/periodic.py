@@ -45,6 +45,8 @@ class PeriodicAudit:
                                     request_timeout_seconds=config.cluster.request_timeout_seconds, log_level=log_level)
         self.lease_api = KubeCertApi(client, config.certificates.namespace)
         self.lease_name = f"{config.certificates.lease_name}-audit"
+        #: the report owner problem last logged: each is logged once, not every interval
+        self.owner_problem_logged = ""
 
     def lease_seconds(self) -> int:
         """How long the audit Lease is held (seconds): 1.5 intervals and 30 s; the audit process is
@@ -68,6 +70,7 @@ class PeriodicAudit:
         if summary.excepted.get("expired"):
             log.warning("periodic audit: expired exceptions still cover findings (reported as exception-expired)",
                         extra={"expiredExceptions": summary.excepted["expired"]})
+        self.log_owner_problem(summary.report_owner_problem)
         metrics.AUDIT_LAST_RUN.set(now.timestamp())
         metrics.ADMIN_ACCESS_NAMESPACES.set(summary.admin_access_namespaces)
         metrics.AUDIT_LAST_SECONDS.set(summary.seconds)
@@ -76,6 +79,15 @@ class PeriodicAudit:
             "findings": summary.findings, "objects": summary.objects, "seconds": summary.seconds,
             "auditPid": summary.pid, "auditPeakRssMiB": summary.peak_rss_mib})
         return summary
+
+    def log_owner_problem(self, problem: str) -> None:
+        """Warn once that the reports carry no owner (`problem` says why; config
+        audit.reportOwnerClusterRole): not again while the same problem lasts, and once more when
+        it changes; "" (the reports have their owner again) resets it."""
+        if problem and problem != self.owner_problem_logged:
+            log.warning("periodic audit: its reports carry no owner, so nothing deletes them when dra-guard is "
+                        "uninstalled (`dra-guard cleanup` does)", extra={"reason": problem[:300]})
+        self.owner_problem_logged = problem
 
     def loop(self, stop: threading.Event) -> None:
         """run_once() once the worker's caches are in sync (checked every second), then every

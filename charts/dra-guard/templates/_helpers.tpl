@@ -151,6 +151,10 @@ config.server.reviewDeadlineSeconds applies to every policy that does not set it
 {{- $derived := dict "reviewDeadlineSeconds" (subf $shortest 0.5) "dropAfterSeconds" $longest }}
 {{- $config = mergeOverwrite (dict "server" $derived "policies" $policies) $config }}
 {{- end }}
+{{- /* The reports' owner: this release's ClusterRole, which helm uninstall deletes; the garbage
+collector then deletes the reports (README "Uninstall"). Set here, never in values: only an object
+of this release goes with it. */}}
+{{- $config = mergeOverwrite $config (dict "audit" (dict "reportOwnerClusterRole" (include "dra-guard.fullname" .))) }}
 {{- if .Values.clientAuth.caConfigMap }}
 {{- $server := dict "clientCAFile" (printf "%s/ca.crt" (include "dra-guard.clientCADir" .)) "probePort" .Values.clientAuth.probePort }}
 {{- $config = mergeOverwrite $config (dict "server" $server) }}
