@@ -34,6 +34,8 @@ rbac:
   driverResources: {driver_resources}
 drivers:
   declared: {declared}
+audit:
+  intervalSeconds: 0
 """
 
 PROBE = """\
@@ -70,6 +72,8 @@ def called(stderr: str, *, mode: str) -> bool:
 class Guard:
     """A dra-guard server registered with a ControlPlane (tests.e2e.cluster).
 
+    The periodic audit is off (audit.intervalSeconds 0): its lists would be counted among the API
+    requests reviews cause, and tests of it start their own server (test_cluster_audit.py).
     start(mode=...) (re)starts the server on the same port with that global mode; register()
     applies the webhook configuration; unregister() deletes it (break-glass); stop() ends both.
     """

@@ -57,7 +57,9 @@ def test_existing_binding_is_reported_until_removed(control_plane):
         cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
     code, findings = audit_cluster(cp)
     assert not [f for f in findings if f["name"] == "e2e-audit-devs"]
-    assert code == 0, [f for f in findings if f["enforced"]]
+    # other tests of the session leave grants of their own (the test servers' RoleBindings): exit 1
+    # exactly when some finding is one enforce mode would refuse
+    assert code == (1 if any(f["enforced"] for f in findings) else 0), findings
 
 
 @pytest.mark.parametrize("qps, burst, reported", [(20, 30, True), (100, 200, False)])

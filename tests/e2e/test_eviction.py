@@ -156,4 +156,7 @@ def test_ordinary_pod_eviction_is_untouched(control_plane, scenario):
     assert evict(cp, "work", "plain", grace=0).status_code in (200, 201)
     time.sleep(0.5)
     new = [ev for ev in cp.audit_events("dra-guard", stage=None) if ev["auditID"] not in before]
-    assert all(ev["verb"] == "watch" for ev in new), [(ev["verb"], ev["requestURI"]) for ev in new]
+    # watches renew on their own clock, and so do the APIService check and the Lease writers
+    caused = [ev for ev in new if ev["verb"] != "watch"
+              and ev.get("objectRef", {}).get("resource") not in ("apiservices", "leases")]
+    assert caused == [], [(ev["verb"], ev["requestURI"]) for ev in caused]
