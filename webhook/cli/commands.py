@@ -5,12 +5,27 @@ import argparse
 import pathlib
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from webhook.cli import terminal
 from webhook.config import load_config
+
+if TYPE_CHECKING:
+    from webhook.audit.load import Manifests
+    from webhook.audit.run import Audit
+    from webhook.config import Config
+
+
+def say(kind: str, message: str) -> None:
+    """Print "dra-guard: KIND: MESSAGE" on stderr, each line of `message` on a line of its own
+    (wrapped to the width of a terminal; as-is in pipes and files)."""
+    for line in message.split("\n"):
+        print(terminal.for_stream(f"dra-guard: {kind}: {line}", sys.stderr), file=sys.stderr)
 
 
 def fail(message: str) -> int:
-    print(f"dra-guard: error: {message}", file=sys.stderr)
+    """Print the error `message` (one line each if it has several, e.g. a ConfigError's) and return 2."""
+    say("error", message)
     return 2
 
 
@@ -57,6 +72,44 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    from webhook import audit
+
+    if not args.paths and not args.cluster:
+        return fail("audit needs -f PATH (files, folders or - for stdin) and/or --cluster")
+    if args.suggest_values and args.output != "table":
+        return fail("--suggest-values prints Helm values (YAML); drop -o/--output")
+
+    # on a terminal a progress display (after a few seconds), in pipes a line every 2 s while reading
+    on_terminal = not args.quiet and terminal.is_terminal(sys.stderr)
+    first = "reading " + ", ".join(args.paths) if args.paths else "reading the cluster's objects"
+    display = terminal.Progress(sys.stderr, terminal.progress_delay(), first) if on_terminal else terminal.NoProgress()
+    with display:
+        outcome = _judge(args, display)
+    if isinstance(outcome, int):
+        return outcome
+    manifests, config, result = outcome
+    findings, sources, problems = result.findings, manifests.sources, manifests.problems
+    # with problems every format says the audit is incomplete: a clean-looking stdout next to exit 2
+    # would be read by whatever only parses stdout
+    renderers = {
+        "table": lambda: terminal.for_stream(audit.render_table(findings, problems), sys.stdout),
+        "json": lambda: audit.render_json(findings, sources, judged=result.judged, problems=problems),
+        "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged, problems=problems),
+        "sarif": lambda: audit.render_sarif(findings, sources, problems=problems),
+        "junit": lambda: audit.render_junit(findings, sources, problems=problems),
+        "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged, problems=problems),
+    }
+    sys.stdout.write(audit.suggest_values([f for f, _ in findings], config) if args.suggest_values
+                     else renderers[args.output]())
+    if manifests.problems:
+        say("error", f"{len(manifests.problems)} input problem(s); the findings above cover what could be read")
+        return 2
+    return audit.exit_code(findings)
+
+
+def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoProgress) -> int | tuple[Manifests, Config, Audit]:
+    """Read the manifests, choose the config, read the cluster and judge: (Manifests, Config,
+    webhook.audit.Audit), or an exit code when it cannot go on. `display` is told each step."""
     import yaml
 
     from webhook import audit
@@ -66,19 +119,18 @@ def _audit(args: argparse.Namespace) -> int:
     from webhook.kube.pages import RateLimiter
     from webhook.model.facts import StaticFacts, add_objects
 
-    if not args.paths and not args.cluster:
-        return fail("audit needs -f PATH (files, folders or - for stdin) and/or --cluster")
-    if args.suggest_values and args.output != "table":
-        return fail("--suggest-values prints Helm values (YAML); drop -o/--output")
-
     def progress(line: str) -> None:
-        print(f"dra-guard: {line}", file=sys.stderr, flush=True)
+        if isinstance(display, terminal.Progress):
+            display.step(line)
+        else:
+            print(f"dra-guard: {line}", file=sys.stderr, flush=True)
 
-    manifests = audit.read(args.paths, progress=None if args.quiet else progress)
+    manifests = audit.read(args.paths, progress=None if args.quiet else progress,
+                           progress_seconds=0 if isinstance(display, terminal.Progress) else 2.0)
     for note in manifests.notes:
-        print(f"dra-guard: note: {note}", file=sys.stderr)
+        say("note", note)
     for problem in manifests.problems:
-        print(f"dra-guard: error: {problem}", file=sys.stderr)
+        say("error", problem)
     objects = manifests.objects
     client = None
     found = [o for o in objects if o.get("kind") == "DraGuardConfiguration"]
@@ -100,9 +152,10 @@ def _audit(args: argparse.Namespace) -> int:
     except audit.InputError as exc:
         return fail(str(exc))
     for line in config.ignored:
-        print(f"dra-guard: warning: {line}", file=sys.stderr)
-    print(f"dra-guard: config: {source}", file=sys.stderr)
+        say("warning", line)
+    say("config", source)
     if args.cluster:
+        display.step("reading the cluster's objects")
         client = client or api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
         limiter = RateLimiter(qps=args.qps, burst=args.burst)
         served = served_resource_versions(client, timeout_seconds=args.request_timeout)
@@ -114,29 +167,14 @@ def _audit(args: argparse.Namespace) -> int:
                                           timeout_seconds=args.request_timeout)
         baseline = audit.audit(live, config, served_versions=served, online=True, facts=facts) if args.scope == "files" else None
         add_objects(facts, objects)  # the files' objects replace the live ones of the same key
+        display.step(f"judging {len(objects)} object(s) of the files with the cluster's")
         result = audit.audit(audit.merge(objects, live), config, served_versions=served, online=True, facts=facts)
         if baseline is not None:
             result = audit.only_files(result, baseline, {audit.load.object_key(o) for o in objects})
     else:
+        display.step(f"judging {len(objects)} object(s)")
         result = audit.audit(objects, config)
-    findings, sources, problems = result.findings, manifests.sources, manifests.problems
-    # with problems every format says the audit is incomplete: a clean-looking stdout next to exit 2
-    # would be read by whatever only parses stdout
-    renderers = {
-        "table": lambda: audit.render_table(findings, problems),
-        "json": lambda: audit.render_json(findings, sources, judged=result.judged, problems=problems),
-        "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged, problems=problems),
-        "sarif": lambda: audit.render_sarif(findings, sources, problems=problems),
-        "junit": lambda: audit.render_junit(findings, sources, problems=problems),
-        "policyreport": lambda: audit.render_policyreport(findings, judged=result.judged, problems=problems),
-    }
-    sys.stdout.write(audit.suggest_values([f for f, _ in findings], config) if args.suggest_values
-                     else renderers[args.output]())
-    if manifests.problems:
-        print(f"dra-guard: {len(manifests.problems)} input problem(s); the findings above cover what could be read",
-              file=sys.stderr)
-        return 2
-    return audit.exit_code(findings)
+    return manifests, config, result
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -176,7 +214,8 @@ def _drain_plan(args: argparse.Namespace) -> int:
     index = drainplan.build_index(lists.list_drain_objects(client, args.node, timeout_seconds=args.request_timeout),
                                   config)
     result = drainplan.plan(index, args.node)
-    sys.stdout.write(drainplan.render_json(result) if args.output == "json" else drainplan.render_text(result))
+    sys.stdout.write(drainplan.render_json(result) if args.output == "json"
+                     else terminal.for_stream(drainplan.render_text(result), sys.stdout))
     return 0 if result["ready"] else 1
 
 
