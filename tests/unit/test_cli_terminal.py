@@ -103,6 +103,8 @@ def test_every_flag_and_argument_of_every_subcommand_has_help():
                if not a.help or a.help == "==SUPPRESS=="]
     assert missing == []
     assert "--log-level" in build_parser().commands["serve"].flags
+    # Parser reads the first word that is not a flag as the command: a group may take no flag with a value
+    assert [(prog, a.option_strings) for prog, p in _parsers(parser) if p.commands for a in p.arguments if a.nargs != 0] == []
 
 
 @pytest.mark.parametrize("command, own, foreign", [

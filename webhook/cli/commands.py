@@ -81,7 +81,8 @@ def _audit(args: argparse.Namespace) -> int:
 
     # on a terminal a progress display (after a few seconds), in pipes a line every 2 s while reading
     on_terminal = not args.quiet and terminal.is_terminal(sys.stderr)
-    first = "reading " + ", ".join(args.paths) if args.paths else "reading the cluster's objects"
+    first = ("reading " + ", ".join("standard input" if path == "-" else path for path in args.paths) if args.paths
+             else "reading the cluster's objects")
     display = terminal.Progress(sys.stderr, terminal.progress_delay(), first) if on_terminal else terminal.NoProgress()
     with display:
         outcome = _judge(args, display)

@@ -22,7 +22,8 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors suggest the closest command or flag.
 
-    An unknown command (the first word that is not a flag, when the parser has subcommands)
+    An unknown command (the first word that is not a flag, when the parser has subcommands: such a
+    parser must take no flag with a value, or its value would be read as the command)
     stops with "unknown command 'adit'; did you mean 'audit'?"; words and flags left over after
     parsing stop this parser, not its parent, with "unrecognized arguments: --clustr (did you mean
     --cluster?)". Both exit 2 through ArgumentParser.error (usage, then "PROG: error: ...").
