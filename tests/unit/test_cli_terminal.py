@@ -162,6 +162,16 @@ def test_config_validate_and_start_up_print_every_error(tmp_path, command):
     ], run.stderr
 
 
+def test_every_error_of_a_configuration_among_the_manifests_names_where_it_came_from(tmp_path):
+    manifest = tmp_path / "config.yaml"
+    manifest.write_text("apiVersion: dra-guard.io/v1alpha1\nkind: DraGuardConfiguration\n" + BAD_CONFIG)
+    run = cli("audit", "-f", str(manifest))
+    assert run.returncode == 2
+    errors = [line for line in run.stderr.splitlines() if line.startswith("dra-guard: error: ")]
+    assert len(errors) == 4 and all(e.startswith("dra-guard: error: DraGuardConfiguration among the manifests: ")
+                                    for e in errors), run.stderr
+
+
 # ---------------------------------------------------------------- wrapping on a terminal
 def test_long_messages_are_wrapped_and_indented_on_a_terminal_and_unchanged_in_a_pipe():
     code, tty, _ = cli_on_tty("audit", "-f", "examples/", tty="stdout", columns=60)
