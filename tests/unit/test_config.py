@@ -103,7 +103,7 @@ EXACT_MESSAGES = [
     ({"server": {"port": "x"}}, "server.port: expected int, got str 'x'"),
     ({"server": {"threads": True}}, "server.threads: expected a number, got a boolean"),
     ({"audit": {"qps": "x"}}, "audit.qps: expected int or float, got str 'x'"),
-    ({"rbac": {"driverSubject": {}}}, "rbac.driverSubject: unknown key (known here: adminOnlyResources, adminSubjects, "
+    ({"rbac": {"driverSubject": {}}}, "rbac.driverSubject: unknown key; did you mean 'driverSubjects'? (known here: adminOnlyResources, adminSubjects, "
                                       "aggregationControllerUsers, apiGroup, driftRemediation, driverResources, driverSubjects, escalationChecks, "
                                       "extraAdminSubjects, extraDriverSubjects, "
                                       "sensitiveNamespaces, writeVerbs)"),

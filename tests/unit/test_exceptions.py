@@ -87,6 +87,18 @@ def test_a_bad_entry_stops_start_up_naming_its_key(entry, message):
     assert message in str(err.value), str(err.value)
 
 
+def test_every_bad_entry_is_reported_at_once_and_a_bad_key_skips_only_its_own_entrys_cross_checks():
+    """A bad expires must not reach the cross-checks (which compare it with the horizon); the
+    cross-check errors of the other entries are still reported."""
+    with pytest.raises(ConfigError) as err:
+        config_with(rbac_entry(expires="next tuesday"),
+                    rbac_entry(policy="eviction", kind="DaemonSet", namespace="gpu", name="other"),
+                    rbac_entry(kind="RoleBinding", name="third"))
+    problems = err.value.problems
+    assert [p.split(":", 1)[0] for p in problems] == ["exceptions[0].expires", "exceptions[1].policy",
+                                                       "exceptions[2].namespace"], problems
+
+
 def test_two_entries_for_one_object_and_policy_are_refused():
     with pytest.raises(ConfigError, match=r"^exceptions\[1\]: rbac ClusterRoleBinding team-gpu is already excepted by "
                                           r"exceptions\[0\]"):

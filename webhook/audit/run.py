@@ -60,7 +60,8 @@ def config_from(objects: list[dict[str, Any]]) -> Config:
     try:
         return from_mapping(found[0] if found else None)
     except ConfigError as exc:
-        raise InputError(f"{CONFIG_KIND} among the manifests: {exc}") from exc
+        # one line per error, each saying where the configuration came from
+        raise InputError("\n".join(f"{CONFIG_KIND} among the manifests: {p}" for p in exc.problems)) from exc
 
 
 def merge(files: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[dict[str, Any]]:

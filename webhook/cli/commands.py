@@ -7,11 +7,20 @@ import pathlib
 import sys
 from collections.abc import Callable
 
+from webhook.cli import terminal
 from webhook.config import load_config
 
 
+def say(kind: str, message: str) -> None:
+    """Print "dra-guard: KIND: MESSAGE" on stderr, each line of `message` on a line of its own
+    (wrapped to the width of a terminal; as-is in pipes and files)."""
+    for line in message.split("\n"):
+        print(terminal.for_stream(f"dra-guard: {kind}: {line}", sys.stderr), file=sys.stderr)
+
+
 def fail(message: str) -> int:
-    print(f"dra-guard: error: {message}", file=sys.stderr)
+    """Print the error `message` (one line each if it has several, e.g. a ConfigError's) and return 2."""
+    say("error", message)
     return 2
 
 
@@ -57,97 +66,6 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _audit(args: argparse.Namespace) -> int:
-    import yaml
-
-    from webhook import audit
-    from webhook.config import from_mapping
-    from webhook.kube import lists
-    from webhook.kube.client import api_client, served_resource_versions
-    from webhook.kube.pages import RateLimiter
-    from webhook.model.facts import StaticFacts, add_objects
-
-    if not args.paths and not args.cluster:
-        return fail("audit needs -f PATH (files, folders or - for stdin) and/or --cluster")
-    if args.suggest_values and args.output != "table":
-        return fail("--suggest-values prints Helm values (YAML); drop -o/--output")
-
-    def progress(line: str) -> None:
-        print(f"dra-guard: {line}", file=sys.stderr, flush=True)
-
-    manifests = audit.read(args.paths, progress=None if args.quiet else progress)
-    for note in manifests.notes:
-        print(f"dra-guard: note: {note}", file=sys.stderr)
-    for problem in manifests.problems:
-        print(f"dra-guard: error: {problem}", file=sys.stderr)
-    objects = manifests.objects
-    client = None
-    found = [o for o in objects if o.get("kind") == "DraGuardConfiguration"]
-    try:
-        if args.config:
-            config, source = load_config(args.config), args.config
-        elif found:
-            config, source = audit.config_from(objects), "the DraGuardConfiguration among the manifests"
-        elif args.cluster and not args.no_installed_config:
-            client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
-            installed = lists.installed_config(client, namespace=args.release_namespace,
-                                               timeout_seconds=args.request_timeout)
-            if installed is None:
-                config, source = from_mapping(None), "the built-in defaults (no dra-guard release found in the cluster)"
-            else:
-                config, source = from_mapping(yaml.safe_load(installed[0])), f"{installed[1]} (the installed release)"
-        else:
-            config, source = from_mapping(None), "the built-in defaults"
-    except audit.InputError as exc:
-        return fail(str(exc))
-    for line in config.ignored:
-        print(f"dra-guard: warning: {line}", file=sys.stderr)
-    print(f"dra-guard: config: {source}", file=sys.stderr)
-    now = datetime.datetime.now(datetime.UTC)
-    for e in config.exceptions:
-        if not e.live(now):
-            print(f"dra-guard: warning: exception {e.ref} (owner {e.owner}) expired at {e.expires.isoformat()}; "
-                  f"what it covers is reported again", file=sys.stderr)
-    if args.cluster:
-        client = client or api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
-        limiter = RateLimiter(qps=args.qps, burst=args.burst)
-        served = served_resource_versions(client, timeout_seconds=args.request_timeout)
-        if args.scope == "files" and not objects:
-            return fail("--scope files needs -f PATH: it reports only what the files change")
-        # RBAC, Pods and ResourceClaims go straight into the indexes, page by page (issue 19: memory)
-        facts = StaticFacts(config)
-        live = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter,
-                                          timeout_seconds=args.request_timeout)
-        baseline = audit.audit(live, config, served_versions=served, online=True, facts=facts) if args.scope == "files" else None
-        add_objects(facts, objects)  # the files' objects replace the live ones of the same key
-        result = audit.audit(audit.merge(objects, live), config, served_versions=served, online=True, facts=facts)
-        if baseline is not None:
-            result = audit.only_files(result, baseline, {audit.load.object_key(o) for o in objects})
-    else:
-        result = audit.audit(objects, config)
-    findings, sources, problems = result.findings, manifests.sources, manifests.problems
-    # with problems every format says the audit is incomplete: a clean-looking stdout next to exit 2
-    # would be read by whatever only parses stdout
-    renderers = {
-        "table": lambda: audit.render_table(findings, problems),
-        "json": lambda: audit.render_json(findings, sources, judged=result.judged, problems=problems),
-        "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged, problems=problems),
-        "sarif": lambda: audit.render_sarif(findings, sources, problems=problems),
-        "junit": lambda: audit.render_junit(findings, sources, problems=problems),
-        "policyreport": lambda: audit.render_reports(findings, refs=result.refs, judged=result.judged,
-                                                     problems=problems, api=audit.WGPOLICY),
-        "openreports": lambda: audit.render_reports(findings, refs=result.refs, judged=result.judged,
-                                                    problems=problems, api=audit.OPENREPORTS),
-    }
-    sys.stdout.write(audit.suggest_values([f for f, _ in findings if not f.skipped], config) if args.suggest_values
-                     else renderers[args.output]())
-    if manifests.problems:
-        print(f"dra-guard: {len(manifests.problems)} input problem(s); the findings above cover what could be read",
-              file=sys.stderr)
-        return 2
-    return audit.exit_code(findings)
-
-
 def _config(args: argparse.Namespace) -> int:
     """`dra-guard config validate FILE | schema`."""
     import json
@@ -190,7 +108,8 @@ def _drain_plan(args: argparse.Namespace) -> int:
     index = drainplan.build_index(lists.list_drain_objects(client, args.node, timeout_seconds=args.request_timeout),
                                   config)
     result = drainplan.plan(index, args.node)
-    sys.stdout.write(drainplan.render_json(result) if args.output == "json" else drainplan.render_text(result))
+    sys.stdout.write(drainplan.render_json(result) if args.output == "json"
+                     else terminal.for_stream(drainplan.render_text(result), sys.stdout))
     return 0 if result["ready"] else 1
 
 
@@ -313,6 +232,12 @@ def _cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_audit(args: argparse.Namespace) -> int:
+    from webhook.cli import audit_command  # imports this module's fail() and say()
+
+    return audit_command.run(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "serve": _serve, "audit": _audit, "drain-plan": _drain_plan, "certs": _certs, "hook": _hook,
+    "serve": _serve, "audit": _run_audit, "drain-plan": _drain_plan, "certs": _certs, "hook": _hook,
     "config": _config, "completion": _completion, "cleanup": _cleanup}

@@ -1,4 +1,8 @@
-"""The argument parser of `dra-guard`: every subcommand, flag and help text."""
+"""The argument parser of `dra-guard`: every subcommand, flag, help text and examples.
+
+Built on webhook.cli.suggest.Parser: mistyped commands and flags get "did you mean", and each
+subcommand reports its own errors with its own usage.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +11,7 @@ import os
 import textwrap
 
 from webhook.audit.render import version
+from webhook.cli.suggest import Parser
 from webhook.policies.registry import POLICIES
 
 EXAMPLES = textwrap.dedent("""\
@@ -32,6 +37,68 @@ DRAIN_EXAMPLES = textwrap.dedent("""\
       until dra-guard drain-plan node-a; do sleep 10; done && kubectl drain node-a --ignore-daemonsets
     """)
 
+SERVE_EXAMPLES = textwrap.dedent("""\
+    examples:
+      dra-guard serve --self-signed /tmp/dra-guard      run locally over TLS with a development CA
+      dra-guard serve --self-signed /tmp/dra-guard --no-cluster --log-level debug
+                                                        no Kubernetes API (empty caches), every log line
+      dra-guard serve --config /etc/dra-guard/config.yaml \\
+          --tls-cert-file tls.crt --tls-key-file tls.key
+      dra-guard serve --config config.yaml              with certificates.mode: self in config.yaml
+
+    The config file (--config) is YAML; see README.md "Configuration" for every key, and check it
+    first with `dra-guard config validate FILE` (every error at once).
+    Modes: enforce refuses, warn allows with a kubectl warning, audit allows and only records.
+    """)
+
+AUDIT_EXAMPLES = textwrap.dedent("""\
+    examples:
+      dra-guard audit -f examples/                      check manifests offline (exit 1 if something would be refused or patched)
+      helm template CHART | dra-guard audit -f -        check rendered templates from standard input
+      dra-guard audit -f team-rbac.yaml --cluster       check files against the live cluster's roles
+      dra-guard audit -f pr/ --cluster --scope files    only what the files change (a pull-request check)
+      dra-guard audit --cluster --suggest-values        the Helm values that clear the driver findings
+      dra-guard audit -f manifests/ -o sarif > dra-guard.sarif
+                                                        SARIF 2.1.0 for code-scanning UIs
+
+    On a terminal, long messages are wrapped to its width, and a progress bar shows on stderr
+    when reading and judging take more than DRA_GUARD_PROGRESS_DELAY seconds (default 2); in
+    pipes and files the output is unwrapped and there is no bar.
+    """)
+
+CONFIG_EXAMPLES = textwrap.dedent("""\
+    examples:
+      dra-guard config validate config.yaml             every error at once, each naming its key (exit 2)
+      dra-guard config schema > dra-guard.schema.json   the file's JSON schema, for editors
+      dra-guard config schema --chart                   the chart's values.schema.json subtree (config:)
+    """)
+
+CERTS_GENERATE_EXAMPLES = textwrap.dedent("""\
+    examples:
+      dra-guard certs generate --service dra-guard --namespace dra-guard --out ./tls
+      dra-guard certs generate --service dra-guard --namespace dra-guard --out ./tls --ip 127.0.0.1 --force
+    """)
+
+CERTS_INSPECT_EXAMPLES = textwrap.dedent("""\
+    examples:
+      dra-guard certs inspect --cert-file ./tls/tls.crt --cluster   do the webhooks' caBundles trust it?
+      dra-guard certs inspect --url 127.0.0.1:8443                  what a running dra-guard serves
+    """)
+
+HOOK_EXAMPLES = textwrap.dedent("""\
+    examples (the chart's hook pods set the environment variables instead):
+      dra-guard hook pre-delete --webhook-configuration dra-guard
+      dra-guard hook test --rbac-mode enforce --slice-writer-role dra-guard-test-slice-writer \\
+          --binding-name dra-guard-test
+    """)
+
+COMPLETION_EXAMPLES = textwrap.dedent("""\
+    examples:
+      source <(dra-guard completion bash)               in ~/.bashrc
+      dra-guard completion zsh > "${fpath[1]}/_dra-guard"
+      dra-guard completion fish > ~/.config/fish/completions/dra-guard.fish
+    """)
+
 POLICY_LIST = "policies (config key policies.<name>):\n" + "".join(
     f"  {p.name:<9} {p.path:<20} {p.title}\n" for p in POLICIES) + "\n"
 
@@ -49,7 +116,7 @@ def positive_seconds(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `dra-guard` parser (argparse), subcommands included."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dra-guard",
         description="Admission webhook enforcing the Kubernetes good practices for Dynamic Resource "
                     "Allocation (DRA) as a cluster admin.",
@@ -66,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "of its Ready peer while claims need its driver is allowed only once this replica "
                                        "owns a shared record, a Lease dra-guard-leaving-<digest> in certificates.namespace "
                                        "(else $POD_NAMESPACE, else dra-guard): replicas let one pod of a surge pair go at a time.",
-                           epilog=POLICY_LIST + EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                           epilog=POLICY_LIST + SERVE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=None, help="HTTPS port (default: server.port from config, 8443)")
@@ -78,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-cluster", action="store_true",
                        help="do not use the Kubernetes API: caches stay empty, policies see an empty cluster, "
                             "no shared record is written")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                       help="the least severe JSON log lines written to stderr, gunicorn's included "
+                            "(default: %(default)s)")
 
     audit = sub.add_parser("audit", help="run the policies over manifests and/or the live cluster",
                            description="Report what dra-guard would refuse or patch; with --cluster also the control plane's DRA tuning "
@@ -88,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "something, 2 on usage or input errors and when the Kubernetes API cannot be reached or refuses. "
                                        "A finding a live exception of the config covers (key exceptions) is reported as skip and "
                                        "does not fail; an expired one is reported (check exception-expired) and skips nothing.",
-                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                           epilog=AUDIT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     audit.add_argument("-f", "--filename", dest="paths", action="append", default=[], metavar="PATH",
                        help="file or folder of YAML/JSON manifests, or - for standard input (repeatable; multi-document "
                             "files and List kinds; documents without kind and unrendered Helm templates are skipped "
@@ -121,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "ClusterReport/Reports as YAML); in both, a result names an object (apiVersion, uid) only "
                             "when it was read, and a message over 1024 characters is cut at a word with the whole "
                             "text in properties.message")
-    audit.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr while reading")
+    audit.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (neither the lines in pipes nor the bar on a terminal)")
     audit.add_argument("--suggest-values", action="store_true",
                        help="instead of the report, print the Helm values (YAML under config:) that clear the driver "
                             "findings: refused ResourceSlice writers to rbac.extraDriverSubjects, undeclared drivers "
@@ -144,11 +213,19 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--config", metavar="FILE", help="the YAML config file `serve` reads (driver detection)")
     drain.add_argument("--request-timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
                        help="seconds each API request may take (default: %(default)g)")
-    drain.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    drain.add_argument("-o", "--output", choices=["text", "json"], default="text",
+                       help="text (default; wrapped to the width of a terminal) or json")
 
-    certs_p = sub.add_parser("certs", help="certificate helpers")
+    certs_p = sub.add_parser("certs", help="certificate helpers",
+                             description="Write a CA and a serving certificate (generate), or check one (inspect).",
+                             epilog=CERTS_GENERATE_EXAMPLES + CERTS_INSPECT_EXAMPLES.replace("examples:\n", ""),
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     certs_sub = certs_p.add_subparsers(dest="certs_command", metavar="ACTION")
-    gen = certs_sub.add_parser("generate", help="write a CA and a serving certificate for a Service")
+    gen = certs_sub.add_parser("generate", help="write a CA and a serving certificate for a Service",
+                               description="Write ca.crt, ca.key, tls.crt and tls.key to --out: a new CA and a serving "
+                                           "certificate for the Service's DNS names (SERVICE, SERVICE.NAMESPACE, "
+                                           "SERVICE.NAMESPACE.svc, SERVICE.NAMESPACE.svc.cluster.local), plus --dns/--ip.",
+                               epilog=CERTS_GENERATE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     gen.add_argument("--service", required=True, help="the webhook Service name")
     gen.add_argument("--namespace", required=True, help="the Service's namespace")
     gen.add_argument("--out", required=True, metavar="DIR", help="folder for ca.crt, ca.key, tls.crt, tls.key")
@@ -161,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "dra-guard serves at --url), and with --cluster whether every webhook of dra-guard's "
                     "Validating/MutatingWebhookConfiguration (names from --config) has a caBundle that verifies it. "
                     "Exit 0 when all is well, 1 when a caBundle does not match or the certificate is due for renewal, "
-                    "2 on errors.")
+                    "2 on errors.",
+        epilog=CERTS_INSPECT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     insp.add_argument("--cert-file", metavar="FILE", help="PEM serving certificate")
     insp.add_argument("--url", metavar="HOST:PORT", help="fetch the certificate a running server presents instead")
     insp.add_argument("--config", metavar="FILE", help="the config file (webhook configuration names, renewal share)")
@@ -171,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     hook = sub.add_parser("hook", help="the Helm chart's hooks (pre-delete, helm test), run in dra-guard's image",
                           description="What the chart's hook pods run. Each flag defaults to the environment "
-                                      "variable named in its help, which the chart sets.")
+                                      "variable named in its help, which the chart sets.",
+                          epilog=HOOK_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     hook_sub = hook.add_subparsers(dest="hook_command", metavar="ACTION")
     pre = hook_sub.add_parser(
         "pre-delete", help="delete dra-guard's webhook configurations before the rest of the release goes, then its reports",
@@ -215,11 +294,19 @@ def build_parser() -> argparse.ArgumentParser:
     cfg = sub.add_parser("config", help="check a config file, or print its JSON schema",
                          description="`config validate FILE` checks a dra-guard config file as `serve` would load it "
                                      "(exit 0 valid, 2 with the offending key named); `config schema` prints the "
-                                     "file's JSON schema (generated from the declared keys).")
+                                     "file's JSON schema (generated from the declared keys).",
+                         epilog=CONFIG_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     cfg_sub = cfg.add_subparsers(dest="config_command", metavar="ACTION")
-    validate = cfg_sub.add_parser("validate", help="check a config file (exit 0 valid, 2 invalid)")
+    validate = cfg_sub.add_parser("validate", help="check a config file (exit 0 valid, 2 invalid)",
+                                  description="Check FILE as `serve` would load it. Every error is reported at once, "
+                                              "one line each, naming the file and the key (an unknown key with the "
+                                              "closest known one); exit 0 valid, 2 invalid.",
+                                  epilog=CONFIG_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     validate.add_argument("file", metavar="FILE", help="the YAML config file")
-    schema = cfg_sub.add_parser("schema", help="print the config file's JSON schema")
+    schema = cfg_sub.add_parser("schema", help="print the config file's JSON schema",
+                                description="Print the config file's JSON schema (draft-07), generated from the "
+                                            "declared keys.",
+                                epilog=CONFIG_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     schema.add_argument("--chart", action="store_true", help="the subtree of the chart's values.schema.json (config:)")
 
     clean = sub.add_parser(
@@ -240,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("completion", help="print shell completion code (bash, zsh, fish)",
                           description="Print the code that makes your shell complete dra-guard's commands and "
-                                      "flags, e.g. `source <(dra-guard completion bash)` in ~/.bashrc.")
+                                      "flags.",
+                          epilog=COMPLETION_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     comp.add_argument("shell", choices=["bash", "zsh", "fish"], help="your shell")
     return parser
 

@@ -24,7 +24,13 @@ Kind = Literal["bool", "int", "number", "str", "choice", "strings", "sorted_stri
 
 
 class ConfigError(ValueError):
-    """The configuration is invalid; the message starts with the offending key's dotted path."""
+    """The configuration is invalid: `problems` holds one line per error, each starting with the
+    offending key's dotted path (file loads: with the file's name before it); str() is those lines
+    joined by newlines, so a single error reads as it always did."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems: tuple[str, ...] = problems
 
 
 @dataclasses.dataclass(frozen=True)

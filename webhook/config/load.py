@@ -1,11 +1,15 @@
 """Reading a config document: one generic walk over the declared keys (webhook.config.declare).
 
-Every error is a ConfigError whose message starts with the key's dotted path
-(``probes.periodSeconds: must be between 1 and 3600; got 0``).
+Every error names the key's dotted path (``probes.periodSeconds: must be between 1 and 3600; got 0``;
+an unknown key also the closest known one, by difflib). The walk does not stop at the first error:
+a key in error is read as its default and the walk goes on, so one ConfigError carries every error
+of the document (ConfigError.problems, in the order of the file's keys), as `config validate` and
+start-up report them.
 """
 from __future__ import annotations
 
 import datetime
+import difflib
 import ipaddress
 import os
 import pathlib
@@ -30,11 +34,17 @@ from webhook.config.types import DNS_LABEL, DNS_SUBDOMAIN, HEADER_KEYS, Config, 
 class _Reader:
     """Walks a mapping, taking typed keys and reporting unknown ones with their dotted path."""
 
-    def __init__(self, data: Any, path: str) -> None:
+    def __init__(self, data: Any, path: str, errors: list[str]) -> None:
+        """`errors`: the document's error lines, shared by every reader of it; a `data` that is not a
+        mapping is one of them (and reads as empty)."""
+        self.errors = errors
+        #: the data was not a mapping (one error for it: its keys are not read)
+        self.broken = data is not None and not isinstance(data, Mapping)
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
-            raise ConfigError(f"{path or '<top level>'}: expected a mapping, got {type(data).__name__}")
+            errors.append(f"{path or '<top level>'}: expected a mapping, got {type(data).__name__}")
+            data = {}
         self.data: Mapping[Any, Any] = data
         self.path = path
         self.seen: set[str] = set()
@@ -71,12 +81,15 @@ class _Reader:
 
     def sub(self, name: str) -> _Reader:
         self.seen.add(name)
-        return _Reader(self.data.get(name), self.key(name))
+        return _Reader(self.data.get(name), self.key(name), self.errors)
 
     def done(self) -> None:
-        unknown = sorted(str(k) for k in self.data if k not in self.seen)
-        if unknown:
-            raise ConfigError(f"{self.key(unknown[0])}: unknown key (known here: {', '.join(sorted(self.seen))})")
+        """Record every key of the mapping that was not read, each with the closest known key."""
+        known = sorted(self.seen)
+        for name in sorted(str(k) for k in self.data if k not in self.seen):
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            self.errors.append(f"{self.key(name)}: unknown key{hint} (known here: {', '.join(known)})")
 
 
 def _check_number(path: str, declared: Key, value: int | float) -> None:
@@ -148,7 +161,7 @@ def _read_value(entry: Entry, r: _Reader, name: str, default: Any, read: Mapping
     if entry.kind == "section":
         return cls(**_read_section(cls, r.sub(name), instance_values(default), notes))
     if entry.kind == "sections":
-        return tuple(cls(**_read_section(cls, _Reader(raw, f"{path}[{i}]"), class_defaults(cls), notes))
+        return tuple(cls(**_read_section(cls, _Reader(raw, f"{path}[{i}]", r.errors), class_defaults(cls), notes))
                      for i, raw in enumerate(r.take(name, list, list(default))))
     family = r.sub(name)
     members = {}
@@ -232,8 +245,11 @@ _AFTER: dict[type, Callable[[dict[str, Any], _Reader, list[str]], None]] = {
 def _read_section(cls: type[Any], reader: _Reader, defaults: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
     """The declared keys of section dataclass `cls` read from `reader`, by attribute (`defaults` by
     attribute for unset keys); then the "below" cross-checks, then unknown keys are refused."""
+    if reader.broken:
+        return {e.attr: defaults.get(e.attr) for e in entries(cls)}
     values: dict[str, Any] = {}
     read: dict[str, Any] = {}
+    errors_before = len(reader.errors)
     groups = {group: reader.sub(group) for group in dict.fromkeys(
         e.key.name.split(".", 1)[0] for e in entries(cls) if "." in e.key.name)}
     for entry in entries(cls):
@@ -241,12 +257,23 @@ def _read_section(cls: type[Any], reader: _Reader, defaults: Mapping[str, Any], 
         if "." in name:
             group, name = name.split(".", 1)
             r = groups[group]
-        values[entry.attr] = read[entry.key.name] = _read_value(entry, r, name, defaults.get(entry.attr), read, notes)
+        try:
+            value = _read_value(entry, r, name, defaults.get(entry.attr), read, notes)
+        except ConfigError as exc:
+            # recorded; the default stands in so that the keys after it are still checked
+            reader.errors.extend(exc.problems)
+            value = defaults.get(entry.attr)
+        values[entry.attr] = read[entry.key.name] = value
     for entry in entries(cls):
         if entry.key.below and not read[entry.key.name] < read[entry.key.below]:
-            raise ConfigError(f"{reader.key(entry.key.name)}: must be shorter than {reader.key(entry.key.below)}")
-    if cls in _AFTER:
-        _AFTER[cls](values, reader, notes)
+            reader.errors.append(f"{reader.key(entry.key.name)}: must be shorter than {reader.key(entry.key.below)}")
+    # the cross-checks assume every key of the section is valid: after an error they would judge
+    # a default standing in for it (or crash on one that has none)
+    if cls in _AFTER and len(reader.errors) == errors_before:
+        try:
+            _AFTER[cls](values, reader, notes)
+        except ConfigError as exc:
+            reader.errors.extend(exc.problems)
     for group_reader in groups.values():
         group_reader.done()
     reader.done()
@@ -256,11 +283,15 @@ def _read_section(cls: type[Any], reader: _Reader, defaults: Mapping[str, Any], 
 def from_mapping(data: Any) -> Config:
     """Validate a parsed config document (a dict, or None for all defaults) into a Config.
 
-    Raises ConfigError naming the first offending key.
+    Raises ConfigError with every error of the document (ConfigError.problems), each naming its key.
     """
-    top = _Reader(data, "")
+    errors: list[str] = []
+    top = _Reader(data, "", errors)
     for header in HEADER_KEYS:
-        top.choice(header.name, header.choices, header.choices[0])
+        try:
+            top.choice(header.name, header.choices, header.choices[0])
+        except ConfigError as exc:
+            errors.extend(exc.problems)
     notes: list[str] = []
     values = _read_section(Config, top, instance_values(Config()), notes)
     config = Config(**values, ignored=tuple(notes))
@@ -269,22 +300,25 @@ def from_mapping(data: Any) -> Config:
     for i, declared in enumerate(config.detection.declared):
         if own and declared.namespace == own:
             # its namespace is never sent to dra-guard: nothing dra-guard needs to start may wait on itself
-            raise ConfigError(f"drivers.declared[{i}].namespace: {own} is dra-guard's own namespace, which is never "
-                              f"sent to dra-guard; install the driver in a namespace of its own")
+            errors.append(f"drivers.declared[{i}].namespace: {own} is dra-guard's own namespace, which is never "
+                          f"sent to dra-guard; install the driver in a namespace of its own")
     seen: dict[tuple[str, str, str, str], int] = {}
     for i, exception in enumerate(config.exceptions):
         where = (exception.policy, exception.kind, exception.namespace, exception.name)
         if where in seen:
-            raise ConfigError(f"exceptions[{i}]: {exception.ref} is already excepted by exceptions[{seen[where]}]; "
-                              f"keep one entry per object and policy")
+            errors.append(f"exceptions[{i}]: {exception.ref} is already excepted by exceptions[{seen[where]}]; "
+                          f"keep one entry per object and policy")
         seen[where] = i
+    if errors:
+        raise ConfigError(*errors)
     return config.with_guard(own)
 
 
 def load_config(path: str | pathlib.Path | None) -> Config:
     """Read and validate a YAML config file; None gives the defaults.
 
-    Raises ConfigError (file unreadable, invalid YAML with its line, or an invalid key).
+    Raises ConfigError (file unreadable, invalid YAML with its line, or every invalid key, each
+    line "PATH: KEY: ...").
     """
     if path is None:
         return from_mapping(None)
@@ -305,4 +339,4 @@ def load_config(path: str | pathlib.Path | None) -> Config:
     try:
         return from_mapping(data)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        raise ConfigError(*(f"{path}: {problem}" for problem in exc.problems)) from exc
