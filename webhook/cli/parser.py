@@ -6,8 +6,8 @@ import math
 import os
 import textwrap
 
-from webhook.audit.render import version
 from webhook.policies.registry import POLICIES
+from webhook.version import version
 
 EXAMPLES = textwrap.dedent("""\
     examples:
