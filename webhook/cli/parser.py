@@ -47,10 +47,11 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `dra-guard` parser (argparse), subcommands included."""
+def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
+    """The `dra-guard` parser (argparse), subcommands included; `prog` is the name usage lines and
+    errors give it ("kubectl dra-guard" when run as the kubectl plugin)."""
     parser = argparse.ArgumentParser(
-        prog="dra-guard",
+        prog=prog,
         description="Admission webhook enforcing the Kubernetes good practices for Dynamic Resource "
                     "Allocation (DRA) as a cluster admin.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
