@@ -5,6 +5,7 @@ the sources do not carry."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 import re
 import subprocess
 import sys
@@ -100,3 +101,17 @@ def test_release_script_refuses_a_tag_the_sources_do_not_carry(tmp_path):
     assert f"pyproject.toml says {PROJECT['version']}" in out.stderr
     assert "CHANGELOG.md has no section '## [9.9.9] - YYYY-MM-DD'" in out.stderr
     assert list(tmp_path.iterdir()) == [], "nothing built"
+
+
+def test_release_script_packages_the_chart_of_the_version(tmp_path):
+    from tests.e2e import binaries
+
+    helm = str(binaries.client_tools_dir() / "helm")
+    out = subprocess.run([sys.executable, str(REPO / "hack" / "release.py"), f"v{PROJECT['version']}", "--worktree",
+                          "--only", "chart", "--helm", helm, "--out", str(tmp_path)], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    chart = tmp_path / f"dra-guard-{PROJECT['version']}.tgz"
+    assert out.stdout.split() == [str(chart)]
+    shown = subprocess.run([helm, "show", "chart", str(chart)], capture_output=True, text=True, check=True).stdout
+    assert yaml.safe_load(shown)["appVersion"] == PROJECT["version"]
+    assert (tmp_path / "SHA256SUMS").read_text() == f"{hashlib.sha256(chart.read_bytes()).hexdigest()}  {chart.name}\n"
