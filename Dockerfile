@@ -19,12 +19,21 @@ FROM ${BUILD_BASE} AS build
 # `buildah bud -v BUNDLE:/run/pip-ca.crt:ro --build-arg PIP_CERT=/run/pip-ca.crt`); build stage only.
 ARG PIP_INDEX_URL
 ARG PIP_CERT
+# A development build names its commit in `dra-guard --version` ("0.2.0+g1234abc"): the build
+# context has no .git, so the builder passes it (hack/release leaves it empty for a release).
+#   VCS_REF    the commit (hex digits), VCS_DIRTY  true when the work tree had changes not committed
+ARG VCS_REF=
+ARG VCS_DIRTY=false
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY webhook/ webhook/
 COPY certs/ certs/
+RUN case "$VCS_REF" in *[!0-9a-f]*) echo "VCS_REF must be a hex commit id: $VCS_REF" >&2; exit 1;; esac \
+ && if [ -n "$VCS_REF" ]; then \
+      printf '# the commit this image was built from (Dockerfile VCS_REF; webhook/version.py)\nCOMMIT = "%s"\nDIRTY = %s\n' \
+        "$VCS_REF" "$([ "$VCS_DIRTY" = true ] && echo True || echo False)" > webhook/_commit.py; fi
 # Every dependency ships manylinux wheels (cryptography included): nothing is compiled here.
 # The venv's own pip builds the wheels, so the base needs no pip of its own (Debian's python3 has none).
 RUN python3 -m venv /opt/dra-guard \

@@ -9,7 +9,9 @@ is slow (a cold Go build took about 12 minutes on 2 cores here); later runs retu
 Cache directory: ``$DRA_GUARD_CACHE`` or ``~/.cache/dra-guard``.
 
 promtool (for the Helm chart's Prometheus rules, tests/chart) is built with ``go install`` from the
-Go module github.com/prometheus/prometheus, pinned in PROMETHEUS_VERSION.
+Go module github.com/prometheus/prometheus, pinned in PROMETHEUS_VERSION; krew and its manifest
+validator (for the kubectl plugin's krew manifest, tests/release) from sigs.k8s.io/krew, pinned in
+KREW_VERSION.
 
 The real node (tests/e2e/node.py) adds, each in a cache entry of its own so that the control-plane
 entry stays valid: the kubelet (``kubelet-<k8s>-<go.sum hash>``, built from the same tests/k8sbin
@@ -45,6 +47,10 @@ PROMETHEUS_VERSION = "v0.316.0"
 CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
 CONTAINERD_VERSION = "v2.4.2"
 CONTAINERD_TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr")
+# krew (kubectl's plugin manager) and its manifest validator, for the kubectl plugin's manifest
+# (tests/release): the validator installs the plugin with `kubectl krew install`, so both are needed.
+KREW_MODULE = "sigs.k8s.io/krew"
+KREW_VERSION = "v0.4.3"
 DRADRIVER = REPO / "tests" / "dradriver"
 DRADRIVER_TOOLS = ("dradriver", "pause")
 
@@ -179,6 +185,36 @@ def promtool_dir(*, verbose: bool = True) -> pathlib.Path:
     return out
 
 
+def krew_dir(*, verbose: bool = True) -> pathlib.Path:
+    """Build (or reuse) krew's validate-krew-manifest and krew itself (as ``kubectl-krew``, the
+    name kubectl runs for `kubectl krew`); return the folder holding both.
+
+    ``GOBIN=<cache>/bin/krew-<version> CGO_ENABLED=0 go install sigs.k8s.io/krew/cmd/{krew,validate-krew-manifest}@<version>``
+    (about a minute cold). Raises BinariesError when Go is missing or the build fails.
+    """
+    out = cache_root() / "bin" / f"krew-{KREW_VERSION}"
+    if (out / "validate-krew-manifest").exists() and (out / "kubectl-krew").exists():
+        return out
+    if shutil.which("go") is None:
+        raise BinariesError("Go is not installed: the krew manifest test builds krew from the Go module "
+                            f"{KREW_MODULE}@{KREW_VERSION} (install Go >= 1.26 and reach the Go module proxy)")
+    tmp = out.with_name(out.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for command in ("krew", "validate-krew-manifest"):
+        cmd = ["go", "install", f"{KREW_MODULE}/cmd/{command}@{KREW_VERSION}"]
+        if verbose:
+            print(f"building {command}: {' '.join(cmd)} (cold: about a minute; cached afterwards)", file=sys.stderr, flush=True)
+        proc = subprocess.run(cmd, env=dict(os.environ, GOBIN=str(tmp), CGO_ENABLED="0"), capture_output=True, text=True,
+                              cwd=tempfile.gettempdir())  # outside any Go module: `go install pkg@version`
+        if proc.returncode != 0 or not (tmp / command).exists():
+            raise BinariesError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    out.mkdir(parents=True, exist_ok=True)
+    (tmp / "validate-krew-manifest").replace(out / "validate-krew-manifest")
+    (tmp / "krew").replace(out / "kubectl-krew")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def _go_build(cmd: list[str], *, cwd: pathlib.Path, what: str, verbose: bool, env: dict[str, str] | None = None) -> None:
     if shutil.which("go") is None:
         raise BinariesError(f"Go is not installed: the real node's {what} is built from Go modules "
@@ -258,6 +294,7 @@ def main() -> int:
         cp = build_control_plane()
         tools = client_tools_dir()
         promtool = promtool_dir()
+        krew = krew_dir()
         node = node_binaries()
     except BinariesError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -265,6 +302,7 @@ def main() -> int:
     print(cp)
     print(tools)
     print(promtool)
+    print(krew)
     for folder in sorted({p.parent for p in node.values()}):
         print(folder)
     return 0

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from typing import Any
 
 import yaml
 
 from webhook.policies.decision import Finding
 from webhook.policies.registry import PAGE, source_of
+from webhook.version import version
 
 Result = tuple[Finding, str]
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -24,14 +24,6 @@ API_VERSION, KIND = "dra-guard.io/v1alpha1", "AuditResult"
 #: what enforce mode does about a finding ("skip": an exception of the config skips it), and "pass"
 #: for an object a policy judged without one
 RESULTS = ("refuse", "patch", "advisory", "skip", "pass")
-
-
-def version() -> str:
-    """The installed dra-guard version ("unknown" outside an installed package)."""
-    try:
-        return metadata.version("dra-guard")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def acting(finding: Finding) -> bool:

@@ -18,9 +18,10 @@ from webhook.config import ConfigError
 from webhook.kube.errors import ClusterError
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `dra-guard` console script; returns the exit code."""
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "dra-guard") -> int:
+    """Entry point of the `dra-guard` console script (and, with `prog` "kubectl dra-guard", of the
+    kubectl plugin: webhook.cli.kubectl); returns the exit code."""
+    parser = build_parser(prog)
     if argv is None:
         import argcomplete
 

@@ -10,9 +10,9 @@ import math
 import os
 import textwrap
 
-from webhook.audit.render import version
 from webhook.cli.suggest import Parser
 from webhook.policies.registry import POLICIES
+from webhook.version import version
 
 EXAMPLES = textwrap.dedent("""\
     examples:
@@ -114,10 +114,11 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `dra-guard` parser (argparse), subcommands included."""
+def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
+    """The `dra-guard` parser (argparse), subcommands included; `prog` is the name usage lines and
+    errors give it ("kubectl dra-guard" when run as the kubectl plugin)."""
     parser = Parser(
-        prog="dra-guard",
+        prog=prog,
         description="Admission webhook enforcing the Kubernetes good practices for Dynamic Resource "
                     "Allocation (DRA) as a cluster admin.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
