@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import requests
 import yaml
 
+from tests.e2e.cluster import _Proc, _tail
 from tests.serve import free_port
 
 START_TIMEOUT = 30.0
@@ -60,13 +61,10 @@ class Registry:
     """
 
     def __init__(self, workdir: pathlib.Path) -> None:
-        from tests.e2e.cluster import _Proc
-
         self.workdir = workdir
         self.port = 0
         self.log_path = workdir / "registry.log"
         self._proc: _Proc | None = None
-        self._proc_type = _Proc
 
     @property
     def host(self) -> str:
@@ -94,7 +92,7 @@ class Registry:
             # plain HTTP on loopback only: nothing outside this machine can reach it
             "http": {"addr": self.host},
         }))
-        self._proc = self._proc_type(name="registry", argv=["docker-registry", "serve", str(config)],
+        self._proc = _Proc(name="registry", argv=["docker-registry", "serve", str(config)],
                                      log_path=self.log_path)
         self._proc.start()
         atexit.register(self.stop)
@@ -156,6 +154,4 @@ class Registry:
         return found
 
     def _tail(self, lines: int = 30) -> str:
-        from tests.e2e.cluster import _tail
-
         return _tail(self.log_path, lines)
