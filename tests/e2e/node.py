@@ -439,7 +439,9 @@ class Node:
     def trust_plain_http_registry(self, host: str) -> pathlib.Path:
         """Let the kubelet's pulls (containerd's CRI) reach the registry `host` (``127.0.0.1:PORT``) over
         plain HTTP: a hosts.toml under REGISTRY_HOSTS, the way containerd's docs/hosts.md documents
-        (no restart needed: it is read on each pull). Returns the file written."""
+        (no restart needed: it is read on each pull). Without it containerd 2.4 still reaches a
+        loopback registry, but only after trying HTTPS first (it logs "host will try HTTPS first");
+        any other host would fail. Returns the file written."""
         folder = REGISTRY_HOSTS / host
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / "hosts.toml"

@@ -166,6 +166,11 @@ def test_install_serve_through_the_service_helm_test_upgrade_and_uninstall(insta
     assert any(r.path == f"/v2/dra-guard/manifests/{digest}" and r.status == 200 for r in pulls), pulls
     assert any(r.method == "GET" and r.path.startswith("/v2/dra-guard/blobs/sha256:") and r.status == 200
                for r in pulls), pulls
+    # ... over plain HTTP as the node's hosts.toml says: without it containerd 2.x tries HTTPS first
+    # and falls back to HTTP only because the host is a loopback address (its log says so)
+    log = node.containerd_log.read_text(errors="replace").splitlines()
+    assert [line for line in log if f'PullImage \\"{repository}@{digest}\\"' in line], log[-20:]
+    assert not [line for line in log if "try HTTPS first" in line and registry.host in line]
 
     # self mode: the CA and serving certificate were made in-cluster, by the pod, in a Secret of
     # the release namespace, and the caBundle of both webhook configurations was set by it
