@@ -50,6 +50,24 @@ def dra_guard_image():
         pytest.fail(f"cannot build the dra-guard image: {exc}", pytrace=False)
 
 
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """A real OCI registry (Debian's docker-registry, tests/e2e/registry.py) on a free loopback port,
+    plain HTTP, storage in a temporary folder; one per test module, stopped after it. A host
+    without the package (not installable here) fails the test, never skips."""
+    from tests.e2e.registry import Registry, RegistryError
+
+    reg = Registry(tmp_path_factory.mktemp("registry"))
+    try:
+        reg.start()
+    except RegistryError as exc:
+        pytest.fail(f"the registry did not start: {exc}", pytrace=False)
+    try:
+        yield reg
+    finally:
+        reg.stop()
+
+
 class RealNode:
     """What the `real_node` fixture yields: `cp` (a ControlPlane of the node's own, controllers on)
     and `node` (a started tests.e2e.node.Node joined to it)."""

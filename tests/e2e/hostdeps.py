@@ -3,7 +3,8 @@
 The real node (tests/e2e/node.py) runs Debian's ``runc`` and the CNI plugins of
 ``containernetworking-plugins`` (bridge, host-local, loopback under /usr/lib/cni); the dra-guard
 image (tests/e2e/image.py) is built with ``buildah`` from bases ``mmdebstrap`` makes, and checked
-with ``umoci``; everything else is built from Go modules (tests/e2e/binaries.py). `PACKAGES` is the one list: add a package there
+with ``umoci``; the image and the chart are pushed to ``docker-registry`` on loopback (image with
+``skopeo``) and installed from it (tests/e2e/registry.py); everything else is built from Go modules (tests/e2e/binaries.py). `PACKAGES` is the one list: add a package there
 (with the reason) and both ``tests/run`` and the README pick it up.
 
 ``python -m tests.e2e.hostdeps`` installs what is missing with ``apt-get install -y
@@ -27,6 +28,10 @@ PACKAGES: Mapping[str, tuple[str, str]] = {
     "buildah": ("/usr/bin/buildah", "builds the dra-guard image from the Dockerfile, daemonless (Debian 12: 1.28)"),
     "mmdebstrap": ("/usr/bin/mmdebstrap", "makes the image's two bases from Debian 12 packages"),
     "umoci": ("/usr/bin/umoci", "unpacks the built image to check its files and user (tests/e2e/test_image.py)"),
+    # the image and the chart are pushed to a registry on loopback and installed from it (tests/e2e/registry.py)
+    "docker-registry": ("/usr/bin/docker-registry", "the reference OCI distribution registry, run on 127.0.0.1 "
+                        "by the tests (Debian 12: 2.8.2)"),
+    "skopeo": ("/usr/bin/skopeo", "copies the built image's OCI archive to that registry as is (its digest kept)"),
 }
 
 

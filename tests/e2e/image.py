@@ -3,8 +3,9 @@
 No registry is reachable here (Docker Hub included), so the Dockerfile's two bases (its build
 arguments BUILD_BASE and BASE, see the Dockerfile) are made locally from Debian 12 packages with
 mmdebstrap, imported into buildah's own storage, and the Dockerfile is built by buildah (daemonless,
-``--isolation chroot``). The result is written as an OCI archive (``oci-archive`` layout, ready for
-``ctr -n k8s.io images import``) named ``localhost/dra-guard:<source hash>``.
+``--isolation chroot``). The result is written as an OCI archive (``oci-archive`` layout) named
+``localhost/dra-guard:<source hash>``; tests/e2e/test_chart_in_cluster.py pushes it as is to a
+registry on loopback (tests/e2e/registry.py) from which the real node pulls it by digest.
 
 Caches, under ``$DRA_GUARD_CACHE`` or ``~/.cache/dra-guard`` (tests.e2e.binaries.cache_root):
 - ``image/base-<kind>-<key>.tar``: a base's root filesystem (tarball from mmdebstrap), keyed by
@@ -74,8 +75,8 @@ class ImageError(RuntimeError):
 
 @dataclass(frozen=True)
 class Image:
-    """A built dra-guard image: `ref` (``localhost/dra-guard:<tag>``, as containerd names it after
-    import), `archive` (the OCI archive) and `key` (the source hash the tag is made from)."""
+    """A built dra-guard image: `ref` (``localhost/dra-guard:<tag>``, its name in the archive),
+    `archive` (the OCI archive) and `key` (the source hash the tag is made from)."""
 
     ref: str
     archive: pathlib.Path

@@ -3,7 +3,9 @@
 `Node(cp, workdir).start()` joins this machine to a ControlPlane (tests/e2e/cluster.py) as a real,
 Ready node named after the host (its name resolves to 127.0.0.1 here). Pods run for real from
 locally built one-layer images (`PAUSE_IMAGE`, `DRIVER_IMAGE`, `APP_IMAGE`, imported with
-``ctr -n k8s.io images import``; pods use ``imagePullPolicy: Never``). The settings this machine
+``ctr -n k8s.io images import``; pods use ``imagePullPolicy: Never``); other images are pulled by
+the kubelet from a registry on loopback over plain HTTP (`Node.trust_plain_http_registry`, containerd's
+``config_path`` hosts.toml; tests/e2e/registry.py). The settings this machine
 needs are in /work/shared/docs/real-node.md (cgroup v1 ``failCgroupV1: false``, containerd
 ``restrict_oom_score_adj = true``, a bridge without routes out, hostNetwork for driver pods).
 
@@ -65,6 +67,8 @@ KUBELET_ROOT = pathlib.Path("/var/lib/kubelet")
 CDI_DIR = pathlib.Path("/var/run/cdi")
 CONTAINERD_SOCKET = RUN_DIR / "containerd.sock"
 POD_LOGS = STATE_DIR / "pod-logs"
+#: containerd's registry host configuration (config_path: <host[:port]>/hosts.toml, read on each pull)
+REGISTRY_HOSTS = STATE_DIR / "certs.d"
 BRIDGE = "draguard0"
 POD_SUBNET = "10.244.77.0/24"
 CNI_NETWORK = "dra-guard-node"
@@ -432,6 +436,18 @@ class Node:
         return subprocess.run([str(self.bins["ctr"]), "--address", str(CONTAINERD_SOCKET), "-n", "k8s.io", *args],
                               capture_output=True, text=True, check=check)
 
+    def trust_plain_http_registry(self, host: str) -> pathlib.Path:
+        """Let the kubelet's pulls (containerd's CRI) reach the registry `host` (``127.0.0.1:PORT``) over
+        plain HTTP: a hosts.toml under REGISTRY_HOSTS, the way containerd's docs/hosts.md documents
+        (no restart needed: it is read on each pull). Without it containerd 2.4 still reaches a
+        loopback registry, but only after trying HTTPS first (it logs "host will try HTTPS first");
+        any other host would fail. Returns the file written."""
+        folder = REGISTRY_HOSTS / host
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "hosts.toml"
+        path.write_text(f'server = "http://{host}"\n\n[host."http://{host}"]\n  capabilities = ["pull", "resolve"]\n')
+        return path
+
     def container_log(self, namespace: str, pod: str, container: str) -> str:
         """Everything every instance of `container` in pod namespace/pod wrote (the kubelet's CRI
         log files under POD_LOGS, all restarts and pod UIDs of that name, oldest first); '' if none."""
@@ -483,6 +499,8 @@ state = "{RUN_DIR / 'containerd'}"
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "{PAUSE_IMAGE}"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "{REGISTRY_HOSTS}"
 {cri_runtime}
   # no CAP_SYS_RESOURCE on this machine: runc cannot lower oom_score_adj (real-node.md, setting 2)
   restrict_oom_score_adj = true

@@ -1,5 +1,9 @@
-"""The chart installed for real (issue 20 item 4): `helm install` of charts/dra-guard with the image
-built here from the Dockerfile (tests/e2e/image.py), imported into a real node's containerd.
+"""The chart installed for real, as a user installs a release: the image built here from the
+Dockerfile (tests/e2e/image.py) is pushed to a real registry on loopback (tests/e2e/registry.py)
+and pulled from it by the real node's containerd when the kubelet starts the pod (nothing is
+imported beforehand), referenced by its digest (`image.digest`); the chart is packaged
+(`helm package`), pushed as an OCI artifact (`helm push`) and installed and upgraded from there
+(`helm install oci://...`).
 
 The node (tests/e2e/node.py) has no kube-proxy, DNS or routes out: the pods use the chart's
 `hostNetwork` and reach the apiserver at 127.0.0.1 through `extraEnv` (KUBERNETES_SERVICE_HOST/PORT,
@@ -13,9 +17,13 @@ from __future__ import annotations
 
 import base64
 import json
+import pathlib
+import tarfile
 import time
+from dataclasses import dataclass
 
 import pytest
+import yaml
 
 from tests.chart import helm
 from tests.serve import free_port
@@ -26,14 +34,33 @@ MANIFESTS_RBAC = helm.REPO / "tests" / "e2e" / "manifests" / "rbac-managers.yaml
 
 
 @pytest.fixture(scope="module")
-def installed(real_node_in_cluster, dra_guard_image, tmp_path_factory):
-    """(real node, image, values, folder) with the image imported into the node's containerd."""
+def installed(real_node_in_cluster, dra_guard_image, registry, tmp_path_factory):
+    """(real node, image pushed: (repository, digest), values, folder, chart reference) with the image
+    and the chart in the registry and nothing of dra-guard in the node's containerd."""
     rn = real_node_in_cluster
-    out = rn.node.ctr("images", "import", "--snapshotter", "overlayfs", str(dra_guard_image.archive), check=False)
-    assert out.returncode == 0, out.stderr
-    assert dra_guard_image.ref in rn.node.ctr("images", "ls", "-q").stdout.split()
+    folder = tmp_path_factory.mktemp("helm")
+    started = time.monotonic()
+    digest = registry.push_image(dra_guard_image.archive, "dra-guard", dra_guard_image.tag)
+    repository = f"{registry.host}/dra-guard"
+    rn.node.trust_plain_http_registry(registry.host)
+    env = rn.cp.env("admin")
+    packaged = helm.run("package", str(helm.CHART), "-d", str(folder), env=env)
+    archive = pathlib.Path(packaged.stdout.strip().rpartition(": ")[2])
+    version = yaml.safe_load((helm.CHART / "Chart.yaml").read_text())["version"]
+    assert archive.name == f"dra-guard-{version}.tgz", packaged.stdout
+    pushed = helm.run("push", str(archive), f"oci://{registry.host}/charts", "--plain-http", env=env)
+    print(f"\npush image + package and push chart: {time.monotonic() - started:.1f} s")
+    said = pushed.stdout + pushed.stderr
+    assert f"Pushed: {registry.host}/charts/dra-guard:{version}" in said, said
+    # the registry's own answer for both: the chart under its version, the image under its tag
+    # with the manifest digest of the archive built here (copied as is)
+    assert f"Digest: {registry.manifest_digest('charts/dra-guard', version)}" in said, said
+    assert registry.manifest_digest("dra-guard", dra_guard_image.tag) == digest == archive_manifest_digest(dra_guard_image)
+    assert not [ref for ref in rn.node.ctr("images", "ls", "-q").stdout.split() if "dra-guard:" in ref
+                or ref.startswith(repository)], "the dra-guard image is already in containerd: nothing would be pulled"
     values = {
-        "image": {"repository": dra_guard_image.repository, "tag": dra_guard_image.tag, "pullPolicy": "Never"},
+        # by digest, as a release is pinned; IfNotPresent: the kubelet pulls it once
+        "image": {"repository": repository, "digest": digest, "pullPolicy": "IfNotPresent"},
         "replicaCount": 1,
         "hostNetwork": True,
         # one node and the webhook port taken on it: the new pod can only start once the old one is gone
@@ -44,7 +71,32 @@ def installed(real_node_in_cluster, dra_guard_image, tmp_path_factory):
         "config": {"server": {"port": free_port()}},
         "preDelete": {"enabled": True},
     }
-    return rn, dra_guard_image, values, tmp_path_factory.mktemp("helm")
+    chart = Chart(f"oci://{registry.host}/charts/dra-guard", version)
+    return rn, (repository, digest), values, folder, chart
+
+
+def archive_manifest_digest(image) -> str:
+    """The manifest digest in the OCI archive's index.json (tests/e2e/image.py writes one image)."""
+    with tarfile.open(image.archive) as tar:
+        index = json.load(tar.extractfile("index.json"))
+    return index["manifests"][0]["digest"]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """The chart as installed from the registry: `ref` (``oci://HOST/charts/dra-guard``), `version`."""
+
+    ref: str
+    version: str
+
+    def args(self) -> list[str]:
+        return [self.ref, "--version", self.version, "--plain-http"]
+
+
+def chart_fetches(registry, chart) -> int:
+    """How many times helm has fetched the chart's manifest by its version (install, upgrade, pull)."""
+    return sum(1 for r in registry.requests() if r.agent.startswith("Helm/") and r.method == "GET"
+               and r.path == f"/v2/charts/dra-guard/manifests/{chart.version}" and r.status == 200)
 
 
 def helm_run(cp, folder, *args, values=None, timeout=300):
@@ -86,22 +138,39 @@ def refused_binding(cp, name: str):
     return cp.kubectl("alice", "create", "-f", "-", input=json.dumps(doc), check=False)
 
 
-def test_install_serve_through_the_service_helm_test_upgrade_and_uninstall(installed):
-    rn, image, values, folder = installed
+def test_install_serve_through_the_service_helm_test_upgrade_and_uninstall(installed, registry):
+    rn, (repository, digest), values, folder, chart = installed
     cp, node = rn.cp, rn.node
 
-    # install: the Deployment's pod runs the image built here, on the real node
+    # install from the registry: the chart from oci://, the Deployment's pod runs the image built
+    # here, pulled by digest from the registry by the node's containerd
     started = time.monotonic()
-    helm_run(cp, folder, "install", RELEASE, str(helm.CHART), "-n", NS, "--create-namespace",
+    helm_run(cp, folder, "install", RELEASE, *chart.args(), "-n", NS, "--create-namespace",
              "--wait", "--timeout", "240s", values=values)
-    print(f"\nhelm install --wait: {time.monotonic() - started:.1f} s")
+    print(f"\nhelm install --wait (image pulled from the registry): {time.monotonic() - started:.1f} s")
+    assert chart_fetches(registry, chart) == 1, "helm install did not fetch the chart from the registry"
+    release = json.loads(helm_run(cp, folder, "list", "-n", NS, "-o", "json").stdout)
+    assert [(r["name"], r["chart"]) for r in release] == [(RELEASE, f"dra-guard-{chart.version}")], release
     pods = server_pods(cp)
     assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
     first = pods[0]
     assert first["status"]["phase"] == "Running" and first["spec"]["nodeName"] == node.name
+    assert first["spec"]["containers"][0]["image"] == f"{repository}@{digest}"
     status = first["status"]["containerStatuses"][0]
-    assert status["ready"] and status["image"].endswith(image.ref.partition("/")[2]), status
+    assert status["ready"] and status["imageID"] == f"{repository}@{digest}", status
     assert first["spec"]["securityContext"]["runAsUser"] == 65532
+    # containerd pulled it from the registry: its record of the image is the registry's name and
+    # digest, and the registry served that manifest and the layers to containerd
+    assert f"{repository}@{digest}" in node.ctr("images", "ls", "-q").stdout.split()
+    pulls = [r for r in registry.requests() if r.agent.startswith("containerd/")]
+    assert any(r.path == f"/v2/dra-guard/manifests/{digest}" and r.status == 200 for r in pulls), pulls
+    assert any(r.method == "GET" and r.path.startswith("/v2/dra-guard/blobs/sha256:") and r.status == 200
+               for r in pulls), pulls
+    # ... over plain HTTP as the node's hosts.toml says: without it containerd 2.x tries HTTPS first
+    # and falls back to HTTP only because the host is a loopback address (its log says so)
+    log = node.containerd_log.read_text(errors="replace").splitlines()
+    assert [line for line in log if f'PullImage \\"{repository}@{digest}\\"' in line], log[-20:]
+    assert not [line for line in log if "try HTTPS first" in line and registry.host in line]
 
     # self mode: the CA and serving certificate were made in-cluster, by the pod, in a Secret of
     # the release namespace, and the caBundle of both webhook configurations was set by it
@@ -131,7 +200,8 @@ def test_install_serve_through_the_service_helm_test_upgrade_and_uninstall(insta
 
     # upgrade with a changed setting: the pod is rolled (a new pod, the old one gone)
     values["config"]["server"]["reviewDeadlineSeconds"] = 2.0
-    helm_run(cp, folder, "upgrade", RELEASE, str(helm.CHART), "-n", NS, "--wait", "--timeout", "240s", values=values)
+    helm_run(cp, folder, "upgrade", RELEASE, *chart.args(), "-n", NS, "--wait", "--timeout", "240s", values=values)
+    assert chart_fetches(registry, chart) == 2, "helm upgrade did not fetch the chart from the registry"
     rolled = wait_for("the old pod to go", lambda: [p for p in server_pods(cp)
                                                     if p["metadata"]["name"] != first["metadata"]["name"]]
                       and len(server_pods(cp)) == 1 and server_pods(cp))
