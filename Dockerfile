@@ -27,7 +27,7 @@ ARG VCS_DIRTY=false
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY webhook/ webhook/
 COPY certs/ certs/
 RUN case "$VCS_REF" in *[!0-9a-f]*) echo "VCS_REF must be a hex commit id: $VCS_REF" >&2; exit 1;; esac \
@@ -37,7 +37,7 @@ RUN case "$VCS_REF" in *[!0-9a-f]*) echo "VCS_REF must be a hex commit id: $VCS_
 # Every dependency ships manylinux wheels (cryptography included): nothing is compiled here.
 # The venv's own pip builds the wheels, so the base needs no pip of its own (Debian's python3 has none).
 RUN python3 -m venv /opt/dra-guard \
- && /opt/dra-guard/bin/pip wheel --wheel-dir /wheels . \
+ && /opt/dra-guard/bin/pip wheel --constraint constraints.txt --wheel-dir /wheels . \
  && /opt/dra-guard/bin/pip install --no-index --find-links /wheels dra-guard \
  && /opt/dra-guard/bin/python -m pip uninstall --yes pip setuptools \
  && /opt/dra-guard/bin/dra-guard --help >/dev/null

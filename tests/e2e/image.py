@@ -11,7 +11,7 @@ Caches, under ``$DRA_GUARD_CACHE`` or ``~/.cache/dra-guard`` (tests.e2e.binaries
 - ``image/base-<kind>-<key>.tar``: a base's root filesystem (tarball from mmdebstrap), keyed by
   the suite, mirrors and package list (BASES below). Delete it to take Debian's newer packages.
 - ``image/dra-guard-<key>.oci.tar``: the built image, keyed by the hash of every file that goes into
-  it (the Dockerfile, pyproject.toml, README.md, webhook/, certs/) and of the bases' keys. Older
+  it (the Dockerfile, pyproject.toml, README.md, constraints.txt, webhook/, certs/) and of the bases' keys. Older
   archives are removed when a new one is written.
 - ``buildah/``: buildah's image storage (overlay driver); the run root is /run/dra-guard-buildah.
 
@@ -65,7 +65,7 @@ BASES = {
 # Documentation, manual pages and translations are left out of both bases (dpkg path-exclude).
 EXCLUDED_PATHS = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
 # What goes into the image (the Dockerfile's COPY lines; .dockerignore keeps the rest out).
-SOURCES = ("Dockerfile", "pyproject.toml", "README.md", "webhook", "certs")
+SOURCES = ("Dockerfile", "pyproject.toml", "README.md", "constraints.txt", "webhook", "certs")
 
 
 class ImageError(RuntimeError):

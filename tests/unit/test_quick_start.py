@@ -20,14 +20,15 @@ def _section_sh(title: str) -> str:
 
 def test_quick_start_installs_the_runtime_only_and_audits_the_examples():
     line = _section_sh("Quick start (set up and first run)").strip()
-    assert "pip install -e . " in line and "[test]" not in line, line
+    assert "pip install -c constraints.txt -e . " in line and "[test]" not in line, line
     assert line.endswith("dra-guard audit -f examples/"), line
 
 
 def test_run_the_tests_and_ci_install_the_test_extra():
-    assert "pip install -e '.[test]'" in _section_sh("Run the tests")
+    assert "pip install -c constraints.txt -e '.[test]'" in _section_sh("Run the tests")
     ci = (REPO / ".ci" / "run").read_text()
-    assert re.search(r"^pip install -q -e '\.\[test\]'$", ci, re.M), "CI must install what the tests need"
+    assert re.search(r"^pip install -q -c constraints\.txt -e '\.\[test\]'$", ci, re.M), \
+        "CI must install what the tests need, at the pinned versions"
 
 
 def test_each_example_folder_is_self_contained(capsys):
