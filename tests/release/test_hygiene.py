@@ -79,7 +79,7 @@ def test_changelog_keeps_the_upgrade_notes():
 def test_contributing_says_how_to_set_up_test_and_check():
     text = (REPO / "CONTRIBUTING.md").read_text()
     readme = (REPO / "README.md").read_text()
-    for command in ("pip install -e '.[test]'", "tests/run", "ruff check .", "mypy", "lint-imports", "bench/run"):
+    for command in ("pip install -c constraints.txt -e '.[test]'", "tests/run", "ruff check .", "mypy", "lint-imports", "bench/run"):
         assert command in text, command
     assert "tests/run" in readme  # the same command README "Run the tests" gives
     for doc in ("docs/architecture.md", "CHANGELOG.md", "SECURITY.md"):
