@@ -173,7 +173,8 @@ def helm_values_page() -> str:
     config_defaults = values.get("config", {})
     lines += ["", "## `config`", "",
               "The chart's `config` value is rendered verbatim into the configuration file; its keys and defaults "
-              "are those of [Configuration keys](configuration.md). The chart overrides these defaults:", ""]
+              "are those of [Configuration keys](configuration.md). values.yaml sets these (a long default is cut "
+              "with `...`: values.yaml has it whole):", ""]
     for path, default in _value_leaves(config_defaults, "config"):
         if path != "config":
             lines.append(f"- `{path}`: {_code(default)}")
