@@ -144,7 +144,7 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
         _ = ca
 
 
-def readme_cleanup_commands(namespace: str) -> list[list[str]]:
+def documented_cleanup_commands(namespace: str) -> list[list[str]]:
     """The kubectl and dra-guard commands of the page "Uninstall" (docs/operations/uninstall.md, its clean-up block), for
     `namespace`: each as its words after the program, the program first ("kubectl", "dra-guard")."""
     text = (REPO / "docs" / "operations" / "uninstall.md").read_text()
@@ -160,14 +160,14 @@ def readme_cleanup_commands(namespace: str) -> list[list[str]]:
     return commands
 
 
-def readme_leftovers() -> set[str]:
+def documented_leftovers() -> set[str]:
     """The first column of the "Uninstall" page's table: what stays after `helm uninstall`."""
     section = (REPO / "docs" / "operations" / "uninstall.md").read_text().split("# Uninstall", 1)[1].split("Remove them", 1)[0]
     rows = [r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| stays") and "---" not in r]
     return {r.split("|")[1].strip() for r in rows}
 
 
-def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lists(control_plane, guard, tmp_path):
+def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_the_uninstall_page_lists(control_plane, guard, tmp_path):
     cp = control_plane
     release, ns = "dg", "dra-guard-uninstall"   # not "dra-guard": the test server's own ClusterRole has that name
     fullname = "dg-dra-guard"
@@ -232,14 +232,14 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lis
              lambda: not names("clusterpolicyreport", "-l", "app.kubernetes.io/managed-by=dra-guard")
              and not names("policyreport", "-A", "-l", "app.kubernetes.io/managed-by=dra-guard"),
              timeout=150, interval=1.0)
-    table = readme_leftovers()
+    table = documented_leftovers()
     assert any("Secret `<fullname>-tls`" in row for row in table)
     assert any("Leases" in row and "-certs-audit" in row and "-certs-serving-<pod>" in row for row in table)
     assert not any("ClusterPolicyReport" in row for row in table)  # the Uninstall page says they go
     assert any("CRDs" in row for row in table) and any("namespace" in row for row in table)
 
     # the Uninstall page's clean-up commands remove them: `dra-guard cleanup` its reports, kubectl the rest
-    commands = readme_cleanup_commands(ns)
+    commands = documented_cleanup_commands(ns)
     assert ["dra-guard", "cleanup"] in commands
     for command in commands:
         if command[0] == "dra-guard":
