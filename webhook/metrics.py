@@ -93,7 +93,7 @@ CACHE_LIST_SECONDS = Gauge(
 CACHE_OBJECTS = Gauge(
     "dra_guard_cache_objects",
     "Objects a cache holds now (compact index entries; Pods only those that are DaemonSet-owned or use "
-    "ResourceClaims), by cache. Worker memory grows with these: alert before the container's limit (README \"Sizing\").",
+    "ResourceClaims), by cache. Worker memory grows with these: alert before the container's limit (docs/operations/sizing.md).",
     ["cache"],
 )
 CACHE_SYNCED = Gauge(

@@ -1,6 +1,6 @@
 """The chart's Grafana dashboard (charts/dra-guard/files/dashboard.json): every query parses with the
-real promtool, names only metrics and labels dra-guard exports (webhook/metrics.py) and README
-"Metrics" documents, and the rows that show what only dra-guard does are there.
+real promtool, names only metrics and labels dra-guard exports (webhook/metrics.py) and the
+docs/operations/monitoring.md "Metrics" documents, and the rows that show what only dra-guard does are there.
 
 Parsing: each target's expression, with the dashboard's template variables replaced by a value,
 becomes a recording rule of a rule file given to `promtool check rules`, promtool's public way to
@@ -25,7 +25,7 @@ from webhook import metrics
 pytestmark = pytest.mark.e2e  # runs the real promtool (built from Go modules)
 
 DASHBOARD = helm.CHART / "files" / "dashboard.json"
-README = helm.REPO / "README.md"
+METRICS_PAGE = helm.REPO / "docs" / "operations" / "monitoring.md"  # its "Metrics" table
 SOURCES = helm.REPO / "webhook"
 
 #: Labels Prometheus adds to every series of a scrape (the ServiceMonitor's target), besides the
@@ -73,12 +73,12 @@ def exported() -> dict[str, tuple[str, ...]]:
 
 
 def readme_metrics() -> set[str]:
-    table = README.read_text().split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    table = METRICS_PAGE.read_text().split("## Metrics", 1)[1].split("\n## ", 1)[0]
     return {line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `dra_guard_")}
 
 
 def family(sample: str) -> str:
-    """The metric a sample name belongs to, as README names it (a histogram without its suffix)."""
+    """The metric a sample name belongs to, as the Metrics table names it (a histogram without its suffix)."""
     base = re.sub(r"_(bucket|sum|count)$", "", sample)
     return base if base != sample and base + "_bucket" in exported() else sample
 
@@ -158,7 +158,7 @@ def test_every_metric_a_panel_uses_is_exported_and_in_readme_metrics():
     for panel, target in targets(dashboard()):
         for metric in re.findall(r"\bdra_guard_[a-z0-9_]+\b", target["expr"]):
             assert metric in names, f"panel {panel['title']!r}: {metric} is not in webhook/metrics.py"
-            assert family(metric) in documented, f"panel {panel['title']!r}: {family(metric)} has no README Metrics row"
+            assert family(metric) in documented, f"panel {panel['title']!r}: {family(metric)} has no row in the Metrics table of docs/operations/monitoring.md"
             used.add(family(metric))
     # the metrics that make dra-guard's rows: their absence is what the dashboard lacked
     assert {"dra_guard_driver_evictions_total", "dra_guard_blocking_claims", "dra_guard_patches_total",

@@ -8,7 +8,7 @@ with the real helm on the real control plane.
   down, and a rollback.
 - `helm uninstall` finishes within 60 s although no hook pod can run here (no kubelet), leaves no
   webhook configuration, the garbage collector deletes the periodic audit's reports (their owner is
-  the release's ClusterRole), and what stays is exactly README's "Uninstall" table, which README's
+  the release's ClusterRole), and what stays is exactly the "Uninstall" page's table (docs/operations/uninstall.md), which its
   clean-up commands then remove.
 """
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
         assert out.returncode == 0, out.stderr
         # rolled all the way back to 0.1.0 (whose configuration sends admins too), then forward again
         # while down: the first upgrade fails on the chart's ClusterRoles but registers the new
-        # configuration; the same command then succeeds (README "When dra-guard is down")
+        # configuration; the same command then succeeds (docs/operations/upgrades.md)
         out = helm.run("rollback", release, "1", "-n", ns, env=cp.env("admin"), check=False)
         assert out.returncode == 0, out.stderr
         first = helm_ok(cp, tmp_path, "upgrade", release, str(helm.CHART), "-n", ns, values=values)
@@ -144,11 +144,11 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
         _ = ca
 
 
-def readme_cleanup_commands(namespace: str) -> list[list[str]]:
-    """The kubectl and dra-guard commands of README "Uninstall" (its clean-up block), for
+def documented_cleanup_commands(namespace: str) -> list[list[str]]:
+    """The kubectl and dra-guard commands of the page "Uninstall" (docs/operations/uninstall.md, its clean-up block), for
     `namespace`: each as its words after the program, the program first ("kubectl", "dra-guard")."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("### Uninstall", 1)[1]
+    text = (REPO / "docs" / "operations" / "uninstall.md").read_text()
+    section = text.split("# Uninstall", 1)[1]
     block = section.split("Remove them when dra-guard is gone for good:", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
     commands = []
     for line in block.splitlines():
@@ -160,14 +160,14 @@ def readme_cleanup_commands(namespace: str) -> list[list[str]]:
     return commands
 
 
-def readme_leftovers() -> set[str]:
-    """The first column of README's "Uninstall" table: what stays after `helm uninstall`."""
-    section = (REPO / "README.md").read_text().split("### Uninstall", 1)[1].split("Remove them", 1)[0]
+def documented_leftovers() -> set[str]:
+    """The first column of the "Uninstall" page's table: what stays after `helm uninstall`."""
+    section = (REPO / "docs" / "operations" / "uninstall.md").read_text().split("# Uninstall", 1)[1].split("Remove them", 1)[0]
     rows = [r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| stays") and "---" not in r]
     return {r.split("|")[1].strip() for r in rows}
 
 
-def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lists(control_plane, guard, tmp_path):
+def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_the_uninstall_page_lists(control_plane, guard, tmp_path):
     cp = control_plane
     release, ns = "dg", "dra-guard-uninstall"   # not "dra-guard": the test server's own ClusterRole has that name
     fullname = "dg-dra-guard"
@@ -214,7 +214,7 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lis
                       "--ignore-not-found", "-o", "name").stdout.strip()
     assert left == "", left
 
-    # what stays is exactly README's table
+    # what stays is exactly the Uninstall page's table
     def names(kind: str, *args: str) -> list[str]:
         out = cp.kubectl("admin", "get", kind, *args, "-o", "json").stdout
         return sorted(i["metadata"]["name"] for i in json.loads(out)["items"])
@@ -232,14 +232,14 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lis
              lambda: not names("clusterpolicyreport", "-l", "app.kubernetes.io/managed-by=dra-guard")
              and not names("policyreport", "-A", "-l", "app.kubernetes.io/managed-by=dra-guard"),
              timeout=150, interval=1.0)
-    table = readme_leftovers()
+    table = documented_leftovers()
     assert any("Secret `<fullname>-tls`" in row for row in table)
     assert any("Leases" in row and "-certs-audit" in row and "-certs-serving-<pod>" in row for row in table)
-    assert not any("ClusterPolicyReport" in row for row in table)  # README says they go
+    assert not any("ClusterPolicyReport" in row for row in table)  # the Uninstall page says they go
     assert any("CRDs" in row for row in table) and any("namespace" in row for row in table)
 
-    # README's clean-up commands remove them: `dra-guard cleanup` its reports, kubectl the rest
-    commands = readme_cleanup_commands(ns)
+    # the Uninstall page's clean-up commands remove them: `dra-guard cleanup` its reports, kubectl the rest
+    commands = documented_cleanup_commands(ns)
     assert ["dra-guard", "cleanup"] in commands
     for command in commands:
         if command[0] == "dra-guard":
@@ -256,7 +256,7 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_readme_lis
 
 def test_an_enabled_pre_delete_hook_that_cannot_run_stops_the_uninstall_and_no_hooks_finishes_it(
         control_plane, guard, tmp_path):
-    """What values.yaml and README say of preDelete.enabled: helm waits for the Job; here no
+    """What values.yaml and the Uninstall page say of preDelete.enabled: helm waits for the Job; here no
     kubelet can run it, so the uninstall stops (after activeDeadlineSeconds, via the Job controller)
     and `--no-hooks` finishes it with nothing left registered."""
     cp = control_plane

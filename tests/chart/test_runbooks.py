@@ -76,5 +76,6 @@ def test_links_inside_the_runbooks_resolve():
         assert link in anchors, f"#{link}"
 
 
-def test_readme_links_the_runbooks():
+def test_readme_and_the_monitoring_page_link_the_runbooks():
     assert "(docs/runbooks.md)" in (helm.REPO / "README.md").read_text()
+    assert "(../runbooks.md)" in (helm.REPO / "docs" / "operations" / "monitoring.md").read_text()

@@ -28,12 +28,24 @@ def pins() -> dict[str, str]:
 
 
 def declared() -> list[Requirement]:
+    """The runtime dependencies and those of the test and bench extras, following the extras they
+    name of the project itself (test takes dra-guard[docs] and dra-guard[release])."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    reqs = [Requirement(r) for r in project["dependencies"]]
-    for extra in ("test", "bench"):
-        reqs += [Requirement(r) for r in project["optional-dependencies"][extra]]
     own = canonicalize_name(project["name"])
-    return [r for r in reqs if canonicalize_name(r.name) != own]  # the project's own extras refer to the others
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    todo, seen = ["test", "bench"], set()
+    while todo:
+        extra = todo.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for req in map(Requirement, project["optional-dependencies"][extra]):
+            if canonicalize_name(req.name) == own:
+                todo += sorted(req.extras)
+            else:
+                reqs.append(req)
+    assert {"docs", "release"} <= seen
+    return reqs
 
 
 def test_every_declared_dependency_is_pinned_to_a_version_it_allows():

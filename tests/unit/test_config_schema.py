@@ -262,9 +262,9 @@ def _example() -> dict[str, Any]:
     return yaml.safe_load("\n".join(line[4:] for line in text.splitlines() if line.startswith("    ") or not line.strip()))
 
 
-def _readme_example() -> dict[str, Any]:
-    readme = (REPO / "README.md").read_text()
-    return yaml.safe_load(re.search(r"## Configuration.*?```yaml\n(.*?)```", readme, re.S).group(1))
+def _docs_example() -> dict[str, Any]:
+    page = (REPO / "docs" / "configuration.md").read_text()
+    return yaml.safe_load(re.search(r"^# Configuration.*?```yaml\n(.*?)```", page, re.S | re.M).group(1))
 
 
 def test_docstring_example_is_the_defaults():
@@ -274,7 +274,7 @@ def test_docstring_example_is_the_defaults():
     assert validate(_example(), config_schema()) == []
 
 
-@pytest.mark.parametrize("example", [_example, _readme_example], ids=["docstring", "README"])
+@pytest.mark.parametrize("example", [_example, _docs_example], ids=["docstring", "docs"])
 def test_example_shows_every_declared_key(example):
     doc = example()
 

@@ -35,7 +35,7 @@ def plugin() -> int:
 
     Run under a name starting ``kubectl_complete-`` it answers completion instead (`complete`): the
     krew archive ships one executable, and krew links only that one into its bin folder, so its
-    users link the completion name to it (README "kubectl plugin")."""
+    users link the completion name to it (docs/install.md "kubectl plugin")."""
     if os.path.basename(sys.argv[0]).startswith("kubectl_complete-"):
         return complete()
     return main(prog=PROG)

@@ -25,7 +25,7 @@ EXAMPLES = textwrap.dedent("""\
       dra-guard drain-plan node-a                       which pods must leave node-a before its DRA drivers
       dra-guard certs generate --service dra-guard --namespace dra-guard --out ./tls
 
-    The config file (--config) is YAML; see README.md "Configuration" for every key.
+    The config file (--config) is YAML; see docs/configuration.md for every key.
     Modes: enforce refuses, warn allows with a kubectl warning, audit allows and only records.
     """)
 
@@ -46,7 +46,7 @@ SERVE_EXAMPLES = textwrap.dedent("""\
           --tls-cert-file tls.crt --tls-key-file tls.key
       dra-guard serve --config config.yaml              with certificates.mode: self in config.yaml
 
-    The config file (--config) is YAML; see README.md "Configuration" for every key, and check it
+    The config file (--config) is YAML; see docs/configuration.md for every key, and check it
     first with `dra-guard config validate FILE` (every error at once).
     Modes: enforce refuses, warn allows with a kubectl warning, audit allows and only records.
     """)

@@ -136,7 +136,7 @@ Example (all defaults shown)::
       bindingRefreshIntervalSeconds: 2   # at most one full ClusterRoleBinding read per this many seconds
     exceptions: []                # [{policy: rbac, kind: ClusterRoleBinding, name: gpu-ops, roleRef: slice-writer,
                                   #   subjects: {groups: [gpu-ops]}, resources: [resourceslices], reason: ...,
-                                  #   owner: team-gpu, expires: "2026-12-31T00:00:00Z"}] (README "Exceptions")
+                                  #   owner: team-gpu, expires: "2026-12-31T00:00:00Z"}] (docs/policies/exceptions.md)
 """
 from __future__ import annotations
 

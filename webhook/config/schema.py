@@ -20,7 +20,7 @@ from webhook.config.types import HEADER_KEYS, Config
 DRAFT_07: Final = "http://json-schema.org/draft-07/schema#"
 CHART_SCHEMA: Final = pathlib.Path(__file__).resolve().parents[2] / "charts" / "dra-guard" / "values.schema.json"
 FILE_DESCRIPTION: Final = "the dra-guard configuration file (DraGuardConfiguration); every key is optional"
-CHART_DESCRIPTION: Final = "the dra-guard configuration file (README 'Configuration'); certificates are set by the chart"
+CHART_DESCRIPTION: Final = "the dra-guard configuration file (docs/configuration.md); certificates are set by the chart"
 
 _STRING_ITEM: Final = {"type": "string", "minLength": 1}
 

@@ -271,7 +271,7 @@ class Config:
         "cluster", help="Kubernetes API access"))
     exceptions: tuple[PolicyException, ...] = dataclasses.field(default=(), metadata=key(
         "exceptions", help="findings an admin excepts on one named object, with a reason, an owner and an expiry "
-                           "(README 'Exceptions'): not enforced at admission, skip in audits, findings once expired"))
+                           "(docs/policies/exceptions.md): not enforced at admission, skip in audits, findings once expired"))
     ignored: tuple[str, ...] = ()  # "key: reason" lines for entries that were accepted but have no effect
 
     def with_guard(self, namespace: str) -> Config:

@@ -14,7 +14,7 @@ from certs.selfmanaged import Conflict
 from webhook.kube.client import count, server_of
 from webhook.kube.errors import api_failure
 
-#: every object dra-guard creates at run time carries it (README "Uninstall")
+#: every object dra-guard creates at run time carries it (docs/operations/uninstall.md)
 MANAGED_BY_LABEL = {"app.kubernetes.io/managed-by": "dra-guard"}
 
 
@@ -77,7 +77,7 @@ class KubeCertApi:
 
     @staticmethod
     def _lease_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
-        """Lease metadata with the label README "Uninstall" removes run-time objects by."""
+        """Lease metadata with the label docs/operations/uninstall.md removes run-time objects by."""
         return {**metadata, "labels": {**(metadata.get("labels") or {}), **MANAGED_BY_LABEL}}
 
     def create_lease(self, lease: Mapping[str, Any]) -> None:

@@ -27,7 +27,7 @@ One Lease per (DaemonSet, node), reused by every rollout, never deleted by dra-g
 would race with the next writer and need one more API call per eviction. They are bounded by
 driver DaemonSets x live nodes: each carries an ownerReference to its Node (uid from the node
 cache), so the garbage collector deletes it with the Node (autoscaled nodes come and go; their
-Leases go with them). Labelled app.kubernetes.io/managed-by=dra-guard (README "Uninstall").
+Leases go with them). Labelled app.kubernetes.io/managed-by=dra-guard (docs/operations/uninstall.md).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ the CLI help and (pinned by tests) the chart's webhook paths and alert rules fol
 
 Adding a policy: a module in webhook/policies with ``admit`` (and ``audit_objects``), an entry
 here, its config dataclass and keys (webhook/config), its webhook in the chart
-(templates/webhooks.yaml, values), README. docs/architecture.md has the list.
+(templates/webhooks.yaml, values), README and docs/policies/. docs/architecture.md has the list.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 
 {{/*
 Full name of every object: the release name when it already contains the chart name, so
-`helm install dra-guard` gives objects named "dra-guard" (the names README's break-glass uses).
+`helm install dra-guard` gives objects named "dra-guard" (the names docs/operations/break-glass.md uses).
 */}}
 {{- define "dra-guard.fullname" -}}
 {{- if .Values.fullnameOverride }}
@@ -45,7 +45,7 @@ app.kubernetes.io/part-of: dra-guard
 
 {{- define "dra-guard.image" -}}
 {{- if not .Values.image.repository -}}
-{{- fail "image.repository is empty: build dra-guard's image from the repository's Dockerfile, push it where your nodes pull from and set it, e.g. --set image.repository=REGISTRY/dra-guard (README \"Install with Helm\")" -}}
+{{- fail "image.repository is empty: build dra-guard's image from the repository's Dockerfile, push it where your nodes pull from and set it, e.g. --set image.repository=REGISTRY/dra-guard (docs/install.md)" -}}
 {{- end -}}
 {{- if .Values.image.digest -}}
 {{ .Values.image.repository }}@{{ .Values.image.digest }}
@@ -152,7 +152,7 @@ config.server.reviewDeadlineSeconds applies to every policy that does not set it
 {{- $config = mergeOverwrite (dict "server" $derived "policies" $policies) $config }}
 {{- end }}
 {{- /* The reports' owner: this release's ClusterRole, which helm uninstall deletes; the garbage
-collector then deletes the reports (README "Uninstall"). Set here, never in values: only an object
+collector then deletes the reports (docs/operations/uninstall.md). Set here, never in values: only an object
 of this release goes with it. */}}
 {{- $config = mergeOverwrite $config (dict "audit" (dict "reportOwnerClusterRole" (include "dra-guard.fullname" .))) }}
 {{- if .Values.clientAuth.caConfigMap }}
