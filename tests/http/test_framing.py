@@ -3,6 +3,7 @@ JSON error (never an HTML page, never a second unsolicited answer), pipelined re
 answered, and no framing can spin the worker (finding B1: a chunk size of "-6")."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -23,6 +24,10 @@ from tests.http.clients import (
 )
 
 pytestmark = pytest.mark.http
+
+#: engines that answer every Transfer-Encoding 411 Length Required before the app (the kube-apiserver
+#: always sends a Content-Length: tests/e2e/test_webhook_request_framing.py); gthread reads chunked bodies
+CHUNKED_STATUS = {"asyncio": 411}
 
 
 NEGATIVE_CHUNK = (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -97,9 +102,10 @@ def test_a_negative_chunk_size_on_the_probe_port_does_not_stop_reviews_from_the_
         proc.stop()
 
 
-def test_a_malformed_rest_of_body_after_an_answer_closes_the_connection_without_a_second_answer(server):
+def test_a_malformed_rest_of_body_after_an_answer_closes_the_connection_without_a_second_answer(server, engine):
     """A route that does not read the body (here /healthz) answers; gunicorn then drains the body,
-    finds it malformed and used to send a second, unsolicited answer on the same connection."""
+    finds it malformed and used to send a second, unsolicited answer on the same connection. The
+    asyncio front answers any Transfer-Encoding 411 before the app: one answer too."""
     tls = tls_context(server).wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10),
                                           server_hostname="localhost")
     with tls:
@@ -107,7 +113,7 @@ def test_a_malformed_rest_of_body_after_an_answer_closes_the_connection_without_
         data = b""
         while chunk := tls.recv(65536):
             data += chunk
-    assert data.startswith(b"HTTP/1.1 200") and data.count(b"HTTP/1.1 ") == 1, data
+    assert data.startswith(b"HTTP/1.1 %d" % CHUNKED_STATUS.get(engine, 200)) and data.count(b"HTTP/1.1 ") == 1, data
 
 
 def test_pipelined_requests_over_tls_are_all_answered(server):
@@ -135,13 +141,18 @@ def test_malformed_body_gets_400_json_through_gunicorn(server):
     assert rv.status_code == 400 and "error" in rv.json()
 
 
-def test_malformed_chunked_body_gets_400_json(server):
+def test_malformed_chunked_body_gets_a_json_error(server, engine):
     answer = exchange(server, b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                               b"Transfer-Encoding: chunked\r\n\r\nzz\r\n")
-    assert answer.startswith(b"HTTP/1.1 400") and b'"error"' in answer
+    assert answer.startswith(b"HTTP/1.1 %d" % CHUNKED_STATUS.get(engine, 400)) and b'"error"' in answer
 
 
-def test_chunked_body_over_the_limit_is_refused_not_cut(server):
+def test_chunked_body_over_the_limit_is_refused_not_cut(server, engine):
+    if engine in CHUNKED_STATUS:  # refused from its head, before any of the body is read
+        answer = exchange(server, b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                  b"Transfer-Encoding: chunked\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 411") and b"Content-Length" in answer
+        return
     import json as _json
     body = _json.dumps(review(binding("b", "r", [subject("Group", "g")]))).encode()
     body += b" " * (8 * 1024 * 1024 - len(body)) + b"GARBAGE"
@@ -171,3 +182,48 @@ def test_requests_gunicorn_refuses_itself_get_json_not_html(server, raw, status)
     assert b"content-type: application/json" in head.lower() and b"<html" not in body
     assert _json.loads(body)["error"]
 
+
+@pytest.mark.parametrize("head, status", [
+    (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+     b"Content-Length: 999999999\r\n\r\n", 413),  # over server.maxRequestBytes: refused before it is read
+    (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+     b"Content-Length: 10\r\nContent-Length: 11\r\n\r\n", 400),  # conflicting framing
+    (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
+    (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 70000 + b"\r\n\r\n", 431),  # a head over 64 KiB
+])
+def test_the_front_refuses_framing_it_cannot_check_before_the_body_with_json(server, engine, head, status):
+    """The asyncio front answers these from the request head, with a JSON error, without reading a
+    body (gthread reads the body first, and its app answers 400 for the size)."""
+    if engine not in CHUNKED_STATUS:
+        pytest.skip("gthread reads bodies before judging their size (covered by the other tests here)")
+    answer = exchange(server, head)
+    head_line, _, body = answer.partition(b"\r\n\r\n")
+    assert head_line.startswith(b"HTTP/1.1 %d " % status), head_line
+    assert b"content-type: application/json" in head_line.lower() and json.loads(body)["error"]
+
+
+def test_a_request_trickled_past_the_read_limit_gets_408_json(server, engine):
+    """A request whose bytes take longer than 5 s from its first is answered 408 with a JSON error
+    and the connection closed; the client timeout is one warning line, counted."""
+    if engine not in CHUNKED_STATUS:
+        pytest.skip("gthread closes such a connection without an answer (test_slow_clients.py)")
+    with tls_context(server).wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10),
+                                         server_hostname="localhost") as tls:
+        started = time.monotonic()
+        tls.sendall(b"POST /validate/evictions HTTP/1.1\r\n")
+        data = b""
+        try:
+            while time.monotonic() - started < 8:
+                tls.sendall(b"X")
+                time.sleep(0.5)
+        except OSError:
+            pass
+        try:
+            while chunk := tls.recv(65536):
+                data += chunk
+        except OSError:
+            pass
+    assert data.startswith(b"HTTP/1.1 408 "), data
+    assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"].startswith("Request Timeout")
+    assert '"client timed out' in server.log()

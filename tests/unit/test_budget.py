@@ -276,3 +276,25 @@ def test_a_review_that_arrives_past_its_deadline_is_answered_at_once_without_bei
     assert resp["allowed"] is False and resp["status"]["code"] == 429 and "queue" in resp["status"]["message"]
     assert rbac["allowed"] is False and rbac["status"]["code"] == 503
     assert judged == []
+
+
+def test_the_arrival_in_the_wsgi_environ_starts_the_reviews_deadline(monkeypatch):
+    """The event-loop front passes a request's arrival as the WSGI environ key lanes.ARRIVAL (no
+    thread-local): a review that arrived 2 s before its deadline of 1 s gets the overload answer
+    unjudged; the same review arriving now is judged."""
+    judged = []
+    from webhook.policies.decision import ALLOW
+
+    def policy(request, facts, config):
+        judged.append(request)
+        return ALLOW
+
+    monkeypatch.setattr(app_module, "POLICIES", tuple(dataclasses.replace(p, review=policy) for p in app_module.POLICIES))
+    c = client(server={"reviewDeadlineSeconds": 1})
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")})
+    late = c.post("/validate/evictions", data=body, content_type="application/json",
+                  environ_base={lanes.ARRIVAL: time.monotonic() - 2}).get_json()["response"]
+    assert late["allowed"] is False and late["status"]["code"] == 429 and judged == []
+    fresh = c.post("/validate/evictions", data=body, content_type="application/json",
+                   environ_base={lanes.ARRIVAL: time.monotonic()}).get_json()["response"]
+    assert fresh["allowed"] is True and len(judged) == 1

@@ -62,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "/readyz and /metrics over HTTPS (and /validate/noop, a no-op review for "
                                        "benchmarks, never registered by the chart). Each gunicorn worker (server.workers) "
                                        "holds at most server.threads + 250 connections; more wait "
-                                       "in the kernel's backlog.",
+                                       "in the kernel's backlog. server.engine chooses how connections are served: "
+                                       "gthread (gunicorn's threads, the default) or asyncio (an event loop: a slow "
+                                       "client holds no thread; chunked requests get 411).",
                            epilog=POLICY_LIST + EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
