@@ -298,3 +298,20 @@ def test_the_arrival_in_the_wsgi_environ_starts_the_reviews_deadline(monkeypatch
     fresh = c.post("/validate/evictions", data=body, content_type="application/json",
                    environ_base={lanes.ARRIVAL: time.monotonic()}).get_json()["response"]
     assert fresh["allowed"] is True and len(judged) == 1
+
+
+def test_the_fronts_overload_answer_is_made_from_the_bodys_head_without_the_app():
+    """lanes.shedders: the answer the event-loop front gives on its loop to a review past its
+    deadline or whose lane is full: the policy's failure mode (eviction 429 retry, RBAC 503) for
+    the request's uid, read from the head of a body as the apiserver writes it; None for a body
+    that does not start that way (the app answers it, e.g. with a 400)."""
+    shed = lanes.shedders(from_mapping({"server": {"reviewDeadlineSeconds": 1.5}}))
+    eviction, rbac = shed["/validate/evictions"], shed["/validate/rbac"]
+    assert eviction.budget == 1.5 and eviction.budget_key == "server.reviewDeadlineSeconds"
+    body = json.dumps({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+                       "request": {"uid": "u-1", **{k: v for k, v in eviction_request("p").items() if k != "uid"}}}).encode()
+    answer = json.loads(eviction.answer(body, arrival=time.monotonic(), cause="overload", why="overloaded: test"))
+    assert answer["response"]["uid"] == "u-1" and answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["code"] == 429
+    assert json.loads(rbac.answer(body, arrival=time.monotonic(), cause="deadline", why="w"))["response"]["status"]["code"] == 503
+    assert eviction.answer(b'{"request": {"uid": "x"}, "kind": "AdmissionReview"}', arrival=0.0, cause="overload", why="w") is None

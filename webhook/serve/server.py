@@ -47,6 +47,7 @@ from webhook.policies.registry import POLICIES
 from webhook.serve import front, sockets, worker
 from webhook.serve.app import Readiness, create_app
 from webhook.serve.draining import DRAINING
+from webhook.serve.lanes import shedders
 
 log = logging.getLogger("dra_guard.server")
 
@@ -185,6 +186,7 @@ def front_worker(options: ServeOptions, *, graceful_timeout: float) -> type[fron
 
     settings = front.FrontSettings(
         context_for=context_for, first_paths=frozenset(p.path for p in POLICIES if p.first),
+        shedders=shedders(o.config),
         threads=o.config.server.threads, max_connections=o.config.server.threads + front.KEEPALIVE_CONNECTIONS,
         max_request_bytes=o.config.server.max_request_bytes, drop_after_seconds=o.config.server.drop_after_seconds,
         shutdown_delay_seconds=float(o.config.server.shutdown_delay_seconds), graceful_timeout_seconds=graceful_timeout)

@@ -25,7 +25,7 @@ import logging
 import os
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from gunicorn.workers.base import Worker
@@ -33,7 +33,7 @@ from gunicorn.workers.base import Worker
 from webhook import metrics
 from webhook.serve.draining import DRAINING
 from webhook.serve.front.capacity import KEEPALIVE_CONNECTIONS, ConnectionTable, State
-from webhook.serve.front.connection import Front
+from webhook.serve.front.connection import Front, Shedding
 from webhook.serve.front.listeners import Listeners
 
 log = logging.getLogger("dra_guard.server")
@@ -49,11 +49,14 @@ class FrontSettings:
 
     context_for: listener port -> the SSLContext for a connection accepted there now (called per
     connection, in the worker: certificates are reloaded without a restart). first_paths: the
-    paths whose requests have the first executor (the eviction guard). threads: each executor's
+    paths whose requests have the first executor (the eviction guard). shedders: admission path ->
+    its overload answer (webhook.serve.lanes.Shedder), given on the loop to a review past its
+    deadline or whose executor is full. threads: each executor's
     threads. max_connections: the cap per worker. Times in seconds, sizes in bytes."""
 
     context_for: Callable[[int], ssl.SSLContext]
     first_paths: frozenset[str]
+    shedders: Mapping[str, Shedding]
     threads: int
     max_connections: int
     max_request_bytes: int
@@ -91,12 +94,13 @@ class FrontWorker(Worker):
         executors = {name: concurrent.futures.ThreadPoolExecutor(max_workers=s.threads, thread_name_prefix=f"front-{name}")
                      for name in ("first", "others")}
 
-        def executor_for(path: str) -> concurrent.futures.Executor:
-            return executors["first" if path in s.first_paths else "others"]
+        def lane_of(path: str) -> str:
+            return "first" if path in s.first_paths else "others"
 
         table = ConnectionTable(s.max_connections)
-        front = Front(app=self.wsgi, table=table, executor_for=executor_for, max_request_bytes=s.max_request_bytes,
-                      drop_after=s.drop_after_seconds, multiprocess=self.cfg.workers > 1)
+        front = Front(app=self.wsgi, table=table, executors=executors, lane_of=lane_of, threads=s.threads,
+                      shedders=s.shedders, max_request_bytes=s.max_request_bytes, drop_after=s.drop_after_seconds,
+                      multiprocess=self.cfg.workers > 1)
         # the loop's own sockets: duplicates of gunicorn's listeners (closed on drain, gunicorn's stay)
         sockets = [socket.socket(fileno=os.dup(listener.fileno())) for listener in self.sockets]
         listeners = Listeners(front, sockets, s.context_for)

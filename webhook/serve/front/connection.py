@@ -20,15 +20,16 @@ import http
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, Protocol
 
 import h11
 
 from webhook import metrics
 from webhook.serve.front import wsgi
 from webhook.serve.front.capacity import ConnectionTable, State
+from webhook.serve.sockets import waited_in_kernel
 
 log = logging.getLogger("dra_guard.server")
 
@@ -40,16 +41,38 @@ MAX_HEADERS = 100            # more header fields are answered 431 (gunicorn's l
 MAX_HEAD_BYTES = 64 * 1024   # a longer request head is answered 431 before it is complete
 INCOMPLETE_SMALL = 64 * 1024  # bytes of an incomplete request any connection may keep
 INCOMPLETE_BUDGET_SHARE = 4  # incomplete requests above INCOMPLETE_SMALL: this many maxRequestBytes in all
+#: reviews queued or running per executor thread; more get the overload answer on the loop at once (a
+#: review takes about 1 ms of CPU: 4 per thread wait a few ms, far below any review deadline)
+MAX_QUEUED_PER_THREAD = 4
+
+
+class Shedding(Protocol):
+    """The overload answer of one admission path (webhook.serve.lanes.Shedder)."""
+
+    @property
+    def budget(self) -> float: ...
+
+    @property
+    def budget_key(self) -> str: ...
+
+    def answer(self, body: bytes, *, arrival: float, cause: str, why: str) -> bytes | None: ...
 
 
 class Front:
-    """What every connection of one worker shares: the app, its executors, the limits."""
+    """What every connection of one worker shares: the app, its executors (by name, each with
+    `threads` threads and at most MAX_QUEUED_PER_THREAD x threads requests queued or running),
+    the overload answers of the admission paths, the limits."""
 
-    def __init__(self, *, app: wsgi.WsgiApp, table: ConnectionTable, executor_for: Callable[[str], Executor],
+    def __init__(self, *, app: wsgi.WsgiApp, table: ConnectionTable, executors: Mapping[str, Executor],
+                 lane_of: Callable[[str], str], threads: int, shedders: Mapping[str, Shedding],
                  max_request_bytes: int, drop_after: float, multiprocess: bool) -> None:
         self.app = app
         self.table = table
-        self.executor_for = executor_for
+        self.executors = executors
+        self.lane_of = lane_of
+        self.max_queued = MAX_QUEUED_PER_THREAD * threads
+        self.queued = dict.fromkeys(executors, 0)
+        self.shedders = shedders
         self.max_request_bytes = max_request_bytes
         self.drop_after = drop_after
         self.multiprocess = multiprocess
@@ -91,12 +114,14 @@ class Connection(asyncio.Protocol):
         self._writable.set()
         self._lost = False
         self._started: float | None = None  # time.monotonic() of the current request's first byte
+        self._socket: Any = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.client = transport.get_extra_info("peername")
+        self._socket = transport.get_extra_info("socket")
         metrics.TLS_HANDSHAKES.inc()
         self._enter(State.NEW)
         asyncio.get_running_loop().create_task(self.serve())
@@ -104,7 +129,9 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
         if self.state in (State.NEW, State.IDLE):
-            self._started = now
+            # its bytes may have waited in the kernel while the loop was busy (TCP_INFO): the
+            # review's clock starts when they arrived, not when the loop read them
+            self._started = now - (waited_in_kernel(self._socket) if self._socket is not None else 0.0)
             self._enter(State.READING)
         if self.state is State.READING:
             self.since = now
@@ -252,11 +279,18 @@ class Connection(asyncio.Protocol):
         assert self._started is not None and self.transport is not None
         self._enter(State.BUSY)
         self.transport.pause_reading()  # a pipelined request waits in the kernel meanwhile
-        env = wsgi.environ(request, body, server=self.server, client=self.client, arrival=self._started,
-                           multiprocess=self.front.multiprocess)
-        executor = self.front.executor_for(env["PATH_INFO"])
-        answer = await asyncio.get_running_loop().run_in_executor(
-            executor, lambda: wsgi.call(self.front.app, env, drop_after=self.front.drop_after))
+        path = request.target.partition(b"?")[0].decode("latin-1")  # the admission paths need no unquoting
+        lane = self.front.lane_of(path)
+        answer = self._shed(path, lane, body) if request.method == b"POST" else None
+        if answer is None:
+            env = wsgi.environ(request, body, server=self.server, client=self.client, arrival=self._started,
+                               multiprocess=self.front.multiprocess)
+            self.front.queued[lane] += 1
+            try:
+                answer = await asyncio.get_running_loop().run_in_executor(
+                    self.front.executors[lane], lambda: wsgi.call(self.front.app, env, drop_after=self.front.drop_after))
+            finally:
+                self.front.queued[lane] -= 1
         if answer is None or self._lost:
             return False
         headers = [(k, v) for k, v in answer.headers if k.lower() != b"connection"]
@@ -277,6 +311,24 @@ class Connection(asyncio.Protocol):
                 self.close_now()
                 return False
         return not self._lost
+
+    def _shed(self, path: str, lane: str, body: bytes) -> wsgi.Answer | None:
+        """The overload answer, made here on the loop, for an admission review past its deadline
+        or whose lane has MAX_QUEUED_PER_THREAD x threads reviews queued; None: the app answers."""
+        shedder = self.front.shedders.get(path)
+        if shedder is None or self._started is None:
+            return None
+        if time.monotonic() - self._started >= shedder.budget:
+            cause, why = "deadline", f"overloaded: it waited in the queue past {shedder.budget_key}"
+        elif self.front.queued[lane] >= self.front.max_queued:
+            cause, why = "overload", f"overloaded: {self.front.queued[lane]} reviews wait for the server's threads"
+        else:
+            return None
+        data = shedder.answer(body, arrival=self._started, cause=cause, why=why)
+        if data is None:
+            return None
+        return wsgi.Answer(200, b"OK", [(b"Content-Type", b"application/json"),
+                                        (b"Content-Length", str(len(data)).encode())], data)
 
     def _refuse(self, status: int, reason: str, detail: str) -> None:
         """Answer a protocol error (JSON) and close the connection (the answer is flushed first)."""
