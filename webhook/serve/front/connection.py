@@ -115,6 +115,7 @@ class Connection(asyncio.Protocol):
         self._lost = False
         self._started: float | None = None  # time.monotonic() of the current request's first byte
         self._socket: Any = None
+        self._serving: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -124,7 +125,7 @@ class Connection(asyncio.Protocol):
         self._socket = transport.get_extra_info("socket")
         metrics.TLS_HANDSHAKES.inc()
         self._enter(State.NEW)
-        asyncio.get_running_loop().create_task(self.serve())
+        self._serving = asyncio.get_running_loop().create_task(self.serve())  # kept: the loop holds tasks weakly
 
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
