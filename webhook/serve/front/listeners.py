@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from webhook import metrics
 from webhook.serve.front.connection import CLIENT_SOCKET_TIMEOUT, Connection, Front
-from webhook.serve.sockets import accept_queue, holds_a_request, waited_in_kernel
+from webhook.serve.sockets import accept_queue, holds_a_request, peer_closed, waited_in_kernel
 
 log = logging.getLogger("dra_guard.server")
 
@@ -70,7 +70,9 @@ class Listeners:
     def admit(self, sock: socket.socket, *, server: tuple[str, int]) -> None:
         """Start the TLS handshake of an accepted connection, or close it (see the module docstring)."""
         waited = waited_in_kernel(sock)
-        if waited > self.front.drop_after or (waited > SILENT_LIMIT and not holds_a_request(sock)):
+        if waited > self.front.drop_after or (waited > SILENT_LIMIT and not holds_a_request(sock)) or peer_closed(sock):
+            # too old, silent, or its client already gone (it gave up while the connection waited
+            # in the accept queue, as the apiserver's does at its timeout): no TLS handshake for it
             if waited > self.front.drop_after and holds_a_request(sock):
                 metrics.DROPPED_REQUESTS.inc()
             sock.close()
