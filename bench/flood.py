@@ -51,14 +51,18 @@ from tests.serve import free_port  # noqa: E402
 TIMEOUT = 3.0  # the chart's webhook timeoutSeconds
 
 
-def start(work: pathlib.Path, code: pathlib.Path | None) -> tuple[subprocess.Popen[bytes], str, str]:
+def start(work: pathlib.Path, code: pathlib.Path | None,
+          config: pathlib.Path | None = None) -> tuple[subprocess.Popen[bytes], str, str]:
+    """`dra-guard serve --self-signed --no-cluster` in `work` (from `code` when given, with the
+    config file `config` when given): (the process, its URL, its CA file), once /readyz says 200."""
     port = free_port()
     env = {**os.environ}
     if code is not None:
         env["PYTHONPATH"] = str(code) + os.pathsep + env.get("PYTHONPATH", "")
     log = open(work / "serve.log", "ab")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "webhook.cli", "serve", "--self-signed", str(work / "tls"),
-                             "--no-cluster", "--host", "127.0.0.1", "--port", str(port)],
+                             "--no-cluster", "--host", "127.0.0.1", "--port", str(port),
+                             *(["--config", str(config)] if config else [])],
                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(code or work), start_new_session=True)
     url, ca = f"https://127.0.0.1:{port}", str(work / "tls" / "ca.crt")
     deadline = time.monotonic() + 60

@@ -6,7 +6,7 @@ Before issue 21, 18 to 21 of 50 got the 3 s webhook timeout and the fail-closed 
 answered HTTP 500. Then 200 still failed on a loaded machine (31 to 75 of 200): the apiserver dials
 a connection for every review of a burst that finds no idle one, and keeps the ones it no longer
 needs idle after their TLS handshake; each of those held a server thread for the 2 s socket
-timeout (tests/http/test_connections.py::test_connections_idle_after_their_tls_handshake_*).
+timeout (tests/http/test_slow_clients.py::test_connections_idle_after_their_tls_handshake_*).
 
 The clients' own connections to the apiserver are opened before the burst (as a GitOps tool's
 client keeps its connection): the burst measured is the apiserver's to dra-guard, not 200 TLS

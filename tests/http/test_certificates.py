@@ -16,7 +16,7 @@ from cryptography import x509
 
 import certs
 from tests.builders import binding, review, subject
-from tests.serve import free_port
+from tests.serve import DraGuardProcess, free_port, with_engine
 
 pytestmark = pytest.mark.http
 
@@ -30,7 +30,7 @@ class FilesServer:
         self.dir = workdir / "tls"
         self.port = free_port()
         config = workdir / "config.yaml"
-        config.write_text("certificates:\n  reloadIntervalSeconds: 1\n")
+        config.write_text(with_engine("certificates:\n  reloadIntervalSeconds: 1\n", DraGuardProcess.engine) or "")
         self.log = open(workdir / "serve.log", "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "webhook.cli", "serve", "--no-cluster", "--host", "127.0.0.1", "--port", str(self.port),

@@ -276,3 +276,42 @@ def test_a_review_that_arrives_past_its_deadline_is_answered_at_once_without_bei
     assert resp["allowed"] is False and resp["status"]["code"] == 429 and "queue" in resp["status"]["message"]
     assert rbac["allowed"] is False and rbac["status"]["code"] == 503
     assert judged == []
+
+
+def test_the_arrival_in_the_wsgi_environ_starts_the_reviews_deadline(monkeypatch):
+    """The event-loop front passes a request's arrival as the WSGI environ key lanes.ARRIVAL (no
+    thread-local): a review that arrived 2 s before its deadline of 1 s gets the overload answer
+    unjudged; the same review arriving now is judged."""
+    judged = []
+    from webhook.policies.decision import ALLOW
+
+    def policy(request, facts, config):
+        judged.append(request)
+        return ALLOW
+
+    monkeypatch.setattr(app_module, "POLICIES", tuple(dataclasses.replace(p, review=policy) for p in app_module.POLICIES))
+    c = client(server={"reviewDeadlineSeconds": 1})
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")})
+    late = c.post("/validate/evictions", data=body, content_type="application/json",
+                  environ_base={lanes.ARRIVAL: time.monotonic() - 2}).get_json()["response"]
+    assert late["allowed"] is False and late["status"]["code"] == 429 and judged == []
+    fresh = c.post("/validate/evictions", data=body, content_type="application/json",
+                   environ_base={lanes.ARRIVAL: time.monotonic()}).get_json()["response"]
+    assert fresh["allowed"] is True and len(judged) == 1
+
+
+def test_the_fronts_overload_answer_is_made_from_the_bodys_head_without_the_app():
+    """lanes.shedders: the answer the event-loop front gives on its loop to a review past its
+    deadline or whose lane is full: the policy's failure mode (eviction 429 retry, RBAC 503) for
+    the request's uid, read from the head of a body as the apiserver writes it; None for a body
+    that does not start that way (the app answers it, e.g. with a 400)."""
+    shed = lanes.shedders(from_mapping({"server": {"reviewDeadlineSeconds": 1.5}}))
+    eviction, rbac = shed["/validate/evictions"], shed["/validate/rbac"]
+    assert eviction.budget == 1.5 and eviction.budget_key == "server.reviewDeadlineSeconds"
+    body = json.dumps({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+                       "request": {"uid": "u-1", **{k: v for k, v in eviction_request("p").items() if k != "uid"}}}).encode()
+    answer = json.loads(eviction.answer(body, arrival=time.monotonic(), cause="overload", why="overloaded: test"))
+    assert answer["response"]["uid"] == "u-1" and answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["code"] == 429
+    assert json.loads(rbac.answer(body, arrival=time.monotonic(), cause="deadline", why="w"))["response"]["status"]["code"] == 503
+    assert eviction.answer(b'{"request": {"uid": "x"}, "kind": "AdmissionReview"}', arrival=0.0, cause="overload", why="w") is None

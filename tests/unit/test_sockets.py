@@ -19,6 +19,7 @@ from webhook.serve.sockets import (
     REQUEST_READ_LIMIT,
     gather,
     holds_a_request,
+    peer_closed,
     request_complete,
 )
 
@@ -200,3 +201,15 @@ def test_a_chunked_body_is_scanned_once_across_calls_not_once_per_call():
         done = request_complete(buf, memo)
     assert done is True
     assert Counting.finds < 2 * chunks + 100, Counting.finds  # restarting each call: ~20 x chunks / 2
+
+
+def test_a_client_that_gave_up_is_known_before_its_tls_handshake(pair):
+    """The front skips the TLS handshake (~1 ms of CPU) of a connection whose client closed it
+    while it waited in the accept queue (as the apiserver's client does at its timeout)."""
+    client, server_side = pair
+    client.sendall(b"\x16\x03\x01" + b"x" * 200)  # a ClientHello's worth of bytes
+    settle()
+    assert not peer_closed(server_side)
+    client.close()
+    settle()
+    assert peer_closed(server_side)

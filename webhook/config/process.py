@@ -10,6 +10,7 @@ from typing import ClassVar, Literal
 from webhook.config.declare import key
 
 CertificatesMode = Literal["self", "cert-manager", "files"]
+ServerEngine = Literal["gthread", "asyncio"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +101,9 @@ class ServerConfig:
         "port", lo=1, hi=65535, help="the HTTPS port"))
     max_request_bytes: int = dataclasses.field(default=8 * 1024 * 1024, metadata=key(
         "maxRequestBytes", lo=1024, hi=64 * 1024 * 1024, help="request bodies above this many bytes get HTTP 400"))
+    engine: ServerEngine = dataclasses.field(default="gthread", metadata=key(
+        "engine", help="how connections are served: gthread (gunicorn's threads, the default) or asyncio "
+                       "(an event loop: a slow client costs no thread; the app and policies still run in threads)"))
     workers: int = dataclasses.field(default=1, metadata=key(
         "workers", lo=1, hi=64, help="gunicorn processes; each keeps its own caches"))
     threads: int = dataclasses.field(default=8, metadata=key(

@@ -161,7 +161,7 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
         def view() -> Response:
             if on_probe_port():
                 return _not_here()
-            arrival = arrived()
+            arrival = arrived(request.environ)
             try:
                 return answer(arrival + budget)
             finally:

@@ -12,23 +12,33 @@ gunicorn's gthread worker serves requests with `server.threads` threads from one
   at once with the overload answer (webhook.admission.overload_answer: eviction 429 retry, else the
   policy's failure mode), rather than queueing past the apiserver's timeout.
 * each review is judged in its lane's own threads and waited for until server.reviewDeadlineSeconds
-  after its arrival in the worker (arrived(), set by webhook.serve.worker); past it the overload
+  after its arrival in the worker (arrived(): the environ key ARRIVAL set by the event-loop
+  front, webhook.serve.front, or a thread-local set by the gthread worker, webhook.serve.worker); past it the overload
   answer goes out and a judgment not yet started is dropped. (A started judgment cannot be
   interrupted in Python; server.limits keep it short.)
 """
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from webhook import admission, metrics
 from webhook.admission import NotJudged
+from webhook.config import Config
+from webhook.config.types import PolicyConfig
 from webhook.policies.decision import Decision
+from webhook.policies.registry import POLICIES
 
 #: seconds a review waits for a slot of its lane before it is answered "overloaded"
 ENTER_WAIT = 0.1
+
+#: the WSGI environ key with time.monotonic() of the request's arrival (set by the event-loop front)
+ARRIVAL = "dra_guard.arrival"
 
 _ARRIVAL = threading.local()
 
@@ -38,10 +48,13 @@ def set_arrival(monotonic: float | None) -> None:
     _ARRIVAL.value = monotonic
 
 
-def arrived() -> float:
-    """time.monotonic() when the current request was queued in the worker (else now: no gunicorn)."""
-    value = getattr(_ARRIVAL, "value", None)
-    return value if value is not None else time.monotonic()
+def arrived(environ: Mapping[str, Any] | None = None) -> float:
+    """time.monotonic() when the current request arrived: environ[ARRIVAL] (the event-loop front),
+    else the thread's (the gthread worker), else now (no server: the app called directly)."""
+    value = environ.get(ARRIVAL) if environ is not None else None
+    if value is None:
+        value = getattr(_ARRIVAL, "value", None)
+    return float(value) if value is not None else time.monotonic()
 
 
 class Lane:
@@ -89,3 +102,43 @@ def lanes_for(threads: int, reserved: int, first: set[str], policies: list[str])
     priority = Lane("first", threads)
     others = Lane("others", max(1, threads - reserved))
     return {name: priority if name in first else others for name in policies}
+
+
+@dataclasses.dataclass(frozen=True)
+class Shedder:
+    """The overload answer of one admission path, built from the body's head without the app: the
+    event-loop front answers it on its loop for a review that can no longer be judged in time
+    (older than `budget` seconds, or its lane's queue full), so overload costs a regex and a few
+    hundred bytes of JSON per review, not a thread, the app and a parse.
+
+    budget: the policy's review deadline (seconds since arrival); budget_key: the config key that
+    set it, named in the answer's message."""
+
+    policy: str
+    settings: PolicyConfig
+    first: bool
+    budget: float
+    budget_key: str
+
+    def answer(self, body: bytes, *, arrival: float, cause: str, why: str) -> bytes | None:
+        """The overload AdmissionReview (JSON bytes) for `body`, counted (dra_guard_reviews_not_judged_total,
+        dra_guard_review_age_seconds); None when the body does not start as the kube-apiserver writes an
+        AdmissionReview (admission.peek_review): the app then answers it (a 400, or this same answer)."""
+        review = admission.peek_review(body)
+        if review is None:
+            return None
+        answer = admission.overload_answer(review, policy=self.policy, settings=self.settings, first=self.first,
+                                           cause=cause, why=why)
+        metrics.REVIEW_AGE.labels(policy=self.policy).observe(time.monotonic() - arrival)
+        return json.dumps(answer).encode()
+
+
+def shedders(config: Config) -> dict[str, Shedder]:
+    """URL path -> the Shedder of its policy, for every policy of the registry."""
+    out = {}
+    for p in POLICIES:
+        settings = config.policy(p.name)
+        out[p.path] = Shedder(policy=p.name, settings=settings, first=p.first,
+                              budget=settings.review_deadline_seconds or config.server.review_deadline_seconds,
+                              budget_key=settings.deadline_key(p.name))
+    return out

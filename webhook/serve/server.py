@@ -1,6 +1,7 @@
-"""`dra-guard serve`'s composition root: the Flask app under gunicorn's threaded worker
-(webhook.serve.worker), over TLS, with the cluster caches, the certificate reconciler and the
-periodic audit wired in.
+"""`dra-guard serve`'s composition root: the Flask app under gunicorn, over TLS, with the cluster
+caches, the certificate reconciler and the periodic audit wired in. server.engine chooses the
+worker: gthread (gunicorn's threaded worker with our adapter, webhook.serve.worker) or asyncio
+(the event-loop front, webhook.serve.front: FrontWorker with this server's FrontSettings).
 
 gunicorn settings live here, in Python, derived from the validated Config and the command line;
 nothing is read from the environment at import time. Each worker builds its own app, Kubernetes
@@ -45,10 +46,15 @@ from webhook.kube.client import api_client
 from webhook.kube.informer import watch_collector_pauses
 from webhook.kube.records import KubeLeases, LeaseRecords
 from webhook.kube.state import ClusterState
-from webhook.serve import sockets, worker
+from webhook.policies.registry import POLICIES
+from webhook.serve import front, sockets, worker
 from webhook.serve.app import Readiness, create_app
+from webhook.serve.draining import DRAINING
+from webhook.serve.lanes import shedders
 
 log = logging.getLogger("dra_guard.server")
+
+GRACEFUL_TIMEOUT = 20  # seconds in-flight reviews get to complete after the drain delay (docstring above)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +177,25 @@ def reloader(options: ServeOptions) -> ReloadingContext:
     return found
 
 
+def front_worker(options: ServeOptions, *, graceful_timeout: float) -> type[front.FrontWorker]:
+    """server.engine asyncio: the event-loop front's worker class with this server's settings
+    (the SSLContexts are made per connection in the worker, from the reloaded files)."""
+    o = options
+    probe_port = o.config.server.probe_port
+
+    def context_for(port: int) -> Any:
+        # server.probePort asks no client certificate (the kubelet's probes, Prometheus)
+        return reloader(o).open_context() if probe_port and port == probe_port else reloader(o).context()
+
+    settings = front.FrontSettings(
+        context_for=context_for, first_paths=frozenset(p.path for p in POLICIES if p.first),
+        shedders=shedders(o.config),
+        threads=o.config.server.threads, max_connections=o.config.server.threads + front.KEEPALIVE_CONNECTIONS,
+        max_request_bytes=o.config.server.max_request_bytes, drop_after_seconds=o.config.server.drop_after_seconds,
+        shutdown_delay_seconds=float(o.config.server.shutdown_delay_seconds), graceful_timeout_seconds=graceful_timeout)
+    return type("DraGuardFrontWorker", (front.FrontWorker,), {"settings": settings})
+
+
 class DraGuardServer(BaseApplication):
     """gunicorn application running dra-guard's Flask app with the settings of ServeOptions."""
 
@@ -197,7 +222,7 @@ class DraGuardServer(BaseApplication):
                 reloader(o).context(), sockets.CLIENT_SOCKET_TIMEOUT, probe_port=probe_port,
                 open_context=reloader(o).open_context()),
             "timeout": 30,
-            "graceful_timeout": 20,
+            "graceful_timeout": GRACEFUL_TIMEOUT,
             "keepalive": 75,
             # connections per worker: its threads plus KEEPALIVE_CONNECTIONS kept alive between
             # requests; more wait in the kernel's backlog, so a connection storm cannot grow the
@@ -224,6 +249,9 @@ class DraGuardServer(BaseApplication):
             # two servers on one machine would fight over it
             "control_socket_disable": True,
         }
+        if o.config.server.engine == "asyncio":
+            settings["worker_class"] = front_worker(o, graceful_timeout=GRACEFUL_TIMEOUT)
+            settings["worker_connections"] = o.config.server.threads + front.KEEPALIVE_CONNECTIONS
         for key, value in settings.items():
             self.cfg.set(key, value)
         worker.SHUTDOWN_DELAY[0] = float(o.config.server.shutdown_delay_seconds)
@@ -253,7 +281,7 @@ class DraGuardServer(BaseApplication):
             threading.Thread(target=run_reconciler, name="cert-reconciler", daemon=True, kwargs={
                 "reconciler": reconciler, "interval_seconds": o.config.certificates.check_interval_seconds,
                 "stop": threading.Event()}).start()
-        readiness = Readiness(cluster=state, certificate=lambda: reloader(o).status(), draining=worker.DRAINING.is_set)
+        readiness = Readiness(cluster=state, certificate=lambda: reloader(o).status(), draining=DRAINING.is_set)
         records = None
         if client is not None:
             # the shared records of driver pods leaving on the strength of a peer (webhook.kube.records)

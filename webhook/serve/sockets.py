@@ -44,6 +44,19 @@ def waited_in_kernel(sock: Any) -> float:
     return value / 1000 if value is not None else 0.0
 
 
+_TCP_CLOSE_WAIT = 8  # tcpi_state (the first byte of struct tcp_info) of a connection its peer has closed
+
+
+def peer_closed(sock: Any) -> bool:
+    """Whether the peer of a connected socket has already closed its side (Linux TCP_INFO state
+    CLOSE_WAIT): a client that gave up while its connection waited in the accept queue. False
+    where unknown."""
+    try:
+        return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == _TCP_CLOSE_WAIT)
+    except (OSError, AttributeError, IndexError):
+        return False
+
+
 def accept_queue(listener: Any) -> int:
     """Connections a listening socket holds that its worker has not accepted yet (Linux TCP_INFO
     tcpi_unacked of a socket in LISTEN state); 0 where unknown."""

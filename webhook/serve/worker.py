@@ -23,6 +23,7 @@ from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.workers.gthread import _DEFER, ThreadWorker
 
 from webhook import metrics
+from webhook.serve.draining import DRAINING
 from webhook.serve.lanes import set_arrival
 from webhook.serve.sockets import (
     CLIENT_SOCKET_TIMEOUT,
@@ -36,7 +37,6 @@ from webhook.serve.sockets import (
 
 log = logging.getLogger("dra_guard.server")
 
-DRAINING = threading.Event()  # set in a worker on SIGTERM: /readyz fails while it keeps serving
 SHUTDOWN_DELAY = [5.0]        # seconds; set from server.shutdownDelaySeconds before the workers fork
 DROP_AFTER = [3.0]            # seconds; set from server.dropAfterSeconds: older queued requests are dropped
 MAX_REQUEST_BYTES = [8 << 20]  # bytes; set from server.maxRequestBytes: no more is gathered (the app refuses it)

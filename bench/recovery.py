@@ -1,0 +1,149 @@
+"""Overload and recovery, one engine against the other in the same run (server.engine: gthread,
+asyncio): no metastable collapse means work past its deadline is dropped before it is judged,
+overload answers are cheap, and once the overload ends latency is back to its no-load level.
+
+    python -m bench.recovery [--rounds 2] [--seconds 10] [--factor 2] [--path /validate/evictions]
+                             [--out bench/results/recovery.json]
+
+Per round and engine (the engines interleaved), a fresh `dra-guard serve --self-signed
+--no-cluster` (1 worker, 8 threads):
+
+* floor: 300 sequential noop reviews on one keep-alive connection: the median is the unit.
+* no-load: 200 sequential reviews of the endpoint (--path), one keep-alive connection: p50, p99.
+* CPU: the worker's CPU seconds per 1,000 reviews offered at CPU_RATE/s for CPU_SECONDS (vegeta,
+  keep-alive), on the noop floor and on the endpoint.
+* capacity: reviews/s judged with 8 closed-loop vegeta clients (bench.flood.capacity).
+* overload: offered --factor x capacity for --seconds by vegeta (keep-alive, a new connection
+  whenever none is idle, as the apiserver's client): goodput = reviews judged within the 3 s
+  webhook timeout / (capacity x seconds); answers after the timeout; no answer.
+* recovery: a probe sends one review every 0.1 s on its own keep-alive connection from the start
+  of the overload until 10 s after its end. recovered_after_s: seconds from the end of the
+  offered load until the last probe slower than 2 x the no-load p50 (+ 1 ms) got its answer:
+  from then on every probe was at the no-load level. 0 when none was slower after the end.
+
+Every latency is also given as a ratio to the floor of the same run (`*_x_floor`): this machine's
+speed varies with what else runs on it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from bench.flood import TIMEOUT, capacity, classify, floor, overload_bodies, session, start, timed_post  # noqa: E402
+
+PROBE_PERIOD = 0.1  # seconds between recovery probes
+CPU_RATE, CPU_SECONDS = 200, 5.0  # reviews/s and seconds of the CPU-per-review runs
+AFTER = 10.0        # seconds probed after the offered load ends
+
+
+def probe(url: str, ca: str, path: str, body: bytes, seconds: float, out: Any) -> None:
+    """One review every PROBE_PERIOD s for `seconds`, in a process of its own (the bench's own work
+    on vegeta's results must not slow the probe's client); sends [(monotonic time sent, latency s
+    or None)] to `out` (a multiprocessing connection)."""
+    s = session(ca)
+    found: list[tuple[float, float | None]] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sent = time.monotonic()
+        latency = timed_post(s, url + path, body, timeout=TIMEOUT)
+        if latency is None:
+            s = session(ca)  # as the apiserver's client: a failed connection is not reused
+        found.append((sent, latency))
+        time.sleep(max(0.0, PROBE_PERIOD - (time.monotonic() - sent)))
+    out.send(found)
+
+
+def one_round(engine: str, work: pathlib.Path, *, path: str, seconds: float, factor: float) -> dict[str, Any]:
+    from bench.common import Target, attack
+
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "config.yaml").write_text(f"server:\n  engine: {engine}\n")
+    proc, url, ca = start(work, None, config=work / "config.yaml")
+    try:
+        body, shed_as = overload_bodies()[path]
+        unit = floor(url, ca)
+        s = session(ca)
+        idle = sorted(t for t in (timed_post(s, url + path, body) for _ in range(200)) if t is not None)
+        idle_p50, idle_p99 = statistics.median(idle), idle[int(len(idle) * 0.99)]
+        from bench.common import cpu_seconds, worker_pid
+
+        pid = worker_pid(proc.pid)
+        cpu_per_1000 = {}
+        for name, target, payload in (("noop", "/validate/noop", body), ("endpoint", path, body)):
+            (work / f"cpu-{name}.json").write_bytes(payload)
+            before = cpu_seconds(pid)
+            run = attack([Target(url=url + target, body=work / f"cpu-{name}.json")], rate=CPU_RATE, seconds=CPU_SECONDS,
+                         workdir=work / f"vegeta-cpu-{name}", ca_file=pathlib.Path(ca), timeout=10, http2=False)
+            cpu_per_1000[name] = round((cpu_seconds(pid) - before) / max(1, run.ok) * 1000, 3)
+        cap = capacity(url, ca, work, path, body)
+        offered = round(factor * cap)
+        (work / "overload.json").write_bytes(body)
+        receive, send = multiprocessing.Pipe(duplex=False)
+        prober = multiprocessing.get_context("fork").Process(target=probe, args=(url, ca, path, body, seconds + AFTER, send))
+        started = time.monotonic()
+        prober.start()
+        result = attack([Target(url=url + path, body=work / "overload.json")], rate=offered, seconds=seconds,
+                        workdir=work / "vegeta", ca_file=pathlib.Path(ca), keep_bodies=True, timeout=10, http2=False)
+        ended = started + seconds  # the last review offered; vegeta returns once every answer is in
+        probes: list[tuple[float, float | None]] = receive.recv()
+        prober.join(TIMEOUT + 1)
+        uid = json.loads(body)["request"]["uid"]
+        answers = classify(result.codes, result.latencies_ms, result.bodies, uid=uid, shed_as=shed_as)
+        threshold = 2 * idle_p50 + 0.001
+        slow_after = [sent + (latency if latency is not None else TIMEOUT) for sent, latency in probes
+                      if sent + (latency or TIMEOUT) > ended and (latency is None or latency > threshold)]
+        after = [latency for sent, latency in probes if sent >= ended]
+        windows = []
+        for second in range(int(AFTER)):
+            window = [lat for sent, lat in probes if ended + second <= sent < ended + second + 1]
+            done = [lat for lat in window if lat is not None]
+            windows.append(round(statistics.median(done) / unit, 1) if done else None)
+        return {
+            "engine": engine, "floor_median_s": unit,
+            "noload_p50_s": idle_p50, "noload_p99_s": idle_p99,
+            "noload_p50_x_floor": round(idle_p50 / unit, 2), "noload_p99_x_floor": round(idle_p99 / unit, 2),
+            "cpu_s_per_1000": cpu_per_1000,
+            "capacity_per_s": round(cap, 1), "offered_per_s": offered, "seconds": seconds,
+            "goodput": round(answers["judged_in_time"] / (cap * seconds), 3) if cap else None,
+            **answers,
+            "recovered_after_s": round(max(slow_after) - ended, 2) if slow_after else 0.0,
+            "probes_after_end": len(after), "probes_after_end_unanswered": sum(1 for lat in after if lat is None),
+            "probe_p50_x_floor_per_second_after_end": windows,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engines", default="gthread,asyncio", help="comma-separated server.engine values")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per engine")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the overload, seconds")
+    parser.add_argument("--factor", type=float, default=2.0, help="offered rate as a multiple of the capacity")
+    parser.add_argument("--path", default="/validate/evictions", help="the endpoint offered")
+    parser.add_argument("--out", type=pathlib.Path, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="dra-guard-recovery-") as tmp:
+        for round_ in range(args.rounds):
+            for engine in args.engines.split(","):
+                run = one_round(engine, pathlib.Path(tmp) / f"{engine}-{round_}", path=args.path,
+                                seconds=args.seconds, factor=args.factor)
+                print(json.dumps(run), flush=True)
+                runs.append(run)
+    if args.out:
+        args.out.write_text(json.dumps(runs, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The event-loop front (server.engine: asyncio): the only code that knows sockets and HTTP/1.1.
+
+FrontWorker is a gunicorn worker on its documented extension point, gunicorn.workers.base.Worker
+(init_process, run, notify, handle_exit: the surface uvicorn's worker builds on). One asyncio loop
+per worker accepts, does the TLS handshakes, reads requests with h11 and writes answers; the Flask
+app (WSGI) runs in threads, one executor per lane (the eviction guard's paths have their own), so
+policy code never runs on the loop and a slow client costs a coroutine, not a thread.
+
+  listeners.py   accept loops, one SSLContext per listener, handshake timeout, kernel-wait drop
+  connection.py  one coroutine per connection: h11, timeouts, keep-alive, JSON protocol errors
+  capacity.py    connection cap and reclaim order over the front's own connection objects
+  wsgi.py        whole request -> PEP 3333 environ -> the app in its lane's executor
+
+On SIGTERM (drain): /readyz fails at once (DRAINING), requests are served for
+server.shutdownDelaySeconds more, then the listeners close, idle connections are closed, answers
+in flight complete (with Connection: close) and the worker exits once none is left or after
+gunicorn's graceful_timeout.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import os
+import socket
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from gunicorn.workers.base import Worker
+
+from webhook import metrics
+from webhook.serve.draining import DRAINING
+from webhook.serve.front.capacity import KEEPALIVE_CONNECTIONS, ConnectionTable, State
+from webhook.serve.front.connection import Front, Shedding
+from webhook.serve.front.listeners import Listeners
+
+log = logging.getLogger("dra_guard.server")
+
+HEARTBEAT = 1.0  # seconds between notify() calls (gunicorn restarts a worker silent for `timeout`)
+
+__all__ = ["KEEPALIVE_CONNECTIONS", "FrontSettings", "FrontWorker"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontSettings:
+    """What the composition root (webhook.serve.server) gives the front, before the fork.
+
+    context_for: listener port -> the SSLContext for a connection accepted there now (called per
+    connection, in the worker: certificates are reloaded without a restart). first_paths: the
+    paths whose requests have the first executor (the eviction guard). shedders: admission path ->
+    its overload answer (webhook.serve.lanes.Shedder), given on the loop to a review past its
+    deadline or whose executor is full. threads: each executor's
+    threads. max_connections: the cap per worker. Times in seconds, sizes in bytes."""
+
+    context_for: Callable[[int], ssl.SSLContext]
+    first_paths: frozenset[str]
+    shedders: Mapping[str, Shedding]
+    threads: int
+    max_connections: int
+    max_request_bytes: int
+    drop_after_seconds: float
+    shutdown_delay_seconds: float
+    graceful_timeout_seconds: float
+
+
+class FrontWorker(Worker):
+    """A gunicorn worker running the front's asyncio loop. `settings` is set on a subclass made
+    by the composition root (gunicorn takes a worker class, not an instance)."""
+
+    settings: ClassVar[FrontSettings]
+
+    def run(self) -> None:
+        asyncio.run(self._serve())
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """SIGTERM: drain (module docstring); called in the loop's thread between its callbacks."""
+        if DRAINING.is_set():
+            return
+        DRAINING.set()
+        log.info("SIGTERM: readiness off, draining", extra={"delaySeconds": self.settings.shutdown_delay_seconds})
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.call_soon_threadsafe(self._drain_later)
+
+    def _drain_later(self) -> None:
+        asyncio.get_running_loop().call_later(self.settings.shutdown_delay_seconds, self._stopping.set)
+
+    async def _serve(self) -> None:
+        s = self.settings
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        executors = {name: concurrent.futures.ThreadPoolExecutor(max_workers=s.threads, thread_name_prefix=f"front-{name}")
+                     for name in ("first", "others")}
+
+        def lane_of(path: str) -> str:
+            return "first" if path in s.first_paths else "others"
+
+        table = ConnectionTable(s.max_connections)
+        front = Front(app=self.wsgi, table=table, executors=executors, lane_of=lane_of, threads=s.threads,
+                      shedders=s.shedders, max_request_bytes=s.max_request_bytes, drop_after=s.drop_after_seconds,
+                      multiprocess=self.cfg.workers > 1)
+        # the loop's own sockets: duplicates of gunicorn's listeners (closed on drain, gunicorn's stay)
+        sockets = [socket.socket(fileno=os.dup(listener.fileno())) for listener in self.sockets]
+        listeners = Listeners(front, sockets, s.context_for)
+        metrics.ACCEPT_QUEUE.set_function(listeners.waiting)
+        listeners.start()
+        if DRAINING.is_set():  # SIGTERM came before the loop ran
+            self._drain_later()
+        try:
+            while self.alive and not self._stopping.is_set():
+                self.notify()
+                if self.ppid != os.getppid():
+                    log.info("gunicorn's master is gone: stopping")
+                    break
+                try:
+                    async with asyncio.timeout(HEARTBEAT):
+                        await self._stopping.wait()
+                except TimeoutError:
+                    pass
+            # drain: no new connection or request; idle ones closed; requests being read or
+            # judged are answered (with Connection: close)
+            listeners.stop()
+            front.closing = True
+            deadline = self._loop.time() + s.graceful_timeout_seconds
+            while len(table) and self._loop.time() < deadline:
+                for conn in table:
+                    if conn.state in (State.HANDSHAKE, State.NEW, State.IDLE) and not conn.closing:
+                        conn.close_now()
+                self.notify()
+                await asyncio.sleep(0.05)
+        finally:
+            for executor in executors.values():
+                executor.shutdown(wait=False, cancel_futures=True)

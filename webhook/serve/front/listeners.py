@@ -1,0 +1,98 @@
+"""The front's listeners: one accept loop per listening socket, each connection wrapped in TLS
+with the SSLContext of its listener at that moment (the webhook port: the serving certificate and
+the optional client CA; server.probePort: no client certificate), the handshake bounded by
+CLIENT_SOCKET_TIMEOUT.
+
+A connection's wait in the kernel counts (Linux TCP_INFO, webhook.serve.sockets): one whose first
+bytes (its ClientHello) waited in the accept queue past server.dropAfterSeconds is closed before
+its handshake (its apiserver has given up: dra_guard_requests_dropped_total), one that has sent
+nothing for SILENT_LIMIT s is closed uncounted. Nothing is accepted past the connection limit:
+the table reclaims idle connections first (webhook.serve.front.capacity).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from collections.abc import Callable, Sequence
+
+from webhook import metrics
+from webhook.serve.front.connection import CLIENT_SOCKET_TIMEOUT, Connection, Front
+from webhook.serve.sockets import accept_queue, holds_a_request, peer_closed, waited_in_kernel
+
+log = logging.getLogger("dra_guard.server")
+
+SILENT_LIMIT = 1.0  # seconds a new connection may wait in the kernel without a ClientHello
+CLOSE_LINGER = 0.5  # seconds a closing TLS connection waits for the client's close_notify
+
+
+class Listeners:
+    """The accept loops of one worker over `sockets` (its own duplicates of gunicorn's listeners)."""
+
+    def __init__(self, front: Front, sockets: Sequence[socket.socket], context_for: Callable[[int], ssl.SSLContext]) -> None:
+        self.front = front
+        self.sockets = list(sockets)
+        self.context_for = context_for
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def waiting(self) -> int:
+        """Connections in the accept queues of every listener (dra_guard_accept_queue)."""
+        return sum(accept_queue(s) for s in self.sockets if s.fileno() != -1)
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in self.sockets:
+            sock.setblocking(False)
+            self._tasks.append(loop.create_task(self._accept(sock)))
+
+    def stop(self) -> None:
+        """Stop accepting (drain): the listeners are closed, queued connections get a reset."""
+        for task in self._tasks:
+            task.cancel()
+        for sock in self.sockets:
+            sock.close()
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = listener.getsockname()[:2]
+        table = self.front.table
+        while True:
+            await table.room(self.waiting)
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE, ENFILE, ECONNABORTED: try again shortly
+                log.warning("accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            self.admit(sock, server=(host, port))
+
+    def admit(self, sock: socket.socket, *, server: tuple[str, int]) -> None:
+        """Start the TLS handshake of an accepted connection, or close it (see the module docstring)."""
+        waited = waited_in_kernel(sock)
+        if waited > self.front.drop_after or (waited > SILENT_LIMIT and not holds_a_request(sock)) or peer_closed(sock):
+            # too old, silent, or its client already gone (it gave up while the connection waited
+            # in the accept queue, as the apiserver's does at its timeout): no TLS handshake for it
+            if waited > self.front.drop_after and holds_a_request(sock):
+                metrics.DROPPED_REQUESTS.inc()
+            sock.close()
+            return
+        conn = Connection(self.front, server=server)
+        self.front.table.hold(conn)
+        conn.handshake = asyncio.get_running_loop().create_task(self._handshake(conn, sock, self.context_for(server[1])))
+
+    async def _handshake(self, conn: Connection, sock: socket.socket, context: ssl.SSLContext) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: conn, sock, ssl=context, ssl_handshake_timeout=CLIENT_SOCKET_TIMEOUT,
+                ssl_shutdown_timeout=CLOSE_LINGER)
+        except asyncio.CancelledError:
+            pass  # reclaimed at the connection limit, or the worker stops
+        except (OSError, ssl.SSLError, EOFError) as exc:  # includes the handshake timeout
+            log.debug("TLS handshake failed: %s", exc)
+        finally:
+            conn.handshake = None
+            if conn.transport is None:
+                if sock.fileno() != -1:
+                    sock.close()
+                self.front.table.release(conn)
