@@ -173,8 +173,8 @@ class Bundle:
             trusted = [ca_cert] + [c for c in trusted if fingerprint(c) != fingerprint(ca_cert)]
         serving = None
         try:
-            serving = certs.KeyPair(cert=x509.load_pem_x509_certificate(data.get("tls.crt", b"")),
-                                    key=serialization.load_pem_private_key(data.get("tls.key", b""), password=None))  # type: ignore[arg-type]
+            key = serialization.load_pem_private_key(data.get("tls.key", b""), password=None)
+            serving = certs.KeyPair(cert=x509.load_pem_x509_certificate(data.get("tls.crt", b"")), key=key)  # type: ignore[arg-type]
         except (ValueError, TypeError):
             serving = None
         return cls(ca=ca, trusted=trusted, serving=serving, resource_version=str(secret.get("resourceVersion", "")))

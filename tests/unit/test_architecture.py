@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import tokenize
 
 import pytest
 
@@ -11,7 +12,8 @@ from webhook.cli.parser import build_parser
 from webhook.policies.registry import POLICIES, by_name
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-MAX_LINES = 350
+#: statements (logical lines) per module: a measure the formatter's line wrapping does not change
+MAX_STATEMENTS = 280
 
 
 def python_files(folder: str) -> list[pathlib.Path]:
@@ -29,10 +31,17 @@ def imports_of(path: pathlib.Path) -> set[str]:
     return found
 
 
+def statements(path: pathlib.Path) -> int:
+    """The logical lines of a module (tokenize's NEWLINE tokens): one per statement, however many
+    physical lines it is wrapped over; comments and blank lines do not count."""
+    with path.open("rb") as f:
+        return sum(1 for token in tokenize.tokenize(f.readline) if token.type == tokenize.NEWLINE)
+
+
 @pytest.mark.parametrize("path", python_files("webhook"), ids=lambda p: str(p.relative_to(REPO)))
-def test_no_module_in_webhook_is_over_350_lines(path):
-    lines = len(path.read_text().splitlines())
-    assert lines <= MAX_LINES, f"{path.relative_to(REPO)} has {lines} lines: split it along what it does"
+def test_no_module_in_webhook_is_over_280_statements(path):
+    count = statements(path)
+    assert count <= MAX_STATEMENTS, f"{path.relative_to(REPO)} has {count} statements: split it along what it does"
 
 
 def test_only_the_worker_module_touches_gunicorn_internals():

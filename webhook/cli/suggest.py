@@ -51,8 +51,9 @@ class Parser(argparse.ArgumentParser):
         self.command_word = str(kwargs.get("metavar") or "command").lower()
         return action
 
-    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
-                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
         tokens = list(sys.argv[1:] if args is None else args)
         if self.commands:
             word = next((t for t in tokens if not t.startswith("-")), None)
