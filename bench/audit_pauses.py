@@ -13,6 +13,7 @@ the probe at most ~0.13 s (p99 15 ms): the server's longer stall is not explaine
     python -m bench.audit_pauses
     python -m bench.audit_pauses --roles 5000 --watchdog 0.2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,17 +69,29 @@ def measure(roles: int, *, watchdog: float = 0.0) -> dict[str, Any]:
         seconds = time.perf_counter() - t0
         done.set()
         thread.join()
-    return {"scale": {"roles": roles}, "audit_seconds": round(seconds, 2), "findings": len(result.findings),
-            "probe_delay_ms": {"n": len(delays), "p50": percentile(delays, 0.5), "p99": percentile(delays, 0.99),
-                               "max": percentile(delays, 1.0)}}
+    return {
+        "scale": {"roles": roles},
+        "audit_seconds": round(seconds, 2),
+        "findings": len(result.findings),
+        "probe_delay_ms": {
+            "n": len(delays),
+            "p50": percentile(delays, 0.5),
+            "p99": percentile(delays, 0.99),
+            "max": percentile(delays, 1.0),
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: print the figures as JSON."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--roles", type=int, default=envelope.ENVELOPE.roles)
-    parser.add_argument("--watchdog", type=float, default=0.0,
-                        help="dump every thread's stack when the probe has not run for this many seconds (0: off)")
+    parser.add_argument(
+        "--watchdog",
+        type=float,
+        default=0.0,
+        help="dump every thread's stack when the probe has not run for this many seconds (0: off)",
+    )
     args = parser.parse_args(argv)
     print(json.dumps(measure(args.roles, watchdog=args.watchdog), indent=2))
     return 0

@@ -8,6 +8,7 @@ in speed, the ratio much less. Best of `--repeat` runs each.
 
     python -m bench.audit_yaml --megabytes 5 --repeat 3 [--out bench/results/audit-yaml.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,32 @@ def objects(count: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(count):
         verbs = ["create"] if i % 10 == 0 else ["get", "list"]
-        out.append(cluster_role(f"role-{i}", [rule(["resourceslices" if i % 10 == 0 else "resourceclaims"], verbs),
-                                              rule(["pods", "configmaps"], ["get", "list", "watch"], groups=[""])],
-                                labels={"team": f"t{i % 50}"}))
-        out.append(binding(f"binding-{i}", f"role-{i}", [subject("Group", f"team-{i % 50}"),
-                                                          subject("ServiceAccount", f"sa-{i}", f"ns-{i % 20}")]))
+        out.append(
+            cluster_role(
+                f"role-{i}",
+                [
+                    rule(["resourceslices" if i % 10 == 0 else "resourceclaims"], verbs),
+                    rule(["pods", "configmaps"], ["get", "list", "watch"], groups=[""]),
+                ],
+                labels={"team": f"t{i % 50}"},
+            )
+        )
+        out.append(
+            binding(
+                f"binding-{i}",
+                f"role-{i}",
+                [subject("Group", f"team-{i % 50}"), subject("ServiceAccount", f"sa-{i}", f"ns-{i % 20}")],
+            )
+        )
         out.append(driver_daemonset(name=f"driver-{i}", namespace=f"ns-{i % 20}"))
-        out.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i}", "namespace": f"ns-{i % 20}"},
-                    "data": {"settings.yaml": "key: value\n" * 20}})
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"cm-{i}", "namespace": f"ns-{i % 20}"},
+                "data": {"settings.yaml": "key: value\n" * 20},
+            }
+        )
     return out
 
 
@@ -75,8 +94,14 @@ def measure(megabytes: float, repeat: int) -> dict[str, Any]:
 
         whole = best(full, repeat)
         count = len(audit.read([str(path)]).objects)
-    return {"bytes": len(text), "objects": count, "loader": loader.__name__, "parse_seconds": round(parse, 3),
-            "audit_seconds": round(whole, 3), "ratio": round(whole / parse, 2)}
+    return {
+        "bytes": len(text),
+        "objects": count,
+        "loader": loader.__name__,
+        "parse_seconds": round(parse, 3),
+        "audit_seconds": round(whole, 3),
+        "ratio": round(whole / parse, 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

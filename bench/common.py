@@ -4,6 +4,7 @@ vegeta (github.com/tsenart/vegeta, built from the Go module proxy on first use i
 ~/.cache/dra-guard/bin/vegeta) speaks HTTPS with keep-alive, as the kube-apiserver does to a
 webhook. `attack()` runs it at a constant rate and returns every request's latency and status.
 """
+
 from __future__ import annotations
 
 import base64
@@ -41,8 +42,7 @@ def vegeta() -> str:
     if not binary.exists():
         if shutil.which("go") is None:
             sys.exit("Go is needed to build vegeta (the load generator): install Go 1.22 or newer")
-        subprocess.run(["go", "install", VEGETA_MODULE], check=True,
-                       env={**os.environ, "GOBIN": str(folder), "CGO_ENABLED": "0"})
+        subprocess.run(["go", "install", VEGETA_MODULE], check=True, env={**os.environ, "GOBIN": str(folder), "CGO_ENABLED": "0"})
     return str(binary)
 
 
@@ -91,14 +91,28 @@ class Attack:
 
     def summary(self) -> dict[str, Any]:
         """p50/p99/p99.9/max latency (ms), success ratio and counts, as a JSON-ready dict."""
-        return {"rate": self.rate, "requests": self.requests, "success": round(self.success, 5),
-                **{k: round(v, 3) for k, v in latency_summary(self.latencies_ms).items()},
-                "errors": self.errors}
+        return {
+            "rate": self.rate,
+            "requests": self.requests,
+            "success": round(self.success, 5),
+            **{k: round(v, 3) for k, v in latency_summary(self.latencies_ms).items()},
+            "errors": self.errors,
+        }
 
 
-def attack(targets: Sequence[Target], *, rate: float, seconds: float, workdir: pathlib.Path,
-           ca_file: pathlib.Path | None = None, keep_bodies: bool = False, timeout: float = 5.0,
-           http2: bool = True, max_workers: int = 0, max_connections: int = 0) -> Attack:
+def attack(
+    targets: Sequence[Target],
+    *,
+    rate: float,
+    seconds: float,
+    workdir: pathlib.Path,
+    ca_file: pathlib.Path | None = None,
+    keep_bodies: bool = False,
+    timeout: float = 5.0,
+    http2: bool = True,
+    max_workers: int = 0,
+    max_connections: int = 0,
+) -> Attack:
     """Run vegeta at `rate` requests/s for `seconds`, round-robin over `targets`, keep-alive on.
 
     ca_file: the CA to verify the server with. rate 0 with max_workers N: as fast as N clients
@@ -111,9 +125,18 @@ def attack(targets: Sequence[Target], *, rate: float, seconds: float, workdir: p
     targets_file = workdir / "targets.txt"
     targets_file.write_text("\n".join(t.render() for t in targets))
     results = workdir / "results.bin"
-    argv = [vegeta(), "attack", f"-rate={rate:g}/s", f"-duration={seconds:g}s", f"-targets={targets_file}",
-            "-keepalive=true", f"-timeout={timeout:g}s", f"-output={results}", f"-http2={str(http2).lower()}",
-            "-max-body=-1" if keep_bodies else "-max-body=0"]
+    argv = [
+        vegeta(),
+        "attack",
+        f"-rate={rate:g}/s",
+        f"-duration={seconds:g}s",
+        f"-targets={targets_file}",
+        "-keepalive=true",
+        f"-timeout={timeout:g}s",
+        f"-output={results}",
+        f"-http2={str(http2).lower()}",
+        "-max-body=-1" if keep_bodies else "-max-body=0",
+    ]
     if max_workers:
         argv += [f"-workers={max_workers}", f"-max-workers={max_workers}"]
     if max_connections:
@@ -146,8 +169,12 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def latency_summary(latencies_ms: Sequence[float]) -> dict[str, float]:
     """{"p50", "p99", "p99.9", "max"} of latencies (ms), nearest rank."""
-    return {"p50": percentile(latencies_ms, 50), "p99": percentile(latencies_ms, 99),
-            "p99.9": percentile(latencies_ms, 99.9), "max": max(latencies_ms) if latencies_ms else math.nan}
+    return {
+        "p50": percentile(latencies_ms, 50),
+        "p99": percentile(latencies_ms, 99),
+        "p99.9": percentile(latencies_ms, 99.9),
+        "max": max(latencies_ms) if latencies_ms else math.nan,
+    }
 
 
 def spread(values: Iterable[float]) -> dict[str, float]:
@@ -168,8 +195,12 @@ def proc_status(pid: int) -> dict[str, int]:
     """RSS and peak RSS (bytes), threads and open fds of a process, from /proc."""
     status = pathlib.Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return {"rss_bytes": int(fields["VmRSS"].split()[0]) * 1024, "peak_rss_bytes": int(fields["VmHWM"].split()[0]) * 1024,
-            "threads": int(fields["Threads"]), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    return {
+        "rss_bytes": int(fields["VmRSS"].split()[0]) * 1024,
+        "peak_rss_bytes": int(fields["VmHWM"].split()[0]) * 1024,
+        "threads": int(fields["Threads"]),
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+    }
 
 
 def cpu_snapshot() -> dict[int, tuple[str, float]]:
@@ -179,15 +210,18 @@ def cpu_snapshot() -> dict[int, tuple[str, float]]:
     tick = os.sysconf("SC_CLK_TCK")
     machine_line = pathlib.Path("/proc/stat").read_text().splitlines()[0].split()
     times = os.times()
-    out = {-1: ("machine idle", int(machine_line[4]) / tick), -2: ("machine steal", int(machine_line[8]) / tick),
-           -3: ("ended children of the bench (vegeta)", times.children_user + times.children_system)}
+    out = {
+        -1: ("machine idle", int(machine_line[4]) / tick),
+        -2: ("machine steal", int(machine_line[8]) / tick),
+        -3: ("ended children of the bench (vegeta)", times.children_user + times.children_system),
+    }
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 text = pathlib.Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            comm, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+            comm, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
             out[int(entry)] = (comm, (int(rest[11]) + int(rest[12])) / tick)
     return out
 
@@ -205,8 +239,9 @@ def context_switches(pid: int) -> int:
     return total
 
 
-def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
-             names: dict[int, str] | None = None, top: int = 6) -> dict[str, float]:
+def cpu_used(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], names: dict[int, str] | None = None, top: int = 6
+) -> dict[str, float]:
     """CPU seconds each process used between two cpu_snapshot()s (processes alive at both), summed
     by name (`names` overrides comm for given pids), the `top` largest first; then the machine's
     idle and steal seconds and the bench's ended children's CPU seconds over the same window."""
@@ -261,12 +296,20 @@ def machine() -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-        mem_kib = int(next(line for line in pathlib.Path("/proc/meminfo").read_text().splitlines()
-                           if line.startswith("MemTotal")).split()[1])
+        mem_kib = int(
+            next(line for line in pathlib.Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")).split()[
+                1
+            ]
+        )
     except (OSError, StopIteration, ValueError):
         mem_kib = 0
-    return {"cpu": cpu, "cpus": os.cpu_count(), "memory_gib": round(mem_kib / 2**20, 1),
-            "kernel": platform.release(), "python": platform.python_version()}
+    return {
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "memory_gib": round(mem_kib / 2**20, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
 
 
 def write_json(path: pathlib.Path, data: Any) -> None:

@@ -12,6 +12,7 @@ p50/p99 (median over the rounds), and each worker's RSS at /readyz and after the
 where a change to the caches shows. The measurement harness is this tree's; only the server's
 code differs. Exit code 0, or 1 on an error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,10 +40,12 @@ def checkout(ref: str, folder: pathlib.Path) -> pathlib.Path:
     return folder
 
 
-def compare(trees: dict[str, pathlib.Path], *, scale: fill.Scale, rounds: int, rate: float, seconds: float,
-            workdir: pathlib.Path) -> dict[str, Any]:
+def compare(
+    trees: dict[str, pathlib.Path], *, scale: fill.Scale, rounds: int, rate: float, seconds: float, workdir: pathlib.Path
+) -> dict[str, Any]:
     """Run the interleaved comparison of the server code in `trees` (name -> source folder)."""
     from tests.e2e.guard import Guard
+
     out: dict[str, Any] = {"rate": rate, "seconds": seconds, "rounds": rounds, "runs": [], "rss_mib": {}}
     cp = control_plane(workdir / "cluster")
     guards: dict[str, Any] = {}
@@ -73,12 +76,13 @@ def compare(trees: dict[str, pathlib.Path], *, scale: fill.Scale, rounds: int, r
             for r in range(rounds):
                 order = list(servers) if r % 2 == 0 else list(reversed(servers))
                 for name in order:
-                    run = endpoints.run_rate(servers[name], path, reviews, rate=rate, seconds=seconds,
-                                             workdir=workdir / "vegeta")
+                    run = endpoints.run_rate(servers[name], path, reviews, rate=rate, seconds=seconds, workdir=workdir / "vegeta")
                     run.update(version=name, endpoint=endpoint, round=r)
                     out["runs"].append(run)
-                    log(f"  {endpoint:10} {name:7} p50 {run['p50']:.3f}  p99 {run['p99']:.2f} ms  "
-                        f"cpu {run['cpu_s_per_1000']:.3f} s/1000")
+                    log(
+                        f"  {endpoint:10} {name:7} p50 {run['p50']:.3f}  p99 {run['p99']:.2f} ms  "
+                        f"cpu {run['cpu_s_per_1000']:.3f} s/1000"
+                    )
         rss("after the runs")
     finally:
         os.chdir(here)
@@ -86,25 +90,36 @@ def compare(trees: dict[str, pathlib.Path], *, scale: fill.Scale, rounds: int, r
             guard.stop()
         cp.stop()
     out["summary"] = {
-        endpoint: {name: {key: spread(r[key] for r in out["runs"] if r["endpoint"] == endpoint and r["version"] == name)
-                          for key in ("cpu_s_per_1000", "p50", "p99")} for name in trees}
-        for endpoint in endpoints.ENDPOINTS.values()}
+        endpoint: {
+            name: {
+                key: spread(r[key] for r in out["runs"] if r["endpoint"] == endpoint and r["version"] == name)
+                for key in ("cpu_s_per_1000", "p50", "p99")
+            }
+            for name in trees
+        }
+        for endpoint in endpoints.ENDPOINTS.values()
+    }
     return out
 
 
 def report(result: dict[str, Any]) -> str:
     """Markdown table of a compare() result: medians over the rounds and the after/before ratio."""
     before, after = result["versions"]
-    lines = [f"Before: `{result['refs'][before]}`, after: `{result['refs'][after]}`; {result['rounds']} interleaved "
-             f"rounds of {result['seconds']:g} s at {result['rate']:g}/s per endpoint and version.", "",
-             "| endpoint | CPU s / 1,000 before | after | after / before | p50 ms before | after | p99 ms before | after |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Before: `{result['refs'][before]}`, after: `{result['refs'][after]}`; {result['rounds']} interleaved "
+        f"rounds of {result['seconds']:g} s at {result['rate']:g}/s per endpoint and version.",
+        "",
+        "| endpoint | CPU s / 1,000 before | after | after / before | p50 ms before | after | p99 ms before | after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for endpoint, by in result["summary"].items():
         b, a = by[before], by[after]
         ratio = a["cpu_s_per_1000"]["median"] / b["cpu_s_per_1000"]["median"]
-        lines.append(f"| {endpoint} | {b['cpu_s_per_1000']['median']:.3f} | {a['cpu_s_per_1000']['median']:.3f} | "
-                     f"{ratio:.2f} | {b['p50']['median']:.2f} | {a['p50']['median']:.2f} | {b['p99']['median']:.2f} | "
-                     f"{a['p99']['median']:.2f} |")
+        lines.append(
+            f"| {endpoint} | {b['cpu_s_per_1000']['median']:.3f} | {a['cpu_s_per_1000']['median']:.3f} | "
+            f"{ratio:.2f} | {b['p50']['median']:.2f} | {a['p50']['median']:.2f} | {b['p99']['median']:.2f} | "
+            f"{a['p99']['median']:.2f} |"
+        )
     rss = result["rss_mib"]
     lines += ["", "| worker RSS, MiB | " + " | ".join(rss[before]) + " |", "|---|" + "---|" * len(rss[before])]
     for name in (before, after):
@@ -114,16 +129,21 @@ def report(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench.compare``."""
-    parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--before", required=True, help="git ref of the first version (e.g. a commit)")
     parser.add_argument("--after", default=None, help="git ref of the second version (default: the working tree)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved runs per endpoint and version (default: %(default)s)")
     parser.add_argument("--rate", type=float, default=500, help="requests/s of each run (default: %(default)s)")
     parser.add_argument("--seconds", type=float, default=20, help="seconds per run (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="small cluster, 1 round of 3 s: checks the harness")
-    parser.add_argument("--out", type=pathlib.Path, default=REPO / "bench" / "results" / "compare.json",
-                        help="JSON result; the Markdown table goes next to it (.md)")
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=REPO / "bench" / "results" / "compare.json",
+        help="JSON result; the Markdown table goes next to it (.md)",
+    )
     args = parser.parse_args(argv)
     scale = fill.Scale()
     if args.quick:
@@ -134,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         trees["before"] = checkout(args.before, work / "before-src")
         trees["after"] = checkout(args.after, work / "after-src") if args.after else REPO
         result = compare(trees, scale=scale, rounds=args.rounds, rate=args.rate, seconds=args.seconds, workdir=work)
-        result.update(versions=["before", "after"], refs={"before": args.before, "after": args.after or "working tree"},
-                      machine=machine())
+        result.update(
+            versions=["before", "after"], refs={"before": args.before, "after": args.after or "working tree"}, machine=machine()
+        )
         write_json(args.out, result)
         args.out.with_suffix(".md").write_text(report(result))
         log(f"results: {args.out}, {args.out.with_suffix('.md')}")

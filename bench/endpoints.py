@@ -15,6 +15,7 @@ DaemonSet without a probe (patched) and an ordinary DaemonSet; the eviction of a
 whose node holds claims (refused, 429), of an ordinary pod, and of a driver pod on a node whose
 claims are gone.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,16 +37,28 @@ SETTLE_SECONDS = 10.0
 
 
 def _review(request: dict[str, Any]) -> dict[str, Any]:
-    request = {"uid": str(uuid.uuid4()), "userInfo": {"username": "alice", "groups": ["team-a", "system:authenticated"]},
-               "dryRun": False, **request}
+    request = {
+        "uid": str(uuid.uuid4()),
+        "userInfo": {"username": "alice", "groups": ["team-a", "system:authenticated"]},
+        "dryRun": False,
+        **request,
+    }
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
 def _rbac_request(obj: dict[str, Any], plural: str) -> dict[str, Any]:
     gvk = {"group": "rbac.authorization.k8s.io", "version": "v1", "kind": obj["kind"]}
     gvr = {"group": "rbac.authorization.k8s.io", "version": "v1", "resource": plural}
-    return {"kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr, "operation": "CREATE",
-            "name": obj["metadata"]["name"], "namespace": obj["metadata"].get("namespace", ""), "object": obj}
+    return {
+        "kind": gvk,
+        "resource": gvr,
+        "requestKind": gvk,
+        "requestResource": gvr,
+        "operation": "CREATE",
+        "name": obj["metadata"]["name"],
+        "namespace": obj["metadata"].get("namespace", ""),
+        "object": obj,
+    }
 
 
 def rbac_bodies(scale: fill.Scale) -> list[tuple[dict[str, Any], bool]]:
@@ -58,16 +71,21 @@ def rbac_bodies(scale: fill.Scale) -> list[tuple[dict[str, Any], bool]]:
     writer["metadata"] = {"name": "bench-team-slices"}
     writer["subjects"] = [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}]
     writer["roleRef"]["name"] = fill.SLICE_WRITER_ROLE
-    role_binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                    "metadata": {"name": "bench-rolebinding", "namespace": fill.WORK_NAMESPACE},
-                    "subjects": [{"kind": "Group", "name": "team-b", "apiGroup": "rbac.authorization.k8s.io"}],
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-role-00007"}}
+    role_binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "bench-rolebinding", "namespace": fill.WORK_NAMESPACE},
+        "subjects": [{"kind": "Group", "name": "team-b", "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-role-00007"},
+    }
     role = fill.cluster_role(3)
     role["metadata"] = {"name": "bench-new-role"}
-    return [(_review(_rbac_request(ordinary, "clusterrolebindings")), True),
-            (_review(_rbac_request(writer, "clusterrolebindings")), False),
-            (_review(_rbac_request(role_binding, "rolebindings")), True),
-            (_review(_rbac_request(role, "clusterroles")), True)]
+    return [
+        (_review(_rbac_request(ordinary, "clusterrolebindings")), True),
+        (_review(_rbac_request(writer, "clusterrolebindings")), False),
+        (_review(_rbac_request(role_binding, "rolebindings")), True),
+        (_review(_rbac_request(role, "clusterroles")), True),
+    ]
 
 
 def daemonset_bodies() -> list[tuple[dict[str, Any], bool]]:
@@ -77,15 +95,45 @@ def daemonset_bodies() -> list[tuple[dict[str, Any], bool]]:
     gvr = {"group": "apps", "version": "v1", "resource": "daemonsets"}
     driver = fill.driver_daemonset()
     driver["metadata"]["name"] = "gpu-driver-v2"
-    plain = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "node-exporter", "namespace": "monitoring"},
-             "spec": {"selector": {"matchLabels": {"app": "node-exporter"}},
-                      "template": {"metadata": {"labels": {"app": "node-exporter"}},
-                                   "spec": {"containers": [{"name": "exporter", "image": "quay.io/prometheus/node-exporter:v1.8.2",
-                                                            "ports": [{"containerPort": 9100}]}]}}}}
+    plain = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "node-exporter", "namespace": "monitoring"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "node-exporter"}},
+            "template": {
+                "metadata": {"labels": {"app": "node-exporter"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "exporter",
+                            "image": "quay.io/prometheus/node-exporter:v1.8.2",
+                            "ports": [{"containerPort": 9100}],
+                        }
+                    ]
+                },
+            },
+        },
+    }
     out = []
     for obj in (driver, plain):
-        out.append((_review({"kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr, "operation": "CREATE",
-                             "name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"], "object": obj}), True))
+        out.append(
+            (
+                _review(
+                    {
+                        "kind": gvk,
+                        "resource": gvr,
+                        "requestKind": gvk,
+                        "requestResource": gvr,
+                        "operation": "CREATE",
+                        "name": obj["metadata"]["name"],
+                        "namespace": obj["metadata"]["namespace"],
+                        "object": obj,
+                    }
+                ),
+                True,
+            )
+        )
     return out
 
 
@@ -93,25 +141,37 @@ def eviction_bodies(scale: fill.Scale) -> list[tuple[dict[str, Any], bool]]:
     """(AdmissionReview, expected allowed) for the eviction endpoint: the driver pod of a node
     holding claims (refused), an ordinary pod, and a driver pod on a node without claims when
     there are more nodes than claims (else a second held driver pod)."""
+
     def request(namespace: str, name: str) -> dict[str, Any]:
-        return {"kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "eviction",
-                "requestKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
-                "requestResource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
-                "name": name, "namespace": namespace,
-                "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}}
+        return {
+            "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "eviction",
+            "requestKind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "name": name,
+            "namespace": namespace,
+            "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}},
+        }
+
     held = fill.driver_pod_name(scale.nodes // 3)
     free = scale.claims < scale.nodes
     other = fill.driver_pod_name(scale.nodes - 1)
-    return [(_review(request(fill.DRIVER_NAMESPACE, held)), False),
-            (_review(request(fill.WORK_NAMESPACE, "web-7d9f8-abcde")), True),
-            (_review(request(fill.DRIVER_NAMESPACE, other)), free)]
+    return [
+        (_review(request(fill.DRIVER_NAMESPACE, held)), False),
+        (_review(request(fill.WORK_NAMESPACE, "web-7d9f8-abcde")), True),
+        (_review(request(fill.DRIVER_NAMESPACE, other)), free),
+    ]
 
 
 def bodies(scale: fill.Scale) -> dict[str, list[tuple[dict[str, Any], bool]]]:
     """policy endpoint path -> [(AdmissionReview dict, expected allowed)]."""
-    return {"/validate/rbac": rbac_bodies(scale), "/mutate/daemonsets": daemonset_bodies(),
-            "/validate/evictions": eviction_bodies(scale)}
+    return {
+        "/validate/rbac": rbac_bodies(scale),
+        "/mutate/daemonsets": daemonset_bodies(),
+        "/validate/evictions": eviction_bodies(scale),
+    }
 
 
 def as_floor(reviews: list[tuple[dict[str, Any], bool]]) -> list[tuple[dict[str, Any], bool]]:
@@ -168,6 +228,7 @@ class Server:
         """The worker's garbage collections so far by generation (python_gc_collections_total,
         prometheus-client's default collector, from /metrics)."""
         import requests
+
         with requests.Session() as sess:
             sess.trust_env = False
             text = sess.get(self.url + "/metrics", verify=str(self.ca_file), timeout=10).text
@@ -179,8 +240,16 @@ class Server:
         return out
 
 
-def run_rate(server: Server, path: str, reviews: list[tuple[dict[str, Any], bool]], *, rate: float, seconds: float,
-             workdir: pathlib.Path, check: bool = False) -> dict[str, Any]:
+def run_rate(
+    server: Server,
+    path: str,
+    reviews: list[tuple[dict[str, Any], bool]],
+    *,
+    rate: float,
+    seconds: float,
+    workdir: pathlib.Path,
+    check: bool = False,
+) -> dict[str, Any]:
     """One constant-rate attack on `path`: latency summary, CPU s per 1,000 reviews, answers checked."""
     tgts = targets(server.url, path, reviews, workdir / "bodies")
     cpu_before = server.cpu()
@@ -202,9 +271,18 @@ def passes(run: Mapping[str, Any], rate: float) -> bool:
     return run["success"] == 1.0 and run["p99"] <= P99_LIMIT_MS and run["throughput"] >= 0.95 * rate
 
 
-def max_throughput(server: Server, path: str, reviews: list[tuple[dict[str, Any], bool]], *, workdir: pathlib.Path,
-                   seconds: float, start: float = 500, step: float = 500, limit: float = 6000,
-                   bisect_steps: int = 2) -> dict[str, Any]:
+def max_throughput(
+    server: Server,
+    path: str,
+    reviews: list[tuple[dict[str, Any], bool]],
+    *,
+    workdir: pathlib.Path,
+    seconds: float,
+    start: float = 500,
+    step: float = 500,
+    limit: float = 6000,
+    bisect_steps: int = 2,
+) -> dict[str, Any]:
     """The highest constant rate (requests/s) at which `passes()` holds: step up from `start` by
     `step` until a rate fails (or `limit`), then bisect `bisect_steps` times between the last good
     and the first bad rate. A rate fails when two runs in a row miss (one stall on a shared
@@ -242,9 +320,17 @@ def max_throughput(server: Server, path: str, reviews: list[tuple[dict[str, Any]
     return {"max_rps": good, "p99_at_max": good_run["p99"] if good_run else None, "tried": tried}
 
 
-def measure(server: Server, scale: fill.Scale, *, workdir: pathlib.Path, rates: tuple[float, ...] = (500, 1000),
-            seconds: float = 15, search_seconds: float = 8, search: bool = True,
-            log: Callable[[str], None] = print) -> dict[str, Any]:
+def measure(
+    server: Server,
+    scale: fill.Scale,
+    *,
+    workdir: pathlib.Path,
+    rates: tuple[float, ...] = (500, 1000),
+    seconds: float = 15,
+    search_seconds: float = 8,
+    search: bool = True,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Every policy endpoint at every rate, each run right after the floor (/validate/noop with
     the same bodies, so the ratio compares the same bytes), then the throughput search (the floor's
     with the RBAC bodies). Returns {endpoint name: {"rates": {rate: run}, "floor": {rate: run},
@@ -260,9 +346,11 @@ def measure(server: Server, scale: fill.Scale, *, workdir: pathlib.Path, rates: 
             figures["floor"][str(int(rate))] = floor
             run = run_rate(server, path, reviews, rate=rate, seconds=seconds, workdir=workdir / name, check=i == 0)
             figures["rates"][str(int(rate))] = run
-            log(f"    {name:10} {rate:>5.0f}/s  p50 {run['p50']:.2f}  p99 {run['p99']:.2f}  p99.9 {run['p99.9']:.2f} ms"
+            log(
+                f"    {name:10} {rate:>5.0f}/s  p50 {run['p50']:.2f}  p99 {run['p99']:.2f}  p99.9 {run['p99.9']:.2f} ms"
                 f"  ok {run['success']:.4f}  cpu {run['cpu_s_per_1000']:.3f} s/1000"
-                f"  (floor p50 {floor['p50']:.2f}  p99 {floor['p99']:.2f} ms)")
+                f"  (floor p50 {floor['p50']:.2f}  p99 {floor['p99']:.2f} ms)"
+            )
             if "answers" in run:
                 figures["answers"] = run.pop("answers")
         figures["peak_rss_mib_steady"] = round(proc_status(server.worker)["peak_rss_bytes"] / 2**20, 1)
@@ -273,8 +361,9 @@ def measure(server: Server, scale: fill.Scale, *, workdir: pathlib.Path, rates: 
         out[name] = figures
     if search:
         floor_reviews = as_floor(bodies(scale)["/validate/rbac"])
-        out["noop"] = {"max": max_throughput(server, "/validate/noop", floor_reviews, workdir=workdir / "noop",
-                                             seconds=search_seconds)}
+        out["noop"] = {
+            "max": max_throughput(server, "/validate/noop", floor_reviews, workdir=workdir / "noop", seconds=search_seconds)
+        }
         log(f"    {'noop':10} max {out['noop']['max']['max_rps']:.0f}/s with p99 <= {P99_LIMIT_MS:g} ms")
     return out
 
@@ -282,8 +371,12 @@ def measure(server: Server, scale: fill.Scale, *, workdir: pathlib.Path, rates: 
 def server_figures(server: Server) -> dict[str, Any]:
     """The worker's RSS now and at peak (MiB), threads, fds."""
     status = proc_status(server.worker)
-    return {"rss_mib": round(status["rss_bytes"] / 2**20, 1), "peak_rss_mib": round(status["peak_rss_bytes"] / 2**20, 1),
-            "threads": status["threads"], "fds": status["fds"]}
+    return {
+        "rss_mib": round(status["rss_bytes"] / 2**20, 1),
+        "peak_rss_mib": round(status["peak_rss_bytes"] / 2**20, 1),
+        "threads": status["threads"],
+        "fds": status["fds"],
+    }
 
 
 def sync_seconds(log_text: str) -> dict[str, Any]:
@@ -319,18 +412,26 @@ def per_review_requests(counts: Mapping[str, int]) -> int:
     watches (renewed by the informers on their own), Leases (the periodic audit's and the
     certificate writer's coordination) and APIServices (the check that the API is the real one),
     each on their own clocks."""
-    return sum(n for key, n in counts.items()
-               if not key.startswith("watch ") and not key.endswith((" leases", " apiservices")))
+    return sum(n for key, n in counts.items() if not key.startswith("watch ") and not key.endswith((" leases", " apiservices")))
 
 
-def profile(server: Server, scale: fill.Scale, *, out_dir: pathlib.Path, workdir: pathlib.Path, rate: float = 500,
-            seconds: float = 12, log: Callable[[str], None] = print) -> dict[str, str]:
+def profile(
+    server: Server,
+    scale: fill.Scale,
+    *,
+    out_dir: pathlib.Path,
+    workdir: pathlib.Path,
+    rate: float = 500,
+    seconds: float = 12,
+    log: Callable[[str], None] = print,
+) -> dict[str, str]:
     """Sample the worker with py-spy (only while it holds the GIL, so CPU, not waiting) during one
     run of each endpoint and its floor at `rate`. Writes <name>.svg (flame graph) and <name>.txt
     (collapsed stacks) per run into out_dir; returns {run name: svg path}. Raises SystemExit when
     py-spy is missing (pip install -e '.[bench]')."""
     import shutil
     import subprocess
+
     if shutil.which("py-spy") is None:
         raise SystemExit("--profile needs py-spy: pip install -e '.[bench]'")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -340,10 +441,26 @@ def profile(server: Server, scale: fill.Scale, *, out_dir: pathlib.Path, workdir
         for target, rv, label in ((path, reviews, name), ("/validate/noop", as_floor(reviews), f"{name}-floor")):
             run_rate(server, target, rv, rate=200, seconds=2, workdir=workdir / label)
             for fmt, suffix in (("flamegraph", "svg"), ("raw", "txt")):
-                spy = subprocess.Popen(["py-spy", "record", "--pid", str(server.worker), "--duration", f"{seconds:g}",
-                                        "--rate", "200", "--gil", "--nonblocking", "--format", fmt,
-                                        "--output", str(out_dir / f"profile-{label}.{suffix}")],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                spy = subprocess.Popen(
+                    [
+                        "py-spy",
+                        "record",
+                        "--pid",
+                        str(server.worker),
+                        "--duration",
+                        f"{seconds:g}",
+                        "--rate",
+                        "200",
+                        "--gil",
+                        "--nonblocking",
+                        "--format",
+                        fmt,
+                        "--output",
+                        str(out_dir / f"profile-{label}.{suffix}"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
                 run_rate(server, target, rv, rate=rate, seconds=seconds, workdir=workdir / label)
                 spy.wait()
             written[label] = str(out_dir / f"profile-{label}.svg")
@@ -356,16 +473,27 @@ def protected_role_bodies() -> list[tuple[dict[str, Any], bool]]:
     guard reads every ClusterRoleBinding from the API before judging such a role (a binding created
     a moment earlier may not have reached its watch), at most once per
     cluster.bindingRefreshIntervalSeconds: the one review that makes API requests."""
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "bench-new-slice-writer"},
-            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create", "update", "delete"]}]}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "bench-new-slice-writer"},
+        "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create", "update", "delete"]}],
+    }
     return [(_review(_rbac_request(role, "clusterroles")), True)]
 
 
-def measure_protected_role(server: Server, *, audit_events: Callable[[], list[dict[str, Any]]], workdir: pathlib.Path,
-                           rate: float = 2, seconds: float = 10) -> dict[str, Any]:
+def measure_protected_role(
+    server: Server,
+    *,
+    audit_events: Callable[[], list[dict[str, Any]]],
+    workdir: pathlib.Path,
+    rate: float = 2,
+    seconds: float = 10,
+) -> dict[str, Any]:
     """The rare RBAC review that reads the API: latency at a low `rate`, and the API requests it
     made per review (from the audit log, via `audit_events()`, dra-guard's events)."""
     import datetime
+
     reviews = protected_role_bodies()
     since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     run = run_rate(server, "/validate/rbac", reviews, rate=rate, seconds=seconds, workdir=workdir, check=True)

@@ -27,6 +27,7 @@ about serving, not the policies' lookups. Scenarios:
   answer (the right uid; eviction 429, RBAC 503, DaemonSets allowed with a warning), answered
   after the 3 s timeout, or not answered.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,9 @@ from tests.serve import free_port  # noqa: E402
 TIMEOUT = 3.0  # the chart's webhook timeoutSeconds
 
 
-def start(work: pathlib.Path, code: pathlib.Path | None,
-          config: pathlib.Path | None = None) -> tuple[subprocess.Popen[bytes], str, str]:
+def start(
+    work: pathlib.Path, code: pathlib.Path | None, config: pathlib.Path | None = None
+) -> tuple[subprocess.Popen[bytes], str, str]:
     """`dra-guard serve --self-signed --no-cluster` in `work` (from `code` when given, with the
     config file `config` when given): (the process, its URL, its CA file), once /readyz says 200."""
     port = free_port()
@@ -60,10 +62,27 @@ def start(work: pathlib.Path, code: pathlib.Path | None,
     if code is not None:
         env["PYTHONPATH"] = str(code) + os.pathsep + env.get("PYTHONPATH", "")
     log = open(work / "serve.log", "ab")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "webhook.cli", "serve", "--self-signed", str(work / "tls"),
-                             "--no-cluster", "--host", "127.0.0.1", "--port", str(port),
-                             *(["--config", str(config)] if config else [])],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(code or work), start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "serve",
+            "--self-signed",
+            str(work / "tls"),
+            "--no-cluster",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *(["--config", str(config)] if config else []),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=str(code or work),
+        start_new_session=True,
+    )
     url, ca = f"https://127.0.0.1:{port}", str(work / "tls" / "ca.crt")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -111,8 +130,9 @@ def under_flood(url: str, ca: str, flood_body: bytes, *, clients: int, seconds: 
             timed_post(s, url + "/validate/rbac", flood_body, timeout=15)
             sent[0] += 1
 
-    eviction = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                           "request": eviction_request("gpu-driver-x")}).encode()
+    eviction = json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("gpu-driver-x")}
+    ).encode()
     threads = [threading.Thread(target=flood, daemon=True) for _ in range(clients)]
     for t in threads:
         t.start()
@@ -127,9 +147,13 @@ def under_flood(url: str, ca: str, flood_body: bytes, *, clients: int, seconds: 
     for t in threads:
         t.join(20)
     done = [a for a in answers if a is not None]
-    return {"evictions": len(answers), "flood_reviews_sent": sent[0],
-            "eviction_median_s": statistics.median(done) if done else None, "eviction_max_s": max(done) if done else None,
-            "eviction_over_timeout": sum(1 for a in answers if a is None or a > TIMEOUT)}
+    return {
+        "evictions": len(answers),
+        "flood_reviews_sent": sent[0],
+        "eviction_median_s": statistics.median(done) if done else None,
+        "eviction_max_s": max(done) if done else None,
+        "eviction_over_timeout": sum(1 for a in answers if a is None or a > TIMEOUT),
+    }
 
 
 def parallel(url: str, ca: str, count: int = 200) -> dict[str, Any]:
@@ -144,9 +168,13 @@ def parallel(url: str, ca: str, count: int = 200) -> dict[str, Any]:
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
         answers = list(pool.map(one, bodies))
     done = [a for a in answers if a is not None]
-    return {"reviews": count, "answered": len(done), "slowest_s": max(done) if done else None,
-            "median_s": statistics.median(done) if done else None,
-            "over_timeout_or_missing": sum(1 for a in answers if a is None or a > TIMEOUT)}
+    return {
+        "reviews": count,
+        "answered": len(done),
+        "slowest_s": max(done) if done else None,
+        "median_s": statistics.median(done) if done else None,
+        "over_timeout_or_missing": sum(1 for a in answers if a is None or a > TIMEOUT),
+    }
 
 
 def burst_tool() -> str:
@@ -156,8 +184,12 @@ def burst_tool() -> str:
     binary = cache_dir() / "bin" / "burst"
     source = pathlib.Path(__file__).resolve().parent / "burst"
     if not binary.exists() or binary.stat().st_mtime < (source / "main.go").stat().st_mtime:
-        subprocess.run(["go", "build", "-o", str(binary), "."], check=True, cwd=source,
-                       env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"})
+        subprocess.run(
+            ["go", "build", "-o", str(binary), "."],
+            check=True,
+            cwd=source,
+            env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
+        )
     return str(binary)
 
 
@@ -167,14 +199,36 @@ def burst(url: str, ca: str, work: pathlib.Path, *, count: int = 200, rounds: in
     left idle after their TLS handshake), `rounds` times: per round, answers within TIMEOUT, the
     rest (late, reset, none), and the slowest."""
     (work / "burst.json").write_bytes(apiserver_order(review(binding("b", "view", [subject("Group", "g")]))))
-    out = subprocess.run([burst_tool(), "-url", url + "/validate/rbac", "-ca", ca, "-body", str(work / "burst.json"),
-                          "-n", str(count), "-rounds", str(rounds)], check=True, capture_output=True).stdout
+    out = subprocess.run(
+        [
+            burst_tool(),
+            "-url",
+            url + "/validate/rbac",
+            "-ca",
+            ca,
+            "-body",
+            str(work / "burst.json"),
+            "-n",
+            str(count),
+            "-rounds",
+            str(rounds),
+        ],
+        check=True,
+        capture_output=True,
+    ).stdout
     result = []
     for answers in json.loads(out):
         in_time = [a["seconds"] for a in answers if a["status"] == 200 and a["seconds"] <= TIMEOUT]
-        result.append({"reviews": count, "in_time": len(in_time), "late_or_failed": count - len(in_time),
-                       "errors": sorted({a["error"].rsplit(": ", 1)[-1] for a in answers if a.get("error")})[:3],
-                       "slowest_s": max(a["seconds"] for a in answers), "median_s": statistics.median(a["seconds"] for a in answers)})
+        result.append(
+            {
+                "reviews": count,
+                "in_time": len(in_time),
+                "late_or_failed": count - len(in_time),
+                "errors": sorted({a["error"].rsplit(": ", 1)[-1] for a in answers if a.get("error")})[:3],
+                "slowest_s": max(a["seconds"] for a in answers),
+                "median_s": statistics.median(a["seconds"] for a in answers),
+            }
+        )
     return {"rounds": result}
 
 
@@ -182,8 +236,9 @@ def apiserver_order(review_: dict[str, Any]) -> bytes:
     """The AdmissionReview as the kube-apiserver serializes it: kind, apiVersion, then request with
     uid first (what webhook.admission.peek_review reads without parsing the rest)."""
     request = review_["request"]
-    return json.dumps({"kind": "AdmissionReview", "apiVersion": review_["apiVersion"],
-                       "request": {"uid": request["uid"], **request}}).encode()
+    return json.dumps(
+        {"kind": "AdmissionReview", "apiVersion": review_["apiVersion"], "request": {"uid": request["uid"], **request}}
+    ).encode()
 
 
 def overload_bodies() -> dict[str, tuple[bytes, str]]:
@@ -193,14 +248,19 @@ def overload_bodies() -> dict[str, tuple[bytes, str]]:
 
     rbac = review(binding("ok", "view", [subject("Group", "g")]))
     daemonset = daemonset_bodies()[0][0]
-    eviction = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                "request": {**eviction_request("gpu-driver-x"), "uid": "3f1c2f4e-0b4e-4a43-9d4c-7b1e6c0a9e01"}}
-    return {"/validate/rbac": (apiserver_order(rbac), "503"), "/mutate/daemonsets": (apiserver_order(daemonset), "warn"),
-            "/validate/evictions": (apiserver_order(eviction), "429")}
+    eviction = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {**eviction_request("gpu-driver-x"), "uid": "3f1c2f4e-0b4e-4a43-9d4c-7b1e6c0a9e01"},
+    }
+    return {
+        "/validate/rbac": (apiserver_order(rbac), "503"),
+        "/mutate/daemonsets": (apiserver_order(daemonset), "warn"),
+        "/validate/evictions": (apiserver_order(eviction), "429"),
+    }
 
 
-def classify(codes: list[int], latencies_ms: list[float], bodies: list[bytes], *, uid: str,
-             shed_as: str) -> dict[str, Any]:
+def classify(codes: list[int], latencies_ms: list[float], bodies: list[bytes], *, uid: str, shed_as: str) -> dict[str, Any]:
     """Each answer of an overload run: judged in time, shed (the overload answer: well-formed, the
     right uid, the policy's failure mode `shed_as`) or shed wrongly, answered after TIMEOUT, or
     none (no HTTP 200: refused, reset, or no answer within the client's timeout)."""
@@ -245,28 +305,45 @@ def classify(codes: list[int], latencies_ms: list[float], bodies: list[bytes], *
         values = sorted(values)
         return values[min(len(values) - 1, int(len(values) * q))] / 1000 if values else None
 
-    return {"requests": len(codes), "judged_in_time": len(judged), "shed_well_formed": len(shed),
-            "wrong_answers": wrong, "answered_after_timeout": late, "no_answer": missing,
-            "evictions_allowed_unjudged": allowed_unjudged_evictions,
-            "judged_p50_s": pct(judged, 0.5), "judged_p99_s": pct(judged, 0.99), "judged_max_s": pct(judged, 1.0),
-            "shed_p50_s": pct(shed, 0.5), "shed_p99_s": pct(shed, 0.99), "shed_max_s": pct(shed, 1.0)}
+    return {
+        "requests": len(codes),
+        "judged_in_time": len(judged),
+        "shed_well_formed": len(shed),
+        "wrong_answers": wrong,
+        "answered_after_timeout": late,
+        "no_answer": missing,
+        "evictions_allowed_unjudged": allowed_unjudged_evictions,
+        "judged_p50_s": pct(judged, 0.5),
+        "judged_p99_s": pct(judged, 0.99),
+        "judged_max_s": pct(judged, 1.0),
+        "shed_p50_s": pct(shed, 0.5),
+        "shed_p99_s": pct(shed, 0.99),
+        "shed_max_s": pct(shed, 1.0),
+    }
 
 
-def capacity(url: str, ca: str, work: pathlib.Path, path: str, body: bytes, *, seconds: float = 5.0,
-             clients: int = 8) -> float:
+def capacity(url: str, ca: str, work: pathlib.Path, path: str, body: bytes, *, seconds: float = 5.0, clients: int = 8) -> float:
     """Reviews per second one worker judges when `clients` callers each wait for their answer
     (vegeta, keep-alive HTTPS, a closed loop: no queue builds, nothing is shed)."""
     from bench.common import Target, attack
 
     (work / "capacity.json").write_bytes(body)
-    result = attack([Target(url=url + path, body=work / "capacity.json")], rate=0, seconds=seconds,
-                    workdir=work / "vegeta-capacity", ca_file=pathlib.Path(ca), timeout=10, http2=False,
-                    max_workers=clients)
+    result = attack(
+        [Target(url=url + path, body=work / "capacity.json")],
+        rate=0,
+        seconds=seconds,
+        workdir=work / "vegeta-capacity",
+        ca_file=pathlib.Path(ca),
+        timeout=10,
+        http2=False,
+        max_workers=clients,
+    )
     return result.ok / seconds
 
 
-def overload(url: str, ca: str, work: pathlib.Path, *, seconds: float, factor: float,
-             rate: float = 0, paths: tuple[str, ...] = ()) -> dict[str, Any]:
+def overload(
+    url: str, ca: str, work: pathlib.Path, *, seconds: float, factor: float, rate: float = 0, paths: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Per endpoint: its capacity (capacity()), measured right before, then reviews offered at
     `factor` times it (or at `rate`) for `seconds` with vegeta over keep-alive HTTPS (new
     connections when all are busy, as the apiserver's client does), each answer classified."""
@@ -281,14 +358,24 @@ def overload(url: str, ca: str, work: pathlib.Path, *, seconds: float, factor: f
         name = path.rsplit("/", 1)[1]
         (work / f"{name}.json").write_bytes(body)
         kernel_before = kernel_tcp_counters()
-        result = attack([Target(url=url + path, body=work / f"{name}.json")], rate=offered, seconds=seconds,
-                        workdir=work / f"vegeta-{name}", ca_file=pathlib.Path(ca), keep_bodies=True, timeout=10,
-                        http2=False)
+        result = attack(
+            [Target(url=url + path, body=work / f"{name}.json")],
+            rate=offered,
+            seconds=seconds,
+            workdir=work / f"vegeta-{name}",
+            ca_file=pathlib.Path(ca),
+            keep_bodies=True,
+            timeout=10,
+            http2=False,
+        )
         uid = json.loads(body)["request"]["uid"]
-        out[name] = {"capacity_per_s": round(cap, 1), "offered_per_s": offered,
-                     **classify(result.codes, result.latencies_ms, result.bodies, uid=uid, shed_as=shed_as),
-                     "errors": result.errors[:3],
-                     "kernel_tcp": kernel_tcp_since(kernel_before)}
+        out[name] = {
+            "capacity_per_s": round(cap, 1),
+            "offered_per_s": offered,
+            **classify(result.codes, result.latencies_ms, result.bodies, uid=uid, shed_as=shed_as),
+            "errors": result.errors[:3],
+            "kernel_tcp": kernel_tcp_since(kernel_before),
+        }
         time.sleep(3)  # let the queue and the connections of this run drain
     return out
 
@@ -298,16 +385,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--code", type=pathlib.Path, help="run webhook/ and certs/ from this folder (before)")
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each flood, seconds")
     parser.add_argument("--out", type=pathlib.Path, help="write the figures as JSON here")
-    parser.add_argument("--overload-factor", type=float, default=2.0,
-                        help="overload: offered rate as a multiple of the endpoint's measured capacity")
+    parser.add_argument(
+        "--overload-factor",
+        type=float,
+        default=2.0,
+        help="overload: offered rate as a multiple of the endpoint's measured capacity",
+    )
     parser.add_argument("--overload-rate", type=float, default=0, help="overload: this rate (reviews/s) instead")
-    parser.add_argument("--path", action="append", default=[],
-                        help="overload: only this endpoint (repeatable; default: rbac, daemonsets, evictions)")
-    parser.add_argument("--only", choices=("", "heavy", "forged", "parallel", "burst", "overload"), default="",
-                        help="run one scenario (and the floor)")
+    parser.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        help="overload: only this endpoint (repeatable; default: rbac, daemonsets, evictions)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=("", "heavy", "forged", "parallel", "burst", "overload"),
+        default="",
+        help="run one scenario (and the floor)",
+    )
     args = parser.parse_args(argv)
-    heavy = cluster_role("heavy", [rule(["resourceslices"], ["create"])], aggregation=[{"matchExpressions": [
-        {"key": "k", "operator": "In", "values": [f"value-{i:07d}" for i in range(420_000)]}]}])
+    heavy = cluster_role(
+        "heavy",
+        [rule(["resourceslices"], ["create"])],
+        aggregation=[
+            {"matchExpressions": [{"key": "k", "operator": "In", "values": [f"value-{i:07d}" for i in range(420_000)]}]}
+        ],
+    )
     forged = cluster_role("forged", [rule(["resourceslices"], ["create"])])
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
@@ -325,8 +429,15 @@ def main(argv: list[str] | None = None) -> int:
             if args.only in ("", "burst"):
                 results["burst"] = burst(url, ca, work)
             if args.only in ("", "overload"):
-                results["overload"] = overload(url, ca, work, seconds=args.seconds, factor=args.overload_factor,
-                                               rate=args.overload_rate, paths=tuple(args.path))
+                results["overload"] = overload(
+                    url,
+                    ca,
+                    work,
+                    seconds=args.seconds,
+                    factor=args.overload_factor,
+                    rate=args.overload_rate,
+                    paths=tuple(args.path),
+                )
         finally:
             proc.terminate()
             proc.wait(30)

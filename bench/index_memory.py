@@ -9,6 +9,7 @@ CPU load on the machine does not change these figures.
     python -m bench.index_memory                      # the envelope: 50k roles, 5k nodes, 100k pods
     python -m bench.index_memory --roles 5000 --nodes 1000 --claims 10000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -109,8 +110,9 @@ def measure(roles: int, nodes: int, count: int) -> dict[str, Any]:
     out["claims_and_slices_mib"] = round((after_claims - after_pods) / 2**20, 1)
     out["claims_bytes_per_claim"] = round((after_claims - after_pods) / max(count, 1))
     out["total_mib"] = round((after_claims - start) / 2**20, 1)
-    out["top"] = [f"{stat.size / 2**20:.1f} MiB {stat.traceback.format()[-1].strip()}"
-                  for stat in snapshot.compare_to(base, "lineno")[:8]]
+    out["top"] = [
+        f"{stat.size / 2**20:.1f} MiB {stat.traceback.format()[-1].strip()}" for stat in snapshot.compare_to(base, "lineno")[:8]
+    ]
     tracemalloc.stop()
     assert idx.sizes()["pods"] == nodes + count and rbac.sizes()["clusterroles"] == roles  # everything was kept
     return out

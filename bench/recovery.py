@@ -24,6 +24,7 @@ Per round and engine (the engines interleaved), a fresh `dra-guard serve --self-
 Every latency is also given as a ratio to the floor of the same run (`*_x_floor`): this machine's
 speed varies with what else runs on it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,7 @@ from bench.flood import TIMEOUT, capacity, classify, floor, overload_bodies, ses
 
 PROBE_PERIOD = 0.1  # seconds between recovery probes
 CPU_RATE, CPU_SECONDS = 200, 5.0  # reviews/s and seconds of the CPU-per-review runs
-AFTER = 10.0        # seconds probed after the offered load ends
+AFTER = 10.0  # seconds probed after the offered load ends
 
 
 def probe(url: str, ca: str, path: str, body: bytes, seconds: float, out: Any) -> None:
@@ -80,8 +81,15 @@ def one_round(engine: str, work: pathlib.Path, *, path: str, seconds: float, fac
         for name, target, payload in (("noop", "/validate/noop", body), ("endpoint", path, body)):
             (work / f"cpu-{name}.json").write_bytes(payload)
             before = cpu_seconds(pid)
-            run = attack([Target(url=url + target, body=work / f"cpu-{name}.json")], rate=CPU_RATE, seconds=CPU_SECONDS,
-                         workdir=work / f"vegeta-cpu-{name}", ca_file=pathlib.Path(ca), timeout=10, http2=False)
+            run = attack(
+                [Target(url=url + target, body=work / f"cpu-{name}.json")],
+                rate=CPU_RATE,
+                seconds=CPU_SECONDS,
+                workdir=work / f"vegeta-cpu-{name}",
+                ca_file=pathlib.Path(ca),
+                timeout=10,
+                http2=False,
+            )
             cpu_per_1000[name] = round((cpu_seconds(pid) - before) / max(1, run.ok) * 1000, 3)
         cap = capacity(url, ca, work, path, body)
         offered = round(factor * cap)
@@ -90,16 +98,27 @@ def one_round(engine: str, work: pathlib.Path, *, path: str, seconds: float, fac
         prober = multiprocessing.get_context("fork").Process(target=probe, args=(url, ca, path, body, seconds + AFTER, send))
         started = time.monotonic()
         prober.start()
-        result = attack([Target(url=url + path, body=work / "overload.json")], rate=offered, seconds=seconds,
-                        workdir=work / "vegeta", ca_file=pathlib.Path(ca), keep_bodies=True, timeout=10, http2=False)
+        result = attack(
+            [Target(url=url + path, body=work / "overload.json")],
+            rate=offered,
+            seconds=seconds,
+            workdir=work / "vegeta",
+            ca_file=pathlib.Path(ca),
+            keep_bodies=True,
+            timeout=10,
+            http2=False,
+        )
         ended = started + seconds  # the last review offered; vegeta returns once every answer is in
         probes: list[tuple[float, float | None]] = receive.recv()
         prober.join(TIMEOUT + 1)
         uid = json.loads(body)["request"]["uid"]
         answers = classify(result.codes, result.latencies_ms, result.bodies, uid=uid, shed_as=shed_as)
         threshold = 2 * idle_p50 + 0.001
-        slow_after = [sent + (latency if latency is not None else TIMEOUT) for sent, latency in probes
-                      if sent + (latency or TIMEOUT) > ended and (latency is None or latency > threshold)]
+        slow_after = [
+            sent + (latency if latency is not None else TIMEOUT)
+            for sent, latency in probes
+            if sent + (latency or TIMEOUT) > ended and (latency is None or latency > threshold)
+        ]
         after = [latency for sent, latency in probes if sent >= ended]
         windows = []
         for second in range(int(AFTER)):
@@ -107,15 +126,21 @@ def one_round(engine: str, work: pathlib.Path, *, path: str, seconds: float, fac
             done = [lat for lat in window if lat is not None]
             windows.append(round(statistics.median(done) / unit, 1) if done else None)
         return {
-            "engine": engine, "floor_median_s": unit,
-            "noload_p50_s": idle_p50, "noload_p99_s": idle_p99,
-            "noload_p50_x_floor": round(idle_p50 / unit, 2), "noload_p99_x_floor": round(idle_p99 / unit, 2),
+            "engine": engine,
+            "floor_median_s": unit,
+            "noload_p50_s": idle_p50,
+            "noload_p99_s": idle_p99,
+            "noload_p50_x_floor": round(idle_p50 / unit, 2),
+            "noload_p99_x_floor": round(idle_p99 / unit, 2),
             "cpu_s_per_1000": cpu_per_1000,
-            "capacity_per_s": round(cap, 1), "offered_per_s": offered, "seconds": seconds,
+            "capacity_per_s": round(cap, 1),
+            "offered_per_s": offered,
+            "seconds": seconds,
             "goodput": round(answers["judged_in_time"] / (cap * seconds), 3) if cap else None,
             **answers,
             "recovered_after_s": round(max(slow_after) - ended, 2) if slow_after else 0.0,
-            "probes_after_end": len(after), "probes_after_end_unanswered": sum(1 for lat in after if lat is None),
+            "probes_after_end": len(after),
+            "probes_after_end_unanswered": sum(1 for lat in after if lat is None),
             "probe_p50_x_floor_per_second_after_end": windows,
         }
     finally:
@@ -136,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dra-guard-recovery-") as tmp:
         for round_ in range(args.rounds):
             for engine in args.engines.split(","):
-                run = one_round(engine, pathlib.Path(tmp) / f"{engine}-{round_}", path=args.path,
-                                seconds=args.seconds, factor=args.factor)
+                run = one_round(
+                    engine, pathlib.Path(tmp) / f"{engine}-{round_}", path=args.path, seconds=args.seconds, factor=args.factor
+                )
                 print(json.dumps(run), flush=True)
                 runs.append(run)
     if args.out:

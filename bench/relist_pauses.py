@@ -15,6 +15,7 @@ by generation, and the relist's seconds. CPU-bound: run it on a quiet machine.
 A 1 ms switch interval cut the probe's p50 from 5.2 to 1.2 ms here, but made the real server's
 tail worse at the envelope (bench/RESULTS.md): the worker keeps the interpreter's default.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,8 +79,12 @@ def measure(roles: int, nodes: int, claims: int, *, switch_interval: float, sett
     bodies["clusterrolebindings"] = pages(o for o in rbac_objects if o["kind"] == "ClusterRoleBinding")
     del rbac_objects
     rbac, idx = RbacIndex(), ClaimIndex(from_mapping(None).detection)
-    relists = {"pods": idx.replace_pods, "resourceclaims": idx.replace_claims,
-               "clusterroles": rbac.replace_roles, "clusterrolebindings": rbac.replace_bindings}
+    relists = {
+        "pods": idx.replace_pods,
+        "resourceclaims": idx.replace_claims,
+        "clusterroles": rbac.replace_roles,
+        "clusterrolebindings": rbac.replace_bindings,
+    }
     for name, replace in relists.items():  # the first list, as at start-up
         replace(stream(bodies[name], settle))
     release_free_memory() if settle else None
@@ -126,12 +131,20 @@ def measure(roles: int, nodes: int, claims: int, *, switch_interval: float, sett
         sys.setswitchinterval(default_interval)
     return {
         "scale": {"roles": roles, "nodes": nodes, "claims": claims},
-        "switch_interval_s": switch_interval, "settle_each_page": settle,
+        "switch_interval_s": switch_interval,
+        "settle_each_page": settle,
         "relist_seconds": seconds,
-        "probe_delay_ms": {"n": len(delays), "p50": percentile(delays, 0.5), "p99": percentile(delays, 0.99),
-                           "p99.9": percentile(delays, 0.999), "max": percentile(delays, 1.0)},
-        "gc_pauses_ms": {f"gen{g}": {"n": len(v), "max": percentile(v, 1.0), "total": round(sum(v) * 1000, 1)}
-                         for g, v in sorted(pauses.items())},
+        "probe_delay_ms": {
+            "n": len(delays),
+            "p50": percentile(delays, 0.5),
+            "p99": percentile(delays, 0.99),
+            "p99.9": percentile(delays, 0.999),
+            "max": percentile(delays, 1.0),
+        },
+        "gc_pauses_ms": {
+            f"gen{g}": {"n": len(v), "max": percentile(v, 1.0), "total": round(sum(v) * 1000, 1)}
+            for g, v in sorted(pauses.items())
+        },
     }
 
 
@@ -141,12 +154,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--roles", type=int, default=envelope.ENVELOPE.roles)
     parser.add_argument("--nodes", type=int, default=envelope.ENVELOPE.nodes)
     parser.add_argument("--claims", type=int, default=envelope.ENVELOPE.claims)
-    parser.add_argument("--switch-interval", type=float, default=sys.getswitchinterval(),
-                        help="the interpreter's thread switch interval, seconds (default: the interpreter's, as in the worker)")
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=sys.getswitchinterval(),
+        help="the interpreter's thread switch interval, seconds (default: the interpreter's, as in the worker)",
+    )
     parser.add_argument("--no-settle", action="store_true", help="no settle_page() per page (the collector as before)")
     args = parser.parse_args(argv)
-    print(json.dumps(measure(args.roles, args.nodes, args.claims, switch_interval=args.switch_interval,
-                             settle=not args.no_settle), indent=2))
+    print(
+        json.dumps(
+            measure(args.roles, args.nodes, args.claims, switch_interval=args.switch_interval, settle=not args.no_settle),
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -26,6 +26,7 @@ dra-guard its API requests (audit log, by verb) and peak RSS.
 Target (issue 9): scheduler SLI p99 with dra-guard / without <= 1.05. Exit code 0 when every run
 completed with all pods bound, 1 otherwise (the ratio is a figure, not a pass/fail criterion).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,8 +87,13 @@ def percentile(values: Iterable[float], q: float) -> float | None:
 def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
     """{"n", "p50", "p99", "max", "mean"} of `values` (same unit as the values; None when empty)."""
     vals = list(values)
-    return {"n": len(vals), "p50": percentile(vals, 0.50), "p99": percentile(vals, 0.99),
-            "max": max(vals) if vals else None, "mean": statistics.fmean(vals) if vals else None}
+    return {
+        "n": len(vals),
+        "p50": percentile(vals, 0.50),
+        "p99": percentile(vals, 0.99),
+        "max": max(vals) if vals else None,
+        "mean": statistics.fmean(vals) if vals else None,
+    }
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
@@ -143,8 +149,11 @@ def counter_by(samples: Iterable[tuple[str, dict[str, str], float]], name: str, 
 def histogram_delta(after: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
     """after - before for two histogram() results of the same process (bucket by bucket)."""
     bounds = sorted(set(after["buckets"]) | set(before["buckets"]))
-    return {"buckets": {b: after["buckets"].get(b, 0.0) - before["buckets"].get(b, 0.0) for b in bounds},
-            "sum": after["sum"] - before["sum"], "count": after["count"] - before["count"]}
+    return {
+        "buckets": {b: after["buckets"].get(b, 0.0) - before["buckets"].get(b, 0.0) for b in bounds},
+        "sum": after["sum"] - before["sum"],
+        "count": after["count"] - before["count"],
+    }
 
 
 def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
@@ -181,8 +190,9 @@ class Pacer:
     `clock`/`sleep` are injectable for tests.
     """
 
-    def __init__(self, rate: float, *, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self, rate: float, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         if rate <= 0:
             raise ValueError(f"rate must be > 0, got {rate}")
         self.rate = rate
@@ -229,9 +239,17 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def resource_slice(node: str, devices: int = DEVICES_PER_NODE) -> dict[str, Any]:
     """A ResourceSlice publishing `devices` devices of DRIVER on `node` (its own pool)."""
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-gpu"},
-            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                     "devices": [{"name": f"gpu-{i}"} for i in range(devices)]}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": f"gpu-{i}"} for i in range(devices)],
+        },
+    }
 
 
 def workload_pod(name: str, kind: str, round_: int | None = None) -> dict[str, Any]:
@@ -241,24 +259,37 @@ def workload_pod(name: str, kind: str, round_: int | None = None) -> dict[str, A
     labels = {"app": "scale", "kind": kind}
     if round_ is not None:
         labels["round"] = str(round_)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
-            "spec": {"tolerations": TOLERATE_ALL, "terminationGracePeriodSeconds": 0,
-                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-                     "containers": [{"name": "c", "image": "registry.example/app:v1",
-                                     "resources": {"claims": [{"name": "gpu"}]}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "tolerations": TOLERATE_ALL,
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+            "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
 
 
 def cluster_objects() -> list[dict[str, Any]]:
     """DeviceClass, the workload and driver namespaces, the ResourceClaimTemplate, the driver's ServiceAccount."""
     return [
-        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DEVICE_CLASS},
-         "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]}},
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DEVICE_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+        },
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "driver", "namespace": DRIVER_NAMESPACE}},
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-         "metadata": {"name": "gpu", "namespace": NAMESPACE},
-         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}]}}}},
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpu", "namespace": NAMESPACE},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}]}}},
+        },
     ]
 
 
@@ -332,8 +363,12 @@ class Tracker:
         with self.cond:
             by_pod = {c["pod"]: c for c in self.claims.values() if "pod" in c}
             recs = [(n, self.pods[n]) for n in (names if names is not None else list(self.pods)) if n in self.pods]
-            out: dict[str, list[float]] = {"create_to_bound": [], "create_to_claim_created": [],
-                                           "create_to_claim_allocated": [], "create_request": []}
+            out: dict[str, list[float]] = {
+                "create_to_bound": [],
+                "create_to_claim_created": [],
+                "create_to_claim_allocated": [],
+                "create_request": [],
+            }
             for name, rec in recs:
                 if "created" not in rec:
                     continue
@@ -354,8 +389,14 @@ class Watch(threading.Thread):
     for each object listed ("SYNC") and each event. Re-watches when the server ends the watch and
     re-lists on 410 Gone. stop() ends it."""
 
-    def __init__(self, session: requests.Session, url: str, handler: Callable[[str, Mapping[str, Any], float], None],
-                 name: str, restarts: collections.Counter) -> None:
+    def __init__(
+        self,
+        session: requests.Session,
+        url: str,
+        handler: Callable[[str, Mapping[str, Any], float], None],
+        name: str,
+        restarts: collections.Counter,
+    ) -> None:
         super().__init__(name=f"watch-{name}", daemon=True)
         self.session, self.url, self.handler, self.restarts = session, url, handler, restarts
         self.key = name
@@ -496,9 +537,18 @@ def _stdout_log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def run_scenario(workdir: pathlib.Path, *, with_guard: bool, nodes: int = 100, long_lived: int = 720,
-                 churned: int = 80, churn_rounds: int = 10, qps: float = 10.0,
-                 bind_timeout: float = 180.0, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_scenario(
+    workdir: pathlib.Path,
+    *,
+    with_guard: bool,
+    nodes: int = 100,
+    long_lived: int = 720,
+    churned: int = 80,
+    churn_rounds: int = 10,
+    qps: float = 10.0,
+    bind_timeout: float = 180.0,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Run the scale scenario once on a fresh ControlPlane in `workdir` (must be empty or missing).
 
     Args:
@@ -531,13 +581,26 @@ def run_scenario(workdir: pathlib.Path, *, with_guard: bool, nodes: int = 100, l
     _log = log or _stdout_log
     started = time.monotonic()
     workdir = pathlib.Path(workdir)
-    cp = ControlPlane(workdir / "cluster", controllers=True, audit_log=True,
-                      bin_dir=binaries.build_control_plane(), tools_dir=binaries.client_tools_dir())
+    cp = ControlPlane(
+        workdir / "cluster",
+        controllers=True,
+        audit_log=True,
+        bin_dir=binaries.build_control_plane(),
+        tools_dir=binaries.client_tools_dir(),
+    )
     guard = None
     watches: list[Watch] = []
-    result: dict[str, Any] = {"with_guard": with_guard,
-                              "params": {"nodes": nodes, "long_lived": long_lived, "churned": churned,
-                                         "churn_rounds": churn_rounds, "qps": qps, "devices_per_node": DEVICES_PER_NODE}}
+    result: dict[str, Any] = {
+        "with_guard": with_guard,
+        "params": {
+            "nodes": nodes,
+            "long_lived": long_lived,
+            "churned": churned,
+            "churn_rounds": churn_rounds,
+            "qps": qps,
+            "devices_per_node": DEVICES_PER_NODE,
+        },
+    }
     try:
         cp.start()
         sess = cp.session("admin")
@@ -548,8 +611,9 @@ def run_scenario(workdir: pathlib.Path, *, with_guard: bool, nodes: int = 100, l
             _post(sess, f"{api}/api/v1/nodes", fake_node(name))
         for name in names:
             _post(sess, f"{api}/apis/resource.k8s.io/v1/resourceslices", resource_slice(name))
-        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                  "items": cluster_objects()}))
+        cp.kubectl(
+            "admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": cluster_objects()})
+        )
         if with_guard:
             from tests.e2e.guard import Guard
 
@@ -569,9 +633,10 @@ def run_scenario(workdir: pathlib.Path, *, with_guard: bool, nodes: int = 100, l
         _log(f"driver pods bound on {nodes} nodes in {result['driver_pods_seconds']:.1f} s")
 
         tracker = Tracker()
-        for key, path, handler in (("pods", f"/api/v1/namespaces/{NAMESPACE}/pods", tracker.on_pod),
-                                   ("claims", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims",
-                                    tracker.on_claim)):
+        for key, path, handler in (
+            ("pods", f"/api/v1/namespaces/{NAMESPACE}/pods", tracker.on_pod),
+            ("claims", f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims", tracker.on_claim),
+        ):
             w = Watch(cp.session("admin"), api + path, handler, key, tracker.watch_restarts)
             w.start()
             watches.append(w)
@@ -625,8 +690,12 @@ def run_scenario(workdir: pathlib.Path, *, with_guard: bool, nodes: int = 100, l
             t_bound = time.monotonic()
             with tracker.cond:
                 unbound = [n for n in group if "bound" not in tracker.pods.get(n, {})]
-            resp = sess.delete(pods_url, params={"labelSelector": f"app=scale,kind=churn,round={r}"},
-                               json={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}, timeout=60)
+            resp = sess.delete(
+                pods_url,
+                params={"labelSelector": f"app=scale,kind=churn,round={r}"},
+                json={"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+                timeout=60,
+            )
             resp.raise_for_status()
 
             def gone(group: Sequence[str] = group) -> bool:
@@ -636,12 +705,22 @@ def run_scenario(workdir: pathlib.Path, *, with_guard: bool, nodes: int = 100, l
                 return pods_gone and claims_gone
 
             cleaned = tracker.wait_until(gone, bind_timeout)
-            rounds.append({"round": r, "create_seconds": t_created - t_round, "bind_wait_seconds": t_bound - t_created,
-                           "all_bound": ok, "unbound": unbound, "cleanup_seconds": time.monotonic() - t_bound,
-                           "cleaned_up": cleaned})
-            _log(f"churn round {r}: created {t_created - t_round:.1f} s, bound +{t_bound - t_created:.1f} s, "
-                 f"gone +{time.monotonic() - t_bound:.1f} s{'' if ok else f', {len(unbound)} UNBOUND'}"
-                 f"{'' if cleaned else ', NOT CLEANED UP'}")
+            rounds.append(
+                {
+                    "round": r,
+                    "create_seconds": t_created - t_round,
+                    "bind_wait_seconds": t_bound - t_created,
+                    "all_bound": ok,
+                    "unbound": unbound,
+                    "cleanup_seconds": time.monotonic() - t_bound,
+                    "cleaned_up": cleaned,
+                }
+            )
+            _log(
+                f"churn round {r}: created {t_created - t_round:.1f} s, bound +{t_bound - t_created:.1f} s, "
+                f"gone +{time.monotonic() - t_bound:.1f} s{'' if ok else f', {len(unbound)} UNBOUND'}"
+                f"{'' if cleaned else ', NOT CLEANED UP'}"
+            )
         workload_seconds = time.monotonic() - workload_start
         # cross-check of the watch: pods still without a node according to a LIST
         listed = sess.get(pods_url, timeout=60).json()["items"]
@@ -655,40 +734,57 @@ def run_scenario(workdir: pathlib.Path, *, with_guard: bool, nodes: int = 100, l
 
         sli = histogram_delta(histogram(sched_after, SLI_METRIC), histogram(sched_before, SLI_METRIC))
         before_attempts = counter_by(sched_before, ATTEMPTS_METRIC, "result")
-        attempts = {k: v - before_attempts.get(k, 0.0)
-                    for k, v in counter_by(sched_after, ATTEMPTS_METRIC, "result").items()}
+        attempts = {k: v - before_attempts.get(k, 0.0) for k, v in counter_by(sched_after, ATTEMPTS_METRIC, "result").items()}
         with tracker.cond:
             unbound_long = [n for n in long_names if "bound" not in tracker.pods.get(n, {})]
             created = sum(1 for rec in tracker.pods.values() if "created" in rec)
             bound_count = sum(1 for n in long_names + churn_names if "bound" in tracker.pods.get(n, {}))
-        result.update({
-            "workload_seconds": workload_seconds,
-            "pods_created": created,
-            "pods_bound": bound_count,
-            "pods_unbound": unbound_long + [n for rd in rounds for n in rd["unbound"]],
-            "rounds": rounds,
-            "scheduler_sli": {"count": sli["count"], "mean": ratio(sli["sum"], sli["count"]),
-                              "p50": histogram_quantile(0.50, sli["buckets"]),
-                              "p99": histogram_quantile(0.99, sli["buckets"]),
-                              "buckets": {("+Inf" if math.isinf(b) else repr(b)): c for b, c in sli["buckets"].items()}},
-            "schedule_attempts": attempts,
-            "pod_startup": {"all": tracker.startup(long_names + churn_names), "long_lived": tracker.startup(long_names),
-                            "churned": tracker.startup(churn_names)},
-            "pacing": {"target_qps": qps, "creates": len(lags), "max_lag_seconds": max(lags, default=0.0),
-                       "late_creates": sum(1 for v in lags if v > 0.05)},
-            "cpu_seconds": {k: (cpu_after[k] - cpu_before[k])
-                            if cpu_after.get(k) is not None and cpu_before.get(k) is not None else None
-                            for k in pids},
-            "watch_restarts": dict(tracker.watch_restarts),
-        })
+        result.update(
+            {
+                "workload_seconds": workload_seconds,
+                "pods_created": created,
+                "pods_bound": bound_count,
+                "pods_unbound": unbound_long + [n for rd in rounds for n in rd["unbound"]],
+                "rounds": rounds,
+                "scheduler_sli": {
+                    "count": sli["count"],
+                    "mean": ratio(sli["sum"], sli["count"]),
+                    "p50": histogram_quantile(0.50, sli["buckets"]),
+                    "p99": histogram_quantile(0.99, sli["buckets"]),
+                    "buckets": {("+Inf" if math.isinf(b) else repr(b)): c for b, c in sli["buckets"].items()},
+                },
+                "schedule_attempts": attempts,
+                "pod_startup": {
+                    "all": tracker.startup(long_names + churn_names),
+                    "long_lived": tracker.startup(long_names),
+                    "churned": tracker.startup(churn_names),
+                },
+                "pacing": {
+                    "target_qps": qps,
+                    "creates": len(lags),
+                    "max_lag_seconds": max(lags, default=0.0),
+                    "late_creates": sum(1 for v in lags if v > 0.05),
+                },
+                "cpu_seconds": {
+                    k: (cpu_after[k] - cpu_before[k]) if cpu_after.get(k) is not None and cpu_before.get(k) is not None else None
+                    for k in pids
+                },
+                "watch_restarts": dict(tracker.watch_restarts),
+            }
+        )
         # anything else on the machine competes for the same cores: the user+system CPU time of
         # the machine over the workload minus that of the cluster, dra-guard and this process
         # (kubectl/helm are not run during the workload). A large value means a noisy run.
         ours = own + sum(v for v in result["cpu_seconds"].values() if v is not None)
         other = machine["user_system"] - ours
-        result["machine_cpu"] = {"user_system_seconds": machine["user_system"], "irq_seconds": machine["irq"],
-                                 "steal_seconds": machine["steal"], "bench_process_seconds": own,
-                                 "other_seconds": other, "cores": os.cpu_count()}
+        result["machine_cpu"] = {
+            "user_system_seconds": machine["user_system"],
+            "irq_seconds": machine["irq"],
+            "steal_seconds": machine["steal"],
+            "bench_process_seconds": own,
+            "other_seconds": other,
+            "cores": os.cpu_count(),
+        }
         if other > 0.05 * workload_seconds * (os.cpu_count() or 1):
             _log(f"WARNING: {other:.1f} CPU s used by other processes during the workload: a noisy run")
         if guard is not None:
@@ -736,9 +832,13 @@ def guard_figures(cp: Any, guard: Any, window_start: float, window_end: float) -
     for i, child in enumerate(children(master)):
         procs[f"worker-{i}"] = common.proc_status(child)
     workers = [v["peak_rss_bytes"] for k, v in procs.items() if k.startswith("worker")]
-    return {"api_requests": dict(by_verb), "api_requests_by_resource": dict(sorted(by_resource.items())),
-            "api_requests_during_workload": dict(sorted(during.items())),
-            "peak_rss_bytes": max(workers) if workers else procs["master"]["peak_rss_bytes"], "processes": procs}
+    return {
+        "api_requests": dict(by_verb),
+        "api_requests_by_resource": dict(sorted(by_resource.items())),
+        "api_requests_during_workload": dict(sorted(during.items())),
+        "peak_rss_bytes": max(workers) if workers else procs["master"]["peak_rss_bytes"],
+        "processes": procs,
+    }
 
 
 # ---------------------------------------------------------------------- repeats and report
@@ -778,14 +878,18 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for variant, flag in (("without", False), ("with", True)):
         ok = [r for r in runs if r.get("with_guard") is flag and "error" not in r]
         out[variant] = {"runs": len(ok), **{label: median_min_max(_dig(r, path) for r in ok) for label, path in FIGURES}}
-    out["ratio_with_over_without"] = {label: ratio(out["with"][label]["median"], out["without"][label]["median"])
-                                      for label, _ in FIGURES}
+    out["ratio_with_over_without"] = {
+        label: ratio(out["with"][label]["median"], out["without"][label]["median"]) for label, _ in FIGURES
+    }
     pairs = collections.defaultdict(dict)
     for r in runs:
         if "error" not in r:
             pairs[r.get("repeat")]["with" if r["with_guard"] else "without"] = r
-    per_repeat = [ratio(_dig(p["with"], ("scheduler_sli", "p99")), _dig(p["without"], ("scheduler_sli", "p99")))
-                  for p in pairs.values() if "with" in p and "without" in p]
+    per_repeat = [
+        ratio(_dig(p["with"], ("scheduler_sli", "p99")), _dig(p["without"], ("scheduler_sli", "p99")))
+        for p in pairs.values()
+        if "with" in p and "without" in p
+    ]
     out["sli_p99_ratio_per_repeat"] = per_repeat
     out["sli_p99_ratio"] = median_min_max(per_repeat)
     return out
@@ -794,22 +898,33 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def source_state() -> dict[str, Any]:
     """The git commit of the checkout and its uncommitted files (dra-guard runs from the working
     tree, so they are part of what was measured); empty values when git is unavailable."""
+
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10).stdout
         except (OSError, subprocess.SubprocessError):
             return ""
-    return {"commit": git("rev-parse", "HEAD").strip(),
-            "uncommitted": [line[3:] for line in git("status", "--porcelain").splitlines() if line.strip()]}
+
+    return {
+        "commit": git("rev-parse", "HEAD").strip(),
+        "uncommitted": [line[3:] for line in git("status", "--porcelain").splitlines() if line.strip()],
+    }
 
 
 #: the scale of a quick smoke run (`bench/run --quick`, or run(quick=True)): checks the harness, not speed
 QUICK = {"nodes": 10, "long_lived": 40, "churned": 10, "churn_rounds": 2}
 
 
-def run(*, repeats: int = 1, out: pathlib.Path | None = None, workdir: pathlib.Path | None = None,
-        keep: bool = False, quick: bool = False, log: Callable[[str], None] | None = None,
-        **scenario: Any) -> dict[str, Any]:
+def run(
+    *,
+    repeats: int = 1,
+    out: pathlib.Path | None = None,
+    workdir: pathlib.Path | None = None,
+    keep: bool = False,
+    quick: bool = False,
+    log: Callable[[str], None] | None = None,
+    **scenario: Any,
+) -> dict[str, Any]:
     """`repeats` pairs of run_scenario() without and with dra-guard (order alternating: without
     first on even repeats, with first on odd ones), each on a fresh control plane in a folder
     under `workdir` (default a temporary folder); a run's folder is deleted after it succeeded
@@ -831,8 +946,8 @@ def run(*, repeats: int = 1, out: pathlib.Path | None = None, workdir: pathlib.P
         "params": {"repeats": repeats, "quick": quick, **scenario},
         "target": "scheduler SLI p99 with dra-guard / without <= 1.05",
         "method": "SLI quantiles: Prometheus-style linear interpolation inside the bucket of "
-                  f"{SLI_METRIC} deltas (bounds 0.01 s * 2^k, so coarse); pod start-up: client create call "
-                  "(monotonic clock) to the watch event with spec.nodeName / the claim's status.allocation",
+        f"{SLI_METRIC} deltas (bounds 0.01 s * 2^k, so coarse); pod start-up: client create call "
+        "(monotonic clock) to the watch event with spec.nodeName / the claim's status.allocation",
         "runs": [],
     }
     try:
@@ -867,29 +982,42 @@ def report_markdown(report: Mapping[str, Any]) -> list[str]:
     scheduling attempts, dra-guard's API requests and peak RSS)."""
     s, p = report["summary"], report["params"]
     cell = lambda m: f"{_fmt(m['median'])} [{_fmt(m['min'])}, {_fmt(m['max'])}]"  # noqa: E731
-    lines = [f"{p.get('nodes', 100)} nodes x {DEVICES_PER_NODE} devices, {p.get('long_lived', 720)} long-lived pods, "
-             f"{p.get('churned', 80)} pods churned {p.get('churn_rounds', 10)} times, {p.get('qps', 10.0)} creates/s; "
-             f"{s['without']['runs']} run(s) without and {s['with']['runs']} with dra-guard; median [min, max].",
-             "", "| figure | without dra-guard | with dra-guard | ratio |", "|---|---|---|---|"]
+    lines = [
+        f"{p.get('nodes', 100)} nodes x {DEVICES_PER_NODE} devices, {p.get('long_lived', 720)} long-lived pods, "
+        f"{p.get('churned', 80)} pods churned {p.get('churn_rounds', 10)} times, {p.get('qps', 10.0)} creates/s; "
+        f"{s['without']['runs']} run(s) without and {s['with']['runs']} with dra-guard; median [min, max].",
+        "",
+        "| figure | without dra-guard | with dra-guard | ratio |",
+        "|---|---|---|---|",
+    ]
     for label, _ in FIGURES:
         r = s["ratio_with_over_without"][label]
-        lines.append(f"| {label} | {cell(s['without'][label])} | {cell(s['with'][label])} | "
-                     f"{'n/a' if r is None else f'{r:.3f}'} |")
-    lines += ["", f"Scheduler SLI p99 with/without per repeat: "
-                  f"{', '.join(f'{x:.3f}' for x in s['sli_p99_ratio_per_repeat']) or 'n/a'} (target <= 1.05).", ""]
+        lines.append(
+            f"| {label} | {cell(s['without'][label])} | {cell(s['with'][label])} | {'n/a' if r is None else f'{r:.3f}'} |"
+        )
+    lines += [
+        "",
+        f"Scheduler SLI p99 with/without per repeat: "
+        f"{', '.join(f'{x:.3f}' for x in s['sli_p99_ratio_per_repeat']) or 'n/a'} (target <= 1.05).",
+        "",
+    ]
     for r in report["runs"]:
         tag = f"- repeat {r['repeat']} {'with' if r['with_guard'] else 'without'} dra-guard"
         if "error" in r:
             lines.append(f"{tag}: ERROR {r['error'][:300]}")
             continue
         unbound = sorted(set(r["pods_unbound"]) | set(r.get("pods_unbound_by_list", [])))
-        line = (f"{tag}: {r['pods_bound']}/{r['pods_created']} pods bound, {len(unbound)} left unbound, "
-                f"SLI n={r['scheduler_sli']['count']:.0f}, scheduling attempts "
-                f"{ {k: int(v) for k, v in r['schedule_attempts'].items()} }")
+        line = (
+            f"{tag}: {r['pods_bound']}/{r['pods_created']} pods bound, {len(unbound)} left unbound, "
+            f"SLI n={r['scheduler_sli']['count']:.0f}, scheduling attempts "
+            f"{ {k: int(v) for k, v in r['schedule_attempts'].items()} }"
+        )
         if "guard" in r:
             g = r["guard"]
-            line += (f"; dra-guard API requests {g['api_requests']} ({sum(g['api_requests_during_workload'].values())} "
-                     f"during the workload), peak RSS {g['peak_rss_bytes'] / 2**20:.1f} MiB")
+            line += (
+                f"; dra-guard API requests {g['api_requests']} ({sum(g['api_requests_during_workload'].values())} "
+                f"during the workload), peak RSS {g['peak_rss_bytes'] / 2**20:.1f} MiB"
+            )
         lines.append(line)
     return lines
 
@@ -907,28 +1035,43 @@ def summary_text(report: Mapping[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m bench.scale``; exit 0 when every run completed with all pods bound."""
-    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="pairs of runs, without and with dra-guard (default: %(default)s)")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("bench/results/scale.json"),
-                        help="where the JSON report goes (default: %(default)s)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="pairs of runs, without and with dra-guard (default: %(default)s)")
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=pathlib.Path("bench/results/scale.json"),
+        help="where the JSON report goes (default: %(default)s)",
+    )
     parser.add_argument("--nodes", type=int, default=100, help="fake nodes (default: %(default)s)")
     parser.add_argument("--long-lived", type=int, default=720, help="long-lived pods (default: %(default)s)")
     parser.add_argument("--churned", type=int, default=80, help="pods per churn round (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=10, help="churn rounds (default: %(default)s)")
     parser.add_argument("--qps", type=float, default=10.0, help="pod creations per second (default: %(default)s)")
-    parser.add_argument("--bind-timeout", type=float, default=180.0,
-                        help="seconds to wait for pods to be bound / gone (default: %(default)s)")
-    parser.add_argument("--workdir", type=pathlib.Path, default=None,
-                        help="folder for the runs' control planes (default: a temporary folder)")
+    parser.add_argument(
+        "--bind-timeout", type=float, default=180.0, help="seconds to wait for pods to be bound / gone (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--workdir", type=pathlib.Path, default=None, help="folder for the runs' control planes (default: a temporary folder)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep each run's folder (logs, audit log)")
     args = parser.parse_args(argv)
     if args.nodes * DEVICES_PER_NODE < args.long_lived + args.churned:
         parser.error(f"{args.nodes} nodes x {DEVICES_PER_NODE} devices cannot hold {args.long_lived}+{args.churned} pods")
-    report = run(repeats=args.repeats, out=args.out, workdir=args.workdir, keep=args.keep, nodes=args.nodes,
-                 long_lived=args.long_lived, churned=args.churned, churn_rounds=args.rounds, qps=args.qps,
-                 bind_timeout=args.bind_timeout)
+    report = run(
+        repeats=args.repeats,
+        out=args.out,
+        workdir=args.workdir,
+        keep=args.keep,
+        nodes=args.nodes,
+        long_lived=args.long_lived,
+        churned=args.churned,
+        churn_rounds=args.rounds,
+        qps=args.qps,
+        bind_timeout=args.bind_timeout,
+    )
     print(summary_text(report))
     print(f"report: {args.out}")
     ok = all("error" not in r and not r["pods_unbound"] and not r["pods_unbound_by_list"] for r in report["runs"])

@@ -10,6 +10,7 @@ worker process's RSS, open file descriptors and threads are read from /proc.
 Pass criteria (issue 8): zero non-200 answers; RSS growth after warm-up (the first minute) < 5%;
 no file-descriptor or thread growth. Exit 0 when they hold, 1 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,14 +39,19 @@ from tests.serve import DraGuardProcess  # noqa: E402
 def bodies(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     """Realistic AdmissionReview bodies, one per endpoint."""
     ds = review(binding("x", "y", []))
-    ds["request"].update(kind={"group": "apps", "version": "v1", "kind": "DaemonSet"},
-                         resource={"group": "apps", "version": "v1", "resource": "daemonsets"},
-                         object=driver_daemonset())
+    ds["request"].update(
+        kind={"group": "apps", "version": "v1", "kind": "DaemonSet"},
+        resource={"group": "apps", "version": "v1", "resource": "daemonsets"},
+        object=driver_daemonset(),
+    )
     out = {
         "/validate/rbac": review(binding("team-gpu", "gpu-slice-editor", [subject("Group", "team-a")])),
         "/mutate/daemonsets": ds,
-        "/validate/evictions": {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                "request": eviction_request("some-pod", "default")},
+        "/validate/evictions": {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": eviction_request("some-pod", "default"),
+        },
     }
     paths = {}
     for path, body in out.items():
@@ -69,12 +75,23 @@ def main() -> int:
     server.wait("/readyz")
     pid = worker_pid(server.proc.pid)
     targets = work / "targets.txt"
-    targets.write_text("\n".join(f"POST {server.url}{path}\nContent-Type: application/json\n@{file}\n"
-                                 for path, file in bodies(work).items()))
+    targets.write_text(
+        "\n".join(f"POST {server.url}{path}\nContent-Type: application/json\n@{file}\n" for path, file in bodies(work).items())
+    )
     results = work / "results.bin"
-    attack = subprocess.Popen([vegeta(), "attack", f"-rate={args.rate}/s", f"-duration={args.duration}s",
-                               f"-targets={targets}", f"-root-certs={server.ca_file}", "-keepalive=true",
-                               f"-output={results}", "-timeout=3s"])
+    attack = subprocess.Popen(
+        [
+            vegeta(),
+            "attack",
+            f"-rate={args.rate}/s",
+            f"-duration={args.duration}s",
+            f"-targets={targets}",
+            f"-root-certs={server.ca_file}",
+            "-keepalive=true",
+            f"-output={results}",
+            "-timeout=3s",
+        ]
+    )
     samples = []
     started = time.monotonic()
     try:
@@ -86,22 +103,29 @@ def main() -> int:
         if attack.poll() is None:
             attack.terminate()
         server.stop()
-    report = json.loads(subprocess.run([vegeta(), "report", "-type=json", str(results)], capture_output=True,
-                                       text=True, check=True).stdout)
+    report = json.loads(
+        subprocess.run([vegeta(), "report", "-type=json", str(results)], capture_output=True, text=True, check=True).stdout
+    )
     after_warmup = [s for s in samples if s["t"] >= args.warmup] or samples
     base, last = after_warmup[0], samples[-1]
     growth = (last["rss_bytes"] - base["rss_bytes"]) / base["rss_bytes"]
     result = {
-        "rate": args.rate, "duration_s": args.duration, "requests": report["requests"],
-        "success_ratio": report["success"], "status_codes": report["status_codes"], "errors": report["errors"][:10],
+        "rate": args.rate,
+        "duration_s": args.duration,
+        "requests": report["requests"],
+        "success_ratio": report["success"],
+        "status_codes": report["status_codes"],
+        "errors": report["errors"][:10],
         "latency_ms": {k: round(report["latencies"][k] / 1e6, 2) for k in ("50th", "95th", "99th", "max")},
         "throughput_rps": round(report["throughput"], 1),
-        "rss_after_warmup_mib": round(base["rss_bytes"] / 2**20, 1), "rss_end_mib": round(last["rss_bytes"] / 2**20, 1),
+        "rss_after_warmup_mib": round(base["rss_bytes"] / 2**20, 1),
+        "rss_end_mib": round(last["rss_bytes"] / 2**20, 1),
         "rss_growth_after_warmup": round(growth, 4),
-        "fds": [base["fds"], last["fds"]], "threads": [base["threads"], last["threads"]], "samples": samples,
+        "fds": [base["fds"], last["fds"]],
+        "threads": [base["threads"], last["threads"]],
+        "samples": samples,
     }
-    ok = (report["success"] == 1.0 and growth < 0.05 and last["fds"] <= base["fds"] + 5
-          and last["threads"] <= base["threads"])
+    ok = report["success"] == 1.0 and growth < 0.05 and last["fds"] <= base["fds"] + 5 and last["threads"] <= base["threads"]
     result["pass"] = ok
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

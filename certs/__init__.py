@@ -9,6 +9,7 @@ Files written by write_bundle / ensure_self_signed: ``ca.crt``, ``ca.key``, ``tl
 Files are written only into a folder of this process's user that nobody else may write
 (secure_folder), through exclusive, non-following opens of a temporary name (write_file).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,8 +49,7 @@ class KeyPair:
 
     def key_pem(self) -> bytes:
         """The private key, PEM-encoded (PKCS#8, unencrypted)."""
-        return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption())
+        return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
 def _now() -> datetime.datetime:
@@ -68,21 +68,41 @@ def generate_ca(*, common_name: str = "dra-guard-ca", days: int = CA_DAYS, now: 
     now = now or _now()
     cert = (
         x509.CertificateBuilder()
-        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
     return KeyPair(cert=cert, key=key)
 
 
-def generate_serving(ca: KeyPair, *, dns_names: Iterable[str], ip_addresses: Iterable[str] = (), days: int = SERVING_DAYS,
-                     now: datetime.datetime | None = None) -> KeyPair:
+def generate_serving(
+    ca: KeyPair,
+    *,
+    dns_names: Iterable[str],
+    ip_addresses: Iterable[str] = (),
+    days: int = SERVING_DAYS,
+    now: datetime.datetime | None = None,
+) -> KeyPair:
     """A serving certificate signed by `ca` with SANs for `dns_names` and `ip_addresses`.
 
     Raises CertificateError when no name is given (a certificate without SANs is useless to Go clients).
@@ -97,14 +117,27 @@ def generate_serving(ca: KeyPair, *, dns_names: Iterable[str], ip_addresses: Ite
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns[0] if dns else str(ips[0]))]))
-        .issuer_name(ca.cert.subject).public_key(key.public_key())
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False, crl_sign=False,
-                                     content_commitment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
         .sign(ca.key, hashes.SHA256())
@@ -160,11 +193,15 @@ def secure_folder(directory: pathlib.Path) -> pathlib.Path:
         raise UnsafeFolderError(f"{directory}: not a directory; refusing to write certificates and keys there")
     uid = os.geteuid()
     if st.st_uid != uid:
-        raise UnsafeFolderError(f"{directory}: owned by uid {st.st_uid}, not by this process (uid {uid}); "
-                                "refusing to write certificates and keys there (use a folder of our own)")
+        raise UnsafeFolderError(
+            f"{directory}: owned by uid {st.st_uid}, not by this process (uid {uid}); "
+            "refusing to write certificates and keys there (use a folder of our own)"
+        )
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafeFolderError(f"{directory}: group- or world-writable (mode {stat.S_IMODE(st.st_mode):o}); "
-                                "refusing to write certificates and keys there (chmod go-w, or use a subfolder)")
+        raise UnsafeFolderError(
+            f"{directory}: group- or world-writable (mode {stat.S_IMODE(st.st_mode):o}); "
+            "refusing to write certificates and keys there (chmod go-w, or use a subfolder)"
+        )
     return directory
 
 
@@ -239,8 +276,12 @@ def ensure_self_signed(directory: pathlib.Path, *, dns_names: Iterable[str], ip_
         try:
             serving = load_pair(directory / "tls.crt", directory / "tls.key")
             have_dns, have_ips = sans_of(serving.cert)
-            if (serving.cert.issuer == ca.cert.subject and set(dns) <= have_dns and set(ips) <= have_ips
-                    and not needs_renewal(serving.cert)):
+            if (
+                serving.cert.issuer == ca.cert.subject
+                and set(dns) <= have_dns
+                and set(ips) <= have_ips
+                and not needs_renewal(serving.cert)
+            ):
                 serving.cert.verify_directly_issued_by(ca.cert)
                 return directory / "ca.crt"
         except (CertificateError, ValueError, TypeError):

@@ -7,6 +7,7 @@ their session, new handshakes get the new certificate; no restart, no dropped co
 broken or half-written pair of files is not loaded: the previous context keeps serving and the
 error is logged (once per digest).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -34,8 +35,9 @@ def _digest(*paths: pathlib.Path) -> str | None:
     return h.hexdigest()
 
 
-def server_context(cert_file: pathlib.Path, key_file: pathlib.Path, *,
-                   client_ca_file: pathlib.Path | None = None) -> ssl.SSLContext:
+def server_context(
+    cert_file: pathlib.Path, key_file: pathlib.Path, *, client_ca_file: pathlib.Path | None = None
+) -> ssl.SSLContext:
     """A server SSLContext for the PEM pair, TLS 1.2 or newer. With client_ca_file (PEM CAs), a
     client must present a certificate those CAs signed, or the handshake fails (CERT_REQUIRED):
     the kube-apiserver presents one when its AdmissionConfiguration gives it a kubeconfig for the
@@ -59,9 +61,15 @@ class ReloadingContext:
     (cryptography x509.Certificate), e.g. to set the expiry metric.
     """
 
-    def __init__(self, cert_file: pathlib.Path, key_file: pathlib.Path, *, interval_seconds: float = 10.0,
-                 on_load: Callable[[x509.Certificate], None] | None = None,
-                 client_ca_file: pathlib.Path | None = None) -> None:
+    def __init__(
+        self,
+        cert_file: pathlib.Path,
+        key_file: pathlib.Path,
+        *,
+        interval_seconds: float = 10.0,
+        on_load: Callable[[x509.Certificate], None] | None = None,
+        client_ca_file: pathlib.Path | None = None,
+    ) -> None:
         self.cert_file = pathlib.Path(cert_file)
         self.key_file = pathlib.Path(key_file)
         self.client_ca_file = pathlib.Path(client_ca_file) if client_ca_file else None
@@ -115,9 +123,14 @@ class ReloadingContext:
         first = self._context is None
         self._context, self._digest, self.certificate, self.error = context, digest, cert, ""
         self._open_context = open_context
-        log.info("serving certificate loaded" if first else "serving certificate reloaded",
-                 extra={"subject": cert.subject.rfc4514_string(), "notAfter": cert.not_valid_after_utc.isoformat(),
-                        "serial": format(cert.serial_number, "x")})
+        log.info(
+            "serving certificate loaded" if first else "serving certificate reloaded",
+            extra={
+                "subject": cert.subject.rfc4514_string(),
+                "notAfter": cert.not_valid_after_utc.isoformat(),
+                "serial": format(cert.serial_number, "x"),
+            },
+        )
         if self._on_load is not None:
             self._on_load(cert)
 

@@ -27,6 +27,7 @@ deleting it is the documented break-glass.
 The Kubernetes calls go through a CertApi (webhook.kube.certapi.KubeCertApi in production), so this
 module holds the decisions only.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -194,8 +195,10 @@ def hold_lease(api: CertApi, name: str, *, identity: str, now: datetime.datetime
             return True
         current = lease.get("spec") or {}
         renewed = _parse_time(current.get("renewTime"))
-        expired = renewed is None or renewed + datetime.timedelta(
-            seconds=int(current.get("leaseDurationSeconds") or duration_seconds)) < now
+        expired = (
+            renewed is None
+            or renewed + datetime.timedelta(seconds=int(current.get("leaseDurationSeconds") or duration_seconds)) < now
+        )
         if current.get("holderIdentity") not in (identity, None, "") and not expired:
             return False
         acquire = current.get("acquireTime") if current.get("holderIdentity") == identity else _micro(now)
@@ -212,8 +215,14 @@ class Reconciler:
     replica's name (pod name; unique per process). now: a clock, for tests.
     """
 
-    def __init__(self, api: CertApi, config: CertSettings, *, identity: str,
-                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)) -> None:
+    def __init__(
+        self,
+        api: CertApi,
+        config: CertSettings,
+        *,
+        identity: str,
+        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
         self.api = api
         self.config = config
         self.identity = identity
@@ -233,8 +242,9 @@ class Reconciler:
         return f"dra-guard-ca-{self.config.namespace}-{self.now().strftime('%Y%m%d%H%M%S')}"
 
     def _new_serving(self, ca: certs.KeyPair) -> certs.KeyPair:
-        return certs.generate_serving(ca, dns_names=self.dns_names, ip_addresses=self.ip_addresses,
-                                      days=self.config.leaf_validity_days, now=self.now())
+        return certs.generate_serving(
+            ca, dns_names=self.dns_names, ip_addresses=self.ip_addresses, days=self.config.leaf_validity_days, now=self.now()
+        )
 
     def _fresh_bundle(self) -> Bundle:
         ca = certs.generate_ca(common_name=self._ca_name(), days=self.config.ca_validity_days, now=self.now())
@@ -260,8 +270,13 @@ class Reconciler:
 
     def holds_lease(self) -> bool:
         """Take or renew the writers' Lease; True when this replica may write now."""
-        return hold_lease(self.api, self.config.lease_name, identity=self.identity, now=self.now(),
-                          duration_seconds=max(15, 2 * self.config.check_interval_seconds))
+        return hold_lease(
+            self.api,
+            self.config.lease_name,
+            identity=self.identity,
+            now=self.now(),
+            duration_seconds=max(15, 2 * self.config.check_interval_seconds),
+        )
 
     def _cluster_bundles(self) -> list[list[bytes]]:
         out = []
@@ -308,8 +323,11 @@ class Reconciler:
                 return None  # wait for the caBundles to carry the new CA (patched below)
             return dataclasses.replace(bundle, serving=self._new_serving(bundle.ca)), "serving certificate from the current CA"
         have_dns, have_ips = certs.sans_of(leaf.cert)
-        if (certs.needs_renewal(leaf.cert, share=share, now=self.now())
-                or not set(self.dns_names) <= have_dns or not set(self.ip_addresses) <= have_ips):
+        if (
+            certs.needs_renewal(leaf.cert, share=share, now=self.now())
+            or not set(self.dns_names) <= have_dns
+            or not set(self.ip_addresses) <= have_ips
+        ):
             return dataclasses.replace(bundle, serving=self._new_serving(bundle.ca)), "serving certificate renewal"
         if len(bundle.trusted) > 1 and self._replicas_serve(bundle.ca.cert):
             return dataclasses.replace(bundle, trusted=[bundle.ca.cert]), "CA rotation step C: old CA dropped"
@@ -355,8 +373,10 @@ class Reconciler:
             return None
         data = self.api.get_config_map(self.config.webhooks_config_map)
         if data is None or "webhooks.json" not in data:
-            log.warning("no webhooks.json in the ConfigMap; only caBundle is reconciled",
-                        extra={"configmap": self.config.webhooks_config_map})
+            log.warning(
+                "no webhooks.json in the ConfigMap; only caBundle is reconciled",
+                extra={"configmap": self.config.webhooks_config_map},
+            )
             return None
         return webhookspec.parse_desired(data["webhooks.json"])
 
@@ -375,14 +395,20 @@ class Reconciler:
             restored = False
             if differences and leader:
                 try:
-                    self.api.replace_webhooks(kind, name, webhookspec.restored(desired[kind], ca_bundle),
-                                              str((live.get("metadata") or {}).get("resourceVersion", "")))
+                    self.api.replace_webhooks(
+                        kind,
+                        name,
+                        webhookspec.restored(desired[kind], ca_bundle),
+                        str((live.get("metadata") or {}).get("resourceVersion", "")),
+                    )
                     restored = True
                 except Conflict:
                     log.info("webhook configuration changed meanwhile; next round", extra={"configuration": name})
             if differences:
-                log.warning("webhook configuration differs from the chart's webhooks", extra={
-                    "kind": kind, "configuration": name, "differences": differences, "restored": restored})
+                log.warning(
+                    "webhook configuration differs from the chart's webhooks",
+                    extra={"kind": kind, "configuration": name, "differences": differences, "restored": restored},
+                )
             if self.on_drift is not None:
                 self.on_drift(kind, name, differences, restored)
 
@@ -406,8 +432,11 @@ class Reconciler:
                 current[name] = b""
         if current == files:
             return False
-        if current["tls.crt"] and current["tls.crt"] != files["tls.crt"] and (
-                issuer is None or not self._all_webhooks_trust(issuer)):
+        if (
+            current["tls.crt"]
+            and current["tls.crt"] != files["tls.crt"]
+            and (issuer is None or not self._all_webhooks_trust(issuer))
+        ):
             log.info("new serving certificate held back until every caBundle trusts its CA")
             return False
         # key before certificate: ReloadingContext refuses a mismatched pair, so a reader in
@@ -433,16 +462,25 @@ class Reconciler:
         """Renew this replica's serving Lease with the fingerprint of the CA its leaf chains to."""
         name = f"{self.config.lease_name}-serving-{self.identity}"[:253]
         now = self.now()
-        body: dict[str, Any] = {"metadata": {"name": name, "labels": {SERVING_LABEL: self.config.lease_name},
-                             "annotations": {SERVING_CA_ANNOTATION: self._serving_fp, SERVING_SINCE_ANNOTATION: self._serving_since}},
-                "spec": {"holderIdentity": self.identity, "renewTime": _micro(now),
-                         "leaseDurationSeconds": 3 * self.config.check_interval_seconds}}
+        body: dict[str, Any] = {
+            "metadata": {
+                "name": name,
+                "labels": {SERVING_LABEL: self.config.lease_name},
+                "annotations": {SERVING_CA_ANNOTATION: self._serving_fp, SERVING_SINCE_ANNOTATION: self._serving_since},
+            },
+            "spec": {
+                "holderIdentity": self.identity,
+                "renewTime": _micro(now),
+                "leaseDurationSeconds": 3 * self.config.check_interval_seconds,
+            },
+        }
         try:
             lease = self.api.get_lease(name)
             if lease is None:
                 self.api.create_lease(body)
             else:
-                self.api.update_lease({**lease, "metadata": {**(lease.get("metadata") or {}), **body["metadata"]},
-                                       "spec": body["spec"]})
+                self.api.update_lease(
+                    {**lease, "metadata": {**(lease.get("metadata") or {}), **body["metadata"]}, "spec": body["spec"]}
+                )
         except Conflict:
             pass

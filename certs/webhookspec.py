@@ -17,6 +17,7 @@ keeps it on its own).
 
 Pure functions over plain dicts; nothing here talks to the API.
 """
+
 from __future__ import annotations
 
 import base64

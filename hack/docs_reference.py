@@ -12,6 +12,7 @@ build, never in git, so they cannot go stale:
 
 ``pages()`` returns the same pages ({path under docs/: markdown}) for tests (tests/docs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,11 @@ def _schema_type(node: Mapping[str, Any]) -> str:
     if kind == "array":
         return "list of " + _schema_type(node.get("items", {}))
     if kind in ("integer", "number"):
-        bounds = [f"≥ {node['minimum']}" if "minimum" in node else "", f"> {node['exclusiveMinimum']}"
-                  if "exclusiveMinimum" in node else "", f"≤ {node['maximum']}" if "maximum" in node else ""]
+        bounds = [
+            f"≥ {node['minimum']}" if "minimum" in node else "",
+            f"> {node['exclusiveMinimum']}" if "exclusiveMinimum" in node else "",
+            f"≤ {node['maximum']}" if "maximum" in node else "",
+        ]
         return " ".join([kind] + [b for b in bounds if b])
     if isinstance(kind, list):
         return " or ".join(kind)
@@ -95,12 +99,19 @@ def configuration_page() -> str:
     from webhook.config.types import Config
 
     defaults = _defaults(Config())
-    lines = [GENERATED, "", "# Configuration keys", "",
-             "Every key of the configuration file (`dra-guard serve --config`, the chart's `config` value), "
-             "generated from its declaration in `webhook/config/`: the type and bounds the loader enforces, "
-             "the default and the declared help. [Configuration](../configuration.md) explains the file and "
-             "shows it whole; `dra-guard config schema` prints the same as a JSON schema.", "",
-             "| Key | Type | Default | Meaning |", "|---|---|---|---|"]
+    lines = [
+        GENERATED,
+        "",
+        "# Configuration keys",
+        "",
+        "Every key of the configuration file (`dra-guard serve --config`, the chart's `config` value), "
+        "generated from its declaration in `webhook/config/`: the type and bounds the loader enforces, "
+        "the default and the declared help. [Configuration](../configuration.md) explains the file and "
+        "shows it whole; `dra-guard config schema` prints the same as a JSON schema.",
+        "",
+        "| Key | Type | Default | Meaning |",
+        "|---|---|---|---|",
+    ]
     for path, node in _leaves(config_schema()):
         section = node.get("type") == "object"
         default = "" if section or path not in defaults else _code(defaults[path])
@@ -157,13 +168,20 @@ def helm_values_page() -> str:
     values = yaml.safe_load(text)
     schema = json.loads((CHART / "values.schema.json").read_text())
     comments = _comments(text)
-    lines = [GENERATED, "", "# Helm values", "",
-             "Every value of the chart (`charts/dra-guard/values.yaml`), generated from that file: its default, "
-             "the comment above it there (the reason for the default) and its type from `values.schema.json`, "
-             "which refuses a wrong type or an unknown key with the key's path. The `config` value is the "
-             "configuration file: [its keys](configuration.md). [Install with Helm](../install.md) explains the "
-             "main values.", "",
-             "| Value | Type | Default | Comment in values.yaml |", "|---|---|---|---|"]
+    lines = [
+        GENERATED,
+        "",
+        "# Helm values",
+        "",
+        "Every value of the chart (`charts/dra-guard/values.yaml`), generated from that file: its default, "
+        "the comment above it there (the reason for the default) and its type from `values.schema.json`, "
+        "which refuses a wrong type or an unknown key with the key's path. The `config` value is the "
+        "configuration file: [its keys](configuration.md). [Install with Helm](../install.md) explains the "
+        "main values.",
+        "",
+        "| Value | Type | Default | Comment in values.yaml |",
+        "|---|---|---|---|",
+    ]
     for path, default in _value_leaves(values):
         if path.startswith("config."):
             continue  # the config file's keys: reference/configuration.md
@@ -171,10 +189,15 @@ def helm_values_page() -> str:
         comment = comments.get(path, "")
         lines.append(f"| `{path}` | {_cell(_schema_type(node)) if node else ''} | {_code(default)} | {_cell(comment)} |")
     config_defaults = values.get("config", {})
-    lines += ["", "## `config`", "",
-              "The chart's `config` value is rendered verbatim into the configuration file; its keys and defaults "
-              "are those of [Configuration keys](configuration.md). values.yaml sets these (a long default is cut "
-              "with `...`: values.yaml has it whole):", ""]
+    lines += [
+        "",
+        "## `config`",
+        "",
+        "The chart's `config` value is rendered verbatim into the configuration file; its keys and defaults "
+        "are those of [Configuration keys](configuration.md). values.yaml sets these (a long default is cut "
+        "with `...`: values.yaml has it whole):",
+        "",
+    ]
     for path, default in _value_leaves(config_defaults, "config"):
         if path != "config":
             lines.append(f"- `{path}`: {_code(default)}")
@@ -199,11 +222,18 @@ def metric_families() -> list[tuple[str, str, tuple[str, ...], str]]:
 
 
 def metrics_page() -> str:
-    lines = [GENERATED, "", "# Metrics", "",
-             "Every metric dra-guard exports on `/metrics`, generated from `webhook/metrics.py`: its type, labels "
-             "and help text. [Monitoring](../operations/monitoring.md#metrics) says what each means for an operator "
-             "and which alert reads it; [the runbooks](../runbooks.md) what to do when one fires.", "",
-             "| Metric | Type | Labels | Help |", "|---|---|---|---|"]
+    lines = [
+        GENERATED,
+        "",
+        "# Metrics",
+        "",
+        "Every metric dra-guard exports on `/metrics`, generated from `webhook/metrics.py`: its type, labels "
+        "and help text. [Monitoring](../operations/monitoring.md#metrics) says what each means for an operator "
+        "and which alert reads it; [the runbooks](../runbooks.md) what to do when one fires.",
+        "",
+        "| Metric | Type | Labels | Help |",
+        "|---|---|---|---|",
+    ]
     for name, kind, labels, help_text in metric_families():
         lines.append(f"| `{name}` | {kind} | {', '.join(f'`{label}`' for label in labels)} | {_cell(help_text)} |")
     return "\n".join(lines) + "\n"
@@ -237,9 +267,15 @@ def cli_page() -> str:
             os.environ.pop("COLUMNS", None)
         else:
             os.environ["COLUMNS"] = previous
-    lines = [GENERATED, "", "# Commands", "",
-             "Every command's `--help`, generated from the parser (`webhook/cli/parser.py`). "
-             "The same commands run as `kubectl dra-guard ...` ([kubectl plugin](../install.md#kubectl-plugin)).", ""]
+    lines = [
+        GENERATED,
+        "",
+        "# Commands",
+        "",
+        "Every command's `--help`, generated from the parser (`webhook/cli/parser.py`). "
+        "The same commands run as `kubectl dra-guard ...` ([kubectl plugin](../install.md#kubectl-plugin)).",
+        "",
+    ]
     for name, text in helps:
         lines += [f"## `{name}`", "", "```text", text.rstrip(), "```", ""]
     return "\n".join(lines)

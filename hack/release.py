@@ -26,6 +26,7 @@ registry without TLS). The wheel and sdist are uploaded by hand (`twine upload`,
 Exit codes: 0 built (and pushed), 2 a check failed or a tool is missing (one line naming it),
 1 a build step failed (its output above).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -104,8 +105,12 @@ def sources(tag: str, worktree: bool, dest: pathlib.Path) -> pathlib.Path:
                 (dest / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(REPO / name, dest / name)
         return dest
-    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}"],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}"], capture_output=True
+        ).returncode
+        != 0
+    ):
         raise ReleaseError(f"no tag {tag} in {REPO} (create it first: docs/releasing.md; --worktree to try without one)")
     archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", tag], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -149,30 +154,52 @@ def build_image(src: pathlib.Path, out: pathlib.Path, version: str, local_bases:
 def build_krew(src: pathlib.Path, out: pathlib.Path, tag: str, version: str, download_url: str) -> list[pathlib.Path]:
     """The krew archive (kubectl-dra_guard, a shiv zipapp of the sources and their dependencies,
     with LICENSE) and the manifest plugins/dra-guard.yaml filled with its URL and sha256."""
-    shiv = tool("shiv", str(pathlib.Path(sys.executable).with_name("shiv")) if
-                pathlib.Path(sys.executable).with_name("shiv").exists() else None)
+    shiv = tool(
+        "shiv",
+        str(pathlib.Path(sys.executable).with_name("shiv")) if pathlib.Path(sys.executable).with_name("shiv").exists() else None,
+    )
     with tempfile.TemporaryDirectory(prefix="dra-guard-krew-") as tmp:
         staging = pathlib.Path(tmp)
         pyz = staging / "kubectl-dra_guard"
         # the user's python3.11 runs it; its first run unpacks it into ~/.shiv
-        run([shiv, "--output-file", str(pyz), "--entry-point", "webhook.cli.kubectl:plugin",
-             "--python", "/usr/bin/env python3.11", "--reproducible", "--compressed", str(src)])
+        run(
+            [
+                shiv,
+                "--output-file",
+                str(pyz),
+                "--entry-point",
+                "webhook.cli.kubectl:plugin",
+                "--python",
+                "/usr/bin/env python3.11",
+                "--reproducible",
+                "--compressed",
+                str(src),
+            ]
+        )
         shutil.copy(src / "LICENSE", staging / "LICENSE")
         archive = out / f"kubectl-dra_guard-{tag}-{KREW_PLATFORM}.tar.gz"
         with tarfile.open(archive, "w:gz") as tar:
             for name in ("kubectl-dra_guard", "LICENSE"):
                 tar.add(staging / name, arcname=name)
     manifest = out / "dra-guard.yaml"
-    manifest.write_text(render_manifest((src / "plugins/dra-guard.yaml").read_text(), tag=tag, version=version,
-                                        download_url=download_url, sha256=sha256(archive)))
+    manifest.write_text(
+        render_manifest(
+            (src / "plugins/dra-guard.yaml").read_text(),
+            tag=tag,
+            version=version,
+            download_url=download_url,
+            sha256=sha256(archive),
+        )
+    )
     return [archive, manifest]
 
 
 def render_manifest(template: str, *, tag: str, version: str, download_url: str, sha256: str) -> str:
     """plugins/dra-guard.yaml with its placeholders filled, its template comment replaced by one
     line saying where it came from. KeyError for a placeholder this function does not know."""
-    body = string.Template(template).substitute(TAG=tag, VERSION=version, DOWNLOAD_URL=download_url.rstrip("/"),
-                                                SHA256_LINUX_AMD64=sha256)
+    body = string.Template(template).substitute(
+        TAG=tag, VERSION=version, DOWNLOAD_URL=download_url.rstrip("/"), SHA256_LINUX_AMD64=sha256
+    )
     lines = body.splitlines(keepends=True)
     while lines and lines[0].startswith("#"):
         lines.pop(0)
@@ -191,26 +218,42 @@ def push(registry: str, version: str, built: dict[str, list[pathlib.Path]], helm
     """The image to REGISTRY/dra-guard:<version>, the chart to oci://REGISTRY/charts."""
     if "image" in built:
         digest = built["image"][0].with_suffix(".digest")
-        run([tool("skopeo"), "copy", "--digestfile", str(digest), *(["--dest-tls-verify=false"] if plain_http else []),
-             f"oci-archive:{built['image'][0]}:localhost/dra-guard:{version}", f"docker://{registry}/dra-guard:{version}"])
+        run(
+            [
+                tool("skopeo"),
+                "copy",
+                "--digestfile",
+                str(digest),
+                *(["--dest-tls-verify=false"] if plain_http else []),
+                f"oci-archive:{built['image'][0]}:localhost/dra-guard:{version}",
+                f"docker://{registry}/dra-guard:{version}",
+            ]
+        )
         print(f"pushed {registry}/dra-guard:{version}@{digest.read_text().strip()}", file=sys.stderr)
     if "chart" in built:
         run([helm, "push", str(built["chart"][0]), f"oci://{registry}/charts", *(["--plain-http"] if plain_http else [])])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="hack/release.py", description=__doc__.split("\n\n")[0],
-                                     epilog="docs/releasing.md: the whole checklist.")
+    parser = argparse.ArgumentParser(
+        prog="hack/release.py", description=__doc__.split("\n\n")[0], epilog="docs/releasing.md: the whole checklist."
+    )
     parser.add_argument("tag", help="the release tag, vX.Y.Z (it must exist unless --worktree)")
     parser.add_argument("--out", type=pathlib.Path, help="output folder (default: dist/<version>)")
-    parser.add_argument("--only", default=",".join(STEPS),
-                        help=f"comma-separated steps among {', '.join(STEPS)} (default: all)")
-    parser.add_argument("--worktree", action="store_true",
-                        help="build from the work tree's files instead of the tag's (to try the release before tagging)")
-    parser.add_argument("--local-bases", action="store_true",
-                        help="build the image from Debian packages like the tests (no registry needed for the bases)")
-    parser.add_argument("--download-url", help="where the krew archive will be downloaded from "
-                                               f"(default: {DOWNLOAD_URL.format(tag='<tag>')})")
+    parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps among {', '.join(STEPS)} (default: all)")
+    parser.add_argument(
+        "--worktree",
+        action="store_true",
+        help="build from the work tree's files instead of the tag's (to try the release before tagging)",
+    )
+    parser.add_argument(
+        "--local-bases",
+        action="store_true",
+        help="build the image from Debian packages like the tests (no registry needed for the bases)",
+    )
+    parser.add_argument(
+        "--download-url", help=f"where the krew archive will be downloaded from (default: {DOWNLOAD_URL.format(tag='<tag>')})"
+    )
     parser.add_argument("--helm", help="helm binary (default: helm on PATH)")
     parser.add_argument("--push", metavar="REGISTRY", help="push the image and the chart to REGISTRY (host[:port][/path])")
     parser.add_argument("--plain-http", action="store_true", help="the --push registry speaks HTTP, not HTTPS")
@@ -244,8 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             if "image" in args.steps:
                 built["image"] = [build_image(src, out, version, args.local_bases)]
             if "krew" in args.steps:
-                built["krew"] = build_krew(src, out, args.tag, version,
-                                           args.download_url or DOWNLOAD_URL.format(tag=args.tag))
+                built["krew"] = build_krew(src, out, args.tag, version, args.download_url or DOWNLOAD_URL.format(tag=args.tag))
         files = [p for paths in built.values() for p in paths]
         (out / "SHA256SUMS").write_text("".join(f"{sha256(p)}  {p.name}\n" for p in files))
         if args.push:

@@ -1,6 +1,7 @@
 """Builders of Kubernetes objects and AdmissionReviews for tests and bench/ (plain dicts, the wire
 shapes): RBAC objects, DRA driver DaemonSets shaped like dra-example-driver's chart, Pods,
 allocated ResourceClaims, eviction requests."""
+
 from __future__ import annotations
 
 import itertools
@@ -15,11 +16,21 @@ DRIVER = "gpu.example.com"
 _counter = itertools.count()
 
 
-def cluster_role(name: str, rules: list[dict[str, Any]] | None = None, *, labels: dict[str, str] | None = None,
-                 aggregation: list[dict[str, Any]] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def cluster_role(
+    name: str,
+    rules: list[dict[str, Any]] | None = None,
+    *,
+    labels: dict[str, str] | None = None,
+    aggregation: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A rbac.authorization.k8s.io/v1 ClusterRole dict."""
-    obj: dict[str, Any] = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                           "metadata": {"name": name}, "rules": rules or []}
+    obj: dict[str, Any] = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": rules or [],
+    }
     if labels:
         obj["metadata"]["labels"] = labels
     if annotations:
@@ -44,50 +55,91 @@ def subject(kind: str, name: str, namespace: str | None = None) -> dict[str, Any
     return s
 
 
-def binding(name: str, role: str, subjects: list[dict[str, Any]], *, kind: str = "ClusterRoleBinding",
-            namespace: str | None = None, role_kind: str = "ClusterRole", annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def binding(
+    name: str,
+    role: str,
+    subjects: list[dict[str, Any]],
+    *,
+    kind: str = "ClusterRoleBinding",
+    namespace: str | None = None,
+    role_kind: str = "ClusterRole",
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A ClusterRoleBinding (or RoleBinding with kind=, namespace=) dict."""
     meta: dict[str, Any] = {"name": name}
     if namespace:
         meta["namespace"] = namespace
     if annotations:
         meta["annotations"] = annotations
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "subjects": subjects,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role}}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": meta,
+        "subjects": subjects,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+    }
 
 
-def review(obj: dict[str, Any] | None, *, operation: str = "CREATE", old: dict[str, Any] | None = None,
-           api_version: str = "admission.k8s.io/v1", user: str = "alice", groups: list[str] | None = None,
-           dry_run: bool = False, kind: str | None = None) -> dict[str, Any]:
+def review(
+    obj: dict[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    api_version: str = "admission.k8s.io/v1",
+    user: str = "alice",
+    groups: list[str] | None = None,
+    dry_run: bool = False,
+    kind: str | None = None,
+) -> dict[str, Any]:
     """An AdmissionReview request for an RBAC object, as the kube-apiserver sends it."""
     target = obj if obj is not None else old
     assert target is not None
     k = kind or target["kind"]
-    plural = {"ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings", "RoleBinding": "rolebindings",
-              "Role": "roles"}.get(k, k.lower() + "s")
+    plural = {
+        "ClusterRole": "clusterroles",
+        "ClusterRoleBinding": "clusterrolebindings",
+        "RoleBinding": "rolebindings",
+        "Role": "roles",
+    }.get(k, k.lower() + "s")
     meta = target.get("metadata") or {}
     return {
-        "apiVersion": api_version, "kind": "AdmissionReview",
+        "apiVersion": api_version,
+        "kind": "AdmissionReview",
         "request": {
             "uid": str(uuid.uuid4()),
             "kind": {"group": "rbac.authorization.k8s.io", "version": "v1", "kind": k},
             "resource": {"group": "rbac.authorization.k8s.io", "version": "v1", "resource": plural},
             "requestKind": {"group": "rbac.authorization.k8s.io", "version": "v1", "kind": k},
             "requestResource": {"group": "rbac.authorization.k8s.io", "version": "v1", "resource": plural},
-            "name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", ""),
             "operation": operation,
             "userInfo": {"username": user, "groups": groups if groups is not None else ["team-a", "system:authenticated"]},
-            "object": obj, "oldObject": old, "dryRun": dry_run,
+            "object": obj,
+            "oldObject": old,
+            "dryRun": dry_run,
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.title()}Options"},
         },
     }
 
 
-def driver_daemonset(*, name="gpu-driver", namespace="gpu", containers=None, cdi=True, plugin_subdir="gpu.example.com",
-                     annotations=None, labels=None, strategy=None, sa="gpu-driver"):
+def driver_daemonset(
+    *,
+    name="gpu-driver",
+    namespace="gpu",
+    containers=None,
+    cdi=True,
+    plugin_subdir="gpu.example.com",
+    annotations=None,
+    labels=None,
+    strategy=None,
+    sa="gpu-driver",
+):
     """A DRA driver DaemonSet shaped like dra-example-driver's chart."""
-    volumes = [{"name": "plugins-registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry"}},
-               {"name": "plugins", "hostPath": {"path": f"/var/lib/kubelet/plugins/{plugin_subdir}".rstrip("/")}}]
+    volumes = [
+        {"name": "plugins-registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry"}},
+        {"name": "plugins", "hostPath": {"path": f"/var/lib/kubelet/plugins/{plugin_subdir}".rstrip("/")}},
+    ]
     if cdi:
         volumes.append({"name": "cdi", "hostPath": {"path": "/var/run/cdi"}})
     if containers is None:
@@ -98,10 +150,18 @@ def driver_daemonset(*, name="gpu-driver", namespace="gpu", containers=None, cdi
         meta["annotations"] = annotations
     if labels is not None:
         meta["labels"] = labels
-    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta,
-          "spec": {"selector": {"matchLabels": {"app": name}},
-                   "template": {"metadata": {"labels": {"app": name}},
-                                "spec": {"serviceAccountName": sa, "containers": containers, "volumes": volumes}}}}
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": meta,
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"serviceAccountName": sa, "containers": containers, "volumes": volumes},
+            },
+        },
+    }
     if strategy is not None:
         ds["spec"]["updateStrategy"] = strategy
     return ds
@@ -109,8 +169,12 @@ def driver_daemonset(*, name="gpu-driver", namespace="gpu", containers=None, cdi
 
 def plugin_container(name, *, args=None, env=None, ports=None, mounts=("plugins-registry", "plugins", "cdi"), **extra):
     """A kubelet plugin container dict mounting the volumes named in `mounts`."""
-    c = {"name": name, "image": "registry.example/driver:v1",
-         "volumeMounts": [{"name": m, "mountPath": f"/mnt/{m}"} for m in mounts], **extra}
+    c = {
+        "name": name,
+        "image": "registry.example/driver:v1",
+        "volumeMounts": [{"name": m, "mountPath": f"/mnt/{m}"} for m in mounts],
+        **extra,
+    }
     if args is not None:
         c["args"] = args
     if env is not None:
@@ -120,8 +184,7 @@ def plugin_container(name, *, args=None, env=None, ports=None, mounts=("plugins-
     return c
 
 
-def pod(name, node, *, namespace="work", claims=("gpu",), phase="Running", terminating=False, ds=None, uid=None,
-        extended=None):
+def pod(name, node, *, namespace="work", claims=("gpu",), phase="Running", terminating=False, ds=None, uid=None, extended=None):
     """A core/v1 Pod dict on `node`: a claim consumer, or with `ds` a DaemonSet's pod. With
     `extended` (a claim name) it asks extended resource example.com/fabric-gpu, lists no claim, and
     its status names the claim the scheduler made for it (status.extendedResourceClaimStatus)."""
@@ -133,47 +196,77 @@ def pod(name, node, *, namespace="work", claims=("gpu",), phase="Running", termi
     spec = {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}
     status: dict[str, Any] = {"phase": phase}
     if extended:
-        spec["containers"][0]["resources"] = {"requests": {"example.com/fabric-gpu": "1"},
-                                              "limits": {"example.com/fabric-gpu": "1"}}
-        status["extendedResourceClaimStatus"] = {"resourceClaimName": extended, "requestMappings": [
-            {"containerName": "c", "resourceName": "example.com/fabric-gpu", "requestName": "container-0-request-0"}]}
+        spec["containers"][0]["resources"] = {
+            "requests": {"example.com/fabric-gpu": "1"},
+            "limits": {"example.com/fabric-gpu": "1"},
+        }
+        status["extendedResourceClaimStatus"] = {
+            "resourceClaimName": extended,
+            "requestMappings": [
+                {"containerName": "c", "resourceName": "example.com/fabric-gpu", "requestName": "container-0-request-0"}
+            ],
+        }
     elif claims and not ds:
         spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
-def claim(name, *, driver=DRIVER, node="node-a", reserved=("consumer",), namespace="work", api="resource.k8s.io/v1",
-          labels=None, consumers=()):
+def claim(
+    name,
+    *,
+    driver=DRIVER,
+    node="node-a",
+    reserved=("consumer",),
+    namespace="work",
+    api="resource.k8s.io/v1",
+    labels=None,
+    consumers=(),
+):
     """An allocated ResourceClaim dict (node-local on `node`, usable anywhere with node None, or
     with `labels` ({key: value}) on the nodes with those labels) reserved by pods `reserved` and
     by `consumers` ((apiGroup, resource, name): reservedFor entries that are not pods)."""
     alloc = {"devices": {"results": [{"request": "gpu", "driver": driver, "pool": node or "net", "device": "gpu-0"}]}}
     if labels:
-        alloc["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": k, "operator": "In", "values": [v]} for k, v in labels.items()]}]}
+        alloc["nodeSelector"] = {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in labels.items()]}]
+        }
     elif node:
-        alloc["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+        alloc["nodeSelector"] = {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+        }
     refs = [{"resource": "pods", "name": r, "uid": f"uid-{namespace}-{r}"} for r in reserved]
     refs += [{"apiGroup": g, "resource": res, "name": n, "uid": f"uid-{n}"} for g, res, n in consumers]
-    return {"apiVersion": api, "kind": "ResourceClaim", "metadata": {"name": name, "namespace": namespace},
-            "status": {"allocation": alloc, "reservedFor": refs}}
+    return {
+        "apiVersion": api,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "status": {"allocation": alloc, "reservedFor": refs},
+    }
 
 
 def node_object(name, labels=None):
     """A core/v1 Node dict with `labels` ({key: value})."""
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+    }
 
 
 def eviction_request(name, namespace="gpu", *, api="policy/v1", dry_run=False, operation="CREATE"):
     """The AdmissionReview request dict for evicting (or with operation DELETE, deleting) pod namespace/name."""
-    return {"uid": "u", "operation": operation, "subResource": "eviction" if operation == "CREATE" else "",
-            "kind": {"group": "policy", "version": api.split("/")[1], "kind": "Eviction"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": name, "namespace": namespace, "dryRun": dry_run,
-            "userInfo": {"username": "admin", "groups": []},
-            "object": {"apiVersion": api, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}}
+    return {
+        "uid": "u",
+        "operation": operation,
+        "subResource": "eviction" if operation == "CREATE" else "",
+        "kind": {"group": "policy", "version": api.split("/")[1], "kind": "Eviction"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": name,
+        "namespace": namespace,
+        "dryRun": dry_run,
+        "userInfo": {"username": "admin", "groups": []},
+        "object": {"apiVersion": api, "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}},
+    }
 
 
 def index_with(*objects):

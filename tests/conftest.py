@@ -5,6 +5,7 @@ one instance: a fixture defined in two conftest files would start two clusters i
 A missing Go toolchain or a failed build is a test failure, not a skip: the end-to-end tests must
 not pass silently without a cluster.
 """
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         tools_dir = binaries.client_tools_dir()
     except binaries.BinariesError as exc:
         pytest.fail(f"cannot provide the Kubernetes binaries for the e2e tests: {exc}", pytrace=False)
-    cp = ControlPlane(tmp_path_factory.mktemp("control-plane"), controllers=True, audit_log=True,
-                      bin_dir=bin_dir, tools_dir=tools_dir)
+    cp = ControlPlane(
+        tmp_path_factory.mktemp("control-plane"), controllers=True, audit_log=True, bin_dir=bin_dir, tools_dir=tools_dir
+    )
     started = time.monotonic()
     try:
         cp.start()

@@ -75,6 +75,7 @@ change what dra-guard sees (images, resources, security contexts, scripts) are s
   and RBAC (rbac-compute-domain-daemon.yaml at 2dc387ef); device names from
   cmd/compute-domain-kubelet-plugin/deviceinfo.go at 310773cd (channel-N per node, one "daemon").
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -108,7 +109,7 @@ class CatalogueDriver:
 
     @property
     def service_account(self) -> str:
-        """"namespace:name" of its ServiceAccount (the form of rbac.driverSubjects.serviceAccounts)."""
+        """ "namespace:name" of its ServiceAccount (the form of rbac.driverSubjects.serviceAccounts)."""
         sa = next(o for o in self.objects if o["kind"] == "ServiceAccount")
         return f"{sa['metadata']['namespace']}:{sa['metadata']['name']}"
 
@@ -129,43 +130,74 @@ def _fieldref(name: str, path: str) -> dict[str, Any]:
 
 
 def _grpc(port: int, *, period: int, threshold: int) -> dict[str, Any]:
-    return {"grpc": {"port": port, "service": "liveness"}, "periodSeconds": period, "timeoutSeconds": 10,
-            "failureThreshold": threshold}
+    return {
+        "grpc": {"port": port, "service": "liveness"},
+        "periodSeconds": period,
+        "timeoutSeconds": 10,
+        "failureThreshold": threshold,
+    }
 
 
 def _rbac(namespace: str, sa: str, role: str, slice_verbs: list[str], extra_rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": namespace}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": slice_verbs},
-                   *extra_rules]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
-         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": slice_verbs}, *extra_rules],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        },
     ]
 
 
-def _daemonset(name: str, namespace: str, sa: str, containers: list[dict[str, Any]], volumes: list[dict[str, Any]],
-               *, labels: dict[str, str], init: list[dict[str, Any]] | None = None, host: bool = False,
-               strategy: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"serviceAccountName": sa, "containers": containers, "volumes": volumes,
-                            "tolerations": [{"operator": "Exists"}]}
+def _daemonset(
+    name: str,
+    namespace: str,
+    sa: str,
+    containers: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+    *,
+    labels: dict[str, str],
+    init: list[dict[str, Any]] | None = None,
+    host: bool = False,
+    strategy: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "serviceAccountName": sa,
+        "containers": containers,
+        "volumes": volumes,
+        "tolerations": [{"operator": "Exists"}],
+    }
     if init:
         spec["initContainers"] = init
     if host:
         spec.update(hostNetwork=True, hostPID=True)
-    ds: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "DaemonSet",
-                          "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
-                          "spec": {"selector": {"matchLabels": dict(labels)},
-                                   "template": {"metadata": {"labels": dict(labels)}, "spec": spec}}}
+    ds: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": {"selector": {"matchLabels": dict(labels)}, "template": {"metadata": {"labels": dict(labels)}, "spec": spec}},
+    }
     if strategy:
         ds["spec"]["updateStrategy"] = strategy
     return ds
 
 
-def nvidia_gpu(*, probes_in_chart: bool = True, registrar: str = f"{KUBELET}/plugins_registry",
-               plugins: str = f"{KUBELET}/plugins", ports: tuple[int, int] = (51515, 51516),
-               namespace: str = "") -> CatalogueDriver:
+def nvidia_gpu(
+    *,
+    probes_in_chart: bool = True,
+    registrar: str = f"{KUBELET}/plugins_registry",
+    plugins: str = f"{KUBELET}/plugins",
+    ports: tuple[int, int] = (51515, 51516),
+    namespace: str = "",
+) -> CatalogueDriver:
     """NVIDIA's kubelet plugin DaemonSet (compute-domains + gpus); `probes_in_chart` False is the
     older chart without probes; `registrar`/`plugins` are the chart's kubelet path values; a port
     of 0 is the chart's "no health service"."""
@@ -175,127 +207,253 @@ def nvidia_gpu(*, probes_in_chart: bool = True, registrar: str = f"{KUBELET}/plu
 
     def container(cname: str, binary: str, port: int) -> dict[str, Any]:
         c: dict[str, Any] = {
-            "name": cname, "image": "registry.example/nvidia/k8s-dra-driver-gpu:v25", "command": ["bash", "-c"],
-            "args": [f"if [ \"${{MASK_NVIDIA_DRIVER_PARAMS}}\" = \"true\" ]; then mount-params; fi\n"
-                     f"{binary} -v $(LOG_VERBOSITY)"],
+            "name": cname,
+            "image": "registry.example/nvidia/k8s-dra-driver-gpu:v25",
+            "command": ["bash", "-c"],
+            "args": [f'if [ "${{MASK_NVIDIA_DRIVER_PARAMS}}" = "true" ]; then mount-params; fi\n{binary} -v $(LOG_VERBOSITY)'],
             "securityContext": {"privileged": True},
-            "env": [{"name": "LOG_VERBOSITY", "value": "4"}, {"name": "MASK_NVIDIA_DRIVER_PARAMS", "value": "false"},
-                    {"name": "NVIDIA_DRIVER_ROOT", "value": "/"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
-                    {"name": "CDI_ROOT", "value": "/var/run/cdi"}, {"name": "NVIDIA_MIG_CONFIG_DEVICES", "value": "all"},
-                    _fieldref("NODE_NAME", "spec.nodeName"), _fieldref("NAMESPACE", "metadata.namespace"),
-                    {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": registrar},
-                    {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": plugins},
-                    {"name": "HEALTHCHECK_PORT", "value": str(port)}],
-            "volumeMounts": _mounts(("plugins-registry", registrar), ("plugins", plugins), ("cdi", "/var/run/cdi"),
-                                    ("driver-root", "/driver-root"))}
+            "env": [
+                {"name": "LOG_VERBOSITY", "value": "4"},
+                {"name": "MASK_NVIDIA_DRIVER_PARAMS", "value": "false"},
+                {"name": "NVIDIA_DRIVER_ROOT", "value": "/"},
+                {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+                {"name": "CDI_ROOT", "value": "/var/run/cdi"},
+                {"name": "NVIDIA_MIG_CONFIG_DEVICES", "value": "all"},
+                _fieldref("NODE_NAME", "spec.nodeName"),
+                _fieldref("NAMESPACE", "metadata.namespace"),
+                {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": registrar},
+                {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": plugins},
+                {"name": "HEALTHCHECK_PORT", "value": str(port)},
+            ],
+            "volumeMounts": _mounts(
+                ("plugins-registry", registrar), ("plugins", plugins), ("cdi", "/var/run/cdi"), ("driver-root", "/driver-root")
+            ),
+        }
         c["volumeMounts"][1]["mountPropagation"] = "Bidirectional"
         if probes_in_chart and port > 0:
             c["startupProbe"] = _grpc(port, period=10, threshold=60)
             c["livenessProbe"] = _grpc(port, period=10, threshold=3)
         return c
 
-    containers = [container("compute-domains", "compute-domain-kubelet-plugin", ports[0]),
-                  container("gpus", "gpu-kubelet-plugin", ports[1])]
-    init = [{"name": "init-container", "image": "registry.example/nvidia/k8s-dra-driver-gpu:v25",
-             "command": ["bash", "/usr/bin/kubelet-plugin-prestart.sh"],
-             "env": [{"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": registrar},
-                     {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": plugins}],
-             "volumeMounts": _mounts(("driver-root-parent", "/driver-root-parent"))}]
-    volumes = [_host("plugins-registry", registrar), _host("plugins", plugins), _host("cdi", "/var/run/cdi"),
-               _host("driver-root-parent", "/", "DirectoryOrCreate"), _host("driver-root", "/", "DirectoryOrCreate")]
+    containers = [
+        container("compute-domains", "compute-domain-kubelet-plugin", ports[0]),
+        container("gpus", "gpu-kubelet-plugin", ports[1]),
+    ]
+    init = [
+        {
+            "name": "init-container",
+            "image": "registry.example/nvidia/k8s-dra-driver-gpu:v25",
+            "command": ["bash", "/usr/bin/kubelet-plugin-prestart.sh"],
+            "env": [
+                {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": registrar},
+                {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": plugins},
+            ],
+            "volumeMounts": _mounts(("driver-root-parent", "/driver-root-parent")),
+        }
+    ]
+    volumes = [
+        _host("plugins-registry", registrar),
+        _host("plugins", plugins),
+        _host("cdi", "/var/run/cdi"),
+        _host("driver-root-parent", "/", "DirectoryOrCreate"),
+        _host("driver-root", "/", "DirectoryOrCreate"),
+    ]
     labels = {"app.kubernetes.io/name": "nvidia-dra-driver-gpu", "app.kubernetes.io/component": "kubelet-plugin"}
-    ds = _daemonset(name, namespace, sa, containers, volumes, labels=labels, init=init,
-                    strategy={"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}})
-    rbac = _rbac(namespace, sa, f"{key}-kubeletplugin-role",
-                 ["get", "list", "watch", "create", "update", "patch", "delete"],
-                 [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-                  {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}])
-    probes = {"compute-domains": None, "gpus": None} if probes_in_chart else {
-        "compute-domains": ports[0] or None, "gpus": ports[1] or None}
-    return CatalogueDriver(key=key, namespace=namespace,
-                           names=("compute-domain.nvidia.com", "gpu.nvidia.com"), probes=probes,
-                           objects=(*rbac, ds))
+    ds = _daemonset(
+        name,
+        namespace,
+        sa,
+        containers,
+        volumes,
+        labels=labels,
+        init=init,
+        strategy={"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}},
+    )
+    rbac = _rbac(
+        namespace,
+        sa,
+        f"{key}-kubeletplugin-role",
+        ["get", "list", "watch", "create", "update", "patch", "delete"],
+        [
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        ],
+    )
+    probes = (
+        {"compute-domains": None, "gpus": None}
+        if probes_in_chart
+        else {"compute-domains": ports[0] or None, "gpus": ports[1] or None}
+    )
+    return CatalogueDriver(
+        key=key, namespace=namespace, names=("compute-domain.nvidia.com", "gpu.nvidia.com"), probes=probes, objects=(*rbac, ds)
+    )
 
 
 def intel_gpu() -> CatalogueDriver:
     """Intel's GPU resource driver kubelet plugin (gpu.intel.com)."""
     ns, sa = "intel-gpu-resource-driver", "intel-gpu-resource-driver-service-account"
-    c = {"name": "kubelet-plugin", "image": "registry.example/intel/intel-gpu-resource-driver:v0.8",
-         "command": ["/kubelet-gpu-plugin"], "ports": [{"name": "healthcheck", "containerPort": 51516}],
-         "startupProbe": _grpc(51516, period=10, threshold=60), "livenessProbe": _grpc(51516, period=30, threshold=3),
-         "env": [_fieldref("NODE_NAME", "spec.nodeName"), _fieldref("POD_NAMESPACE", "metadata.namespace"),
-                 {"name": "SYSFS_ROOT", "value": "/sysfs"}],
-         "volumeMounts": _mounts(("plugins-registry", f"{KUBELET}/plugins_registry"), ("plugins", f"{KUBELET}/plugins"),
-                                 ("cdi", "/etc/cdi"), ("varruncdi", "/var/run/cdi"), ("sysfs", "/sysfs"),
-                                 ("xpumd-socket", "/run/xpumd")),
-         "securityContext": {"privileged": True, "readOnlyRootFilesystem": True}}
-    volumes = [_host("plugins-registry", f"{KUBELET}/plugins_registry"), _host("plugins", f"{KUBELET}/plugins"),
-               _host("cdi", "/etc/cdi"), _host("varruncdi", "/var/run/cdi"), _host("sysfs", "/sys"),
-               _host("xpumd-socket", "/run/xpumd")]
-    ds = _daemonset("intel-gpu-resource-driver-kubelet-plugin", ns, sa, [c], volumes,
-                    labels={"app": "intel-gpu-resource-driver-kubelet-plugin"})
+    c = {
+        "name": "kubelet-plugin",
+        "image": "registry.example/intel/intel-gpu-resource-driver:v0.8",
+        "command": ["/kubelet-gpu-plugin"],
+        "ports": [{"name": "healthcheck", "containerPort": 51516}],
+        "startupProbe": _grpc(51516, period=10, threshold=60),
+        "livenessProbe": _grpc(51516, period=30, threshold=3),
+        "env": [
+            _fieldref("NODE_NAME", "spec.nodeName"),
+            _fieldref("POD_NAMESPACE", "metadata.namespace"),
+            {"name": "SYSFS_ROOT", "value": "/sysfs"},
+        ],
+        "volumeMounts": _mounts(
+            ("plugins-registry", f"{KUBELET}/plugins_registry"),
+            ("plugins", f"{KUBELET}/plugins"),
+            ("cdi", "/etc/cdi"),
+            ("varruncdi", "/var/run/cdi"),
+            ("sysfs", "/sysfs"),
+            ("xpumd-socket", "/run/xpumd"),
+        ),
+        "securityContext": {"privileged": True, "readOnlyRootFilesystem": True},
+    }
+    volumes = [
+        _host("plugins-registry", f"{KUBELET}/plugins_registry"),
+        _host("plugins", f"{KUBELET}/plugins"),
+        _host("cdi", "/etc/cdi"),
+        _host("varruncdi", "/var/run/cdi"),
+        _host("sysfs", "/sys"),
+        _host("xpumd-socket", "/run/xpumd"),
+    ]
+    ds = _daemonset(
+        "intel-gpu-resource-driver-kubelet-plugin",
+        ns,
+        sa,
+        [c],
+        volumes,
+        labels={"app": "intel-gpu-resource-driver-kubelet-plugin"},
+    )
     ds["spec"]["template"]["spec"]["serviceAccount"] = sa
-    rbac = _rbac(ns, sa, "intel-gpu-resource-driver-role", ["get", "list", "watch", "create", "update", "patch", "delete"],
-                 [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
-                  {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}])
-    return CatalogueDriver(key="intel-gpu", namespace=ns, names=("gpu.intel.com",), probes={"kubelet-plugin": None},
-                           objects=(*rbac, ds))
+    rbac = _rbac(
+        ns,
+        sa,
+        "intel-gpu-resource-driver-role",
+        ["get", "list", "watch", "create", "update", "patch", "delete"],
+        [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+        ],
+    )
+    return CatalogueDriver(
+        key="intel-gpu", namespace=ns, names=("gpu.intel.com",), probes={"kubelet-plugin": None}, objects=(*rbac, ds)
+    )
 
 
 def example_driver() -> CatalogueDriver:
     """The Kubernetes dra-example-driver kubelet plugin (gpu.example.com), health port by flag."""
     ns, sa = "dra-example-driver", "dra-example-driver-service-account"
-    c = {"name": "plugin", "image": "registry.example/dra-example-driver:v0.2", "command": ["dra-example-kubeletplugin"],
-         "args": ["--healthcheck-port=51515"],
-         "env": [{"name": "CDI_ROOT", "value": "/var/run/cdi"}, _fieldref("NODE_NAME", "spec.nodeName"),
-                 _fieldref("NAMESPACE", "metadata.namespace"), {"name": "NUM_DEVICES", "value": "8"}],
-         "volumeMounts": _mounts(("plugins-registry", f"{KUBELET}/plugins_registry"), ("plugins", f"{KUBELET}/plugins"),
-                                 ("cdi", "/var/run/cdi"))}
-    volumes = [_host("plugins-registry", f"{KUBELET}/plugins_registry"), _host("plugins", f"{KUBELET}/plugins"),
-               _host("cdi", "/var/run/cdi")]
-    ds = _daemonset("dra-example-driver-kubeletplugin", ns, sa, [c], volumes,
-                    labels={"app.kubernetes.io/name": "dra-example-driver"})
-    rbac = _rbac(ns, sa, "dra-example-driver-role", ["get", "list", "watch", "create", "update", "patch", "delete"],
-                 [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-                  {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}])
-    return CatalogueDriver(key="example", namespace=ns, names=("gpu.example.com",), probes={"plugin": 51515},
-                           objects=(*rbac, ds))
+    c = {
+        "name": "plugin",
+        "image": "registry.example/dra-example-driver:v0.2",
+        "command": ["dra-example-kubeletplugin"],
+        "args": ["--healthcheck-port=51515"],
+        "env": [
+            {"name": "CDI_ROOT", "value": "/var/run/cdi"},
+            _fieldref("NODE_NAME", "spec.nodeName"),
+            _fieldref("NAMESPACE", "metadata.namespace"),
+            {"name": "NUM_DEVICES", "value": "8"},
+        ],
+        "volumeMounts": _mounts(
+            ("plugins-registry", f"{KUBELET}/plugins_registry"), ("plugins", f"{KUBELET}/plugins"), ("cdi", "/var/run/cdi")
+        ),
+    }
+    volumes = [
+        _host("plugins-registry", f"{KUBELET}/plugins_registry"),
+        _host("plugins", f"{KUBELET}/plugins"),
+        _host("cdi", "/var/run/cdi"),
+    ]
+    ds = _daemonset(
+        "dra-example-driver-kubeletplugin", ns, sa, [c], volumes, labels={"app.kubernetes.io/name": "dra-example-driver"}
+    )
+    rbac = _rbac(
+        ns,
+        sa,
+        "dra-example-driver-role",
+        ["get", "list", "watch", "create", "update", "patch", "delete"],
+        [
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        ],
+    )
+    return CatalogueDriver(key="example", namespace=ns, names=("gpu.example.com",), probes={"plugin": 51515}, objects=(*rbac, ds))
 
 
-def _kube_system_driver(name: str, driver: str, extra_mounts: list[tuple[str, str, str]],
-                        readiness: dict[str, Any] | None) -> CatalogueDriver:
+def _kube_system_driver(
+    name: str, driver: str, extra_mounts: list[tuple[str, str, str]], readiness: dict[str, Any] | None
+) -> CatalogueDriver:
     """The DRA CPU and network drivers' shared shape: DaemonSet <name> in kube-system, NRI init."""
-    mounts = [("device-plugin", f"{KUBELET}/plugins", f"{KUBELET}/plugins"),
-              ("plugin-registry", f"{KUBELET}/plugins_registry", f"{KUBELET}/plugins_registry"),
-              ("nri-plugin", "/var/run/nri", "/var/run/nri"), *extra_mounts]
-    c: dict[str, Any] = {"name": name, "image": f"registry.example/{name}:stable", "args": [f"/{name}", "--v=4"],
-                         "volumeMounts": _mounts(*((n, mp) for n, _, mp in mounts))}
+    mounts = [
+        ("device-plugin", f"{KUBELET}/plugins", f"{KUBELET}/plugins"),
+        ("plugin-registry", f"{KUBELET}/plugins_registry", f"{KUBELET}/plugins_registry"),
+        ("nri-plugin", "/var/run/nri", "/var/run/nri"),
+        *extra_mounts,
+    ]
+    c: dict[str, Any] = {
+        "name": name,
+        "image": f"registry.example/{name}:stable",
+        "args": [f"/{name}", "--v=4"],
+        "volumeMounts": _mounts(*((n, mp) for n, _, mp in mounts)),
+    }
     if readiness:
         c["readinessProbe"] = readiness
-    init = [{"name": "enable-nri", "image": "registry.example/busybox:stable", "command": ["/bin/sh", "-c", "true"],
-             "volumeMounts": _mounts(("etc", "/etc")), "securityContext": {"privileged": True}}]
+    init = [
+        {
+            "name": "enable-nri",
+            "image": "registry.example/busybox:stable",
+            "command": ["/bin/sh", "-c", "true"],
+            "volumeMounts": _mounts(("etc", "/etc")),
+            "securityContext": {"privileged": True},
+        }
+    ]
     volumes = [_host(n, hp) for n, hp, _ in mounts] + [_host("etc", "/etc")]
     labels = {"tier": "node", "app": name, "k8s-app": name}
     ds = _daemonset(name, "kube-system", name, [c], volumes, labels=labels, init=init, host=True)
-    rbac = _rbac("kube-system", name, name, ["list", "watch", "create", "update", "delete"],
-                 [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
-                  {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "deviceclasses"], "verbs": ["get"]},
-                  {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["patch", "update"]}])
+    rbac = _rbac(
+        "kube-system",
+        name,
+        name,
+        ["list", "watch", "create", "update", "delete"],
+        [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "deviceclasses"], "verbs": ["get"]},
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["patch", "update"]},
+        ],
+    )
     return CatalogueDriver(key=name, namespace="kube-system", names=(driver,), probes={name: None}, objects=(*rbac, ds))
 
 
 def cpu_driver() -> CatalogueDriver:
     """The DRA CPU driver (dra.cpu): no health service, /var/run/cdi and the pod-resources socket."""
-    return _kube_system_driver("dracpu", "dra.cpu", [
-        ("pod-resources-socket", f"{KUBELET}/pod-resources", f"{KUBELET}/pod-resources"),
-        ("cdi-dir", "/var/run/cdi", "/var/run/cdi")], None)
+    return _kube_system_driver(
+        "dracpu",
+        "dra.cpu",
+        [
+            ("pod-resources-socket", f"{KUBELET}/pod-resources", f"{KUBELET}/pod-resources"),
+            ("cdi-dir", "/var/run/cdi", "/var/run/cdi"),
+        ],
+        None,
+    )
 
 
 def net_driver() -> CatalogueDriver:
     """The DRA network driver (dra.net): no /var/run/cdi, an HTTP readinessProbe, netns and BPF mounts."""
-    return _kube_system_driver("dranet", "dra.net", [
-        ("netns", "/var/run/netns", "/var/run/netns"), ("infiniband", "/dev/infiniband", "/dev/infiniband"),
-        ("bpf-programs", "/sys/fs/bpf", "/sys/fs/bpf")], {"httpGet": {"path": "/healthz", "port": 9177}})
+    return _kube_system_driver(
+        "dranet",
+        "dra.net",
+        [
+            ("netns", "/var/run/netns", "/var/run/netns"),
+            ("infiniband", "/dev/infiniband", "/dev/infiniband"),
+            ("bpf-programs", "/sys/fs/bpf", "/sys/fs/bpf"),
+        ],
+        {"httpGet": {"path": "/healthz", "port": 9177}},
+    )
 
 
 def _rules(*rules: tuple[str, list[str], list[str]]) -> list[dict[str, Any]]:
@@ -303,20 +461,28 @@ def _rules(*rules: tuple[str, list[str], list[str]]) -> list[dict[str, Any]]:
     return [{"apiGroups": [g], "resources": list(r), "verbs": list(v)} for g, r, v in rules]
 
 
-def _rbac_of(namespace: str, sa: str, role: str, binding: str, rules: list[dict[str, Any]], *,
-             namespaced_cluster_objects: bool = False) -> list[dict[str, Any]]:
+def _rbac_of(
+    namespace: str, sa: str, role: str, binding: str, rules: list[dict[str, Any]], *, namespaced_cluster_objects: bool = False
+) -> list[dict[str, Any]]:
     """ServiceAccount, ClusterRole (`rules` as given) and ClusterRoleBinding `binding`; with
     `namespaced_cluster_objects` the ClusterRole and ClusterRoleBinding carry metadata.namespace
     as some vendor manifests do (the apiserver drops it: both kinds are cluster-scoped)."""
     quirk = {"namespace": namespace} if namespaced_cluster_objects else {}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": namespace}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role, **quirk},
-         "rules": rules},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": binding, **quirk},
-         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role, **quirk},
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": binding, **quirk},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        },
     ]
 
 
@@ -329,26 +495,63 @@ def intel_gaudi() -> CatalogueDriver:
     (admin-only by default: rbac.driverResources must name devicetaintrules), and its ClusterRole and
     ClusterRoleBinding carry metadata.namespace; no health service."""
     ns, sa = "intel-gaudi-resource-driver", "intel-gaudi-resource-driver-service-account"
-    c = {"name": "kubelet-plugin", "image": "registry.example/intel/intel-gaudi-resource-driver:v0.7",
-         "command": ["/kubelet-gaudi-plugin"],
-         "env": [_fieldref("NODE_NAME", "spec.nodeName"), _fieldref("POD_NAMESPACE", "metadata.namespace"),
-                 {"name": "SYSFS_ROOT", "value": "/sys"}],
-         "volumeMounts": _mounts(("plugins-registry", f"{KUBELET}/plugins_registry"), ("plugins", f"{KUBELET}/plugins"),
-                                 ("cdi", "/etc/cdi"), ("etc-habanalabs", "/etc/habanalabs"),
-                                 ("varruncdi", "/var/run/cdi"), ("sysfs", "/sys")),
-         "securityContext": {"privileged": True, "readOnlyRootFilesystem": True, "runAsUser": 0}}
-    volumes = [_host("plugins-registry", f"{KUBELET}/plugins_registry"), _host("plugins", f"{KUBELET}/plugins"),
-               _host("cdi", "/etc/cdi"), _host("etc-habanalabs", "/etc/habanalabs"), _host("varruncdi", "/var/run/cdi"),
-               _host("sysfs", "/sys")]
-    ds = _daemonset("intel-gaudi-resource-driver-kubelet-plugin", ns, sa, [c], volumes,
-                    labels={"app": "intel-gaudi-resource-driver-kubelet-plugin"})
+    c = {
+        "name": "kubelet-plugin",
+        "image": "registry.example/intel/intel-gaudi-resource-driver:v0.7",
+        "command": ["/kubelet-gaudi-plugin"],
+        "env": [
+            _fieldref("NODE_NAME", "spec.nodeName"),
+            _fieldref("POD_NAMESPACE", "metadata.namespace"),
+            {"name": "SYSFS_ROOT", "value": "/sys"},
+        ],
+        "volumeMounts": _mounts(
+            ("plugins-registry", f"{KUBELET}/plugins_registry"),
+            ("plugins", f"{KUBELET}/plugins"),
+            ("cdi", "/etc/cdi"),
+            ("etc-habanalabs", "/etc/habanalabs"),
+            ("varruncdi", "/var/run/cdi"),
+            ("sysfs", "/sys"),
+        ),
+        "securityContext": {"privileged": True, "readOnlyRootFilesystem": True, "runAsUser": 0},
+    }
+    volumes = [
+        _host("plugins-registry", f"{KUBELET}/plugins_registry"),
+        _host("plugins", f"{KUBELET}/plugins"),
+        _host("cdi", "/etc/cdi"),
+        _host("etc-habanalabs", "/etc/habanalabs"),
+        _host("varruncdi", "/var/run/cdi"),
+        _host("sysfs", "/sys"),
+    ]
+    ds = _daemonset(
+        "intel-gaudi-resource-driver-kubelet-plugin",
+        ns,
+        sa,
+        [c],
+        volumes,
+        labels={"app": "intel-gaudi-resource-driver-kubelet-plugin"},
+    )
     ds["spec"]["template"]["spec"]["serviceAccount"] = sa
-    rbac = _rbac_of(ns, sa, "intel-gaudi-resource-driver-role", "intel-gaudi-resource-driver-role-binding", _rules(
-        ("", ["nodes"], ["get"]), _SLICES_RW,
-        ("resource.k8s.io", ["devicetaintrules"], ["get", "list", "watch", "create"]),
-        ("resource.k8s.io", ["resourceclaims"], ["get"])), namespaced_cluster_objects=True)
-    return CatalogueDriver(key="intel-gaudi", namespace=ns, names=("gaudi.intel.com",), probes={"kubelet-plugin": None},
-                           objects=(*rbac, ds), driver_resources=("devicetaintrules",))
+    rbac = _rbac_of(
+        ns,
+        sa,
+        "intel-gaudi-resource-driver-role",
+        "intel-gaudi-resource-driver-role-binding",
+        _rules(
+            ("", ["nodes"], ["get"]),
+            _SLICES_RW,
+            ("resource.k8s.io", ["devicetaintrules"], ["get", "list", "watch", "create"]),
+            ("resource.k8s.io", ["resourceclaims"], ["get"]),
+        ),
+        namespaced_cluster_objects=True,
+    )
+    return CatalogueDriver(
+        key="intel-gaudi",
+        namespace=ns,
+        names=("gaudi.intel.com",),
+        probes={"kubelet-plugin": None},
+        objects=(*rbac, ds),
+        driver_resources=("devicetaintrules",),
+    )
 
 
 def intel_gaudi_rbac() -> list[dict[str, Any]]:
@@ -364,42 +567,94 @@ def sriov_driver() -> CatalogueDriver:
     binary's default -1 then means "no health service"); NRI socket, CNI mounts, host network."""
     ns = "dra-driver-sriov"
     sa = "dra-driver-sriov-service-account"
-    env = [{"name": "CDI_ROOT", "value": "/var/run/cdi"},
-           {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": f"{KUBELET}/plugins_registry"},
-           {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": f"{KUBELET}/plugins"},
-           {"name": "NRI_PLUGIN_NAME", "value": "dra-driver-sriov"}, {"name": "NRI_PLUGIN_IDX", "value": "42"},
-           {"name": "DEFAULT_INTERFACE_PREFIX", "value": "vfnet"}, {"name": "CONFIGURATION_MODE", "value": "STANDALONE"},
-           {"name": "ENABLE_DEVICE_METADATA", "value": "true"},
-           _fieldref("NODE_NAME", "spec.nodeName"), _fieldref("NAMESPACE", "metadata.namespace"),
-           {"name": "V", "value": "3"}, {"name": "LOG_FORMAT", "value": "text"}, {"name": "ALSOLOGTOSTDERR", "value": "true"}]
-    c = {"name": "plugin", "image": "registry.example/k8snetworkplumbingwg/dra-driver-sriov:v1.0.0",
-         "command": ["/usr/bin/dra-driver-sriov"], "env": env, "securityContext": {"privileged": True},
-         "volumeMounts": _mounts(("plugins-registry", f"{KUBELET}/plugins_registry"), ("plugins", f"{KUBELET}/plugins"),
-                                 ("cdi", "/var/run/cdi"), ("cri-socket", "/var/run/nri/nri.sock"),
-                                 ("netns", "/var/run/netns"), ("cni-results", "/var/lib/cni/"), ("cni-bin", "/opt/cni/bin"))}
+    env = [
+        {"name": "CDI_ROOT", "value": "/var/run/cdi"},
+        {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": f"{KUBELET}/plugins_registry"},
+        {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": f"{KUBELET}/plugins"},
+        {"name": "NRI_PLUGIN_NAME", "value": "dra-driver-sriov"},
+        {"name": "NRI_PLUGIN_IDX", "value": "42"},
+        {"name": "DEFAULT_INTERFACE_PREFIX", "value": "vfnet"},
+        {"name": "CONFIGURATION_MODE", "value": "STANDALONE"},
+        {"name": "ENABLE_DEVICE_METADATA", "value": "true"},
+        _fieldref("NODE_NAME", "spec.nodeName"),
+        _fieldref("NAMESPACE", "metadata.namespace"),
+        {"name": "V", "value": "3"},
+        {"name": "LOG_FORMAT", "value": "text"},
+        {"name": "ALSOLOGTOSTDERR", "value": "true"},
+    ]
+    c = {
+        "name": "plugin",
+        "image": "registry.example/k8snetworkplumbingwg/dra-driver-sriov:v1.0.0",
+        "command": ["/usr/bin/dra-driver-sriov"],
+        "env": env,
+        "securityContext": {"privileged": True},
+        "volumeMounts": _mounts(
+            ("plugins-registry", f"{KUBELET}/plugins_registry"),
+            ("plugins", f"{KUBELET}/plugins"),
+            ("cdi", "/var/run/cdi"),
+            ("cri-socket", "/var/run/nri/nri.sock"),
+            ("netns", "/var/run/netns"),
+            ("cni-results", "/var/lib/cni/"),
+            ("cni-bin", "/opt/cni/bin"),
+        ),
+    }
     c["volumeMounts"][4]["mountPropagation"] = "HostToContainer"
-    init = [{"name": "sriov-cni", "image": "registry.example/k8snetworkplumbingwg/sriov-cni:v2.10.0", "args": ["--no-sleep"],
-             "securityContext": {"privileged": True},
-             "volumeMounts": _mounts(("cni-bin", "/host/opt/cni/bin"), ("os-release", "/host/etc/os-release"))}]
-    volumes = [_host("cni-results", "/var/lib/cni/"), _host("netns", "/var/run/netns"),
-               _host("cri-socket", "/var/run/nri/nri.sock", "Socket"),
-               _host("plugins-registry", f"{KUBELET}/plugins_registry"), _host("plugins", f"{KUBELET}/plugins"),
-               _host("cdi", "/var/run/cdi"), _host("cni-bin", "/opt/cni/bin"), _host("os-release", "/etc/os-release", "File")]
-    labels = {"app.kubernetes.io/name": "dra-driver-sriov", "app.kubernetes.io/instance": "dra-driver-sriov",
-              "app.kubernetes.io/component": "kubeletplugin"}
-    ds = _daemonset("dra-driver-sriov-kubeletplugin", ns, sa, [c], volumes, labels=labels, init=init, host=True,
-                    strategy={"type": "RollingUpdate"})
-    rbac = _rbac_of(ns, sa, "dra-driver-sriov-role", "dra-driver-sriov-role-binding", _rules(
-        ("", ["pods"], ["get", "list", "watch"]), ("resource.k8s.io", ["resourceclaims"], ["get"]),
-        ("resource.k8s.io", ["resourceclaims/status"], ["get", "list", "update", "patch"]),
-        ("resource.k8s.io", ["resourceclaims/driver"], ["associated-node:update"]),
-        ("", ["nodes"], ["get", "list", "watch"]), _SLICES_RW,
-        ("k8s.cni.cncf.io", ["network-attachment-definitions"], ["get"]),
-        ("sriovnetwork.k8snetworkplumbingwg.io", ["sriovresourcepolicies"], ["get", "list", "watch"]),
-        ("sriovnetwork.k8snetworkplumbingwg.io", ["deviceattributes"], ["get", "list", "watch"])),
-        namespaced_cluster_objects=True)
-    return CatalogueDriver(key="sriov", namespace=ns, names=("sriovnetwork.k8snetworkplumbingwg.io",),
-                           probes={"plugin": None}, objects=(*rbac, ds))
+    init = [
+        {
+            "name": "sriov-cni",
+            "image": "registry.example/k8snetworkplumbingwg/sriov-cni:v2.10.0",
+            "args": ["--no-sleep"],
+            "securityContext": {"privileged": True},
+            "volumeMounts": _mounts(("cni-bin", "/host/opt/cni/bin"), ("os-release", "/host/etc/os-release")),
+        }
+    ]
+    volumes = [
+        _host("cni-results", "/var/lib/cni/"),
+        _host("netns", "/var/run/netns"),
+        _host("cri-socket", "/var/run/nri/nri.sock", "Socket"),
+        _host("plugins-registry", f"{KUBELET}/plugins_registry"),
+        _host("plugins", f"{KUBELET}/plugins"),
+        _host("cdi", "/var/run/cdi"),
+        _host("cni-bin", "/opt/cni/bin"),
+        _host("os-release", "/etc/os-release", "File"),
+    ]
+    labels = {
+        "app.kubernetes.io/name": "dra-driver-sriov",
+        "app.kubernetes.io/instance": "dra-driver-sriov",
+        "app.kubernetes.io/component": "kubeletplugin",
+    }
+    ds = _daemonset(
+        "dra-driver-sriov-kubeletplugin",
+        ns,
+        sa,
+        [c],
+        volumes,
+        labels=labels,
+        init=init,
+        host=True,
+        strategy={"type": "RollingUpdate"},
+    )
+    rbac = _rbac_of(
+        ns,
+        sa,
+        "dra-driver-sriov-role",
+        "dra-driver-sriov-role-binding",
+        _rules(
+            ("", ["pods"], ["get", "list", "watch"]),
+            ("resource.k8s.io", ["resourceclaims"], ["get"]),
+            ("resource.k8s.io", ["resourceclaims/status"], ["get", "list", "update", "patch"]),
+            ("resource.k8s.io", ["resourceclaims/driver"], ["associated-node:update"]),
+            ("", ["nodes"], ["get", "list", "watch"]),
+            _SLICES_RW,
+            ("k8s.cni.cncf.io", ["network-attachment-definitions"], ["get"]),
+            ("sriovnetwork.k8snetworkplumbingwg.io", ["sriovresourcepolicies"], ["get", "list", "watch"]),
+            ("sriovnetwork.k8snetworkplumbingwg.io", ["deviceattributes"], ["get", "list", "watch"]),
+        ),
+        namespaced_cluster_objects=True,
+    )
+    return CatalogueDriver(
+        key="sriov", namespace=ns, names=("sriovnetwork.k8snetworkplumbingwg.io",), probes={"plugin": None}, objects=(*rbac, ds)
+    )
 
 
 def google_tpu() -> CatalogueDriver:
@@ -409,76 +664,170 @@ def google_tpu() -> CatalogueDriver:
     ResourceClaim-status write."""
     ns = "dra-driver-google-tpu"
     sa = "dra-driver-google-tpu-service-account"
-    plugin = {"name": "tpu-dra-plugin", "image": "registry.example/dra-driver-google/dra-driver-google-tpu:v0.2.0",
-              "command": ["tpu-dra-kubeletplugin"], "securityContext": {"privileged": True},
-              "readinessProbe": {"exec": {"command": ["tpu-dra-kubeletplugin", "healthcheck"]},
-                                 "periodSeconds": 5, "timeoutSeconds": 10},
-              "env": [{"name": "CDI_ROOT", "value": "/var/run/cdi"},
-                      {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": f"{KUBELET}/plugins_registry"},
-                      {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": f"{KUBELET}/plugins"},
-                      _fieldref("NODE_NAME", "spec.nodeName"), _fieldref("POD_NAMESPACE", "metadata.namespace"),
-                      _fieldref("POD_NAME", "metadata.name"), _fieldref("NODE_IP", "status.hostIP"),
-                      _fieldref("POD_UID", "metadata.uid"), {"name": "DEVICE_CLASSES", "value": "tpu"}],
-              "volumeMounts": _mounts(("plugins-registry", f"{KUBELET}/plugins_registry"), ("plugins", f"{KUBELET}/plugins"),
-                                      ("cdi", "/var/run/cdi"), ("sys", "/sys"), ("proc", "/proc"), ("dev", "/dev"),
-                                      ("pod-resources", f"{KUBELET}/pod-resources"), ("tpu-logs", "/tmp/tpu_logs"))}
-    sidecar = {"name": "sidecar-log-collector", "image": "registry.example/gke-distroless/bash:stable",
-               "args": ["/bin/sh", "-c", "tail -n+1 -F /tmp/tpu_logs/tpu_driver.INFO"],
-               "volumeMounts": [{"name": "tpu-logs", "mountPath": "/tmp/tpu_logs", "readOnly": True}]}
-    vbar = {"name": "vbar-control-agent", "image": "registry.example/gke-release/vbar_control_agent:stable",
-            "command": ["vbar_control_agent_files/bin/vbar_control_agent"],
-            "args": ["--logtostderr", "--census_enabled=false", "--gid=", "--uid=", "--chroot="],
-            "env": [{"name": "TPU_SKIP_MDS_QUERY", "value": "true"}, {"name": "TPU_ON_GKE", "value": "true"}],
-            "securityContext": {"privileged": True, "readOnlyRootFilesystem": True}}
-    init = [{"name": "tpu-network-optimization", "image": "registry.example/gke-release/tpu_network_optimizer:stable",
-             "command": ["/tpu_network_optimizer.sh"], "securityContext": {"privileged": True},
-             "volumeMounts": _mounts(("sys", "/sys"), ("proc", "/proc"))}]
-    volumes = [_host("plugins-registry", f"{KUBELET}/plugins_registry"), _host("plugins", f"{KUBELET}/plugins"),
-               _host("cdi", "/var/run/cdi"), _host("dev", "/dev", "DirectoryOrCreate"),
-               _host("pod-resources", f"{KUBELET}/pod-resources", "DirectoryOrCreate"),
-               _host("tpu-env", "/etc/tpu", "DirectoryOrCreate"), _host("tpu-logs", "/tmp/tpu_logs", "DirectoryOrCreate"),
-               _host("sys", "/sys", "Directory"), _host("proc", "/proc", "Directory")]
+    plugin = {
+        "name": "tpu-dra-plugin",
+        "image": "registry.example/dra-driver-google/dra-driver-google-tpu:v0.2.0",
+        "command": ["tpu-dra-kubeletplugin"],
+        "securityContext": {"privileged": True},
+        "readinessProbe": {
+            "exec": {"command": ["tpu-dra-kubeletplugin", "healthcheck"]},
+            "periodSeconds": 5,
+            "timeoutSeconds": 10,
+        },
+        "env": [
+            {"name": "CDI_ROOT", "value": "/var/run/cdi"},
+            {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": f"{KUBELET}/plugins_registry"},
+            {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": f"{KUBELET}/plugins"},
+            _fieldref("NODE_NAME", "spec.nodeName"),
+            _fieldref("POD_NAMESPACE", "metadata.namespace"),
+            _fieldref("POD_NAME", "metadata.name"),
+            _fieldref("NODE_IP", "status.hostIP"),
+            _fieldref("POD_UID", "metadata.uid"),
+            {"name": "DEVICE_CLASSES", "value": "tpu"},
+        ],
+        "volumeMounts": _mounts(
+            ("plugins-registry", f"{KUBELET}/plugins_registry"),
+            ("plugins", f"{KUBELET}/plugins"),
+            ("cdi", "/var/run/cdi"),
+            ("sys", "/sys"),
+            ("proc", "/proc"),
+            ("dev", "/dev"),
+            ("pod-resources", f"{KUBELET}/pod-resources"),
+            ("tpu-logs", "/tmp/tpu_logs"),
+        ),
+    }
+    sidecar = {
+        "name": "sidecar-log-collector",
+        "image": "registry.example/gke-distroless/bash:stable",
+        "args": ["/bin/sh", "-c", "tail -n+1 -F /tmp/tpu_logs/tpu_driver.INFO"],
+        "volumeMounts": [{"name": "tpu-logs", "mountPath": "/tmp/tpu_logs", "readOnly": True}],
+    }
+    vbar = {
+        "name": "vbar-control-agent",
+        "image": "registry.example/gke-release/vbar_control_agent:stable",
+        "command": ["vbar_control_agent_files/bin/vbar_control_agent"],
+        "args": ["--logtostderr", "--census_enabled=false", "--gid=", "--uid=", "--chroot="],
+        "env": [{"name": "TPU_SKIP_MDS_QUERY", "value": "true"}, {"name": "TPU_ON_GKE", "value": "true"}],
+        "securityContext": {"privileged": True, "readOnlyRootFilesystem": True},
+    }
+    init = [
+        {
+            "name": "tpu-network-optimization",
+            "image": "registry.example/gke-release/tpu_network_optimizer:stable",
+            "command": ["/tpu_network_optimizer.sh"],
+            "securityContext": {"privileged": True},
+            "volumeMounts": _mounts(("sys", "/sys"), ("proc", "/proc")),
+        }
+    ]
+    volumes = [
+        _host("plugins-registry", f"{KUBELET}/plugins_registry"),
+        _host("plugins", f"{KUBELET}/plugins"),
+        _host("cdi", "/var/run/cdi"),
+        _host("dev", "/dev", "DirectoryOrCreate"),
+        _host("pod-resources", f"{KUBELET}/pod-resources", "DirectoryOrCreate"),
+        _host("tpu-env", "/etc/tpu", "DirectoryOrCreate"),
+        _host("tpu-logs", "/tmp/tpu_logs", "DirectoryOrCreate"),
+        _host("sys", "/sys", "Directory"),
+        _host("proc", "/proc", "Directory"),
+    ]
     labels = {"app.kubernetes.io/name": "dra-driver-google-tpu", "app.kubernetes.io/instance": "dra-driver-google-tpu"}
-    ds = _daemonset("dra-driver-google-tpu-kubeletplugin", ns, sa, [plugin, sidecar, vbar], volumes, labels=labels,
-                    init=init, strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    ds = _daemonset(
+        "dra-driver-google-tpu-kubeletplugin",
+        ns,
+        sa,
+        [plugin, sidecar, vbar],
+        volumes,
+        labels=labels,
+        init=init,
+        strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+    )
     ds["spec"]["template"]["spec"]["hostNetwork"] = True
-    rbac = _rbac_of(ns, sa, "dra-driver-google-tpu-role", "dra-driver-google-tpu-role-binding", [
-        *_rules(("resource.k8s.io", ["resourceclaims"], ["get"]),
-                ("resource.k8s.io", ["resourceclaims/status"], ["update"])),
-        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/driver"],
-         "verbs": ["associated-node:update", "associated-node:patch"], "resourceNames": ["tpu.google.com"]},
-        *_rules(_SLICES_RW, ("", ["nodes"], ["update", "patch", "get", "list", "watch"]),
+    rbac = _rbac_of(
+        ns,
+        sa,
+        "dra-driver-google-tpu-role",
+        "dra-driver-google-tpu-role-binding",
+        [
+            *_rules(("resource.k8s.io", ["resourceclaims"], ["get"]), ("resource.k8s.io", ["resourceclaims/status"], ["update"])),
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceclaims/driver"],
+                "verbs": ["associated-node:update", "associated-node:patch"],
+                "resourceNames": ["tpu.google.com"],
+            },
+            *_rules(
+                _SLICES_RW,
+                ("", ["nodes"], ["update", "patch", "get", "list", "watch"]),
                 ("", ["nodes/status"], ["update", "patch", "get", "list", "watch"]),
-                ("", ["pods"], ["get", "list", "watch"]))], namespaced_cluster_objects=True)
-    return CatalogueDriver(key="tpu", namespace=ns, names=("tpu.google.com",),
-                           probes={"tpu-dra-plugin": None, "sidecar-log-collector": None, "vbar-control-agent": None},
-                           objects=(*rbac, ds))
+                ("", ["pods"], ["get", "list", "watch"]),
+            ),
+        ],
+        namespaced_cluster_objects=True,
+    )
+    return CatalogueDriver(
+        key="tpu",
+        namespace=ns,
+        names=("tpu.google.com",),
+        probes={"tpu-dra-plugin": None, "sidecar-log-collector": None, "vbar-control-agent": None},
+        objects=(*rbac, ds),
+    )
 
 
 def memory_driver() -> CatalogueDriver:
     """The DRA memory driver (dra.memory): DaemonSet dramemory in kube-system, one binary for the
     kubelet plugin and an NRI plugin, cgroupfs mounted, no health service."""
     name = "dramemory"
-    c = {"name": name, "image": "registry.example/dramem:stable", "command": ["/bin/dramemory"],
-         "args": ["-v=6", "--cgroup-mount=/sys/fs/cgroup"], "securityContext": {"privileged": True, "runAsUser": 0},
-         "volumeMounts": _mounts(("device-plugin", f"{KUBELET}/plugins"), ("plugin-registry", f"{KUBELET}/plugins_registry"),
-                                 ("nri-plugin", "/var/run/nri"), ("cdi-dir", "/var/run/cdi"), ("cgroupfs", "/sys/fs/cgroup"))}
+    c = {
+        "name": name,
+        "image": "registry.example/dramem:stable",
+        "command": ["/bin/dramemory"],
+        "args": ["-v=6", "--cgroup-mount=/sys/fs/cgroup"],
+        "securityContext": {"privileged": True, "runAsUser": 0},
+        "volumeMounts": _mounts(
+            ("device-plugin", f"{KUBELET}/plugins"),
+            ("plugin-registry", f"{KUBELET}/plugins_registry"),
+            ("nri-plugin", "/var/run/nri"),
+            ("cdi-dir", "/var/run/cdi"),
+            ("cgroupfs", "/sys/fs/cgroup"),
+        ),
+    }
     c["volumeMounts"][4]["mountPropagation"] = "HostToContainer"
-    init = [{"name": "setup-runtime", "image": "registry.example/dramem:stable", "command": ["/bin/setup.sh"],
-             "securityContext": {"privileged": True}, "volumeMounts": _mounts(("etc", "/etc"))}]
-    volumes = [_host("device-plugin", f"{KUBELET}/plugins"), _host("plugin-registry", f"{KUBELET}/plugins_registry"),
-               _host("nri-plugin", "/var/run/nri"), _host("cdi-dir", "/var/run/cdi", "DirectoryOrCreate"),
-               _host("cgroupfs", "/sys/fs/cgroup"), _host("etc", "/etc")]
-    ds = _daemonset(name, "kube-system", name, [c], volumes, labels={"tier": "node", "app": name, "k8s-app": name},
-                    init=init, host=True)
+    init = [
+        {
+            "name": "setup-runtime",
+            "image": "registry.example/dramem:stable",
+            "command": ["/bin/setup.sh"],
+            "securityContext": {"privileged": True},
+            "volumeMounts": _mounts(("etc", "/etc")),
+        }
+    ]
+    volumes = [
+        _host("device-plugin", f"{KUBELET}/plugins"),
+        _host("plugin-registry", f"{KUBELET}/plugins_registry"),
+        _host("nri-plugin", "/var/run/nri"),
+        _host("cdi-dir", "/var/run/cdi", "DirectoryOrCreate"),
+        _host("cgroupfs", "/sys/fs/cgroup"),
+        _host("etc", "/etc"),
+    ]
+    ds = _daemonset(
+        name, "kube-system", name, [c], volumes, labels={"tier": "node", "app": name, "k8s-app": name}, init=init, host=True
+    )
     ds["spec"]["selector"]["matchLabels"] = {"app": name}
     ds["spec"]["template"]["metadata"]["labels"]["build"] = "devel"
-    rbac = _rbac_of("kube-system", name, name, name, _rules(
-        ("", ["nodes"], ["get"]), ("resource.k8s.io", ["resourceslices"], ["list", "watch", "create", "update", "delete"]),
-        ("resource.k8s.io", ["resourceclaims", "deviceclasses"], ["get"]),
-        ("resource.k8s.io", ["resourceclaims/status"], ["patch", "update"]), ("", ["pods"], ["get", "list", "watch"])))
-    return CatalogueDriver(key="memory", namespace="kube-system", names=("dra.memory",), probes={name: None},
-                           objects=(*rbac, ds))
+    rbac = _rbac_of(
+        "kube-system",
+        name,
+        name,
+        name,
+        _rules(
+            ("", ["nodes"], ["get"]),
+            ("resource.k8s.io", ["resourceslices"], ["list", "watch", "create", "update", "delete"]),
+            ("resource.k8s.io", ["resourceclaims", "deviceclasses"], ["get"]),
+            ("resource.k8s.io", ["resourceclaims/status"], ["patch", "update"]),
+            ("", ["pods"], ["get", "list", "watch"]),
+        ),
+    )
+    return CatalogueDriver(key="memory", namespace="kube-system", names=("dra.memory",), probes={name: None}, objects=(*rbac, ds))
 
 
 #: The label the ComputeDomain controller puts on the nodes (and daemon pods) of a ComputeDomain.
@@ -492,40 +841,81 @@ def nvidia_compute_domain() -> CatalogueDriver:
     (compute_domain_daemon_slice(), not node-local: a nodeSelector on COMPUTE_DOMAIN_LABEL)."""
     ns, sa = "nvidia-compute-domain", "dra-driver-nvidia-gpu-service-account-kubeletplugin"
     image = "registry.example/dra-driver-nvidia-gpu:v26"
-    c = {"name": "compute-domains", "image": image, "command": ["bash", "-c"],
-         "args": ["if [ \"${MASK_NVIDIA_DRIVER_PARAMS}\" = \"true\" ]; then mount-params; fi\n"
-                  "compute-domain-kubelet-plugin -v $(LOG_VERBOSITY)"],
-         "startupProbe": {**_grpc(51515, period=1, threshold=600)}, "livenessProbe": _grpc(51515, period=10, threshold=3),
-         "env": [{"name": "LOG_VERBOSITY", "value": "4"}, {"name": "MASK_NVIDIA_DRIVER_PARAMS", "value": "false"},
-                 {"name": "NVIDIA_DRIVER_ROOT", "value": "/"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
-                 {"name": "CDI_ROOT", "value": "/var/run/cdi"}, {"name": "NVIDIA_MIG_CONFIG_DEVICES", "value": "all"},
-                 _fieldref("NODE_NAME", "spec.nodeName"), _fieldref("NAMESPACE", "metadata.namespace"),
-                 {"name": "IMEX_MODE", "value": "daemon"}, {"name": "IMEX_ISOLATION", "value": "domain"},
-                 {"name": "IMEX_HOST_SOCKET_PATH", "value": ""},
-                 {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": f"{KUBELET}/plugins_registry"},
-                 {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": f"{KUBELET}/plugins"},
-                 {"name": "HEALTHCHECK_PORT", "value": "51515"}, {"name": "GPU_CLIQUE_LABEL_ENABLED", "value": "true"}],
-         "securityContext": {"privileged": True},
-         "volumeMounts": _mounts(("plugins-registry", f"{KUBELET}/plugins_registry"), ("plugins", f"{KUBELET}/plugins"),
-                                 ("cdi", "/var/run/cdi"), ("driver-root", "/driver-root"))}
+    c = {
+        "name": "compute-domains",
+        "image": image,
+        "command": ["bash", "-c"],
+        "args": [
+            'if [ "${MASK_NVIDIA_DRIVER_PARAMS}" = "true" ]; then mount-params; fi\n'
+            "compute-domain-kubelet-plugin -v $(LOG_VERBOSITY)"
+        ],
+        "startupProbe": {**_grpc(51515, period=1, threshold=600)},
+        "livenessProbe": _grpc(51515, period=10, threshold=3),
+        "env": [
+            {"name": "LOG_VERBOSITY", "value": "4"},
+            {"name": "MASK_NVIDIA_DRIVER_PARAMS", "value": "false"},
+            {"name": "NVIDIA_DRIVER_ROOT", "value": "/"},
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+            {"name": "CDI_ROOT", "value": "/var/run/cdi"},
+            {"name": "NVIDIA_MIG_CONFIG_DEVICES", "value": "all"},
+            _fieldref("NODE_NAME", "spec.nodeName"),
+            _fieldref("NAMESPACE", "metadata.namespace"),
+            {"name": "IMEX_MODE", "value": "daemon"},
+            {"name": "IMEX_ISOLATION", "value": "domain"},
+            {"name": "IMEX_HOST_SOCKET_PATH", "value": ""},
+            {"name": "KUBELET_REGISTRAR_DIRECTORY_PATH", "value": f"{KUBELET}/plugins_registry"},
+            {"name": "KUBELET_PLUGINS_DIRECTORY_PATH", "value": f"{KUBELET}/plugins"},
+            {"name": "HEALTHCHECK_PORT", "value": "51515"},
+            {"name": "GPU_CLIQUE_LABEL_ENABLED", "value": "true"},
+        ],
+        "securityContext": {"privileged": True},
+        "volumeMounts": _mounts(
+            ("plugins-registry", f"{KUBELET}/plugins_registry"),
+            ("plugins", f"{KUBELET}/plugins"),
+            ("cdi", "/var/run/cdi"),
+            ("driver-root", "/driver-root"),
+        ),
+    }
     c["volumeMounts"][1]["mountPropagation"] = "Bidirectional"
-    init = [{"name": "init-container", "image": image, "command": ["bash", "/usr/bin/kubelet-plugin-prestart.sh"],
-             "securityContext": {"privileged": True},
-             "volumeMounts": [{"name": "driver-root-parent", "mountPath": "/driver-root-parent", "readOnly": True}]}]
-    volumes = [_host("plugins-registry", f"{KUBELET}/plugins_registry"), _host("plugins", f"{KUBELET}/plugins"),
-               _host("cdi", "/var/run/cdi"), _host("driver-root-parent", "/", "DirectoryOrCreate"),
-               _host("driver-root", "/", "DirectoryOrCreate")]
+    init = [
+        {
+            "name": "init-container",
+            "image": image,
+            "command": ["bash", "/usr/bin/kubelet-plugin-prestart.sh"],
+            "securityContext": {"privileged": True},
+            "volumeMounts": [{"name": "driver-root-parent", "mountPath": "/driver-root-parent", "readOnly": True}],
+        }
+    ]
+    volumes = [
+        _host("plugins-registry", f"{KUBELET}/plugins_registry"),
+        _host("plugins", f"{KUBELET}/plugins"),
+        _host("cdi", "/var/run/cdi"),
+        _host("driver-root-parent", "/", "DirectoryOrCreate"),
+        _host("driver-root", "/", "DirectoryOrCreate"),
+    ]
     labels = {"app.kubernetes.io/name": "dra-driver-nvidia-gpu", "app.kubernetes.io/component": "kubelet-plugin"}
     ds = _daemonset("dra-driver-nvidia-gpu-kubelet-plugin", ns, sa, [c], volumes, labels=labels, init=init)
-    rbac = _rbac_of(ns, sa, "dra-driver-nvidia-gpu-clusterrole-kubeletplugin",
-                    "dra-driver-nvidia-gpu-clusterrole-binding-kubeletplugin", _rules(
-                        ("resource.nvidia.com", ["computedomains"], ["get", "list", "watch"]),
-                        ("resource.k8s.io", ["resourceclaims"], ["get", "list", "watch"]),
-                        ("resource.k8s.io", ["resourceslices"], ["get", "list", "watch", "create", "update", "delete"]),
-                        ("", ["nodes"], ["get", "list", "watch", "update", "patch"]), ("", ["pods"], ["get", "list", "watch"]),
-                        ("", ["events"], ["create"])))
-    return CatalogueDriver(key="nvidia-compute-domain", namespace=ns, names=("compute-domain.nvidia.com",),
-                           probes={"compute-domains": None}, objects=(*rbac, ds))
+    rbac = _rbac_of(
+        ns,
+        sa,
+        "dra-driver-nvidia-gpu-clusterrole-kubeletplugin",
+        "dra-driver-nvidia-gpu-clusterrole-binding-kubeletplugin",
+        _rules(
+            ("resource.nvidia.com", ["computedomains"], ["get", "list", "watch"]),
+            ("resource.k8s.io", ["resourceclaims"], ["get", "list", "watch"]),
+            ("resource.k8s.io", ["resourceslices"], ["get", "list", "watch", "create", "update", "delete"]),
+            ("", ["nodes"], ["get", "list", "watch", "update", "patch"]),
+            ("", ["pods"], ["get", "list", "watch"]),
+            ("", ["events"], ["create"]),
+        ),
+    )
+    return CatalogueDriver(
+        key="nvidia-compute-domain",
+        namespace=ns,
+        names=("compute-domain.nvidia.com",),
+        probes={"compute-domains": None},
+        objects=(*rbac, ds),
+    )
 
 
 def compute_domain_daemon_slice() -> dict[str, Any]:
@@ -533,71 +923,131 @@ def compute_domain_daemon_slice() -> dict[str, Any]:
     Helm, i.e. by an admin, not by the kubelet plugin): cluster-wide pool compute-domain-daemons,
     reachable from every node the kubelet plugin labelled with COMPUTE_DOMAIN_LABEL, one device
     "daemon" that many claims may share."""
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "compute-domain-daemons.nvidia.com"},
-            "spec": {"driver": "compute-domain.nvidia.com",
-                     "pool": {"name": "compute-domain-daemons", "generation": 1, "resourceSliceCount": 1},
-                     "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
-                         {"key": COMPUTE_DOMAIN_LABEL, "operator": "Exists"}]}]},
-                     "devices": [{"name": "daemon", "allowMultipleAllocations": True,
-                                  "attributes": {"type": {"string": "daemon"}}}]}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "compute-domain-daemons.nvidia.com"},
+        "spec": {
+            "driver": "compute-domain.nvidia.com",
+            "pool": {"name": "compute-domain-daemons", "generation": 1, "resourceSliceCount": 1},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [{"key": COMPUTE_DOMAIN_LABEL, "operator": "Exists"}]}]},
+            "devices": [{"name": "daemon", "allowMultipleAllocations": True, "attributes": {"type": {"string": "daemon"}}}],
+        },
+    }
 
 
-def compute_domain_daemon(namespace: str, domain: str, claim: str, image: str = "registry.example/dra-driver-nvidia-gpu:v26"
-                          ) -> list[dict[str, Any]]:
+def compute_domain_daemon(
+    namespace: str, domain: str, claim: str, image: str = "registry.example/dra-driver-nvidia-gpu:v26"
+) -> list[dict[str, Any]]:
     """What the ComputeDomain controller creates for ComputeDomain `domain` (its UID) in the driver
     namespace, the shared-claim shape: a ResourceClaim `claim` with adminAccess on the daemon
     device class, and the per-domain daemon DaemonSet (ServiceAccount
     compute-domain-daemon-service-account, exec probes, on the nodes labelled for the domain) whose
     pods reserve that claim. The daemon is a consumer of compute-domain.nvidia.com, not a driver:
     its ServiceAccount writes no ResourceSlices and it mounts no kubelet plugin folders."""
-    claim_obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                 "metadata": {"name": claim, "namespace": namespace,
-                              "labels": {COMPUTE_DOMAIN_LABEL: domain, "resource.nvidia.com/computeDomainTarget": "Daemon"}},
-                 "spec": {"devices": {"requests": [{"name": "daemon", "exactly": {
-                     "deviceClassName": "compute-domain-daemon.nvidia.com", "adminAccess": True}}]}}}
+    claim_obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": claim,
+            "namespace": namespace,
+            "labels": {COMPUTE_DOMAIN_LABEL: domain, "resource.nvidia.com/computeDomainTarget": "Daemon"},
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "daemon", "exactly": {"deviceClassName": "compute-domain-daemon.nvidia.com", "adminAccess": True}}
+                ]
+            }
+        },
+    }
     check = {"exec": {"command": ["compute-domain-daemon", "-v", "$(LOG_VERBOSITY)", "check"]}, "timeoutSeconds": 10}
-    c = {"name": "compute-domain-daemon", "image": image, "command": ["compute-domain-daemon", "-v", "$(LOG_VERBOSITY)", "run"],
-         "env": [{"name": "LOG_VERBOSITY", "value": "4"}, {"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": "18"},
-                 _fieldref("NODE_NAME", "spec.nodeName"), _fieldref("POD_IP", "status.podIP"),
-                 _fieldref("POD_UID", "metadata.uid"), _fieldref("POD_NAME", "metadata.name"),
-                 _fieldref("POD_NAMESPACE", "metadata.namespace"), {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
-         "resources": {"claims": [{"name": "compute-domain-daemon"}]},
-         "startupProbe": {**check, "periodSeconds": 1, "failureThreshold": 1200},
-         "livenessProbe": {**check, "periodSeconds": 60, "failureThreshold": 20},
-         "readinessProbe": {**check, "periodSeconds": 10, "failureThreshold": 1}}
+    c = {
+        "name": "compute-domain-daemon",
+        "image": image,
+        "command": ["compute-domain-daemon", "-v", "$(LOG_VERBOSITY)", "run"],
+        "env": [
+            {"name": "LOG_VERBOSITY", "value": "4"},
+            {"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": "18"},
+            _fieldref("NODE_NAME", "spec.nodeName"),
+            _fieldref("POD_IP", "status.podIP"),
+            _fieldref("POD_UID", "metadata.uid"),
+            _fieldref("POD_NAME", "metadata.name"),
+            _fieldref("POD_NAMESPACE", "metadata.namespace"),
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        ],
+        "resources": {"claims": [{"name": "compute-domain-daemon"}]},
+        "startupProbe": {**check, "periodSeconds": 1, "failureThreshold": 1200},
+        "livenessProbe": {**check, "periodSeconds": 60, "failureThreshold": 20},
+        "readinessProbe": {**check, "periodSeconds": 10, "failureThreshold": 1},
+    }
     labels = {COMPUTE_DOMAIN_LABEL: domain}
-    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
-          "metadata": {"name": f"computedomain-daemon-{domain}", "namespace": namespace, "labels": dict(labels)},
-          "spec": {"selector": {"matchLabels": dict(labels)},
-                   "template": {"metadata": {"labels": dict(labels)}, "spec": {
-                       "serviceAccountName": "compute-domain-daemon-service-account",
-                       "nodeSelector": dict(labels), "containers": [c],
-                       "tolerations": [{"operator": "Exists", "effect": e} for e in ("NoSchedule", "NoExecute", "PreferNoSchedule")],
-                       "resourceClaims": [{"name": "compute-domain-daemon", "resourceClaimName": claim}]}}}}
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": f"computedomain-daemon-{domain}", "namespace": namespace, "labels": dict(labels)},
+        "spec": {
+            "selector": {"matchLabels": dict(labels)},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "serviceAccountName": "compute-domain-daemon-service-account",
+                    "nodeSelector": dict(labels),
+                    "containers": [c],
+                    "tolerations": [{"operator": "Exists", "effect": e} for e in ("NoSchedule", "NoExecute", "PreferNoSchedule")],
+                    "resourceClaims": [{"name": "compute-domain-daemon", "resourceClaimName": claim}],
+                },
+            },
+        },
+    }
     return [claim_obj, ds]
 
 
 def compute_domain_daemon_rbac(namespace: str) -> list[dict[str, Any]]:
     """The chart's RBAC of the daemon: ComputeDomain status and cliques, pods; no DRA write."""
-    rules = _rules(("resource.nvidia.com", ["computedomains", "computedomains/status"], ["get", "list", "watch", "update", "patch"]),
-                   ("resource.nvidia.com", ["computedomaincliques"], ["get", "list", "watch", "create", "update", "patch"]),
-                   ("", ["pods"], ["get", "list", "watch", "patch"]))
-    return _rbac_of(namespace, "compute-domain-daemon-service-account", "compute-domain-daemon-role",
-                    "compute-domain-daemon-role-binding", rules)
+    rules = _rules(
+        ("resource.nvidia.com", ["computedomains", "computedomains/status"], ["get", "list", "watch", "update", "patch"]),
+        ("resource.nvidia.com", ["computedomaincliques"], ["get", "list", "watch", "create", "update", "patch"]),
+        ("", ["pods"], ["get", "list", "watch", "patch"]),
+    )
+    return _rbac_of(
+        namespace,
+        "compute-domain-daemon-service-account",
+        "compute-domain-daemon-role",
+        "compute-domain-daemon-role-binding",
+        rules,
+    )
 
 
 def catalogue() -> list[CatalogueDriver]:
     """Every catalogue driver, the NVIDIA chart in its newer (probes) and older (no probes) shape;
     the older one installed for a kubelet whose root is not /var/lib/kubelet (the chart's
     kubeletRegistrarDirectoryPath / kubeletPluginsDirectoryPath values), with no dra-guard config for it."""
-    return [nvidia_gpu(), nvidia_gpu(probes_in_chart=False, registrar="/var/data/kubelet/plugins_registry",
-                                     plugins="/var/data/kubelet/plugins"),
-            intel_gpu(), example_driver(), cpu_driver(), net_driver(), intel_gaudi(), sriov_driver(), google_tpu(),
-            memory_driver(), nvidia_compute_domain()]
+    return [
+        nvidia_gpu(),
+        nvidia_gpu(probes_in_chart=False, registrar="/var/data/kubelet/plugins_registry", plugins="/var/data/kubelet/plugins"),
+        intel_gpu(),
+        example_driver(),
+        cpu_driver(),
+        net_driver(),
+        intel_gaudi(),
+        sriov_driver(),
+        google_tpu(),
+        memory_driver(),
+        nvidia_compute_domain(),
+    ]
 
 
 def resource_slice(driver: str, node: str) -> dict[str, Any]:
     """A node-local resource.k8s.io/v1 ResourceSlice of `driver` on `node` (one device), as its kubelet plugin publishes."""
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{driver}"},
-            "spec": {"driver": driver, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                     "devices": [{"name": "dev-0"}]}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{driver}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "dev-0"}],
+        },
+    }

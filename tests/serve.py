@@ -1,4 +1,5 @@
 """Run the real `dra-guard serve` (gunicorn over TLS) as a subprocess for tests."""
+
 from __future__ import annotations
 
 import os
@@ -71,8 +72,15 @@ class DraGuardProcess:
 
     engine: str | None = None
 
-    def __init__(self, workdir: pathlib.Path, *args: str, config: str | None = None, env: dict[str, str] | None = None,
-                 port: int | None = None, ca_file: pathlib.Path | None = None) -> None:
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        *args: str,
+        config: str | None = None,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        ca_file: pathlib.Path | None = None,
+    ) -> None:
         """args: extra `serve` arguments. ca_file: given when the server is not run with --self-signed
         (e.g. certificates.mode self): the CA bundle to verify it with; --self-signed is then left out."""
         self.workdir = workdir
@@ -89,8 +97,9 @@ class DraGuardProcess:
             cfg.write_text(config)
             cmd += ["--config", str(cfg)]
         self._log = open(self.log_file, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, **(env or {})})
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
+        )
 
     def session(self) -> requests.Session:
         """A requests Session that verifies the server against the development CA."""

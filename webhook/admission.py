@@ -6,6 +6,7 @@ validationActions Deny / Warn / Audit), warnings, auditAnnotations, JSON Patch e
 (same answer, nothing but the answer happens) and a policy's failure mode when it raises.
 Source: Kubernetes "Dynamic Admission Control", AdmissionReview request/response fields.
 """
+
 from __future__ import annotations
 
 import base64
@@ -48,8 +49,7 @@ def parse_review(body: bytes) -> dict[str, Any]:
     if review.get("kind") != "AdmissionReview":
         raise BadRequest(f"kind must be AdmissionReview, got {short(repr(review.get('kind')), 80)}")
     if review.get("apiVersion") not in API_VERSIONS:
-        raise BadRequest(f"apiVersion must be one of {', '.join(API_VERSIONS)}, "
-                         f"got {short(repr(review.get('apiVersion')), 80)}")
+        raise BadRequest(f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {short(repr(review.get('apiVersion')), 80)}")
     request = review.get("request")
     if not isinstance(request, dict):
         raise BadRequest("request is missing or not an object")
@@ -93,8 +93,9 @@ def not_judged(response: dict[str, Any], *, policy: str, settings: PolicyConfig,
         response["warnings"] = [short(f"dra-guard: policy {policy} not applied: {why}")]
 
 
-def overload_answer(review: Mapping[str, Any], *, policy: str, settings: PolicyConfig, first: bool,
-                    why: str, cause: str = "overload") -> dict[str, Any]:
+def overload_answer(
+    review: Mapping[str, Any], *, policy: str, settings: PolicyConfig, first: bool, why: str, cause: str = "overload"
+) -> dict[str, Any]:
     """The AdmissionReview answer (apiVersion, kind, response with the request's uid) for a review
     not judged, as not_judged() fills it; counted in dra_guard_reviews_not_judged_total."""
     response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": True}
@@ -103,8 +104,10 @@ def overload_answer(review: Mapping[str, Any], *, policy: str, settings: PolicyC
     return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
 
 
-_PEEK = re.compile(rb'^\s*\{\s*"kind"\s*:\s*"AdmissionReview"\s*,\s*"apiVersion"\s*:\s*"(admission\.k8s\.io/v1(?:beta1)?)"'
-                   rb'\s*,\s*"request"\s*:\s*\{\s*"uid"\s*:\s*"([0-9A-Za-z._-]{1,128})"')
+_PEEK = re.compile(
+    rb'^\s*\{\s*"kind"\s*:\s*"AdmissionReview"\s*,\s*"apiVersion"\s*:\s*"(admission\.k8s\.io/v1(?:beta1)?)"'
+    rb'\s*,\s*"request"\s*:\s*\{\s*"uid"\s*:\s*"([0-9A-Za-z._-]{1,128})"'
+)
 
 
 def peek_review(body: bytes) -> dict[str, Any] | None:
@@ -114,8 +117,7 @@ def peek_review(body: bytes) -> dict[str, Any] | None:
     found = _PEEK.match(body[:4096])
     if found is None:
         return None
-    return {"apiVersion": found.group(1).decode(), "kind": "AdmissionReview",
-            "request": {"uid": found.group(2).decode()}}
+    return {"apiVersion": found.group(1).decode(), "kind": "AdmissionReview", "request": {"uid": found.group(2).decode()}}
 
 
 def _username(request: Mapping[str, Any]) -> str:
@@ -128,8 +130,15 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"code": code, "reason": reason, "message": message, "status": "Failure" if code >= 400 else "Success"}
 
 
-def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, settings: PolicyConfig,
-            first: bool = False, limits: Callable[[Mapping[str, Any]], str | None] | None = None) -> dict[str, Any]:
+def respond(
+    review: Mapping[str, Any],
+    *,
+    policy: str,
+    evaluate: PolicyFunc,
+    settings: PolicyConfig,
+    first: bool = False,
+    limits: Callable[[Mapping[str, Any]], str | None] | None = None,
+) -> dict[str, Any]:
     """Answer a parsed AdmissionReview (from parse_review) with policy `policy`.
 
     evaluate: the policy, request dict -> Decision (enforce-mode verdict).
@@ -158,8 +167,10 @@ def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, set
         outcome = "error"
     except Exception:
         metrics.POLICY_ERRORS.labels(policy=policy).inc()
-        log.exception("policy raised; answering with its failureMode",
-                      extra={"uid": uid, "policy": policy, "failureMode": settings.failure_mode})
+        log.exception(
+            "policy raised; answering with its failureMode",
+            extra={"uid": uid, "policy": policy, "failureMode": settings.failure_mode},
+        )
         text = f"dra-guard: internal error in policy {policy} (request uid {uid}); see the dra-guard logs"
         if mode != "enforce":
             # warn and audit never refuse: an internal error there is logged and counted only
@@ -181,10 +192,19 @@ def respond(review: Mapping[str, Any], *, policy: str, evaluate: PolicyFunc, set
                 metrics.VIOLATIONS.labels(policy=policy, mode=mode).inc(refused)
             for f in decision.findings:
                 metrics.FINDINGS.labels(policy=policy, check=f.check, mode=mode).inc()
-            log.info("finding", extra={
-                "uid": uid, "policy": policy, "mode": mode, "decision": outcome, "operation": operation,
-                "dryRun": request.get("dryRun") is True, "user": _username(request),
-                "findings": [f.as_dict(mode=mode) for f in decision.findings]})
+            log.info(
+                "finding",
+                extra={
+                    "uid": uid,
+                    "policy": policy,
+                    "mode": mode,
+                    "decision": outcome,
+                    "operation": operation,
+                    "dryRun": request.get("dryRun") is True,
+                    "user": _username(request),
+                    "findings": [f.as_dict(mode=mode) for f in decision.findings],
+                },
+            )
     metrics.ADMISSION_REQUESTS.labels(policy=policy, operation=operation, decision=outcome, mode=mode).inc()
     metrics.ADMISSION_DURATION.labels(policy=policy).observe(time.perf_counter() - started)
     return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
@@ -220,9 +240,12 @@ def _apply_mode(decision: Decision, *, mode: str, policy: str, response: dict[st
         warnings.extend(f.summary for f in decision.findings if not f.enforced and not (patched and f.fixed_by_patch))
         if patched:
             # kubectl shows it: nobody should find a changed object without being told
-            warnings.extend(f"dra-guard changed this {f.kind} ({policy}): "
-                            + f.summary.removeprefix("dra-guard would ").removeprefix("dra-guard ")
-                            for f in decision.findings if f.fixed_by_patch)
+            warnings.extend(
+                f"dra-guard changed this {f.kind} ({policy}): "
+                + f.summary.removeprefix("dra-guard would ").removeprefix("dra-guard ")
+                for f in decision.findings
+                if f.fixed_by_patch
+            )
     elif mode == "warn":
         warnings.extend(f.summary for f in decision.findings)
     if warnings:

@@ -4,6 +4,7 @@ The check the source page asks custom drain logic to make ("drain the DRA driver
 DRA driver pod on the node, the ResourceClaims still allocated to its driver there and reserved by
 pods that have not finished. Same ClaimIndex and rules as the eviction policy.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,11 +36,19 @@ def plan(index: ClaimIndex, node: str) -> dict[str, Any]:
     for pod, driver in index.driver_pods_on(node):
         needed = attribution.need(index, pod, driver)
         holds = list(dict.fromkeys(h for _, h in needed.holds)) if needed.held else []
-        drivers.append({"namespace": pod.namespace, "name": pod.name, "driver": ",".join(n for n, _ in needed.names) or "unknown",
-                        "drivers": [{"name": n, "learnedFrom": how} for n, how in needed.names],
-                        "daemonset": pod.daemonset, "protected": driver.protects, "canEvictNow": not holds,
-                        "readyPeer": needed.peer,
-                        "heldBy": [{"claim": h.claim, "pods": list(h.pods)} for h in holds]})
+        drivers.append(
+            {
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "driver": ",".join(n for n, _ in needed.names) or "unknown",
+                "drivers": [{"name": n, "learnedFrom": how} for n, how in needed.names],
+                "daemonset": pod.daemonset,
+                "protected": driver.protects,
+                "canEvictNow": not holds,
+                "readyPeer": needed.peer,
+                "heldBy": [{"claim": h.claim, "pods": list(h.pods)} for h in holds],
+            }
+        )
         for h in holds:
             first.extend(p for p in h.pods if p not in first)
     return {"node": node, "driverPods": drivers, "evictFirst": first, "ready": all(d["canEvictNow"] for d in drivers)}

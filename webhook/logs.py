@@ -4,6 +4,7 @@ Fields: ts (RFC 3339, UTC), level, logger, msg, plus any `extra={...}` given at 
 (uid, policy, mode, decision, cache, ...). Exceptions are logged with their traceback in the
 "exc" field, never sent to clients. No certificate or key material is ever passed to a logger.
 """
+
 from __future__ import annotations
 
 import datetime

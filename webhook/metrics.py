@@ -4,6 +4,7 @@ Names follow anchors.md: dra_guard_admission_requests_total{policy,operation,dec
 dra_guard_admission_duration_seconds{policy} (buckets up to 10 s, above any webhook timeout),
 dra_guard_admission_violations_total{policy,mode}, cache and Kubernetes API counters.
 """
+
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -172,8 +173,7 @@ AUDIT_EXCEPTED = Gauge(
 )
 EXCEPTIONS = Gauge(
     "dra_guard_exceptions",
-    "Exceptions in the config (key exceptions), by state: active (before their expires) or expired; read at "
-    "each scrape.",
+    "Exceptions in the config (key exceptions), by state: active (before their expires) or expired; read at each scrape.",
     ["state"],
 )
 EXCEPTION_MATCHES = Counter(

@@ -15,6 +15,7 @@ CHANGELOG name the same one, and tests check they agree). setuptools-scm, which 
 version from git tags, does not fit yet: the repository has no release tags, so every build would
 read 0.1.devN, below the 0.2.0 the chart and image already carry (docs/releasing.md).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -62,11 +63,17 @@ def checkout_label(source: pathlib.Path = PACKAGE_DIR) -> str | None:
     if not ((top / ".git").exists() and (top / "pyproject.toml").is_file()):
         return None
     try:
-        commit = subprocess.run(["git", "-C", str(top), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=5, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(top), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
         # tracked files only: an untracked scratch file does not make the build differ from the commit
-        status = subprocess.run(["git", "-C", str(top), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=5, check=True).stdout
+        status = subprocess.run(
+            ["git", "-C", str(top), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     try:

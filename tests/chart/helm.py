@@ -3,6 +3,7 @@
 Shared by tests/chart and tests/e2e/guard.py (which registers the end-to-end tests' dra-guard
 with the webhook configurations this chart renders).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,9 @@ def helm_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run(*args: str, env: Mapping[str, str] | None = None, check: bool = True,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, env: Mapping[str, str] | None = None, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run the real helm with `args`; return the CompletedProcess (text output captured).
 
     With check=True a non-zero exit raises HelmError (message includes stderr).
@@ -67,21 +69,32 @@ def values_args(values: Mapping[str, Any] | None, folder: pathlib.Path, *, base:
     return out
 
 
-def template_text(*, values: Mapping[str, Any] | None = None, release: str = "dra-guard",
-                  namespace: str = "dra-guard", show_only: Sequence[str] = (), extra: Sequence[str] = (),
-                  check: bool = True) -> subprocess.CompletedProcess[str]:
+def template_text(
+    *,
+    values: Mapping[str, Any] | None = None,
+    release: str = "dra-guard",
+    namespace: str = "dra-guard",
+    show_only: Sequence[str] = (),
+    extra: Sequence[str] = (),
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
     """`helm template RELEASE charts/dra-guard -n NAMESPACE` with `values` (merged over values.yaml);
     returns the CompletedProcess (rendered YAML on stdout)."""
     with tempfile.TemporaryDirectory(prefix="dra-guard-helm-") as tmp:
-        args = ["template", release, str(CHART), "--namespace", namespace,
-                *values_args(values, pathlib.Path(tmp)), *extra]
+        args = ["template", release, str(CHART), "--namespace", namespace, *values_args(values, pathlib.Path(tmp)), *extra]
         for path in show_only:
             args += ["--show-only", path]
         return run(*args, check=check)
 
 
-def template(*, values: Mapping[str, Any] | None = None, release: str = "dra-guard", namespace: str = "dra-guard",
-             show_only: Sequence[str] = (), extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+def template(
+    *,
+    values: Mapping[str, Any] | None = None,
+    release: str = "dra-guard",
+    namespace: str = "dra-guard",
+    show_only: Sequence[str] = (),
+    extra: Sequence[str] = (),
+) -> list[dict[str, Any]]:
     """The objects `helm template` renders (empty documents dropped). Raises HelmError on failure."""
     out = template_text(values=values, release=release, namespace=namespace, show_only=show_only, extra=extra)
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]

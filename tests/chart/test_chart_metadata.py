@@ -1,6 +1,7 @@
 """What a user sees of the chart before installing it (`helm show chart|readme`, Artifact Hub): the
 project's home, sources and icon in Chart.yaml, a kubeVersion, and a README that the packaged chart
 carries and that says how to install it from the OCI registry with the image pinned by digest."""
+
 from __future__ import annotations
 
 import re
@@ -70,4 +71,4 @@ def expand(key: str) -> list[str]:
     m = re.search(r"\{([^}]+)\}", key)
     if not m:
         return [key]
-    return [k for alt in m[1].split(",") for k in expand(key[:m.start()] + alt + key[m.end():])]
+    return [k for alt in m[1].split(",") for k in expand(key[: m.start()] + alt + key[m.end() :])]

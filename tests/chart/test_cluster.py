@@ -11,6 +11,7 @@
   from the TokenRequest API), since no kubelet could run their pods; then `helm uninstall
   --no-hooks` removes the release.
 """
+
 from __future__ import annotations
 
 import base64
@@ -35,8 +36,8 @@ pytestmark = pytest.mark.e2e
 
 HERE = pathlib.Path(__file__).resolve().parent
 CASES = dict(cases())
-RENDER_NAMESPACE = "dra-guard"          # namespace of the dry runs
-RELEASE, NAMESPACE = "chart-e2e", "dra-guard-e2e"   # the installed release
+RENDER_NAMESPACE = "dra-guard"  # namespace of the dry runs
+RELEASE, NAMESPACE = "chart-e2e", "dra-guard-e2e"  # the installed release
 FULLNAME = f"{RELEASE}-dra-guard"
 
 
@@ -71,11 +72,18 @@ def kubeconfig_for_service_account(cp, tmp_path: pathlib.Path, namespace: str, n
     token = cp.kubectl("admin", "create", "token", name, "-n", namespace, "--duration=10m").stdout.strip()
     path = tmp_path / f"{namespace}-{name}.kubeconfig"
     ca = base64.b64encode(cp.ca_file.read_bytes()).decode()
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "e2e", "cluster": {"server": cp.url, "certificate-authority-data": ca}}],
-        "users": [{"name": name, "user": {"token": token}}],
-        "contexts": [{"name": name, "context": {"cluster": "e2e", "user": name}}], "current-context": name}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "e2e", "cluster": {"server": cp.url, "certificate-authority-data": ca}}],
+                "users": [{"name": name, "user": {"token": token}}],
+                "contexts": [{"name": name, "context": {"cluster": "e2e", "user": name}}],
+                "current-context": name,
+            }
+        )
+    )
     return path
 
 
@@ -84,8 +92,13 @@ def run_hook(container: dict[str, Any], kubeconfig: pathlib.Path, env: dict[str,
     kubeconfig instead of in-cluster config."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_SERVICE")}
     assert container["command"] == ["dra-guard"], container["command"]
-    return subprocess.run([sys.executable, "-m", "webhook.cli", *container["args"]], capture_output=True, text=True,
-                          timeout=120, env={**clean, "KUBECONFIG": str(kubeconfig), **env})
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", *container["args"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, "KUBECONFIG": str(kubeconfig), **env},
+    )
 
 
 def pod_env(pod: dict[str, Any]) -> dict[str, str]:
@@ -99,17 +112,31 @@ def installed(control_plane, tmp_path_factory):
     guard = Guard(cp, tmp_path_factory.mktemp("chart-install"))
     guard.start(mode="enforce")
     # preDelete on: its ServiceAccount and RBAC are installed, so the hook's command can run as it below
-    values = {"webhooks": {"url": guard.url, "caBundle": base64.b64encode(guard.proc.ca_file.read_bytes()).decode()},
-              "preDelete": {"enabled": True}}
+    values = {
+        "webhooks": {"url": guard.url, "caBundle": base64.b64encode(guard.proc.ca_file.read_bytes()).decode()},
+        "preDelete": {"enabled": True},
+    }
     folder = tmp_path_factory.mktemp("chart-values")
     try:
-        out = helm.run("install", RELEASE, str(helm.CHART), "--namespace", NAMESPACE, "--create-namespace",
-                       "--timeout", "60s", *helm.values_args(values, folder), env=cp.env("admin"), check=False)
+        out = helm.run(
+            "install",
+            RELEASE,
+            str(helm.CHART),
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--timeout",
+            "60s",
+            *helm.values_args(values, folder),
+            env=cp.env("admin"),
+            check=False,
+        )
         yield {"guard": guard, "values": values, "install": out, "folder": folder}
     finally:
         # never leave a Fail webhook pointing at a stopped server
-        cp.kubectl("admin", "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", FULLNAME,
-                   "--ignore-not-found")
+        cp.kubectl(
+            "admin", "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", FULLNAME, "--ignore-not-found"
+        )
         helm.run("uninstall", RELEASE, "--namespace", NAMESPACE, "--no-hooks", env=cp.env("admin"), check=False)
         guard.stop()
 
@@ -129,11 +156,17 @@ def test_helm_install_succeeds(control_plane, installed):
     assert config.certificates.namespace == NAMESPACE and config.certificates.validating_webhook == FULLNAME
     for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration", "clusterrole", "clusterrolebinding"):
         assert cp.kubectl("admin", "get", kind, FULLNAME, "-o", "name").stdout.strip()
-    names = set(cp.kubectl("admin", "get", "pdb,service,serviceaccount,role,rolebinding", "-n", NAMESPACE,
-                           "-o", "name").stdout.split())
-    assert {f"poddisruptionbudget.policy/{FULLNAME}", f"service/{FULLNAME}", f"serviceaccount/{FULLNAME}",
-            f"serviceaccount/{FULLNAME}-pre-delete", f"role.rbac.authorization.k8s.io/{FULLNAME}",
-            f"rolebinding.rbac.authorization.k8s.io/{FULLNAME}"} <= names
+    names = set(
+        cp.kubectl("admin", "get", "pdb,service,serviceaccount,role,rolebinding", "-n", NAMESPACE, "-o", "name").stdout.split()
+    )
+    assert {
+        f"poddisruptionbudget.policy/{FULLNAME}",
+        f"service/{FULLNAME}",
+        f"serviceaccount/{FULLNAME}",
+        f"serviceaccount/{FULLNAME}-pre-delete",
+        f"role.rbac.authorization.k8s.io/{FULLNAME}",
+        f"rolebinding.rbac.authorization.k8s.io/{FULLNAME}",
+    } <= names
 
 
 def test_installed_webhooks_answer(control_plane, installed):
@@ -152,9 +185,22 @@ def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane
     cp = control_plane
 
     def can_list(who: str) -> dict[str, set[str]]:
-        out = cp.kubectl("admin", "auth", "can-i", "--list", "--as", who, "--as-group", "system:serviceaccounts",
-                         "--as-group", f"system:serviceaccounts:{NAMESPACE}", "--as-group", "system:authenticated",
-                         "-n", NAMESPACE).stdout
+        out = cp.kubectl(
+            "admin",
+            "auth",
+            "can-i",
+            "--list",
+            "--as",
+            who,
+            "--as-group",
+            "system:serviceaccounts",
+            "--as-group",
+            f"system:serviceaccounts:{NAMESPACE}",
+            "--as-group",
+            "system:authenticated",
+            "-n",
+            NAMESPACE,
+        ).stdout
         grants: dict[str, set[str]] = {}
         for line in out.splitlines()[1:]:
             cols = line.split()
@@ -188,9 +234,16 @@ def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane
     for resource, verbs in grants.items():
         extra = verbs - {"list", "watch"} - allowed_writes.get(resource, set())
         assert not extra, f"{resource}: {sorted(extra)}"
-    for needed in ("clusterroles.rbac.authorization.k8s.io", "clusterrolebindings.rbac.authorization.k8s.io",
-                   "roles.rbac.authorization.k8s.io", "rolebindings.rbac.authorization.k8s.io", "daemonsets.apps", "pods",
-                   "resourceclaims.resource.k8s.io", "resourceslices.resource.k8s.io"):
+    for needed in (
+        "clusterroles.rbac.authorization.k8s.io",
+        "clusterrolebindings.rbac.authorization.k8s.io",
+        "roles.rbac.authorization.k8s.io",
+        "rolebindings.rbac.authorization.k8s.io",
+        "daemonsets.apps",
+        "pods",
+        "resourceclaims.resource.k8s.io",
+        "resourceslices.resource.k8s.io",
+    ):
         assert {"list", "watch"} <= grants.get(needed, set()), needed
 
 
@@ -203,27 +256,68 @@ def test_rendered_container_args_and_config_start_the_real_server(control_plane,
     dep = next(o for o in objs if o["kind"] == "Deployment")
     cm = next(o for o in objs if o["kind"] == "ConfigMap")
     (tmp_path / "config.yaml").write_text(cm["data"]["config.yaml"])
-    subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "generate", "--service", FULLNAME, "--namespace",
-                    NAMESPACE, "--out", str(tmp_path / "tls"), "--ip", "127.0.0.1"], check=True, capture_output=True)
-    args = [a.replace("/etc/dra-guard/config.yaml", str(tmp_path / "config.yaml")).replace("/etc/dra-guard/tls", str(tmp_path / "tls"))
-            for a in dep["spec"]["template"]["spec"]["containers"][0]["args"]]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "certs",
+            "generate",
+            "--service",
+            FULLNAME,
+            "--namespace",
+            NAMESPACE,
+            "--out",
+            str(tmp_path / "tls"),
+            "--ip",
+            "127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    args = [
+        a.replace("/etc/dra-guard/config.yaml", str(tmp_path / "config.yaml")).replace(
+            "/etc/dra-guard/tls", str(tmp_path / "tls")
+        )
+        for a in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    ]
     assert args[0] == "serve"
     from tests.serve import free_port
+
     port = free_port()
     log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "webhook.cli", *args, "--host", "127.0.0.1", "--port", str(port),
-                             "--kubeconfig", str(cp.kubeconfig("dra-guard"))], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "POD_NAMESPACE": NAMESPACE, "POD_NAME": "dra-guard-test-0"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            *args,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--kubeconfig",
+            str(cp.kubeconfig("dra-guard")),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "POD_NAMESPACE": NAMESPACE, "POD_NAME": "dra-guard-test-0"},
+    )
     try:
         import requests
+
         session = requests.Session()
         session.trust_env = False
         deadline = time.monotonic() + 60
         while True:
             assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-4000:]
             try:
-                if session.get(f"https://127.0.0.1:{port}/readyz", verify=str(tmp_path / "tls" / "ca.crt"),
-                               timeout=2).status_code == 200:
+                if (
+                    session.get(
+                        f"https://127.0.0.1:{port}/readyz", verify=str(tmp_path / "tls" / "ca.crt"), timeout=2
+                    ).status_code
+                    == 200
+                ):
                     break
             except requests.RequestException:
                 pass
@@ -239,8 +333,9 @@ def test_helm_test_script_with_the_test_hook_identity(control_plane, installed, 
     """`dra-guard hook test`, run as the test hook's ServiceAccount with the hook's RBAC, passes only
     when dra-guard refuses the dry run (enforce), or warns (warn)."""
     cp = control_plane
-    hooks = helm.template(values=installed["values"], release=RELEASE, namespace=NAMESPACE,
-                          show_only=["templates/tests/test-webhook.yaml"])
+    hooks = helm.template(
+        values=installed["values"], release=RELEASE, namespace=NAMESPACE, show_only=["templates/tests/test-webhook.yaml"]
+    )
     pod = next(o for o in hooks if o["kind"] == "Pod")
     rbac = [o for o in hooks if o["kind"] != "Pod"]
     cp.kubectl("admin", "apply", "-f", "-", input=as_list(rbac))
@@ -253,8 +348,9 @@ def test_helm_test_script_with_the_test_hook_identity(control_plane, installed, 
         assert out.returncode == 0, out.stdout + out.stderr
         assert "PASS: dra-guard refused the binding" in out.stdout
         # nothing was stored: it was a dry run
-        assert not cp.kubectl("admin", "get", "clusterrolebinding", env["BINDING_NAME"], "--ignore-not-found",
-                              "-o", "name").stdout.strip()
+        assert not cp.kubectl(
+            "admin", "get", "clusterrolebinding", env["BINDING_NAME"], "--ignore-not-found", "-o", "name"
+        ).stdout.strip()
 
         guard.start(mode="warn")
         guard.wait_called()
@@ -276,8 +372,13 @@ def test_pre_delete_script_with_the_hook_identity_then_uninstall(control_plane, 
     """`dra-guard hook pre-delete`, as the pre-delete ServiceAccount (installed with the release), deletes
     exactly the release's two webhook configurations; then `helm uninstall` removes the rest."""
     cp = control_plane
-    job = next(o for o in helm.template(values=installed["values"], release=RELEASE, namespace=NAMESPACE,
-                                        show_only=["templates/pre-delete.yaml"]) if o["kind"] == "Job")
+    job = next(
+        o
+        for o in helm.template(
+            values=installed["values"], release=RELEASE, namespace=NAMESPACE, show_only=["templates/pre-delete.yaml"]
+        )
+        if o["kind"] == "Job"
+    )
     account = job["spec"]["template"]["spec"]["serviceAccountName"]
     who = f"system:serviceaccount:{NAMESPACE}:{account}"
     can = cp.kubectl("admin", "auth", "can-i", "delete", "validatingwebhookconfigurations/other", "--as", who, check=False)
@@ -289,8 +390,15 @@ def test_pre_delete_script_with_the_hook_identity_then_uninstall(control_plane, 
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"deleted validatingwebhookconfiguration {FULLNAME}" in out.stdout
     assert f"deleted mutatingwebhookconfiguration {FULLNAME}" in out.stdout
-    assert not cp.kubectl("admin", "get", "validatingwebhookconfiguration,mutatingwebhookconfiguration", FULLNAME,
-                          "--ignore-not-found", "-o", "name").stdout.strip()
+    assert not cp.kubectl(
+        "admin",
+        "get",
+        "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+        FULLNAME,
+        "--ignore-not-found",
+        "-o",
+        "name",
+    ).stdout.strip()
     again = run_hook(job["spec"]["template"]["spec"]["containers"][0], kubeconfig, env)
     assert again.returncode == 0 and "already absent" in again.stdout
 
@@ -302,4 +410,3 @@ def test_pre_delete_script_with_the_hook_identity_then_uninstall(control_plane, 
         assert time.monotonic() < deadline, "the release's ClusterRole was not removed"
         time.sleep(0.5)
     assert not cp.kubectl("admin", "get", "deployment", "-n", NAMESPACE, "-o", "name").stdout.strip()
-

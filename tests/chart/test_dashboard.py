@@ -6,6 +6,7 @@ Parsing: each target's expression, with the dashboard's template variables repla
 becomes a recording rule of a rule file given to `promtool check rules`, promtool's public way to
 parse PromQL without a server.
 """
+
 from __future__ import annotations
 
 import json
@@ -91,8 +92,9 @@ def parse_with_promtool(exprs: dict[str, str], folder: pathlib.Path) -> subproce
         promtool = binaries.promtool_dir() / "promtool"
     except binaries.BinariesError as exc:
         pytest.fail(f"cannot provide promtool: {exc}", pytrace=False)
-    return subprocess.run([str(promtool), "check", "rules", "dashboard-rules.yaml"], capture_output=True,
-                          text=True, cwd=folder, timeout=120)
+    return subprocess.run(
+        [str(promtool), "check", "rules", "dashboard-rules.yaml"], capture_output=True, text=True, cwd=folder, timeout=120
+    )
 
 
 def panel_queries(board: dict[str, Any]) -> dict[str, str]:
@@ -134,7 +136,8 @@ def test_a_query_that_does_not_parse_fails_the_same_check(tmp_path):
     out = parse_with_promtool(panel_queries(board), tmp_path)
     assert out.returncode != 0
     assert re.search(r'"dashboard:panel_\d+_A": could not parse expression: .*parse error', out.stdout + out.stderr), (
-        out.stdout + out.stderr)
+        out.stdout + out.stderr
+    )
 
 
 def test_template_variables_are_declared_and_every_dra_guard_query_uses_them():
@@ -148,7 +151,8 @@ def test_template_variables_are_declared_and_every_dra_guard_query_uses_them():
             assert ds == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
         for metric, selector in SELECTOR.findall(target["expr"]):
             assert 'job=~"$job"' in selector and 'namespace=~"$namespace"' in selector, (
-                f"panel {panel['title']!r}: {metric} is not filtered by the job and namespace variables")
+                f"panel {panel['title']!r}: {metric} is not filtered by the job and namespace variables"
+            )
 
 
 # ---------------------------------------------------------------- metrics and labels
@@ -158,12 +162,21 @@ def test_every_metric_a_panel_uses_is_exported_and_in_readme_metrics():
     for panel, target in targets(dashboard()):
         for metric in re.findall(r"\bdra_guard_[a-z0-9_]+\b", target["expr"]):
             assert metric in names, f"panel {panel['title']!r}: {metric} is not in webhook/metrics.py"
-            assert family(metric) in documented, f"panel {panel['title']!r}: {family(metric)} has no row in the Metrics table of docs/operations/monitoring.md"
+            assert family(metric) in documented, (
+                f"panel {panel['title']!r}: {family(metric)} has no row in the Metrics table of docs/operations/monitoring.md"
+            )
             used.add(family(metric))
     # the metrics that make dra-guard's rows: their absence is what the dashboard lacked
-    assert {"dra_guard_driver_evictions_total", "dra_guard_blocking_claims", "dra_guard_patches_total",
-            "dra_guard_rbac_drift_violations_total", "dra_guard_findings_total", "dra_guard_undeclared_drivers",
-            "dra_guard_admin_access_namespaces", "dra_guard_api_redirected"} <= used
+    assert {
+        "dra_guard_driver_evictions_total",
+        "dra_guard_blocking_claims",
+        "dra_guard_patches_total",
+        "dra_guard_rbac_drift_violations_total",
+        "dra_guard_findings_total",
+        "dra_guard_undeclared_drivers",
+        "dra_guard_admin_access_namespaces",
+        "dra_guard_api_redirected",
+    } <= used
 
 
 def label_problems(expr: str, legend: str, source: str) -> list[str]:
@@ -178,8 +191,9 @@ def label_problems(expr: str, legend: str, source: str) -> list[str]:
             if label not in labels | TARGET_LABELS:
                 problems.append(f"{metric} has no label {label!r}")
             elif label in labels and label != "le":
-                problems += [f"webhook/ never writes {metric}{{{label}={alt!r}}}"
-                             for alt in value.split("|") if f'"{alt}"' not in source]
+                problems += [
+                    f"webhook/ never writes {metric}{{{label}={alt!r}}}" for alt in value.split("|") if f'"{alt}"' not in source
+                ]
     if "dra_guard_" in expr:
         grouped = {g.strip() for clause in GROUPING.findall(expr) for g in clause.split(",") if g.strip()}
         if grouped - own - TARGET_LABELS:
@@ -198,21 +212,35 @@ def test_every_label_a_panel_filters_groups_or_shows_exists_on_its_metric():
     """Matchers name a label of their metric (or a scrape target's), with a value dra-guard's code
     writes; `by (...)` and the legend's {{label}} name labels of the query's metrics."""
     source = webhook_source()
-    problems = [f"panel {p['title']!r} {t['refId']}: {problem}" for p, t in targets(dashboard())
-                for problem in label_problems(t["expr"], t.get("legendFormat", ""), source)]
+    problems = [
+        f"panel {p['title']!r} {t['refId']}: {problem}"
+        for p, t in targets(dashboard())
+        for problem in label_problems(t["expr"], t.get("legendFormat", ""), source)
+    ]
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("expr,legend,problem", [
-    ('sum by (node) (increase(dra_guard_driver_evictions_total{job=~"$job"}[10m]))', "{{node}}",
-     "groups by ['node']"),
-    ('sum by (driver) (increase(dra_guard_driver_evictions_total{job=~"$job", result="refused"}[10m]))', "{{driver}}",
-     "has no label 'result'"),
-    ('sum(increase(dra_guard_findings_total{job=~"$job", policy="eviction", check="cache-stale"}[10m]))', "",
-     "never writes dra_guard_findings_total{check='cache-stale'}"),
-    ('sum by (driver) (increase(dra_guard_driver_evictions_total{job=~"$job"}[10m]))', "{{driver}} {{decision}}",
-     "legend shows ['decision']"),
-])
+@pytest.mark.parametrize(
+    "expr,legend,problem",
+    [
+        ('sum by (node) (increase(dra_guard_driver_evictions_total{job=~"$job"}[10m]))', "{{node}}", "groups by ['node']"),
+        (
+            'sum by (driver) (increase(dra_guard_driver_evictions_total{job=~"$job", result="refused"}[10m]))',
+            "{{driver}}",
+            "has no label 'result'",
+        ),
+        (
+            'sum(increase(dra_guard_findings_total{job=~"$job", policy="eviction", check="cache-stale"}[10m]))',
+            "",
+            "never writes dra_guard_findings_total{check='cache-stale'}",
+        ),
+        (
+            'sum by (driver) (increase(dra_guard_driver_evictions_total{job=~"$job"}[10m]))',
+            "{{driver}} {{decision}}",
+            "legend shows ['decision']",
+        ),
+    ],
+)
 def test_a_wrong_label_fails_the_same_check(expr, legend, problem):
     """The label check can fail: a label the metric lacks, a value never written, a legend label
     the aggregation drops."""
@@ -235,8 +263,11 @@ def test_the_probe_patches_row():
     exprs = row_exprs(dashboard(), "Probe patches")
     assert 'dra_guard_patches_total{job=~"$job", namespace=~"$namespace", policy="probes"}' in exprs
     # the reasons a probe is not added, by check
-    assert re.search(r'sum by \(check, mode\) \(increase\(dra_guard_findings_total\{[^}]*policy="probes", '
-                     r'check=~"[^"]*no-healthcheck-port[^"]*"', exprs)
+    assert re.search(
+        r'sum by \(check, mode\) \(increase\(dra_guard_findings_total\{[^}]*policy="probes", '
+        r'check=~"[^"]*no-healthcheck-port[^"]*"',
+        exprs,
+    )
     assert "healthcheck-disabled" in exprs and 'check="missing-liveness-probe"' in exprs
 
 

@@ -1,6 +1,7 @@
 """The Dockerfile, checked without a Docker engine (none runs here): it parses into stages, every
 base image is pinned by version, the final stage runs as a numeric non-root user without build
 tools, and its entrypoint is the `dra-guard` console script the package installs."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -16,8 +17,26 @@ from dataclasses import dataclass, field
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
-INSTRUCTIONS = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME", "USER",
-                "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL", "MAINTAINER"}
+INSTRUCTIONS = {
+    "FROM",
+    "RUN",
+    "CMD",
+    "LABEL",
+    "EXPOSE",
+    "ENV",
+    "ADD",
+    "COPY",
+    "ENTRYPOINT",
+    "VOLUME",
+    "USER",
+    "WORKDIR",
+    "ARG",
+    "ONBUILD",
+    "STOPSIGNAL",
+    "HEALTHCHECK",
+    "SHELL",
+    "MAINTAINER",
+}
 BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|cc|clang|make|build-essential|python3-dev|libc-dev|libffi-dev|rustc|cargo)\b")
 
 

@@ -11,6 +11,7 @@ with the real helm on the real control plane.
   the release's ClusterRole), and what stays is exactly the "Uninstall" page's table (docs/operations/uninstall.md), which its
   clean-up commands then remove.
 """
+
 from __future__ import annotations
 
 import base64
@@ -37,14 +38,17 @@ from webhook.config import from_mapping
 pytestmark = pytest.mark.e2e
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-PREVIOUS_CHART_COMMIT = "5f89882"   # the last commit that shipped chart 0.1.0
+PREVIOUS_CHART_COMMIT = "5f89882"  # the last commit that shipped chart 0.1.0
 
 
 def previous_chart(folder: pathlib.Path) -> pathlib.Path:
     """charts/dra-guard as chart 0.1.0 shipped it, extracted from git history into `folder`."""
     archive = folder / "chart.tar"
-    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), PREVIOUS_CHART_COMMIT, "charts/dra-guard"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "archive", "-o", str(archive), PREVIOUS_CHART_COMMIT, "charts/dra-guard"],
+        check=True,
+        capture_output=True,
+    )
     with tarfile.open(archive) as tar:
         tar.extractall(folder, filter="data")
     chart = folder / "charts" / "dra-guard"
@@ -65,9 +69,13 @@ def helm_ok(cp, folder: pathlib.Path, *args: str, values: dict[str, Any] | None 
 
 def alice_binding(cp, name: str) -> subprocess.CompletedProcess[str]:
     """alice (an RBAC manager, not an admin) creates a harmless ClusterRoleBinding."""
-    doc = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-           "subjects": [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}],
-           "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"}}
+    doc = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "subjects": [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"},
+    }
     return cp.kubectl("alice", "create", "-f", "-", input=json.dumps(doc), check=False)
 
 
@@ -87,8 +95,19 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
     ca = guard.proc.ca_file.read_bytes()
     values = dev_values(guard)
     try:
-        out = helm_ok(cp, tmp_path, "install", release, str(previous_chart(tmp_path)), "-n", ns, "--create-namespace",
-                      "--set", "preDelete.enabled=false", values=values)
+        out = helm_ok(
+            cp,
+            tmp_path,
+            "install",
+            release,
+            str(previous_chart(tmp_path)),
+            "-n",
+            ns,
+            "--create-namespace",
+            "--set",
+            "preDelete.enabled=false",
+            values=values,
+        )
         assert out.returncode == 0, out.stderr
         # 0.1.0 -> current with dra-guard serving
         out = helm_ok(cp, tmp_path, "upgrade", release, str(helm.CHART), "-n", ns, values=values)
@@ -98,8 +117,7 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
         refused = alice_binding(cp, "life-while-down")
         assert refused.returncode != 0 and "failed calling webhook" in refused.stderr, refused.stderr
         # as the admin: upgrade with other values, and roll back, while it is down
-        out = helm_ok(cp, tmp_path, "upgrade", release, str(helm.CHART), "-n", ns,
-                      values={**values, "config": {"mode": "warn"}})
+        out = helm_ok(cp, tmp_path, "upgrade", release, str(helm.CHART), "-n", ns, values={**values, "config": {"mode": "warn"}})
         assert out.returncode == 0, out.stderr
         assert "failed calling webhook" in alice_binding(cp, "life-still-down").stderr  # still closed
         out = helm.run("rollback", release, "2", "-n", ns, env=cp.env("admin"), check=False)
@@ -120,12 +138,24 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
         declared = {**values, "config": {"drivers": {"declared": [{"namespace": "gpu", "name": "gpu-driver"}]}}}
         out = helm_ok(cp, tmp_path, "upgrade", release, str(helm.CHART), "-n", ns, values=declared)
         assert out.returncode == 0, out.stderr
-        hooks = {w["name"]: w for w in json.loads(cp.kubectl(
-            "admin", "get", "validatingwebhookconfiguration", f"{release}-dra-guard", "-o", "json").stdout)["webhooks"]}
+        hooks = {
+            w["name"]: w
+            for w in json.loads(
+                cp.kubectl("admin", "get", "validatingwebhookconfiguration", f"{release}-dra-guard", "-o", "json").stdout
+            )["webhooks"]
+        }
         assert hooks["driver-evictions.dra-guard.io"]["failurePolicy"] == "Fail"
         # audit mode never blocks: upgraded to audit while down, alice's binding is admitted
-        out = helm_ok(cp, tmp_path, "upgrade", release, str(helm.CHART), "-n", ns,
-                      values={**declared, "config": {**declared["config"], "mode": "audit"}})
+        out = helm_ok(
+            cp,
+            tmp_path,
+            "upgrade",
+            release,
+            str(helm.CHART),
+            "-n",
+            ns,
+            values={**declared, "config": {**declared["config"], "mode": "audit"}},
+        )
         assert out.returncode == 0, out.stderr
         admitted = alice_binding(cp, "life-audit-down")
         assert admitted.returncode == 0, admitted.stderr
@@ -135,11 +165,17 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
         left = cp.kubectl("admin", "get", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "-o", "name").stdout
         assert f"{release}-dra-guard" not in left, left
     finally:
-        cp.kubectl("admin", "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration",
-                   f"{release}-dra-guard", "--ignore-not-found")
+        cp.kubectl(
+            "admin",
+            "delete",
+            "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+            f"{release}-dra-guard",
+            "--ignore-not-found",
+        )
         helm.run("uninstall", release, "-n", ns, "--no-hooks", env=cp.env("admin"), check=False)
-        cp.kubectl("admin", "delete", "clusterrolebinding", "life-while-down", "life-still-down", "life-audit-down",
-                   "--ignore-not-found")
+        cp.kubectl(
+            "admin", "delete", "clusterrolebinding", "life-while-down", "life-still-down", "life-audit-down", "--ignore-not-found"
+        )
         guard.start(mode="enforce")
         _ = ca
 
@@ -154,8 +190,10 @@ def documented_cleanup_commands(namespace: str) -> list[list[str]]:
     for line in block.splitlines():
         line = line.split("#", 1)[0].strip()
         if line.startswith(("kubectl ", "dra-guard ")):
-            words = [namespace if w == "dra-guard" and i and prev in ("-n", "namespace") else w
-                     for i, (prev, w) in enumerate(zip([""] + shlex.split(line), shlex.split(line), strict=False))]
+            words = [
+                namespace if w == "dra-guard" and i and prev in ("-n", "namespace") else w
+                for i, (prev, w) in enumerate(zip([""] + shlex.split(line), shlex.split(line), strict=False))
+            ]
             commands.append(words)
     return commands
 
@@ -169,7 +207,7 @@ def documented_leftovers() -> set[str]:
 
 def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_the_uninstall_page_lists(control_plane, guard, tmp_path):
     cp = control_plane
-    release, ns = "dg", "dra-guard-uninstall"   # not "dra-guard": the test server's own ClusterRole has that name
+    release, ns = "dg", "dra-guard-uninstall"  # not "dra-guard": the test server's own ClusterRole has that name
     fullname = "dg-dra-guard"
     values = dev_values(guard)
     out = helm_ok(cp, tmp_path, "install", release, str(helm.CHART), "-n", ns, "--create-namespace", values=values)
@@ -177,12 +215,21 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_the_uninst
     # the report CRDs as another tool (or tests/e2e/test_cluster_audit.py) installs them: the
     # periodic audit then writes its reports (installCRDs and its keep policy: test_render.py)
     cp.kubectl("admin", "apply", "-f", str(helm.CHART / "files" / "policyreport-crds.yaml"))
-    cp.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s",
-               "crd/policyreports.wgpolicyk8s.io", "crd/clusterpolicyreports.wgpolicyk8s.io")
+    cp.kubectl(
+        "admin",
+        "wait",
+        "--for=condition=Established",
+        "--timeout=30s",
+        "crd/policyreports.wgpolicyk8s.io",
+        "crd/clusterpolicyreports.wgpolicyk8s.io",
+    )
     # Established is not yet listable: until the new resources' storage is initialized the
     # apiserver answers 429 ("storage is (re)initializing"), which would fail the audit below
-    wait_for("the report CRDs' storage to serve lists", lambda: cp.kubectl(
-        "admin", "get", "clusterpolicyreports,policyreports", "-A", check=False).returncode == 0, timeout=60)
+    wait_for(
+        "the report CRDs' storage to serve lists",
+        lambda: cp.kubectl("admin", "get", "clusterpolicyreports,policyreports", "-A", check=False).returncode == 0,
+        timeout=60,
+    )
     # what dra-guard writes at run time, by its own code with the release's configuration:
     # self mode's Secret and Leases, and the periodic audit's Lease and reports, the audit as the
     # release's ServiceAccount (its RBAC: the reports, and the get of their owner, its ClusterRole)
@@ -197,21 +244,30 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_the_uninst
     client = api_client(str(cp.kubeconfig("admin")), timeout_seconds=5)
     Reconciler(KubeCertApi(client, ns), config.certificates, identity="pod-a").reconcile()
     as_dra_guard = kubeconfig_for_service_account(cp, tmp_path, ns, fullname)
-    summary = PeriodicAudit(api_client(str(as_dra_guard), timeout_seconds=5), config, identity="pod-a",
-                            kubeconfig=str(as_dra_guard)).run_once()
+    summary = PeriodicAudit(
+        api_client(str(as_dra_guard), timeout_seconds=5), config, identity="pod-a", kubeconfig=str(as_dra_guard)
+    ).run_once()
     assert summary is not None and summary.report_owner_problem == "", summary
     role_uid = cp.kubectl("admin", "get", "clusterrole", fullname, "-o", "jsonpath={.metadata.uid}").stdout
     report = json.loads(cp.kubectl("admin", "get", "clusterpolicyreport", "dra-guard", "-o", "json").stdout)
     assert [(o["kind"], o["name"], o["uid"]) for o in report["metadata"]["ownerReferences"]] == [
-        ("ClusterRole", fullname, role_uid)]
+        ("ClusterRole", fullname, role_uid)
+    ]
 
     # default values: no pre-delete Job; no kubelet runs here, so no hook pod could run anyway
     started = time.monotonic()
     out = helm.run("uninstall", release, "-n", ns, "--timeout", "60s", env=cp.env("admin"), check=False)
     assert out.returncode == 0, out.stderr
     assert time.monotonic() - started < 60
-    left = cp.kubectl("admin", "get", "validatingwebhookconfiguration,mutatingwebhookconfiguration", fullname,
-                      "--ignore-not-found", "-o", "name").stdout.strip()
+    left = cp.kubectl(
+        "admin",
+        "get",
+        "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+        fullname,
+        "--ignore-not-found",
+        "-o",
+        "name",
+    ).stdout.strip()
     assert left == "", left
 
     # what stays is exactly the Uninstall page's table
@@ -228,10 +284,15 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_the_uninst
     assert [n for n in names("serviceaccount", "-n", ns) if n != "default"] == []
     assert not [n for n in names("clusterrole") + names("clusterrolebinding") if n.startswith(fullname)]
     # no report of dra-guard's is left: the garbage collector deleted them with their owner
-    wait_for("the garbage collector to delete dra-guard's reports after helm uninstall",
-             lambda: not names("clusterpolicyreport", "-l", "app.kubernetes.io/managed-by=dra-guard")
-             and not names("policyreport", "-A", "-l", "app.kubernetes.io/managed-by=dra-guard"),
-             timeout=150, interval=1.0)
+    wait_for(
+        "the garbage collector to delete dra-guard's reports after helm uninstall",
+        lambda: (
+            not names("clusterpolicyreport", "-l", "app.kubernetes.io/managed-by=dra-guard")
+            and not names("policyreport", "-A", "-l", "app.kubernetes.io/managed-by=dra-guard")
+        ),
+        timeout=150,
+        interval=1.0,
+    )
     table = documented_leftovers()
     assert any("Secret `<fullname>-tls`" in row for row in table)
     assert any("Leases" in row and "-certs-audit" in row and "-certs-serving-<pod>" in row for row in table)
@@ -243,8 +304,11 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_the_uninst
     assert ["dra-guard", "cleanup"] in commands
     for command in commands:
         if command[0] == "dra-guard":
-            out = subprocess.run([sys.executable, "-m", "webhook.cli", *command[1:], "--kubeconfig",
-                                  str(cp.kubeconfig("admin"))], capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, "-m", "webhook.cli", *command[1:], "--kubeconfig", str(cp.kubeconfig("admin"))],
+                capture_output=True,
+                text=True,
+            )
             # nothing left to it here: it removes the reports an uninstall with --cascade orphan leaves
             assert out.returncode == 0 and "0 report(s) deleted" in out.stdout, (command, out.stdout, out.stderr)
             continue
@@ -254,8 +318,7 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_the_uninst
     assert "dra-guard" not in names("clusterpolicyreport")
 
 
-def test_an_enabled_pre_delete_hook_that_cannot_run_stops_the_uninstall_and_no_hooks_finishes_it(
-        control_plane, guard, tmp_path):
+def test_an_enabled_pre_delete_hook_that_cannot_run_stops_the_uninstall_and_no_hooks_finishes_it(control_plane, guard, tmp_path):
     """What values.yaml and the Uninstall page say of preDelete.enabled: helm waits for the Job; here no
     kubelet can run it, so the uninstall stops (after activeDeadlineSeconds, via the Job controller)
     and `--no-hooks` finishes it with nothing left registered."""
@@ -269,14 +332,29 @@ def test_an_enabled_pre_delete_hook_that_cannot_run_stops_the_uninstall_and_no_h
         assert out.returncode != 0 and re.search(r"pre-delete|job|Job", out.stderr), out.stderr
         out = helm.run("uninstall", release, "-n", ns, "--no-hooks", env=cp.env("admin"), check=False)
         assert out.returncode == 0, out.stderr
-        assert cp.kubectl("admin", "get", "validatingwebhookconfiguration,mutatingwebhookconfiguration",
-                          f"{release}-dra-guard", "--ignore-not-found", "-o", "name").stdout.strip() == ""
+        assert (
+            cp.kubectl(
+                "admin",
+                "get",
+                "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+                f"{release}-dra-guard",
+                "--ignore-not-found",
+                "-o",
+                "name",
+            ).stdout.strip()
+            == ""
+        )
         # the hook's Job is not left behind (delete policy hook-failed)
         deadline = time.monotonic() + 30
         while cp.kubectl("admin", "get", "job", "-n", ns, "-o", "name").stdout.strip():
             assert time.monotonic() < deadline, "the failed pre-delete Job was left behind"
             time.sleep(1)
     finally:
-        cp.kubectl("admin", "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration",
-                   f"{release}-dra-guard", "--ignore-not-found")
+        cp.kubectl(
+            "admin",
+            "delete",
+            "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+            f"{release}-dra-guard",
+            "--ignore-not-found",
+        )
         helm.run("uninstall", release, "-n", ns, "--no-hooks", env=cp.env("admin"), check=False)

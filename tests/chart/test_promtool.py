@@ -8,6 +8,7 @@ it should and stays silent when it should). For the unit tests the long `descrip
 test_runbooks.py); summaries stay and are compared, so Prometheus' templating of $labels and $value
 is tested.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,17 +36,22 @@ PAGE_QUERIES = [
     'sum(rate(workqueue_adds_total{name="resource_claim"}[5m]))',
     'sum(workqueue_depth{name="resource_claim"})',
     'histogram_quantile(0.99, sum(rate(workqueue_work_duration_seconds_bucket{name="resource_claim"}[5m])) by (le))',
-    'histogram_quantile(0.99, sum(increase(scheduler_pod_scheduling_sli_duration_seconds_bucket[5m])) by (le))',
-    'histogram_quantile(0.99, sum(increase(scheduler_scheduling_algorithm_duration_seconds_bucket[5m])) by (le))',
+    "histogram_quantile(0.99, sum(increase(scheduler_pod_scheduling_sli_duration_seconds_bucket[5m])) by (le))",
+    "histogram_quantile(0.99, sum(increase(scheduler_scheduling_algorithm_duration_seconds_bucket[5m])) by (le))",
     'histogram_quantile(0.99, sum(rate(dra_operations_duration_seconds_bucket{operation_name="PrepareResources"}[5m])) by (le))',
     'histogram_quantile(0.99, sum(rate(dra_operations_duration_seconds_bucket{operation_name="UnprepareResources"}[5m])) by (le))',
     'histogram_quantile(0.99, sum(rate(dra_grpc_operations_duration_seconds_bucket{method_name=~".*NodePrepareResources"}[5m])) by (le))',
     'histogram_quantile(0.99, sum(rate(dra_grpc_operations_duration_seconds_bucket{method_name=~".*NodeUnprepareResources"}[5m])) by (le))',
 ]
-DRA_GUARD_METRICS = ["dra_guard_admission_requests_total", "dra_guard_policy_errors_total",
-                     "dra_guard_review_age_seconds_bucket", "dra_guard_cache_synced", "dra_guard_accept_queue_connections",
-                     "dra_guard_requests_dropped_total",
-                     "dra_guard_certificate_expiry_timestamp_seconds"]
+DRA_GUARD_METRICS = [
+    "dra_guard_admission_requests_total",
+    "dra_guard_policy_errors_total",
+    "dra_guard_review_age_seconds_bucket",
+    "dra_guard_cache_synced",
+    "dra_guard_accept_queue_connections",
+    "dra_guard_requests_dropped_total",
+    "dra_guard_certificate_expiry_timestamp_seconds",
+]
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +105,18 @@ def test_check_rules_on_the_rendered_text(promtool, tmp_path):
 
 
 def test_check_rules_with_other_values(promtool, tmp_path):
-    spec = rule_groups({"webhooks": {"rbac": {"timeoutSeconds": 10}},
-                        "monitoring": {"prometheusRule": {"enabled": True, "controlPlaneSelector": 'cluster="prod"',
-                                                          "thresholds": {"errorRatio": 0.01, "claimQueueDepth": 500}}}})
+    spec = rule_groups(
+        {
+            "webhooks": {"rbac": {"timeoutSeconds": 10}},
+            "monitoring": {
+                "prometheusRule": {
+                    "enabled": True,
+                    "controlPlaneSelector": 'cluster="prod"',
+                    "thresholds": {"errorRatio": 0.01, "claimQueueDepth": 500},
+                }
+            },
+        }
+    )
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     out = run_promtool(promtool, "check", "rules", "rules.yaml", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -123,8 +138,9 @@ def test_every_alert_fires_and_stays_silent(promtool, tmp_path):
 
 def test_unit_tests_fail_when_the_rules_do_not_match(promtool, tmp_path):
     """The synthetic series really exercise the thresholds: other thresholds break the tests."""
-    spec = rule_groups({"monitoring": {"prometheusRule": {"enabled": True, "thresholds": {
-        "errorRatio": 0.5, "kubeletPrepareSeconds": 60}}}})
+    spec = rule_groups(
+        {"monitoring": {"prometheusRule": {"enabled": True, "thresholds": {"errorRatio": 0.5, "kubeletPrepareSeconds": 60}}}}
+    )
     test_file = write_unit_test_files(tmp_path, spec)
     out = run_promtool(promtool, "test", "rules", test_file.name, cwd=tmp_path)
     assert out.returncode != 0

@@ -1,6 +1,7 @@
 """The chart follows webhook/policies/registry.py: one webhook per policy at the policy's path, in
 the Mutating configuration exactly when the policy mutates, its values under webhooks.<name>, and
 the latency alert over every policy. A policy added to the registry without the chart fails here."""
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,7 @@ def test_every_policy_has_its_webhook_at_its_path_and_nothing_else_is_registered
             for webhook in obj["webhooks"]:
                 service = webhook["clientConfig"]["service"]
                 found[service["path"]] = (obj["kind"], webhook["name"])
-    expected = {p.path: "MutatingWebhookConfiguration" if p.mutating else "ValidatingWebhookConfiguration"
-                for p in POLICIES}
+    expected = {p.path: "MutatingWebhookConfiguration" if p.mutating else "ValidatingWebhookConfiguration" for p in POLICIES}
     assert {path: kind for path, (kind, _) in found.items()} == expected
 
 
@@ -30,8 +30,10 @@ def test_every_policy_has_its_webhook_values():
         settings = values["webhooks"][policy.name]
         assert {"failurePolicy", "timeoutSeconds"} <= set(settings), policy.name
         # the rendered config's failure mode for an internal error stays the registry's default
-        assert values["config"].get("policies", {}).get(policy.name, {}).get("failureMode", policy.failure_mode) \
+        assert (
+            values["config"].get("policies", {}).get(policy.name, {}).get("failureMode", policy.failure_mode)
             == policy.failure_mode
+        )
 
 
 def test_the_latency_alert_covers_every_policy_and_no_other():

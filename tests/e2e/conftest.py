@@ -3,6 +3,7 @@
 The session fixture `control_plane` (one real control plane per test session) lives in
 tests/conftest.py, shared with tests/chart.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -106,8 +107,9 @@ def _real_node(tmp_path_factory, **cp_options):
         cp_bins, tools = binaries.build_control_plane(), binaries.client_tools_dir()
     except binaries.BinariesError as exc:
         pytest.fail(f"cannot provide the real node's binaries: {exc}", pytrace=False)
-    cp = ControlPlane(tmp_path_factory.mktemp("node-control-plane"), controllers=True, bin_dir=cp_bins, tools_dir=tools,
-                      **cp_options)
+    cp = ControlPlane(
+        tmp_path_factory.mktemp("node-control-plane"), controllers=True, bin_dir=cp_bins, tools_dir=tools, **cp_options
+    )
     try:
         cp.start()
     except ControlPlaneError as exc:

@@ -8,6 +8,7 @@ renders with its development value `webhooks.url` (clientConfig.url = this serve
 CA), so the chart's rules, namespaceSelectors and matchConditions are what the tests exercise,
 and waits until the apiserver really calls it (a probe object that only dra-guard refuses).
 """
+
 from __future__ import annotations
 
 import base64
@@ -86,22 +87,28 @@ class Guard:
         self.mode = "enforce"
         self.declared: tuple[tuple[str, str], ...] = ()
         self.driver_resources: tuple[str, ...] = ("resourceslices",)
-        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                  "items": chart_rbac()}))
+        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": chart_rbac()}))
         # the chart's Role in its namespace: the eviction guard's shared records (Leases) are written there
         cp.kubectl("admin", "create", "namespace", NAMESPACE, check=False)
-        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                  "items": chart_namespaced_rbac()}))
+        cp.kubectl(
+            "admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": chart_namespaced_rbac()})
+        )
         cp.kubectl("admin", "apply", "-f", str(MANIFESTS / "rbac-managers.yaml"))
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
-    def start(self, *, mode: str = "enforce", extra_config: str = "",
-              driver_service_accounts: tuple[str, ...] = ("dra-system:driver",),
-              declared: tuple[tuple[str, str], ...] | None = None, ready_timeout: float = 60.0,
-              driver_resources: tuple[str, ...] = ("resourceslices",)) -> DraGuardProcess:
+    def start(
+        self,
+        *,
+        mode: str = "enforce",
+        extra_config: str = "",
+        driver_service_accounts: tuple[str, ...] = ("dra-system:driver",),
+        declared: tuple[tuple[str, str], ...] | None = None,
+        ready_timeout: float = 60.0,
+        driver_resources: tuple[str, ...] = ("resourceslices",),
+    ) -> DraGuardProcess:
         """(Re)start dra-guard with global `mode`, rbac.driverSubjects.serviceAccounts
         ("namespace:name"), rbac.driverResources and drivers.declared ((namespace, DaemonSet name)
         pairs; None keeps the last start's, which register() also renders into the chart's eviction
@@ -111,21 +118,29 @@ class Guard:
         self.driver_resources = tuple(driver_resources)
         if declared is not None:
             self.declared = tuple(declared)
-        self.proc = DraGuardProcess(self.workdir, "--kubeconfig", str(self.cp.kubeconfig("dra-guard")),
-                                    config=BASE_CONFIG.format(mode=mode, driver_service_accounts=json.dumps(list(driver_service_accounts)),
-                                                              driver_resources=json.dumps(list(driver_resources)),
-                                                              declared=json.dumps(declared_values(self.declared)))
-                                    + extra_config, port=self.port)
+        self.proc = DraGuardProcess(
+            self.workdir,
+            "--kubeconfig",
+            str(self.cp.kubeconfig("dra-guard")),
+            config=BASE_CONFIG.format(
+                mode=mode,
+                driver_service_accounts=json.dumps(list(driver_service_accounts)),
+                driver_resources=json.dumps(list(driver_resources)),
+                declared=json.dumps(declared_values(self.declared)),
+            )
+            + extra_config,
+            port=self.port,
+        )
         self.proc.wait("/readyz", timeout=ready_timeout)
         return self.proc
 
     def register(self, *, failure_policy: str = "Fail") -> None:
         """Apply the webhook configuration and wait until the apiserver calls dra-guard."""
         assert self.proc is not None
-        configs = webhook_configurations(url=self.url, ca_file=self.proc.ca_file, failure_policy=failure_policy,
-                                         declared=self.declared)
-        self.cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                                        "items": configs}))
+        configs = webhook_configurations(
+            url=self.url, ca_file=self.proc.ca_file, failure_policy=failure_policy, declared=self.declared
+        )
+        self.cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": configs}))
         self.wait_called()
 
     def wait_called(self, timeout: float = 30.0) -> None:
@@ -145,21 +160,26 @@ class Guard:
             if called(last.stderr, mode=self.mode) or (self.mode == "audit" and self.reviews_counted() > before):
                 return
             time.sleep(0.3)
-        raise TimeoutError(f"the apiserver did not call dra-guard within {timeout} s: "
-                           f"{(last.stdout + last.stderr) if last else ''}")
+        raise TimeoutError(
+            f"the apiserver did not call dra-guard within {timeout} s: {(last.stdout + last.stderr) if last else ''}"
+        )
 
     def reviews_counted(self) -> float:
         """dra-guard's count of answered rbac reviews (every decision, every mode), from /metrics."""
         if self.proc is None:
             return 0.0
         text = self.proc.session().get(self.url + "/metrics", timeout=10).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("dra_guard_admission_requests_total{") and 'policy="rbac"' in line)
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("dra_guard_admission_requests_total{") and 'policy="rbac"' in line
+        )
 
     def unregister(self) -> None:
         """Delete the webhook configuration (the documented break-glass)."""
-        self.cp.kubectl("admin", "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "dra-guard",
-                        "--ignore-not-found")
+        self.cp.kubectl(
+            "admin", "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "dra-guard", "--ignore-not-found"
+        )
 
     def stop_server(self) -> None:
         """Stop the dra-guard process (the configuration stays)."""
@@ -182,13 +202,17 @@ def chart_rbac() -> list[dict[str, Any]]:
     serving files, as this test server is (self mode would add get/patch on its webhook
     configurations, which `serve --self-signed` never uses).
     """
-    docs = helm.template(values={"certificates": {"mode": "cert-manager"}}, namespace=NAMESPACE,
-                         show_only=["templates/rbac.yaml"])
+    docs = helm.template(
+        values={"certificates": {"mode": "cert-manager"}}, namespace=NAMESPACE, show_only=["templates/rbac.yaml"]
+    )
     role = next(d for d in docs if d["kind"] == "ClusterRole")
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": role["metadata"]["name"]},
-               "subjects": [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}],
-               "roleRef": {"kind": "ClusterRole", "name": role["metadata"]["name"], "apiGroup": "rbac.authorization.k8s.io"}}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": role["metadata"]["name"]},
+        "subjects": [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": role["metadata"]["name"], "apiGroup": "rbac.authorization.k8s.io"},
+    }
     return [role, binding]
 
 
@@ -196,11 +220,11 @@ def chart_namespaced_rbac() -> list[dict[str, Any]]:
     """The chart's namespaced Roles (its Leases, the periodic audit's included, in NAMESPACE; list on
     kube-system's ConfigMaps) with their RoleBindings bound to User "dra-guard" instead of the
     chart's ServiceAccount: what the periodic audit needs to run as in a release."""
-    docs = helm.template(values={"certificates": {"mode": "cert-manager"}}, namespace=NAMESPACE,
-                         show_only=["templates/rbac.yaml"])
+    docs = helm.template(
+        values={"certificates": {"mode": "cert-manager"}}, namespace=NAMESPACE, show_only=["templates/rbac.yaml"]
+    )
     user = [{"kind": "User", "name": USER, "apiGroup": "rbac.authorization.k8s.io"}]
-    return ([d for d in docs if d["kind"] == "Role"]
-            + [{**d, "subjects": user} for d in docs if d["kind"] == "RoleBinding"])
+    return [d for d in docs if d["kind"] == "Role"] + [{**d, "subjects": user} for d in docs if d["kind"] == "RoleBinding"]
 
 
 def declared_values(declared: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
@@ -208,15 +232,27 @@ def declared_values(declared: tuple[tuple[str, str], ...]) -> list[dict[str, str
     return [{"namespace": ns, "name": name} for ns, name in declared]
 
 
-def webhook_configurations(*, url: str, ca_file: pathlib.Path, failure_policy: str = "Fail",
-                           declared: tuple[tuple[str, str], ...] = (), values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def webhook_configurations(
+    *,
+    url: str,
+    ca_file: pathlib.Path,
+    failure_policy: str = "Fail",
+    declared: tuple[tuple[str, str], ...] = (),
+    values: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """The chart's ValidatingWebhookConfiguration and MutatingWebhookConfiguration (release
     "dra-guard" in namespace NAMESPACE) pointing at `url` with `ca_file` as caBundle; the RBAC
     webhook's failurePolicy is `failure_policy`; config.drivers.declared is `declared` ((namespace,
     DaemonSet name) pairs: the pods whose evictions go to the fail-closed webhook); `values` are
     merged over that (one level deep per top-level key)."""
-    values = {"webhooks": {"url": url, "caBundle": base64.b64encode(ca_file.read_bytes()).decode(),
-                           "rbac": {"failurePolicy": failure_policy}, **(values or {}).get("webhooks", {})},
-              "config": {"drivers": {"declared": declared_values(declared)}, **(values or {}).get("config", {})},
-              **{k: v for k, v in (values or {}).items() if k not in ("webhooks", "config")}}
+    values = {
+        "webhooks": {
+            "url": url,
+            "caBundle": base64.b64encode(ca_file.read_bytes()).decode(),
+            "rbac": {"failurePolicy": failure_policy},
+            **(values or {}).get("webhooks", {}),
+        },
+        "config": {"drivers": {"declared": declared_values(declared)}, **(values or {}).get("config", {})},
+        **{k: v for k, v in (values or {}).items() if k not in ("webhooks", "config")},
+    }
     return helm.template(values=values, namespace=NAMESPACE, show_only=["templates/webhooks.yaml"])

@@ -11,6 +11,7 @@ with ``umoci``; the image and the chart are pushed to ``docker-registry`` on loo
 --no-install-recommends`` when running as root on a system with apt-get; otherwise it exits 1 with
 a message naming the packages to install (never silently). ``--check`` only reports.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,16 +30,17 @@ PACKAGES: Mapping[str, tuple[str, str]] = {
     "mmdebstrap": ("/usr/bin/mmdebstrap", "makes the image's two bases from Debian 12 packages"),
     "umoci": ("/usr/bin/umoci", "unpacks the built image to check its files and user (tests/e2e/test_image.py)"),
     # the image and the chart are pushed to a registry on loopback and installed from it (tests/e2e/registry.py)
-    "docker-registry": ("/usr/bin/docker-registry", "the reference OCI distribution registry, run on 127.0.0.1 "
-                        "by the tests (Debian 12: 2.8.2)"),
+    "docker-registry": (
+        "/usr/bin/docker-registry",
+        "the reference OCI distribution registry, run on 127.0.0.1 by the tests (Debian 12: 2.8.2)",
+    ),
     "skopeo": ("/usr/bin/skopeo", "copies the built image's OCI archive to that registry as is (its digest kept)"),
 }
 
 
 def missing(packages: Mapping[str, tuple[str, str]] | None = None) -> list[str]:
     """The packages (default PACKAGES) whose marker file is absent: Debian package names, in order."""
-    return [name for name, (marker, _) in (PACKAGES if packages is None else packages).items()
-            if not os.path.exists(marker)]
+    return [name for name, (marker, _) in (PACKAGES if packages is None else packages).items() if not os.path.exists(marker)]
 
 
 def ensure(*, install: bool = True) -> list[str]:
@@ -54,9 +56,11 @@ def ensure(*, install: bool = True) -> list[str]:
     if not install:
         raise RuntimeError(f"missing Debian packages for the real node and image: {' '.join(todo)} ({why})")
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RuntimeError(f"the real node and image need these Debian packages: {' '.join(todo)} ({why}); run as root on "
-                           f"Debian/Ubuntu, or install them yourself: apt-get install -y --no-install-recommends "
-                           f"{' '.join(todo)}")
+        raise RuntimeError(
+            f"the real node and image need these Debian packages: {' '.join(todo)} ({why}); run as root on "
+            f"Debian/Ubuntu, or install them yourself: apt-get install -y --no-install-recommends "
+            f"{' '.join(todo)}"
+        )
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     cmd = ["apt-get", "install", "-y", "--no-install-recommends", *todo]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -71,8 +75,9 @@ def ensure(*, install: bool = True) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m tests.e2e.hostdeps``; 0 when every package is present."""
-    parser = argparse.ArgumentParser(prog="python -m tests.e2e.hostdeps", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.e2e.hostdeps", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--check", action="store_true", help="only report missing packages (exit 1), install nothing")
     args = parser.parse_args(argv)
     try:

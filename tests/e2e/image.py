@@ -28,6 +28,7 @@ and ``$PIP_INDEX_URL`` when set.
 
 Usage: ``python -m tests.e2e.image`` builds or reuses the image and prints its archive and name.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -100,8 +101,9 @@ def ensure_host_packages() -> None:
     if sys.platform != "linux":
         raise ImageError(f"building the dra-guard image needs Linux (this is {sys.platform})")
     if os.geteuid() != 0:
-        raise ImageError("building the dra-guard image needs root (buildah and mmdebstrap run as root here); "
-                         "run the tests as root")
+        raise ImageError(
+            "building the dra-guard image needs root (buildah and mmdebstrap run as root here); run the tests as root"
+        )
     try:
         hostdeps.ensure()
     except RuntimeError as exc:
@@ -125,8 +127,14 @@ def _digest(parts: list[bytes]) -> str:
 
 def base_key(kind: str) -> str:
     """The cache key of a base: a hash of the suite, mirrors, packages and excluded paths."""
-    return _digest([SUITE.encode(), *(m.encode() for m in MIRRORS), *(p.encode() for p in BASES[kind]),
-                    *(x.encode() for x in EXCLUDED_PATHS)])
+    return _digest(
+        [
+            SUITE.encode(),
+            *(m.encode() for m in MIRRORS),
+            *(p.encode() for p in BASES[kind]),
+            *(x.encode() for x in EXCLUDED_PATHS),
+        ]
+    )
 
 
 def source_files() -> list[pathlib.Path]:
@@ -149,8 +157,10 @@ def image_key() -> str:
 
 def _buildah(*args: str, timeout: float = 900) -> str:
     root = cache_root() / "buildah"
-    return _run(["buildah", "--root", str(root / "storage"), "--runroot", "/run/dra-guard-buildah",
-                 "--storage-driver", "overlay", *args], timeout=timeout)
+    return _run(
+        ["buildah", "--root", str(root / "storage"), "--runroot", "/run/dra-guard-buildah", "--storage-driver", "overlay", *args],
+        timeout=timeout,
+    )
 
 
 @contextlib.contextmanager
@@ -171,8 +181,16 @@ def _base_rootfs(kind: str) -> pathlib.Path:
     if out.exists():
         return out
     partial = out.with_name(out.stem + ".partial.tar")
-    argv = ["mmdebstrap", "--variant=essential", "--format=tar", "--include=" + ",".join(BASES[kind]),
-            *(f"--dpkgopt=path-exclude={x}" for x in EXCLUDED_PATHS), SUITE, str(partial), *MIRRORS]
+    argv = [
+        "mmdebstrap",
+        "--variant=essential",
+        "--format=tar",
+        "--include=" + ",".join(BASES[kind]),
+        *(f"--dpkgopt=path-exclude={x}" for x in EXCLUDED_PATHS),
+        SUITE,
+        str(partial),
+        *MIRRORS,
+    ]
     _run(argv, timeout=1200)
     partial.replace(out)
     return out
@@ -223,13 +241,27 @@ def build(*, verbose: bool = True) -> Image:
             return image
         started = time.monotonic()
         if verbose:
-            print(f"building the dra-guard image {image.ref} (first time for these sources; bases cached "
-                  f"in {folder})", file=sys.stderr)
+            print(
+                f"building the dra-guard image {image.ref} (first time for these sources; bases cached in {folder})",
+                file=sys.stderr,
+            )
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             rootfs = dict(zip(BASES, pool.map(_base_rootfs, BASES), strict=True))
         bases = {kind: _base_image(kind, rootfs[kind]) for kind in BASES}
-        _buildah("bud", "--isolation", "chroot", "--build-arg", f"BUILD_BASE={bases['build']}",
-                 "--build-arg", f"BASE={bases['runtime']}", *_pip_args(), "-t", image.ref, str(REPO), timeout=1800)
+        _buildah(
+            "bud",
+            "--isolation",
+            "chroot",
+            "--build-arg",
+            f"BUILD_BASE={bases['build']}",
+            "--build-arg",
+            f"BASE={bases['runtime']}",
+            *_pip_args(),
+            "-t",
+            image.ref,
+            str(REPO),
+            timeout=1800,
+        )
         partial = archive.with_suffix(".partial")
         partial.unlink(missing_ok=True)
         _buildah("push", image.ref, f"oci-archive:{partial}:{image.ref}")

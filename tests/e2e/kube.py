@@ -1,4 +1,5 @@
 """Small helpers of the end-to-end tests: waiting for a real effect, reading objects, evicting."""
+
 from __future__ import annotations
 
 import json

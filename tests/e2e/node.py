@@ -30,6 +30,7 @@ run left behind (`cleanup()`). Host side effects and how they are undone by `sto
 Command line: ``python -m tests.e2e.node down`` removes the leftovers of a killed run;
 ``python -m tests.e2e.node check`` lists them (exit 1 when there are any; 2 when a node is running).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,12 +74,26 @@ BRIDGE = "draguard0"
 POD_SUBNET = "10.244.77.0/24"
 CNI_NETWORK = "dra-guard-node"
 #: folders the node may create outside STATE_DIR/RUN_DIR; removed on clean-up only if it created them
-HOST_DIRS = (KUBELET_ROOT, pathlib.Path("/var/lib/cni"), pathlib.Path("/var/log/containers"),
-             pathlib.Path("/run/containerd"), CDI_DIR, pathlib.Path("/var/run/netns"), pathlib.Path("/run/nri"))
+HOST_DIRS = (
+    KUBELET_ROOT,
+    pathlib.Path("/var/lib/cni"),
+    pathlib.Path("/var/log/containers"),
+    pathlib.Path("/run/containerd"),
+    CDI_DIR,
+    pathlib.Path("/var/run/netns"),
+    pathlib.Path("/run/nri"),
+)
 MOUNT_ROOTS = (KUBELET_ROOT, STATE_DIR, RUN_DIR, pathlib.Path("/run/containerd"), pathlib.Path("/var/run/netns"))
 #: what the kubelet writes at start-up (setupKernelTunables) and containers may change
-SYSCTLS = ("kernel.panic", "kernel.panic_on_oops", "vm.overcommit_memory", "vm.panic_on_oom",
-           "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes", "net.ipv4.ip_forward")
+SYSCTLS = (
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+    "net.ipv4.ip_forward",
+)
 CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"  # containerd 2.4.2's default sandbox image name
@@ -97,6 +112,7 @@ def node_name() -> str:
 
 
 # ---------------------------------------------------------------------------------- host helpers
+
 
 def _sysctl_path(key: str) -> pathlib.Path:
     return pathlib.Path("/proc/sys") / key.replace(".", "/")
@@ -290,8 +306,10 @@ def machine_lock(timeout: float) -> Iterator[None]:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-                    raise NodeError(f"another real node runs on this machine (lock {LOCK_FILE} held by pid "
-                                    f"{holder or '?'}) for more than {timeout:.0f} s") from None
+                    raise NodeError(
+                        f"another real node runs on this machine (lock {LOCK_FILE} held by pid "
+                        f"{holder or '?'}) for more than {timeout:.0f} s"
+                    ) from None
                 time.sleep(1)
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -302,9 +320,11 @@ def machine_lock(timeout: float) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------------- images
 
+
 def oci_archive(binary: pathlib.Path, *, image: str, entrypoint: str) -> bytes:
     """A one-layer OCI image archive (oci-layout tar) holding `binary` at `entrypoint`, tagged
     `image` (annotation io.containerd.image.name) for linux/amd64, as ``ctr images import`` reads."""
+
     def tar_bytes(members: Mapping[str, tuple[bytes, int]]) -> bytes:
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -323,22 +343,40 @@ def oci_archive(binary: pathlib.Path, *, image: str, entrypoint: str) -> bytes:
         return {"mediaType": media_type, "digest": digest, "size": len(data)}
 
     layer_desc = blob(layer, "application/vnd.oci.image.layer.v1.tar")
-    config = blob(json.dumps({"architecture": "amd64", "os": "linux",
-                              "config": {"Entrypoint": [entrypoint], "Env": ["PATH=/"]},
-                              "rootfs": {"type": "layers", "diff_ids": [layer_desc["digest"]]}}).encode(),
-                  "application/vnd.oci.image.config.v1+json")
-    manifest = blob(json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                                "config": config, "layers": [layer_desc]}).encode(),
-                    "application/vnd.oci.image.manifest.v1+json")
+    config = blob(
+        json.dumps(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": {"Entrypoint": [entrypoint], "Env": ["PATH=/"]},
+                "rootfs": {"type": "layers", "diff_ids": [layer_desc["digest"]]},
+            }
+        ).encode(),
+        "application/vnd.oci.image.config.v1+json",
+    )
+    manifest = blob(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": config,
+                "layers": [layer_desc],
+            }
+        ).encode(),
+        "application/vnd.oci.image.manifest.v1+json",
+    )
     manifest["annotations"] = {"io.containerd.image.name": image, "org.opencontainers.image.ref.name": image.rsplit(":", 1)[1]}
     manifest["platform"] = {"architecture": "amd64", "os": "linux"}
-    files = {"oci-layout": (b'{"imageLayoutVersion":"1.0.0"}', 0o644),
-             "index.json": (json.dumps({"schemaVersion": 2, "manifests": [manifest]}).encode(), 0o644)}
+    files = {
+        "oci-layout": (b'{"imageLayoutVersion":"1.0.0"}', 0o644),
+        "index.json": (json.dumps({"schemaVersion": 2, "manifests": [manifest]}).encode(), 0o644),
+    }
     files.update({f"blobs/sha256/{d.split(':', 1)[1]}": (data, 0o644) for d, data in blobs.items()})
     return tar_bytes(files)
 
 
 # ---------------------------------------------------------------------------------- the node
+
 
 class Node:
     """A real kubelet + containerd joined to `cp` (a started ControlPlane with controllers).
@@ -355,8 +393,14 @@ class Node:
     interpreter exit too. Raises NodeError (with the log tail) or binaries.BinariesError from start().
     """
 
-    def __init__(self, cp: ControlPlane, workdir: pathlib.Path, *, bins: Mapping[str, pathlib.Path] | None = None,
-                 lock_timeout: float = 900.0) -> None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        workdir: pathlib.Path,
+        *,
+        bins: Mapping[str, pathlib.Path] | None = None,
+        lock_timeout: float = 900.0,
+    ) -> None:
         self.cp = cp
         self.workdir = pathlib.Path(workdir).resolve()
         self.bins = dict(bins) if bins is not None else binaries.node_binaries()
@@ -382,8 +426,7 @@ class Node:
         from tests.e2e import hostdeps
 
         if os.geteuid() != 0 or sys.platform != "linux":
-            raise NodeError("the real node needs root on Linux (kubelet, containerd, mounts, cgroups); "
-                            "run the tests as root")
+            raise NodeError("the real node needs root on Linux (kubelet, containerd, mounts, cgroups); run the tests as root")
         try:
             hostdeps.ensure(install=False)
         except RuntimeError as exc:
@@ -433,8 +476,12 @@ class Node:
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run the real ``ctr`` against this node's containerd in namespace k8s.io."""
-        return subprocess.run([str(self.bins["ctr"]), "--address", str(CONTAINERD_SOCKET), "-n", "k8s.io", *args],
-                              capture_output=True, text=True, check=check)
+        return subprocess.run(
+            [str(self.bins["ctr"]), "--address", str(CONTAINERD_SOCKET), "-n", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+            check=check,
+        )
 
     def trust_plain_http_registry(self, host: str) -> pathlib.Path:
         """Let the kubelet's pulls (containerd's CRI) reach the registry `host` (``127.0.0.1:PORT``) over
@@ -476,21 +523,36 @@ class Node:
         RUN_DIR.mkdir(parents=True, exist_ok=True)
         SYSCTL_FILE.write_text(json.dumps(self.sysctls_before))
         self.absent_before = [str(d) for d in HOST_DIRS if not d.exists()]
-        OWNED_FILE.write_text(json.dumps({"dirs": self.absent_before,
-                                          "iptables_clean": not _iptables_chains()}))
+        OWNED_FILE.write_text(json.dumps({"dirs": self.absent_before, "iptables_clean": not _iptables_chains()}))
         for folder in (self.workdir / "logs", POD_LOGS, STATE_DIR / "net.d", CDI_DIR):
             folder.mkdir(parents=True, exist_ok=True)
-        (STATE_DIR / "net.d" / "10-dra-guard-node.conflist").write_text(json.dumps({
-            "cniVersion": "1.0.0", "name": CNI_NETWORK,
-            "plugins": [{"type": "bridge", "bridge": BRIDGE, "isGateway": False, "ipMasq": False,
-                         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]],
-                                  "dataDir": str(STATE_DIR / "cni-ipam")}}]}))
+        (STATE_DIR / "net.d" / "10-dra-guard-node.conflist").write_text(
+            json.dumps(
+                {
+                    "cniVersion": "1.0.0",
+                    "name": CNI_NETWORK,
+                    "plugins": [
+                        {
+                            "type": "bridge",
+                            "bridge": BRIDGE,
+                            "isGateway": False,
+                            "ipMasq": False,
+                            "ipam": {
+                                "type": "host-local",
+                                "ranges": [[{"subnet": POD_SUBNET}]],
+                                "dataDir": str(STATE_DIR / "cni-ipam"),
+                            },
+                        }
+                    ],
+                }
+            )
+        )
 
     def _containerd_config(self) -> str:
         cri_runtime = '[plugins."io.containerd.cri.v1.runtime"]'
         return f"""version = 3
-root = "{STATE_DIR / 'containerd'}"
-state = "{RUN_DIR / 'containerd'}"
+root = "{STATE_DIR / "containerd"}"
+state = "{RUN_DIR / "containerd"}"
 [grpc]
   address = "{CONTAINERD_SOCKET}"
 [plugins."io.containerd.nri.v1.nri"]
@@ -515,7 +577,7 @@ state = "{RUN_DIR / 'containerd'}"
         SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni"]
-    conf_dir = "{STATE_DIR / 'net.d'}"
+    conf_dir = "{STATE_DIR / "net.d"}"
 """
 
     def _start_containerd(self) -> None:
@@ -526,8 +588,11 @@ state = "{RUN_DIR / 'containerd'}"
         self._wait("containerd", lambda: self.ctr("version", check=False).returncode == 0, 30)
 
     def _import_images(self) -> None:
-        for image, binary, entrypoint in ((PAUSE_IMAGE, "pause", "/pause"), (APP_IMAGE, "pause", "/app"),
-                                          (DRIVER_IMAGE, "dradriver", "/dradriver")):
+        for image, binary, entrypoint in (
+            (PAUSE_IMAGE, "pause", "/pause"),
+            (APP_IMAGE, "pause", "/app"),
+            (DRIVER_IMAGE, "dradriver", "/dradriver"),
+        ):
             archive = self.workdir / f"{image.rsplit('/', 1)[1].replace(':', '-')}.oci.tar"
             archive.write_bytes(oci_archive(self.bins[binary], image=image, entrypoint=entrypoint))
             out = self.ctr("images", "import", "--snapshotter", "overlayfs", str(archive), check=False)
@@ -537,27 +602,47 @@ state = "{RUN_DIR / 'containerd'}"
     def _kubelet_config(self) -> dict[str, Any]:
         endpoint = f"unix://{CONTAINERD_SOCKET}"
         return {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
             "failCgroupV1": False,  # this host has cgroup v1 only (real-node.md, setting 1)
             "cgroupDriver": "cgroupfs",
-            "address": "127.0.0.1", "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0,
+            "address": "127.0.0.1",
+            "healthzBindAddress": "127.0.0.1",
+            "readOnlyPort": 0,
             "failSwapOn": False,
-            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,  # never collect imported images
-            "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%",
-                             "nodefs.inodesFree": "1%"},
-            "podLogsDir": str(POD_LOGS), "volumePluginDir": str(STATE_DIR / "volume-plugins"),
-            "containerRuntimeEndpoint": endpoint, "imageServiceEndpoint": endpoint,
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,  # never collect imported images
+            "evictionHard": {
+                "memory.available": "1Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+                "nodefs.inodesFree": "1%",
+            },
+            "podLogsDir": str(POD_LOGS),
+            "volumePluginDir": str(STATE_DIR / "volume-plugins"),
+            "containerRuntimeEndpoint": endpoint,
+            "imageServiceEndpoint": endpoint,
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True}},
             "authorization": {"mode": "Webhook"},
-            "nodeStatusUpdateFrequency": "5s", "syncFrequency": "10s",
+            "nodeStatusUpdateFrequency": "5s",
+            "syncFrequency": "10s",
         }
 
     def _start_kubelet(self) -> None:
         config = self.workdir / "kubelet.yaml"
         config.write_text(yaml.safe_dump(self._kubelet_config()))
         kubeconfig = self.cp.kubeconfig("admin")  # the simplest identity (real-node.md, "Risks")
-        self._spawn("kubelet", [str(self.bins["kubelet"]), f"--config={config}", f"--kubeconfig={kubeconfig}",
-                                f"--hostname-override={self.name}", "--v=2"], {})
+        self._spawn(
+            "kubelet",
+            [
+                str(self.bins["kubelet"]),
+                f"--config={config}",
+                f"--kubeconfig={kubeconfig}",
+                f"--hostname-override={self.name}",
+                "--v=2",
+            ],
+            {},
+        )
         sess = self.cp.session("admin")
 
         def ready() -> bool:
@@ -596,8 +681,9 @@ state = "{RUN_DIR / 'containerd'}"
             except Exception as exc:  # noqa: BLE001 - any failure of the probe means "not yet"
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(0.2)
-        raise NodeError(f"{name} not ready after {timeout:.0f} s ({last}); last lines of {proc.log_path}:\n"
-                        f"{_tail(proc.log_path)}")
+        raise NodeError(
+            f"{name} not ready after {timeout:.0f} s ({last}); last lines of {proc.log_path}:\n{_tail(proc.log_path)}"
+        )
 
 
 def _tail(path: pathlib.Path, lines: int = 40) -> str:
@@ -611,11 +697,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.e2e.node",
         description="The real node of the end-to-end tests (kubelet + containerd). `down` removes what a killed "
-                    "run left on this machine (processes, mounts, kubepods cgroups, the bridge, folders, "
-                    "sysctls); `check` lists it (exit 1 when something is left, 2 when a node runs now). Needs root.")
+        "run left on this machine (processes, mounts, kubepods cgroups, the bridge, folders, "
+        "sysctls); `check` lists it (exit 1 when something is left, 2 when a node runs now). Needs root.",
+    )
     parser.add_argument("command", choices=("down", "check"))
-    parser.add_argument("--lock-timeout", type=float, default=10.0,
-                        help="seconds to wait for a running node to stop (default 10)")
+    parser.add_argument(
+        "--lock-timeout", type=float, default=10.0, help="seconds to wait for a running node to stop (default 10)"
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("error: needs root", file=sys.stderr)

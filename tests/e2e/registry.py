@@ -15,6 +15,7 @@ log: who fetched what (method, path, status, user agent), to prove a node pulled
 Needs the Debian packages docker-registry and skopeo (tests/e2e/hostdeps.py's list, installed by
 tests/run); RegistryError otherwise, naming what is missing.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -32,10 +33,15 @@ from tests.serve import free_port
 
 START_TIMEOUT = 30.0
 # The access log's combined format: 127.0.0.1 - - [date] "GET /v2/... HTTP/1.1" 200 1234 "" "agent"
-_ACCESS = re.compile(r'^\S+ - \S+ \[[^\]]+\] "(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[0-9.]+" (?P<status>\d{3}) \S+ '
-                     r'"[^"]*" "(?P<agent>[^"]*)"')
-MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json", "application/vnd.oci.image.index.v1+json",
-                  "application/vnd.docker.distribution.manifest.v2+json")
+_ACCESS = re.compile(
+    r'^\S+ - \S+ \[[^\]]+\] "(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[0-9.]+" (?P<status>\d{3}) \S+ '
+    r'"[^"]*" "(?P<agent>[^"]*)"'
+)
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
 
 
 class RegistryError(RuntimeError):
@@ -85,15 +91,18 @@ class Registry:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         config = self.workdir / "config.yml"
-        config.write_text(yaml.safe_dump({
-            "version": 0.1,
-            "log": {"level": "info", "accesslog": {"disabled": False}},
-            "storage": {"filesystem": {"rootdirectory": str(self.workdir / "data")}, "delete": {"enabled": True}},
-            # plain HTTP on loopback only: nothing outside this machine can reach it
-            "http": {"addr": self.host},
-        }))
-        self._proc = _Proc(name="registry", argv=["docker-registry", "serve", str(config)],
-                                     log_path=self.log_path)
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "version": 0.1,
+                    "log": {"level": "info", "accesslog": {"disabled": False}},
+                    "storage": {"filesystem": {"rootdirectory": str(self.workdir / "data")}, "delete": {"enabled": True}},
+                    # plain HTTP on loopback only: nothing outside this machine can reach it
+                    "http": {"addr": self.host},
+                }
+            )
+        )
+        self._proc = _Proc(name="registry", argv=["docker-registry", "serve", str(config)], log_path=self.log_path)
         self._proc.start()
         atexit.register(self.stop)
         deadline = time.monotonic() + START_TIMEOUT
@@ -129,8 +138,16 @@ class Registry:
         is (no conversion, so the digest is the archive's manifest digest); return that digest
         (``sha256:<64 hex>``). Raises RegistryError with skopeo's output when the copy fails."""
         digest_file = self.workdir / f"{repository.replace('/', '_')}-{tag}.digest"
-        argv = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false", "--digestfile", str(digest_file),
-                f"oci-archive:{archive}", f"docker://{self.host}/{repository}:{tag}"]
+        argv = [
+            "skopeo",
+            "copy",
+            "--quiet",
+            "--dest-tls-verify=false",
+            "--digestfile",
+            str(digest_file),
+            f"oci-archive:{archive}",
+            f"docker://{self.host}/{repository}:{tag}",
+        ]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             raise RegistryError(f"{' '.join(argv)} exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
@@ -139,8 +156,9 @@ class Registry:
     def manifest_digest(self, repository: str, reference: str) -> str | None:
         """The registry's own answer (header Docker-Content-Digest of ``HEAD /v2/<repository>/manifests/
         <reference>``) for a tag or digest; None when it has no such manifest."""
-        resp = requests.head(f"{self.url}/v2/{repository}/manifests/{reference}",
-                             headers={"Accept": ", ".join(MANIFEST_TYPES)}, timeout=10)
+        resp = requests.head(
+            f"{self.url}/v2/{repository}/manifests/{reference}", headers={"Accept": ", ".join(MANIFEST_TYPES)}, timeout=10
+        )
         return resp.headers.get("Docker-Content-Digest") if resp.status_code == 200 else None
 
     def requests(self) -> list[Request]:

@@ -4,6 +4,7 @@ About a minute: its own small control plane, filled, dra-guard started, every en
 floor under vegeta at 200/s for 3 s, and the four apiserver variants. Speed is not asserted here
 (bench/RESULTS.md records it); what is asserted is that the harness measures what it claims.
 """
+
 from __future__ import annotations
 
 import json

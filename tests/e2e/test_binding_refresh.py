@@ -2,6 +2,7 @@
 (webhook/cluster.py ClusterState.refresh_bindings) against the real apiserver: bounded as a whole
 by cluster.requestTimeoutSeconds (so a cluster with tens of thousands of bindings is not refused by
 the RBAC webhook's timeout), shared by concurrent reviews, and a failure when nothing answers."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -27,8 +28,9 @@ def refreshes(outcome: str) -> float:
 
 
 def list_requests() -> float:
-    return REGISTRY.get_sample_value("dra_guard_kube_api_requests_total",
-                                     {"verb": "list", "resource": "clusterrolebindings"}) or 0.0
+    return (
+        REGISTRY.get_sample_value("dra_guard_kube_api_requests_total", {"verb": "list", "resource": "clusterrolebindings"}) or 0.0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +40,13 @@ def bindings(control_plane):
     url = f"{control_plane.url}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
 
     def create(i: int) -> None:
-        body = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": f"{LABEL}-{i}", "labels": {LABEL: "1"}},
-                "subjects": [{"kind": "Group", "name": f"team-{i}", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"}}
+        body = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{LABEL}-{i}", "labels": {LABEL: "1"}},
+            "subjects": [{"kind": "Group", "name": f"team-{i}", "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"},
+        }
         resp = sess.post(url, json=body, timeout=30)
         assert resp.status_code in (201, 409), resp.text
 
@@ -111,15 +116,17 @@ def test_a_burst_of_clusterrole_reviews_makes_one_full_read_per_interval(control
     """Issue 21: each (forged) ClusterRole review with DRA write made dra-guard LIST every binding.
     Now at most one full read per cluster.bindingRefreshIntervalSeconds; the rest are "recent"."""
     st = state(control_plane, 2.0)
-    st.config = dataclasses.replace(st.config, cluster=dataclasses.replace(st.config.cluster,
-                                                                           binding_refresh_interval_seconds=30.0))
+    st.config = dataclasses.replace(
+        st.config, cluster=dataclasses.replace(st.config.cluster, binding_refresh_interval_seconds=30.0)
+    )
     reads, recent, lists = refreshes("read"), refreshes("recent"), list_requests()
     for _ in range(50):
         assert st.refresh_bindings() is None
     assert refreshes("read") - reads == 1 and refreshes("recent") - recent == 49
     assert list_requests() - lists <= 3  # one read: up to 1,500 bindings in at most 3 pages
-    st.config = dataclasses.replace(st.config, cluster=dataclasses.replace(st.config.cluster,
-                                                                           binding_refresh_interval_seconds=0.0))
+    st.config = dataclasses.replace(
+        st.config, cluster=dataclasses.replace(st.config.cluster, binding_refresh_interval_seconds=0.0)
+    )
     assert st.refresh_bindings() is None and refreshes("read") - reads == 2  # 0: every review reads
 
 
@@ -139,8 +146,7 @@ def test_an_apiserver_that_does_not_answer_is_a_failure_in_time(control_plane, b
     assert refreshes("failed") == before + 1
 
 
-def test_a_review_left_too_little_time_by_a_concurrent_read_starts_none_and_is_judged_from_the_cache(
-        control_plane, bindings):
+def test_a_review_left_too_little_time_by_a_concurrent_read_starts_none_and_is_judged_from_the_cache(control_plane, bindings):
     """A review that waited for a concurrent read which ended partial (so cannot be shared) has
     almost none of its budget left: a read of its own would fail (the failureMode) for want of
     time, so it starts none and gets the note. The concurrent read is played by holding the lock."""

@@ -3,6 +3,7 @@ share one Secret and CA, a stale caBundle is corrected, and the webhook keeps be
 the CA rotates. Issue 16, path 5: the webhook configurations are kept whole (a matchCondition
 added by someone who may write them is reported and removed), and the chart's webhooks read back
 from the real apiserver compare equal (its defaults are what certs.webhookspec assumes)."""
+
 from __future__ import annotations
 
 import base64
@@ -80,10 +81,15 @@ subjects: [{{kind: User, name: dra-guard, apiGroup: rbac.authorization.k8s.io}}]
 roleRef: {{kind: ClusterRole, name: dra-guard-certs-e2e, apiGroup: rbac.authorization.k8s.io}}
 """
 
-PROBE = json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                    "metadata": {"name": "e2e-certs-probe"},
-                    "subjects": [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}],
-                    "roleRef": {"kind": "ClusterRole", "name": "cluster-admin", "apiGroup": "rbac.authorization.k8s.io"}})
+PROBE = json.dumps(
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-certs-probe"},
+        "subjects": [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "cluster-admin", "apiGroup": "rbac.authorization.k8s.io"},
+    }
+)
 
 
 def desired_webhooks(url: str) -> dict:
@@ -102,23 +108,57 @@ def webhook_config(url: str, ca_bundle: bytes) -> str:
     # only the probe objects of this module reach these replicas; the mutating one matches nothing
     # real (dra-guard keeps its caBundle too)
     mutating = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": CONFIG_NAME},
-        "webhooks": [{"name": "probes.e2e-certs.dra-guard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-                      "failurePolicy": "Ignore", "timeoutSeconds": 5,
-                      "clientConfig": {"url": f"{url}/mutate/daemonsets", "caBundle": base64.b64encode(ca_bundle).decode()},
-                      "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"],
-                                 "resources": ["daemonsets"]}],
-                      "matchConditions": [{"name": "probe-only", "expression": "object.metadata.name.startsWith('e2e-certs-')"}]}]}
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [mutating, {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": CONFIG_NAME},
-        "webhooks": [{"name": "rbac.e2e-certs.dra-guard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-                      "failurePolicy": "Fail", "timeoutSeconds": 5,
-                      "clientConfig": {"url": f"{url}/validate/rbac", "caBundle": base64.b64encode(ca_bundle).decode()},
-                      "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["v1"],
-                                 "operations": ["CREATE"], "resources": ["clusterrolebindings"]}],
-                      "matchConditions": [{"name": "probe-only", "expression": "object.metadata.name.startsWith('e2e-certs-')"}]}]}]})
+        "webhooks": [
+            {
+                "name": "probes.e2e-certs.dra-guard.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Ignore",
+                "timeoutSeconds": 5,
+                "clientConfig": {"url": f"{url}/mutate/daemonsets", "caBundle": base64.b64encode(ca_bundle).decode()},
+                "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["daemonsets"]}],
+                "matchConditions": [{"name": "probe-only", "expression": "object.metadata.name.startsWith('e2e-certs-')"}],
+            }
+        ],
+    }
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                mutating,
+                {
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "ValidatingWebhookConfiguration",
+                    "metadata": {"name": CONFIG_NAME},
+                    "webhooks": [
+                        {
+                            "name": "rbac.e2e-certs.dra-guard.io",
+                            "admissionReviewVersions": ["v1"],
+                            "sideEffects": "None",
+                            "failurePolicy": "Fail",
+                            "timeoutSeconds": 5,
+                            "clientConfig": {"url": f"{url}/validate/rbac", "caBundle": base64.b64encode(ca_bundle).decode()},
+                            "rules": [
+                                {
+                                    "apiGroups": ["rbac.authorization.k8s.io"],
+                                    "apiVersions": ["v1"],
+                                    "operations": ["CREATE"],
+                                    "resources": ["clusterrolebindings"],
+                                }
+                            ],
+                            "matchConditions": [
+                                {"name": "probe-only", "expression": "object.metadata.name.startsWith('e2e-certs-')"}
+                            ],
+                        }
+                    ],
+                },
+            ],
+        }
+    )
 
 
 def config(workdir, name):
@@ -165,19 +205,34 @@ def replicas(control_plane, tmp_path_factory):
     stale = certs.generate_ca(common_name="stale").cert_pem()
     procs = []
     for name in ("replica-a", "replica-b"):  # both start at once
-        procs.append(DraGuardProcess(workdir / name, "--kubeconfig", str(cp.kubeconfig("dra-guard")),
-                                     config=config(workdir, name), env={"POD_NAME": name},
-                                     ca_file=workdir / name / "certs" / "ca.crt"))
+        procs.append(
+            DraGuardProcess(
+                workdir / name,
+                "--kubeconfig",
+                str(cp.kubeconfig("dra-guard")),
+                config=config(workdir, name),
+                env={"POD_NAME": name},
+                ca_file=workdir / name / "certs" / "ca.crt",
+            )
+        )
     cp.kubectl("admin", "apply", "-f", "-", input=webhook_config(procs[0].url, stale))
-    cp.kubectl("admin", "create", "configmap", "-n", NS, "dra-guard-webhooks",
-               f"--from-literal=webhooks.json={json.dumps(desired_webhooks(procs[0].url))}")
+    cp.kubectl(
+        "admin",
+        "create",
+        "configmap",
+        "-n",
+        NS,
+        "dra-guard-webhooks",
+        f"--from-literal=webhooks.json={json.dumps(desired_webhooks(procs[0].url))}",
+    )
     try:
         for p in procs:
             p.wait("/readyz", timeout=60)
         yield procs
     finally:
-        cp.kubectl("admin", "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", CONFIG_NAME,
-                   "--ignore-not-found")
+        cp.kubectl(
+            "admin", "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", CONFIG_NAME, "--ignore-not-found"
+        )
         for p in procs:
             p.stop()
         # its cluster-scoped RBAC too: write on webhook configurations (self mode) is an escalation
@@ -195,8 +250,11 @@ def test_two_replicas_share_one_secret_and_ca(control_plane, replicas):
         leaf = x509.load_pem_x509_certificate((p.ca_file.parent / "tls.crt").read_bytes())
         leaf.verify_directly_issued_by(ca)
         # and that is what the server presents, with the Service's DNS name
-        presented = subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "inspect", "--url", f"127.0.0.1:{p.port}"],
-                                   capture_output=True, text=True).stdout
+        presented = subprocess.run(
+            [sys.executable, "-m", "webhook.cli", "certs", "inspect", "--url", f"127.0.0.1:{p.port}"],
+            capture_output=True,
+            text=True,
+        ).stdout
         assert "dra-guard.dra-guard-certs.svc" in presented and ca.subject.rfc4514_string() in presented
 
 
@@ -205,15 +263,37 @@ def test_stale_ca_bundle_is_corrected_within_a_reconcile_period(control_plane, r
     wanted = secret(cp)["ca-bundle.crt"]
     wait_for("the initial stale caBundle to be replaced", lambda: cluster_bundle(cp) == wanted, 3 * CHECK + 5)
     stale = base64.b64encode(certs.generate_ca(common_name="stale-again").cert_pem()).decode()
-    cp.kubectl("admin", "patch", "validatingwebhookconfiguration", CONFIG_NAME, "--type=json",
-               "-p", json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": stale}]))
+    cp.kubectl(
+        "admin",
+        "patch",
+        "validatingwebhookconfiguration",
+        CONFIG_NAME,
+        "--type=json",
+        "-p",
+        json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": stale}]),
+    )
     started = time.monotonic()
     wait_for("the stale caBundle to be corrected", lambda: cluster_bundle(cp) == wanted, 2 * CHECK + 5)
     assert time.monotonic() - started <= 2 * CHECK + 5
     # certs inspect --cluster agrees
-    out = subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "inspect", "--url", f"127.0.0.1:{replicas[0].port}",
-                          "--cluster", "--kubeconfig", str(cp.kubeconfig("admin")), "--config",
-                          str(replicas[0].workdir / "config.yaml")], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "certs",
+            "inspect",
+            "--url",
+            f"127.0.0.1:{replicas[0].port}",
+            "--cluster",
+            "--kubeconfig",
+            str(cp.kubeconfig("admin")),
+            "--config",
+            str(replicas[0].workdir / "config.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0 and "caBundle trusts" in out.stdout, out.stdout + out.stderr
 
 
@@ -226,8 +306,11 @@ def test_webhook_keeps_being_called_across_a_ca_rotation(control_plane, replicas
     def call_webhook():
         while not stop.is_set():
             out = cp.kubectl("admin", "create", "--dry-run=server", "-f", "-", input=PROBE, check=False)
-            results.append("ok" if "rbac.e2e-certs.dra-guard.io" in out.stderr and "denied the request" in out.stderr
-                           else out.stderr.strip()[-300:])
+            results.append(
+                "ok"
+                if "rbac.e2e-certs.dra-guard.io" in out.stderr and "denied the request" in out.stderr
+                else out.stderr.strip()[-300:]
+            )
             time.sleep(0.2)
 
     caller = threading.Thread(target=call_webhook)
@@ -237,14 +320,28 @@ def test_webhook_keeps_being_called_across_a_ca_rotation(control_plane, replicas
         # make the CA due: replace it with one issued 9 of its 10 years ago (and a leaf from it)
         old_now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=9 * 365)
         old_ca = certs.generate_ca(common_name="old-ca", now=old_now)
-        old_leaf = certs.generate_serving(old_ca, dns_names=certs.service_dns_names("dra-guard", NS),
-                                          ip_addresses=["127.0.0.1"], now=datetime.datetime.now(datetime.UTC))
+        old_leaf = certs.generate_serving(
+            old_ca,
+            dns_names=certs.service_dns_names("dra-guard", NS),
+            ip_addresses=["127.0.0.1"],
+            now=datetime.datetime.now(datetime.UTC),
+        )
         # the CA in use stays trusted next to it, as after a restore of an older Secret
         current = secret(cp)["ca.crt"]
-        data = {"ca.crt": old_ca.cert_pem(), "ca.key": old_ca.key_pem(), "ca-bundle.crt": old_ca.cert_pem() + current,
-                "tls.crt": old_leaf.cert_pem(), "tls.key": old_leaf.key_pem()}
-        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "dra-guard-tls", "namespace": NS},
-                "type": "Opaque", "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+        data = {
+            "ca.crt": old_ca.cert_pem(),
+            "ca.key": old_ca.key_pem(),
+            "ca-bundle.crt": old_ca.cert_pem() + current,
+            "tls.crt": old_leaf.cert_pem(),
+            "tls.key": old_leaf.key_pem(),
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "dra-guard-tls", "namespace": NS},
+            "type": "Opaque",
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
         cp.kubectl("admin", "replace", "-f", "-", input=json.dumps(body))
 
         first_ca = x509.load_pem_x509_certificate(current)
@@ -253,8 +350,14 @@ def test_webhook_keeps_being_called_across_a_ca_rotation(control_plane, replicas
             s = secret(cp)
             bundle = x509.load_pem_x509_certificates(s["ca-bundle.crt"])
             ca = x509.load_pem_x509_certificate(s["ca.crt"])
-            return (len(bundle) == 1 and ca.subject.rfc4514_string() != "CN=old-ca" and ca != first_ca
-                    and cluster_bundle(cp) == s["ca-bundle.crt"] and ca)
+            return (
+                len(bundle) == 1
+                and ca.subject.rfc4514_string() != "CN=old-ca"
+                and ca != first_ca
+                and cluster_bundle(cp) == s["ca-bundle.crt"]
+                and ca
+            )
+
         new_ca = wait_for("the CA rotation to finish (steps A, B, C)", rotated, 60)
         time.sleep(2)
     finally:
@@ -297,20 +400,32 @@ def test_a_match_condition_added_to_skip_the_guard_is_reported_and_removed(contr
     wait_for("the caBundle to be set", lambda: cluster_bundle(cp) == wanted, 3 * CHECK + 5)
     before = sum(metric(p, "dra_guard_webhook_configuration_restores_total", {"kind": "validating"}) for p in replicas)
     skip = {"name": "skip-alice", "expression": "request.userInfo.username != 'alice'"}
-    cp.kubectl("admin", "patch", "validatingwebhookconfiguration", CONFIG_NAME, "--type=json",
-               "-p", json.dumps([{"op": "add", "path": "/webhooks/0/matchConditions/-", "value": skip}]))
+    cp.kubectl(
+        "admin",
+        "patch",
+        "validatingwebhookconfiguration",
+        CONFIG_NAME,
+        "--type=json",
+        "-p",
+        json.dumps([{"op": "add", "path": "/webhooks/0/matchConditions/-", "value": skip}]),
+    )
     assert "skip-alice" in json.dumps(live_validating(cp))  # the tampering really landed
     started = time.monotonic()
-    wait_for("the added matchCondition to be removed",
-             lambda: "skip-alice" not in json.dumps(live_validating(cp)), 3 * CHECK + 5)
+    wait_for("the added matchCondition to be removed", lambda: "skip-alice" not in json.dumps(live_validating(cp)), 3 * CHECK + 5)
     assert time.monotonic() - started <= 3 * CHECK + 5
     hooks = live_validating(cp)["webhooks"]
     assert [c["name"] for c in hooks[0]["matchConditions"]] == ["probe-only"]
     assert cluster_bundle(cp) == wanted
-    wait_for("a restore counted", lambda: sum(
-        metric(p, "dra_guard_webhook_configuration_restores_total", {"kind": "validating"}) for p in replicas) > before, 10)
-    assert any("webhook configuration differs from the chart" in p.log() and "matchConditions differ" in p.log()
-               for p in replicas)
+    wait_for(
+        "a restore counted",
+        lambda: (
+            sum(metric(p, "dra_guard_webhook_configuration_restores_total", {"kind": "validating"}) for p in replicas) > before
+        ),
+        10,
+    )
+    assert any(
+        "webhook configuration differs from the chart" in p.log() and "matchConditions differ" in p.log() for p in replicas
+    )
     # the restored webhook is still called (caBundle intact): the probe binding is refused by it
     out = cp.kubectl("admin", "create", "--dry-run=server", "-f", "-", input=PROBE, check=False)
     assert "rbac.e2e-certs.dra-guard.io" in out.stderr and "denied the request" in out.stderr, out.stderr
@@ -323,16 +438,24 @@ def test_the_charts_webhooks_read_back_from_the_apiserver_are_no_drift(control_p
     from certs import webhookspec
     from tests.chart import helm
 
-    docs = helm.template(values={"certificates": {"mode": "self"},
-                                 "config": {"eviction": {"guardDeletes": True},
-                                            "drivers": {"declared": [{"namespace": "gpu", "name": "gpu-driver"}]}},
-                                 "webhooks": {"eviction": {"bestEffort": {"enabled": True}}}},
-                         namespace="dra-guard", show_only=["templates/configmap.yaml"])
+    docs = helm.template(
+        values={
+            "certificates": {"mode": "self"},
+            "config": {"eviction": {"guardDeletes": True}, "drivers": {"declared": [{"namespace": "gpu", "name": "gpu-driver"}]}},
+            "webhooks": {"eviction": {"bestEffort": {"enabled": True}}},
+        },
+        namespace="dra-guard",
+        show_only=["templates/configmap.yaml"],
+    )
     desired = webhookspec.parse_desired(docs[0]["data"]["webhooks.json"])
     assert desired["validating"] and desired["mutating"]
     for kind, resource in (("validating", "ValidatingWebhookConfiguration"), ("mutating", "MutatingWebhookConfiguration")):
-        obj = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": resource,
-               "metadata": {"name": "e2e-drift-dry-run"}, "webhooks": desired[kind]}
+        obj = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": resource,
+            "metadata": {"name": "e2e-drift-dry-run"},
+            "webhooks": desired[kind],
+        }
         out = cp_create_dry_run(control_plane, obj)
         assert webhookspec.drift(out["webhooks"], desired[kind], kind) == []
         changed = json.loads(json.dumps(out["webhooks"]))
@@ -341,5 +464,4 @@ def test_the_charts_webhooks_read_back_from_the_apiserver_are_no_drift(control_p
 
 
 def cp_create_dry_run(cp, obj):
-    return json.loads(cp.kubectl("admin", "create", "--dry-run=server", "-o", "json", "-f", "-",
-                                 input=json.dumps(obj)).stdout)
+    return json.loads(cp.kubectl("admin", "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(obj)).stdout)

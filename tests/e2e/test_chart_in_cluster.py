@@ -13,6 +13,7 @@ Service's EndpointSlice addresses (ControlPlane(in_cluster=True)). One test walk
 order: install -> pods run, self-mode certificates made in-cluster, a refusal through the Service
 -> `helm test` -> `helm upgrade` rolls the pod -> `helm uninstall` runs the pre-delete Job.
 """
+
 from __future__ import annotations
 
 import base64
@@ -56,8 +57,9 @@ def installed(real_node_in_cluster, dra_guard_image, registry, tmp_path_factory)
     # with the manifest digest of the archive built here (copied as is)
     assert f"Digest: {registry.manifest_digest('charts/dra-guard', version)}" in said, said
     assert registry.manifest_digest("dra-guard", dra_guard_image.tag) == digest == archive_manifest_digest(dra_guard_image)
-    assert not [ref for ref in rn.node.ctr("images", "ls", "-q").stdout.split() if "dra-guard:" in ref
-                or ref.startswith(repository)], "the dra-guard image is already in containerd: nothing would be pulled"
+    assert not [
+        ref for ref in rn.node.ctr("images", "ls", "-q").stdout.split() if "dra-guard:" in ref or ref.startswith(repository)
+    ], "the dra-guard image is already in containerd: nothing would be pulled"
     values = {
         # by digest, as a release is pinned; IfNotPresent: the kubelet pulls it once
         "image": {"repository": repository, "digest": digest, "pullPolicy": "IfNotPresent"},
@@ -65,8 +67,10 @@ def installed(real_node_in_cluster, dra_guard_image, registry, tmp_path_factory)
         "hostNetwork": True,
         # one node and the webhook port taken on it: the new pod can only start once the old one is gone
         "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
-        "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-                     {"name": "KUBERNETES_SERVICE_PORT", "value": str(rn.cp.apiserver_port)}],
+        "extraEnv": [
+            {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+            {"name": "KUBERNETES_SERVICE_PORT", "value": str(rn.cp.apiserver_port)},
+        ],
         # on the host's network: a free port, not 8443 which another program may hold
         "config": {"server": {"port": free_port()}},
         "preDelete": {"enabled": True},
@@ -95,8 +99,14 @@ class Chart:
 
 def chart_fetches(registry, chart) -> int:
     """How many times helm has fetched the chart's manifest by its version (install, upgrade, pull)."""
-    return sum(1 for r in registry.requests() if r.agent.startswith("Helm/") and r.method == "GET"
-               and r.path == f"/v2/charts/dra-guard/manifests/{chart.version}" and r.status == 200)
+    return sum(
+        1
+        for r in registry.requests()
+        if r.agent.startswith("Helm/")
+        and r.method == "GET"
+        and r.path == f"/v2/charts/dra-guard/manifests/{chart.version}"
+        and r.status == 200
+    )
 
 
 def helm_run(cp, folder, *args, values=None, timeout=300):
@@ -114,8 +124,12 @@ def get(cp, *args):
 def server_pods(cp) -> list[dict]:
     """The release's Deployment pods not being deleted (the test pod and the Job's pod left out)."""
     pods = get(cp, "pods", "-n", NS)["items"]
-    return [p for p in pods if "deletionTimestamp" not in p["metadata"]
-            and [o["kind"] for o in p["metadata"].get("ownerReferences", [])] == ["ReplicaSet"]]
+    return [
+        p
+        for p in pods
+        if "deletionTimestamp" not in p["metadata"]
+        and [o["kind"] for o in p["metadata"].get("ownerReferences", [])] == ["ReplicaSet"]
+    ]
 
 
 def wait_for(what, probe, timeout=120.0, interval=1.0):
@@ -132,9 +146,13 @@ def wait_for(what, probe, timeout=120.0, interval=1.0):
 def refused_binding(cp, name: str):
     """alice (an RBAC manager, not an admin: sent to the RBAC webhook) binds a ClusterRole that
     writes resourceslices to a group: what the RBAC guard refuses."""
-    doc = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-           "subjects": [{"kind": "Group", "name": "team-b", "apiGroup": "rbac.authorization.k8s.io"}],
-           "roleRef": {"kind": "ClusterRole", "name": "e2e-slice-writer", "apiGroup": "rbac.authorization.k8s.io"}}
+    doc = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "subjects": [{"kind": "Group", "name": "team-b", "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "e2e-slice-writer", "apiGroup": "rbac.authorization.k8s.io"},
+    }
     return cp.kubectl("alice", "create", "-f", "-", input=json.dumps(doc), check=False)
 
 
@@ -145,8 +163,20 @@ def test_install_serve_through_the_service_helm_test_upgrade_and_uninstall(insta
     # install from the registry: the chart from oci://, the Deployment's pod runs the image built
     # here, pulled by digest from the registry by the node's containerd
     started = time.monotonic()
-    helm_run(cp, folder, "install", RELEASE, *chart.args(), "-n", NS, "--create-namespace",
-             "--wait", "--timeout", "240s", values=values)
+    helm_run(
+        cp,
+        folder,
+        "install",
+        RELEASE,
+        *chart.args(),
+        "-n",
+        NS,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "240s",
+        values=values,
+    )
     print(f"\nhelm install --wait (image pulled from the registry): {time.monotonic() - started:.1f} s")
     assert chart_fetches(registry, chart) == 1, "helm install did not fetch the chart from the registry"
     release = json.loads(helm_run(cp, folder, "list", "-n", NS, "-o", "json").stdout)
@@ -164,8 +194,7 @@ def test_install_serve_through_the_service_helm_test_upgrade_and_uninstall(insta
     assert f"{repository}@{digest}" in node.ctr("images", "ls", "-q").stdout.split()
     pulls = [r for r in registry.requests() if r.agent.startswith("containerd/")]
     assert any(r.path == f"/v2/dra-guard/manifests/{digest}" and r.status == 200 for r in pulls), pulls
-    assert any(r.method == "GET" and r.path.startswith("/v2/dra-guard/blobs/sha256:") and r.status == 200
-               for r in pulls), pulls
+    assert any(r.method == "GET" and r.path.startswith("/v2/dra-guard/blobs/sha256:") and r.status == 200 for r in pulls), pulls
     # ... over plain HTTP as the node's hosts.toml says: without it containerd 2.x tries HTTPS first
     # and falls back to HTTP only because the host is a loopback address (its log says so)
     log = node.containerd_log.read_text(errors="replace").splitlines()
@@ -184,8 +213,14 @@ def test_install_serve_through_the_service_helm_test_upgrade_and_uninstall(insta
 
     # reached through the Service: the apiserver sends alice's binding to the pod, which refuses it
     cp.kubectl("admin", "apply", "-f", str(MANIFESTS_RBAC))
-    cp.kubectl("admin", "create", "clusterrole", "e2e-slice-writer", "--verb=create,update,delete",
-               "--resource=resourceslices.resource.k8s.io")
+    cp.kubectl(
+        "admin",
+        "create",
+        "clusterrole",
+        "e2e-slice-writer",
+        "--verb=create,update,delete",
+        "--resource=resourceslices.resource.k8s.io",
+    )
     slices = get(cp, "endpointslices", "-n", NS, "-l", f"kubernetes.io/service-name={RELEASE}")["items"]
     assert any(ep.get("conditions", {}).get("ready") for s in slices for ep in s.get("endpoints") or []), slices
     refused = refused_binding(cp, "e2e-alice-slice-writers")
@@ -202,9 +237,14 @@ def test_install_serve_through_the_service_helm_test_upgrade_and_uninstall(insta
     values["config"]["server"]["reviewDeadlineSeconds"] = 2.0
     helm_run(cp, folder, "upgrade", RELEASE, *chart.args(), "-n", NS, "--wait", "--timeout", "240s", values=values)
     assert chart_fetches(registry, chart) == 2, "helm upgrade did not fetch the chart from the registry"
-    rolled = wait_for("the old pod to go", lambda: [p for p in server_pods(cp)
-                                                    if p["metadata"]["name"] != first["metadata"]["name"]]
-                      and len(server_pods(cp)) == 1 and server_pods(cp))
+    rolled = wait_for(
+        "the old pod to go",
+        lambda: (
+            [p for p in server_pods(cp) if p["metadata"]["name"] != first["metadata"]["name"]]
+            and len(server_pods(cp)) == 1
+            and server_pods(cp)
+        ),
+    )
     assert rolled[0]["metadata"]["name"] != first["metadata"]["name"]
     assert rolled[0]["status"]["containerStatuses"][0]["ready"]
     refused = refused_binding(cp, "e2e-alice-slice-writers-2")
@@ -213,8 +253,11 @@ def test_install_serve_through_the_service_helm_test_upgrade_and_uninstall(insta
     # uninstall with preDelete.enabled: helm waits for the Job, which deletes both configurations
     helm_run(cp, folder, "uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "180s")
     events = get(cp, "events", "-n", NS)["items"]
-    job_events = {(e["involvedObject"]["kind"], e["reason"]) for e in events
-                  if e["involvedObject"]["name"].startswith(f"{RELEASE}-pre-delete")}
+    job_events = {
+        (e["involvedObject"]["kind"], e["reason"])
+        for e in events
+        if e["involvedObject"]["name"].startswith(f"{RELEASE}-pre-delete")
+    }
     assert ("Job", "Completed") in job_events, sorted(job_events)
     for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
         gone = cp.kubectl("admin", "get", kind, RELEASE, check=False)

@@ -7,6 +7,7 @@ The failures are real: a closed local port, a kubeconfig whose CA is not the api
 the apiserver does not know, a ServiceAccount without permissions on the real apiserver, and a local TCP
 server that accepts connections and never answers.
 """
+
 from __future__ import annotations
 
 import base64
@@ -40,8 +41,9 @@ class Endpoint:
         self.kubeconfig, self.server, self.cause = kubeconfig, server, cause
 
 
-def variant(cp, user: str, path: pathlib.Path, *, server: str | None = None, ca: bytes | None = None,
-            token: str | None = None) -> pathlib.Path:
+def variant(
+    cp, user: str, path: pathlib.Path, *, server: str | None = None, ca: bytes | None = None, token: str | None = None
+) -> pathlib.Path:
     """`user`'s kubeconfig with its server, CA or token replaced, written to `path`."""
     config = yaml.safe_load(cp.kubeconfig(user).read_text())
     cluster, creds = config["clusters"][0]["cluster"], config["users"][0]["user"]
@@ -102,14 +104,20 @@ def endpoints(control_plane, tmp_path_factory, silent_server):
     closed = f"https://127.0.0.1:{free_port()}"  # free now, and nothing here listens on it
     return {
         "refused": Endpoint(variant(cp, "admin", folder / "refused", server=closed), closed, "connection refused"),
-        "tls": Endpoint(variant(cp, "admin", folder / "tls", ca=certs.generate_ca(common_name="not-the-cluster-ca").cert_pem()),
-                        cp.url, "TLS verification failed"),
-        "401": Endpoint(variant(cp, "admin", folder / "401", token="not-a-token-the-apiserver-knows"), cp.url,
-                        "401 Unauthorized"),
-        "403": Endpoint(variant(cp, "admin", folder / "403", token=nobody_token(cp)), cp.url,
-                        f'403 Forbidden (User "{NOBODY}" cannot '),
-        "timeout": Endpoint(variant(cp, "admin", folder / "timeout", server=silent_server), silent_server,
-                            f"no answer within {TIMEOUT} s"),
+        "tls": Endpoint(
+            variant(cp, "admin", folder / "tls", ca=certs.generate_ca(common_name="not-the-cluster-ca").cert_pem()),
+            cp.url,
+            "TLS verification failed",
+        ),
+        "401": Endpoint(
+            variant(cp, "admin", folder / "401", token="not-a-token-the-apiserver-knows"), cp.url, "401 Unauthorized"
+        ),
+        "403": Endpoint(
+            variant(cp, "admin", folder / "403", token=nobody_token(cp)), cp.url, f'403 Forbidden (User "{NOBODY}" cannot '
+        ),
+        "timeout": Endpoint(
+            variant(cp, "admin", folder / "timeout", server=silent_server), silent_server, f"no answer within {TIMEOUT} s"
+        ),
     }
 
 
@@ -126,8 +134,13 @@ def serving(tmp_path_factory):
 def run(argv: list[str], *, limit: float) -> subprocess.CompletedProcess[str]:
     """Run `python -m webhook.cli ARGV` in a process group of its own; after `limit` seconds the
     group is killed (gunicorn's workers with it) and the test fails."""
-    proc = subprocess.Popen([sys.executable, "-m", "webhook.cli", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webhook.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
@@ -146,15 +159,34 @@ def command(name: str, endpoint: Endpoint, tmp_path: pathlib.Path, serving: path
     if name == "drain-plan":
         return ["drain-plan", "node-a", *kubeconfig, *timeout]
     if name == "hook-pre-delete":  # no retries: the first failure is the answer
-        return ["hook", "pre-delete", "--webhook-configuration", "dra-guard", "--retry-seconds", "0", *kubeconfig,
-                *timeout]
+        return ["hook", "pre-delete", "--webhook-configuration", "dra-guard", "--retry-seconds", "0", *kubeconfig, *timeout]
     if name == "hook-test":
-        return ["hook", "test", "--slice-writer-role", "dra-guard-test-slice-writer", "--binding-name",
-                "dra-guard-helm-test", *kubeconfig, *timeout]
+        return [
+            "hook",
+            "test",
+            "--slice-writer-role",
+            "dra-guard-test-slice-writer",
+            "--binding-name",
+            "dra-guard-helm-test",
+            *kubeconfig,
+            *timeout,
+        ]
     config = tmp_path / "config.yaml"
     config.write_text(f"cluster:\n  requestTimeoutSeconds: {TIMEOUT}\n" if short else "{}\n")
-    return ["serve", "--host", "127.0.0.1", "--port", str(free_port()), "--config", str(config),
-            "--tls-cert-file", str(serving / "tls.crt"), "--tls-key-file", str(serving / "tls.key"), *kubeconfig]
+    return [
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+        "--config",
+        str(config),
+        "--tls-cert-file",
+        str(serving / "tls.crt"),
+        "--tls-key-file",
+        str(serving / "tls.key"),
+        *kubeconfig,
+    ]
 
 
 def assert_one_line(result: subprocess.CompletedProcess[str], endpoint: Endpoint) -> str:
@@ -176,8 +208,9 @@ def assert_one_line(result: subprocess.CompletedProcess[str], endpoint: Endpoint
 def test_an_api_failure_is_one_line_naming_the_server_and_the_cause_with_exit_2(kind, name, endpoints, serving, tmp_path):
     endpoint = endpoints[kind]
     started = time.monotonic()
-    result = run(command(name, endpoint, tmp_path, serving, short=kind == "timeout"),
-                 limit=SERVE_LIMIT if name == "serve" else 60.0)
+    result = run(
+        command(name, endpoint, tmp_path, serving, short=kind == "timeout"), limit=SERVE_LIMIT if name == "serve" else 60.0
+    )
     line = assert_one_line(result, endpoint)
     if kind == "timeout":  # the first request's timeout, not a default's
         assert time.monotonic() - started < TIMEOUT + 8, line
@@ -189,11 +222,15 @@ def test_audit_names_the_list_the_user_may_not_make_and_the_way_around_the_insta
     line = assert_one_line(run(["audit", "--cluster", "--kubeconfig", str(nobody.kubeconfig)], limit=60), nobody)
     assert line.startswith("dra-guard: error: cannot list configmaps"), line
     assert line.endswith("; pass --config FILE or --no-installed-config"), line
-    line = assert_one_line(run(["audit", "--cluster", "--kubeconfig", str(nobody.kubeconfig), "--no-installed-config"],
-                               limit=60), nobody)
+    line = assert_one_line(
+        run(["audit", "--cluster", "--kubeconfig", str(nobody.kubeconfig), "--no-installed-config"], limit=60), nobody
+    )
     # the first list the user may not make: named, with its reason
-    found = re.match(rf'dra-guard: error: cannot list (\w+) from {re.escape(nobody.server)}: 403 Forbidden '
-                     rf'\(User "{re.escape(NOBODY)}" cannot list resource "(\w+)"', line)
+    found = re.match(
+        rf"dra-guard: error: cannot list (\w+) from {re.escape(nobody.server)}: 403 Forbidden "
+        rf'\(User "{re.escape(NOBODY)}" cannot list resource "(\w+)"',
+        line,
+    )
     assert found and found.group(1) == found.group(2), line
 
 

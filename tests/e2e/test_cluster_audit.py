@@ -1,4 +1,5 @@
 """`dra-guard audit --cluster` and the periodic in-server audit on the real control plane (issue 10)."""
+
 from __future__ import annotations
 
 import json
@@ -15,31 +16,71 @@ from tests.serve import DraGuardProcess
 
 CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "dra-guard" / "files" / "policyreport-crds.yaml"
 
-BAD_BINDING = json.dumps({
-    "apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-audit-dc-writer"},
-         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create", "update"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-audit-devs"},
-         "subjects": [{"kind": "Group", "name": "devs", "apiGroup": "rbac.authorization.k8s.io"}],
-         "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-dc-writer", "apiGroup": "rbac.authorization.k8s.io"}}]})
+BAD_BINDING = json.dumps(
+    {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "e2e-audit-dc-writer"},
+                "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create", "update"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "e2e-audit-devs"},
+                "subjects": [{"kind": "Group", "name": "devs", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-dc-writer", "apiGroup": "rbac.authorization.k8s.io"},
+            },
+        ],
+    }
+)
 
 
 def kcm_pod(name, qps, burst):
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "kube-system", "labels": {"component": "kube-controller-manager"}},
-        "spec": {"nodeName": "no-such-node", "containers": [{
-            "name": "kube-controller-manager", "image": "registry.k8s.io/kube-controller-manager:v1.37.2",
-            "command": ["kube-controller-manager", f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"]}]}})
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "kube-system", "labels": {"component": "kube-controller-manager"}},
+            "spec": {
+                "nodeName": "no-such-node",
+                "containers": [
+                    {
+                        "name": "kube-controller-manager",
+                        "image": "registry.k8s.io/kube-controller-manager:v1.37.2",
+                        "command": ["kube-controller-manager", f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"],
+                    }
+                ],
+            },
+        }
+    )
 
 
 def audit_cluster(cp, *args, installed_config=False):
     """`dra-guard audit --cluster -o json` as admin: (exit code, its AuditResult's findings). Without
     installed_config the built-in defaults are used (other tests may install releases)."""
     extra = [] if installed_config else ["--no-installed-config"]
-    out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                          str(cp.kubeconfig("admin")), "--output", "json", *extra, *args],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "audit",
+            "--cluster",
+            "--kubeconfig",
+            str(cp.kubeconfig("admin")),
+            "--output",
+            "json",
+            *extra,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode in (0, 1), out.stderr
     result = json.loads(out.stdout)
     assert result["kind"] == "AuditResult" and result["summary"]["findings"] == len(result["findings"]), result["summary"]
@@ -84,8 +125,21 @@ def test_policyreport_output_is_accepted_by_the_apiserver(control_plane):
     cp.kubectl("admin", "apply", "-f", str(CRDS))
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     try:
-        out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                              str(cp.kubeconfig("admin")), "--output", "policyreport"], capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "audit",
+                "--cluster",
+                "--kubeconfig",
+                str(cp.kubeconfig("admin")),
+                "--output",
+                "policyreport",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 1 and "ClusterPolicyReport" in out.stdout
         assert cp.kubectl("admin", "apply", "--dry-run=server", "-f", "-", input=out.stdout).returncode == 0
     finally:
@@ -97,7 +151,7 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
     cp.kubectl("admin", "apply", "-f", str(CRDS))
     cp.kubectl("admin", "create", "namespace", "dra-guard-audit", check=False)
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
-    config = ("audit:\n  intervalSeconds: 2\ncertificates:\n  namespace: dra-guard-audit\n")
+    config = "audit:\n  intervalSeconds: 2\ncertificates:\n  namespace: dra-guard-audit\n"
     # the periodic audit lists widely and writes reports and its Lease: run it as admin here; the
     # chart grants its ServiceAccount exactly these permissions (tests/chart checks them)
     proc = DraGuardProcess(tmp_path, "--kubeconfig", str(cp.kubeconfig("admin")), config=config)
@@ -111,14 +165,18 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
         def has_finding():
             r = report()
             return r and any(res.get("resources", [{}])[0].get("name") == "e2e-audit-devs" for res in r["results"])
+
         deadline = time.monotonic() + 30
         while not has_finding():
             assert time.monotonic() < deadline, proc.log()
             time.sleep(0.5)
         # the report is written by the audit's own process; the worker sets the gauge from that
         # process's summary once it has exited, a moment later: wait for the gauge itself
-        wait_for("the dra_guard_violations gauge", lambda: 'dra_guard_violations{mode="enforce",policy="rbac"}'
-                 in proc.session().get(proc.url + "/metrics").text, timeout=10)
+        wait_for(
+            "the dra_guard_violations gauge",
+            lambda: 'dra_guard_violations{mode="enforce",policy="rbac"}' in proc.session().get(proc.url + "/metrics").text,
+            timeout=10,
+        )
 
         cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
         deadline = time.monotonic() + 30
@@ -134,10 +192,12 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
         for resource in ("clusterroles", "clusterrolebindings"):
             found = re.search(r'dra_guard_kube_api_requests_total\{resource="' + resource + r'",verb="list"\} (\S+)', text)
             assert found and float(found.group(1)) <= 2, (resource, found and found.group(0))
+
         def audits_done() -> list[dict]:
             lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
             done = [line for line in lines if line.get("msg") == "periodic audit done"]
             return done if len(done) >= 2 else []
+
         audits = wait_for("two periodic audits done", audits_done, timeout=10)
         text = proc.session().get(proc.url + "/metrics").text
         workers = {int(m) for m in re.findall(r"Booting worker with pid: (\d+)", proc.log())}
@@ -162,13 +222,23 @@ def test_audit_of_5000_rbac_objects_is_fast_and_bounded(control_plane):
     cp = control_plane
     items = []
     for i in range(2500):
-        items.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                      "metadata": {"name": f"e2e-scale-{i}", "labels": {"e2e": "scale"}},
-                      "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]})
-        items.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                      "metadata": {"name": f"e2e-scale-{i}", "labels": {"e2e": "scale"}},
-                      "subjects": [{"kind": "Group", "name": f"g{i}", "apiGroup": "rbac.authorization.k8s.io"}],
-                      "roleRef": {"kind": "ClusterRole", "name": f"e2e-scale-{i}", "apiGroup": "rbac.authorization.k8s.io"}})
+        items.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": f"e2e-scale-{i}", "labels": {"e2e": "scale"}},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
+            }
+        )
+        items.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"e2e-scale-{i}", "labels": {"e2e": "scale"}},
+                "subjects": [{"kind": "Group", "name": f"g{i}", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": f"e2e-scale-{i}", "apiGroup": "rbac.authorization.k8s.io"},
+            }
+        )
     cp.kubectl("admin", "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     try:
         before = {e["auditID"] for e in cp.audit_events("admin", stage=None)}
@@ -191,18 +261,41 @@ def test_the_installed_release_configuration_is_used_by_default(control_plane, t
     cp = control_plane
     ns = "e2e-installed-config"
     cp.kubectl("admin", "create", "namespace", ns, check=False)
-    config = "apiVersion: dra-guard.io/v1alpha1\nkind: DraGuardConfiguration\nmode: audit\n" \
-             "rbac:\n  adminSubjects:\n    groups: [system:masters, devs]\n"
-    cm = {"apiVersion": "v1", "kind": "ConfigMap",
-          "metadata": {"name": "dra-guard", "namespace": ns,
-                       "labels": {"app.kubernetes.io/name": "dra-guard", "app.kubernetes.io/managed-by": "Helm"}},
-          "data": {"config.yaml": config}}
+    config = (
+        "apiVersion: dra-guard.io/v1alpha1\nkind: DraGuardConfiguration\nmode: audit\n"
+        "rbac:\n  adminSubjects:\n    groups: [system:masters, devs]\n"
+    )
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "dra-guard",
+            "namespace": ns,
+            "labels": {"app.kubernetes.io/name": "dra-guard", "app.kubernetes.io/managed-by": "Helm"},
+        },
+        "data": {"config.yaml": config},
+    }
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(cm))
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     try:
-        out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                              str(cp.kubeconfig("admin")), "-o", "json", "--release-namespace", ns],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "audit",
+                "--cluster",
+                "--kubeconfig",
+                str(cp.kubeconfig("admin")),
+                "-o",
+                "json",
+                "--release-namespace",
+                ns,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert f"config: ConfigMap {ns}/dra-guard (the installed release)" in out.stderr
         findings = json.loads(out.stdout)["findings"]
         # group devs is an admin in the installed configuration: its binding is no finding
@@ -221,15 +314,29 @@ def test_scope_files_judges_only_what_the_files_change(control_plane, tmp_path):
     cp = control_plane
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)  # already in the cluster: not the PR's fault
     harmless = tmp_path / "harmless.yaml"
-    harmless.write_text(json.dumps({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-pr-view"},
-        "subjects": [{"kind": "Group", "name": "pr-team", "apiGroup": "rbac.authorization.k8s.io"}],
-        "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"}}))
+    harmless.write_text(
+        json.dumps(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "e2e-pr-view"},
+                "subjects": [{"kind": "Group", "name": "pr-team", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"},
+            }
+        )
+    )
     adds = tmp_path / "adds.yaml"
-    adds.write_text(json.dumps({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-pr-writer"},
-        "subjects": [{"kind": "Group", "name": "pr-team", "apiGroup": "rbac.authorization.k8s.io"}],
-        "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-dc-writer", "apiGroup": "rbac.authorization.k8s.io"}}))
+    adds.write_text(
+        json.dumps(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "e2e-pr-writer"},
+                "subjects": [{"kind": "Group", "name": "pr-team", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-dc-writer", "apiGroup": "rbac.authorization.k8s.io"},
+            }
+        )
+    )
     try:
         code, findings = audit_cluster(cp, "-f", str(harmless))
         assert code == 1 and [f for f in findings if f["name"] == "e2e-audit-devs"]  # scope all: everything
@@ -245,9 +352,13 @@ def test_report_crds_show_the_summary_columns(control_plane):
     cp = control_plane
     cp.kubectl("admin", "apply", "-f", str(CRDS))
     cp.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s", "-f", str(CRDS))
-    report = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "ClusterPolicyReport",
-              "metadata": {"name": "e2e-columns"}, "summary": {"pass": 3, "fail": 1, "warn": 2, "error": 0, "skip": 0},
-              "results": []}
+    report = {
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": "ClusterPolicyReport",
+        "metadata": {"name": "e2e-columns"},
+        "summary": {"pass": 3, "fail": 1, "warn": 2, "error": 0, "skip": 0},
+        "results": [],
+    }
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(report))
     try:
         out = cp.kubectl("admin", "get", "clusterpolicyreport", "e2e-columns").stdout.split("\n")
@@ -257,26 +368,58 @@ def test_report_crds_show_the_summary_columns(control_plane):
         cp.kubectl("admin", "delete", "clusterpolicyreport", "e2e-columns")
 
 
-ESCALATIONS = json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-    # path 1: impersonation of admins
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-audit-imp"},
-     "rules": [{"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["system:masters"]}]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-audit-imp"},
-     "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-     "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-imp", "apiGroup": "rbac.authorization.k8s.io"}},
-    # path 2: edit in kube-system
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-     "metadata": {"name": "e2e-audit-edit", "namespace": "kube-system"},
-     "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-     "roleRef": {"kind": "ClusterRole", "name": "edit", "apiGroup": "rbac.authorization.k8s.io"}},
-    # path 5: write on webhook configurations
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-audit-vwc"},
-     "rules": [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"],
-                "verbs": ["update", "patch"]}]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-audit-vwc"},
-     "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-     "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-vwc", "apiGroup": "rbac.authorization.k8s.io"}},
-]})
+ESCALATIONS = json.dumps(
+    {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            # path 1: impersonation of admins
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "e2e-audit-imp"},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["system:masters"]}
+                ],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "e2e-audit-imp"},
+                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-imp", "apiGroup": "rbac.authorization.k8s.io"},
+            },
+            # path 2: edit in kube-system
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "e2e-audit-edit", "namespace": "kube-system"},
+                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": "edit", "apiGroup": "rbac.authorization.k8s.io"},
+            },
+            # path 5: write on webhook configurations
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "e2e-audit-vwc"},
+                "rules": [
+                    {
+                        "apiGroups": ["admissionregistration.k8s.io"],
+                        "resources": ["validatingwebhookconfigurations"],
+                        "verbs": ["update", "patch"],
+                    }
+                ],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "e2e-audit-vwc"},
+                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-vwc", "apiGroup": "rbac.authorization.k8s.io"},
+            },
+        ],
+    }
+)
 
 
 def test_escalation_paths_1_2_5_are_reported(control_plane):
@@ -292,8 +435,21 @@ def test_escalation_paths_1_2_5_are_reported(control_plane):
         assert "pods" in ours["RoleBinding", "kube-system", "e2e-audit-edit"]
         assert "User alice" in ours["RoleBinding", "kube-system", "e2e-audit-edit"]
         assert "validatingwebhookconfigurations" in ours["ClusterRoleBinding", "", "e2e-audit-vwc"]
-        out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                              str(cp.kubeconfig("admin")), "--output", "policyreport"], capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "audit",
+                "--cluster",
+                "--kubeconfig",
+                str(cp.kubeconfig("admin")),
+                "--output",
+                "policyreport",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert "e2e-audit-edit" in out.stdout and "e2e-audit-imp" in out.stdout
     finally:
         cp.kubectl("admin", "delete", "-f", "-", input=ESCALATIONS, check=False)
@@ -311,21 +467,54 @@ def test_suggest_values_from_the_live_cluster_clear_its_driver_findings(control_
     objs = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-suggest-slices"},
-         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-suggest-slices"},
-         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-         "roleRef": {"kind": "ClusterRole", "name": "e2e-suggest-slices", "apiGroup": "rbac.authorization.k8s.io"}},
-        {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": name, "namespace": ns},
-         "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
-             "metadata": {"labels": {"app": name}},
-             "spec": {"serviceAccountName": name, "nodeSelector": {"e2e-suggest": "no-node-has-this"},
-                      "containers": [{"name": "plugin", "image": "registry.example/vendor-driver:v1",
-                                      "volumeMounts": [{"name": "plugins", "mountPath": "/var/lib/kubelet/plugins"},
-                                                       {"name": "registry", "mountPath": "/var/lib/kubelet/plugins_registry"}]}],
-                      "volumes": [{"name": "plugins", "hostPath": {"path": "/var/lib/kubelet/plugins"}},
-                                  {"name": "registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry"}}]}}}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "e2e-suggest-slices"},
+            "rules": [
+                {
+                    "apiGroups": ["resource.k8s.io"],
+                    "resources": ["resourceslices"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "e2e-suggest-slices"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+            "roleRef": {"kind": "ClusterRole", "name": "e2e-suggest-slices", "apiGroup": "rbac.authorization.k8s.io"},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "serviceAccountName": name,
+                        "nodeSelector": {"e2e-suggest": "no-node-has-this"},
+                        "containers": [
+                            {
+                                "name": "plugin",
+                                "image": "registry.example/vendor-driver:v1",
+                                "volumeMounts": [
+                                    {"name": "plugins", "mountPath": "/var/lib/kubelet/plugins"},
+                                    {"name": "registry", "mountPath": "/var/lib/kubelet/plugins_registry"},
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "plugins", "hostPath": {"path": "/var/lib/kubelet/plugins"}},
+                            {"name": "registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry"}},
+                        ],
+                    },
+                },
+            },
+        },
     ]
     document = json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
     cp.kubectl("admin", "apply", "-f", "-", input=document)
@@ -333,16 +522,33 @@ def test_suggest_values_from_the_live_cluster_clear_its_driver_findings(control_
     config.write_text("{}\n")
 
     def ours(findings):
-        return sorted((f["check"], f["name"]) for f in findings
-                      if (f["check"] == "rbac-write" and f["name"] == "e2e-suggest-slices")
-                      or (f["check"] == "undeclared-driver" and f["name"] == name))
+        return sorted(
+            (f["check"], f["name"])
+            for f in findings
+            if (f["check"] == "rbac-write" and f["name"] == "e2e-suggest-slices")
+            or (f["check"] == "undeclared-driver" and f["name"] == name)
+        )
 
     try:
         _, before = audit_cluster(cp, "--config", str(config))
         assert ours(before) == [("rbac-write", "e2e-suggest-slices"), ("undeclared-driver", name)], before
-        out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                              str(cp.kubeconfig("admin")), "--config", str(config), "--suggest-values"],
-                             capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "audit",
+                "--cluster",
+                "--kubeconfig",
+                str(cp.kubeconfig("admin")),
+                "--config",
+                str(config),
+                "--suggest-values",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 1, out.stderr  # the findings still stand until the values are used
         values = yaml.safe_load(out.stdout)["config"]
         assert f"{ns}:{name}" in values["rbac"]["extraDriverSubjects"]["serviceAccounts"], out.stdout

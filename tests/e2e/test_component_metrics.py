@@ -10,6 +10,7 @@ one of those components' metrics (everything but dra_guard_*) is evaluated by th
 at its `and on()` / `or` and its thresholds are dropped, so each selector is checked whether or not
 the alert would fire. A query naming a metric or label value the components do not export fails.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,11 @@ def scrape(cp) -> dict[str, str]:
     texts = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-        for job, url in (("kubelet", "https://127.0.0.1:10250"), ("kube-scheduler", cp.scheduler_url),
-                         ("kube-controller-manager", cp.controller_manager_url)):
+        for job, url in (
+            ("kubelet", "https://127.0.0.1:10250"),
+            ("kube-scheduler", cp.scheduler_url),
+            ("kube-controller-manager", cp.controller_manager_url),
+        ):
             resp = sess.get(url + "/metrics", verify=False, timeout=10)
             assert resp.status_code == 200, (job, resp.status_code, resp.text[:300])
             texts[job] = resp.text
@@ -84,8 +88,12 @@ def test_chart_dra_queries_return_series_on_the_real_components_metrics(real_nod
     cp = real_node.cp
     queries = component_queries()
     names = {m for q in queries for m in METRIC.findall(q)} - {"sum", "rate", "increase", "histogram_quantile", "by"}
-    assert {"workqueue_depth", "scheduler_scheduling_algorithm_duration_seconds_bucket",
-            "dra_operations_duration_seconds_bucket", "dra_grpc_operations_duration_seconds_bucket"} <= names, names
+    assert {
+        "workqueue_depth",
+        "scheduler_scheduling_algorithm_duration_seconds_bucket",
+        "dra_operations_duration_seconds_bucket",
+        "dra_grpc_operations_duration_seconds_bucket",
+    } <= names, names
 
     testdriver.apply(cp, testdriver.driver_objects(cp))
     wait_for("the driver's ResourceSlice", lambda: (get_json(cp, "resourceslices") or {}).get("items"), timeout=90)
@@ -96,16 +104,29 @@ def test_chart_dra_queries_return_series_on_the_real_components_metrics(real_nod
 
     series = [{"series": key, "values": f"{first[key]!r} {second[key]!r}"} for key in sorted(first.keys() & second.keys())]
     assert series, "none of the queried metrics was scraped"
-    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m", "input_series": series,
-        "promql_expr_test": [{"expr": f"clamp_max(count({q}), 1)", "eval_time": "1m",
-                               "exp_samples": [{"labels": "{}", "value": 1}]} for q in queries]}]}
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {"expr": f"clamp_max(count({q}), 1)", "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 1}]}
+                    for q in queries
+                ],
+            }
+        ],
+    }
     (tmp_path / "component-metrics-test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False, width=1000))
     promtool = binaries.promtool_dir() / "promtool"
-    out = subprocess.run([str(promtool), "test", "rules", "component-metrics-test.yaml"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, (f"a chart query returned no series on the real components' metrics "
-                                 f"(files in {tmp_path}):\n{out.stdout[-6000:]}\n{out.stderr[-2000:]}")
+    out = subprocess.run(
+        [str(promtool), "test", "rules", "component-metrics-test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, (
+        f"a chart query returned no series on the real components' metrics "
+        f"(files in {tmp_path}):\n{out.stdout[-6000:]}\n{out.stderr[-2000:]}"
+    )
     print(f"\n{len(queries)} queries, each with >= 1 series, over {len(series)} scraped series")
 
 
@@ -114,13 +135,25 @@ def test_a_query_on_a_metric_the_components_do_not_export_fails_the_same_check(t
     with a misspelled one (no series), and promtool names the query."""
     promtool = binaries.promtool_dir() / "promtool"
     for metric, passes in (("workqueue_depth", True), ("workqueue_dept", False)):
-        tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
-            "interval": "1m", "input_series": [{"series": 'workqueue_depth{name="resource_claim"}', "values": "0 0"}],
-            "promql_expr_test": [{"expr": f'clamp_max(count(sum({metric}{{name="resource_claim"}})), 1)',
-                                  "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 1}]}]}]}
+        tests = {
+            "rule_files": [],
+            "evaluation_interval": "1m",
+            "tests": [
+                {
+                    "interval": "1m",
+                    "input_series": [{"series": 'workqueue_depth{name="resource_claim"}', "values": "0 0"}],
+                    "promql_expr_test": [
+                        {
+                            "expr": f'clamp_max(count(sum({metric}{{name="resource_claim"}})), 1)',
+                            "eval_time": "1m",
+                            "exp_samples": [{"labels": "{}", "value": 1}],
+                        }
+                    ],
+                }
+            ],
+        }
         (tmp_path / "t.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
-        out = subprocess.run([str(promtool), "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run([str(promtool), "test", "rules", "t.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert (out.returncode == 0) is passes, (metric, out.stdout, out.stderr)
         if not passes:
             assert metric in out.stdout + out.stderr, out.stdout

@@ -1,5 +1,6 @@
 """The harness itself: the control plane serves DRA, enforces RBAC, runs its controllers,
 audits requests, survives an apiserver restart, and cleans up after a failed start."""
+
 from __future__ import annotations
 
 import pathlib
@@ -55,13 +56,21 @@ def test_scheduler_binds_pod_to_fake_node(control_plane: ControlPlane) -> None:
     resp = sess.post(f"{control_plane.url}/api/v1/nodes", json=fake_node(node_name), timeout=10)
     assert resp.status_code == 201, resp.text
     try:
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": node_name},
-               "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-                        "nodeSelector": {"kubernetes.io/hostname": node_name}, "tolerations": TOLERATE_ALL}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": node_name},
+            "spec": {
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                "nodeSelector": {"kubernetes.io/hostname": node_name},
+                "tolerations": TOLERATE_ALL,
+            },
+        }
         resp = sess.post(pod_url, json=pod, timeout=10)
         assert resp.status_code == 201, resp.text
-        bound = wait_for(f"pod {node_name} to be bound",
-                         lambda: sess.get(f"{pod_url}/{node_name}", timeout=10).json()["spec"].get("nodeName"))
+        bound = wait_for(
+            f"pod {node_name} to be bound", lambda: sess.get(f"{pod_url}/{node_name}", timeout=10).json()["spec"].get("nodeName")
+        )
         assert bound == node_name
     finally:
         sess.delete(f"{pod_url}/{node_name}", json={"gracePeriodSeconds": 0}, timeout=10)
@@ -73,8 +82,11 @@ def test_audit_log_records_alice(control_plane: ControlPlane) -> None:
     path = f"/api/v1/namespaces/default/configmaps/{name}"
     resp = control_plane.session("alice").get(control_plane.url + path, timeout=10)
     assert resp.status_code == 403
-    events = wait_for(f"the audit event of GET {path}",
-                      lambda: [e for e in control_plane.audit_events("alice") if e["requestURI"] == path], timeout=5)
+    events = wait_for(
+        f"the audit event of GET {path}",
+        lambda: [e for e in control_plane.audit_events("alice") if e["requestURI"] == path],
+        timeout=5,
+    )
     assert len(events) == 1, events
     assert events[0]["verb"] == "get"
     assert events[0]["responseStatus"]["code"] == 403

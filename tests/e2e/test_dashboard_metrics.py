@@ -8,6 +8,7 @@ tests/e2e/test_component_metrics.py does for the components' metrics). tests/cha
 checks the same queries against webhook/metrics.py; this proves the label values they match on are
 the ones dra-guard really writes.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,16 +35,21 @@ RBAC = "rbac.authorization.k8s.io"
 #: failure path (stale caches, overload, an internal error, a failed list) or needs the chart's
 #: self-managed certificates; tests/chart/test_dashboard.py still checks their metric and labels.
 NOT_PRODUCED = {
-    ("Evictions refused without a verdict: caches not ready or stale, not judged (10m)", "A"):
-        "needs caches without news for eviction.maxCacheAgeSeconds",
-    ("Evictions refused without a verdict: caches not ready or stale, not judged (10m)", "B"):
-        "needs an eviction review not judged (limit, overload, deadline)",
-    ("Cache freshness: synced caches, failed lists and watches (10m)", "B"):
-        "needs a failed list or watch",
+    (
+        "Evictions refused without a verdict: caches not ready or stale, not judged (10m)",
+        "A",
+    ): "needs caches without news for eviction.maxCacheAgeSeconds",
+    (
+        "Evictions refused without a verdict: caches not ready or stale, not judged (10m)",
+        "B",
+    ): "needs an eviction review not judged (limit, overload, deadline)",
+    ("Cache freshness: synced caches, failed lists and watches (10m)", "B"): "needs a failed list or watch",
     ("Probe patches skipped, by reason (10m)", "B"): "needs a DaemonSet review not judged",
     ("Probe patches skipped, by reason (10m)", "C"): "needs an internal error of the probes policy",
-    ("Driver DaemonSets without probes in the cluster (periodic audit)", "A"):
-        "the periodic audit's gauge: set only on the replica that ran the audit, after its interval",
+    (
+        "Driver DaemonSets without probes in the cluster (periodic audit)",
+        "A",
+    ): "the periodic audit's gauge: set only on the replica that ran the audit, after its interval",
     ("Webhook configuration drift and restores", "A"): "needs certificates.mode self with webhooksConfigMap",
     ("Webhook configuration drift and restores", "B"): "needs certificates.mode self with webhooksConfigMap",
 }
@@ -86,11 +92,17 @@ spec:
           exactly: {{deviceClassName: e2e-dash-gpu}}
 """
 
-CONSUMER = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "consumer", "namespace": WORK},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE}, "tolerations": TOLERATE_ALL,
-                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-                     "containers": [{"name": "c", "image": "registry.example/app:v1",
-                                     "resources": {"claims": [{"name": "gpu"}]}}]}}
+CONSUMER = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "consumer", "namespace": WORK},
+    "spec": {
+        "nodeSelector": {"kubernetes.io/hostname": NODE},
+        "tolerations": TOLERATE_ALL,
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+        "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
+    },
+}
 
 
 def on_node(ds: dict) -> dict:
@@ -149,8 +161,14 @@ def make_traffic(cp, g: Guard) -> None:
     # port (no-healthcheck-port) that drivers.declared does not list (undeclared)
     declared = on_node(driver_daemonset(name="e2e-dash-driver", namespace=DRIVERS, plugin_subdir=DRIVER))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(declared))
-    portless = on_node(driver_daemonset(name="e2e-dash-portless", namespace=DRIVERS, plugin_subdir="portless.example.com",
-                                        containers=[plugin_container("plugin")]))
+    portless = on_node(
+        driver_daemonset(
+            name="e2e-dash-portless",
+            namespace=DRIVERS,
+            plugin_subdir="portless.example.com",
+            containers=[plugin_container("plugin")],
+        )
+    )
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(portless))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(CONSUMER))
 
@@ -171,26 +189,51 @@ def make_traffic(cp, g: Guard) -> None:
     except TimeoutError as exc:
         raise AssertionError(f"{exc}; last answer {last}; dra-guard log:\n{g.proc.log() if g.proc else ''}") from None
     assert evict(cp, WORK, "consumer", grace=0).status_code in (200, 201)
-    wait_for("the driver's eviction allowed once the claim is released",
-             lambda: evict(cp, DRIVERS, pod, grace=0).status_code in (200, 201), timeout=60)
+    wait_for(
+        "the driver's eviction allowed once the claim is released",
+        lambda: evict(cp, DRIVERS, pod, grace=0).status_code in (200, 201),
+        timeout=60,
+    )
 
     # RBAC: a ClusterRole with DeviceClass write judged (ClusterRoleBindings read first), and a
     # grant made by an identity the webhook never sees, reported by the watch (tests/e2e/test_escalation.py)
-    writer = {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-dash-writer"},
-              "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]}]}
+    writer = {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "e2e-dash-writer"},
+        "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]}],
+    }
     cp.kubectl("alice", "create", "-f", "-", input=json.dumps(writer), check=False)
-    binding = {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-dash-early"},
-               "subjects": [{"kind": "User", "name": "alice", "apiGroup": RBAC}],
-               "roleRef": {"kind": "ClusterRole", "name": "e2e-dash-later", "apiGroup": RBAC}}
+    binding = {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-dash-early"},
+        "subjects": [{"kind": "User", "name": "alice", "apiGroup": RBAC}],
+        "roleRef": {"kind": "ClusterRole", "name": "e2e-dash-later", "apiGroup": RBAC},
+    }
     assert cp.kubectl("alice", "create", "-f", "-", input=json.dumps(binding), check=False).returncode == 0
     later = {**writer, "metadata": {"name": "e2e-dash-later"}}
-    out = cp.kubectl("admin", "create", "-f", "-", "--as=system:serviceaccount:kube-system:clusterrole-aggregation-controller",
-                     "--as-group=system:masters", input=json.dumps(later), check=False)
+    out = cp.kubectl(
+        "admin",
+        "create",
+        "-f",
+        "-",
+        "--as=system:serviceaccount:kube-system:clusterrole-aggregation-controller",
+        "--as-group=system:masters",
+        input=json.dumps(later),
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
-    wait_for("the RBAC drift reported", lambda: sample_value(
-        g, "dra_guard_rbac_drift_violations_total", kind="ClusterRoleBinding", action="reported") > 0, timeout=30)
-    wait_for("the undeclared driver reported", lambda: sample_value(
-        g, "dra_guard_undeclared_drivers", daemonset="e2e-dash-portless") == 1, timeout=30)
+    wait_for(
+        "the RBAC drift reported",
+        lambda: sample_value(g, "dra_guard_rbac_drift_violations_total", kind="ClusterRoleBinding", action="reported") > 0,
+        timeout=30,
+    )
+    wait_for(
+        "the undeclared driver reported",
+        lambda: sample_value(g, "dra_guard_undeclared_drivers", daemonset="e2e-dash-portless") == 1,
+        timeout=30,
+    )
 
 
 def input_series(text: str) -> list[dict[str, str]]:
@@ -206,8 +249,9 @@ def input_series(text: str) -> list[dict[str, str]]:
         for s in family.samples:
             if not math.isfinite(s.value) or s.name.endswith("_created"):
                 continue
-            labels = ",".join(f"{k}={json.dumps(v)}" for k, v in
-                              sorted({**s.labels, "job": "dra-guard", "namespace": "dra-guard"}.items()))
+            labels = ",".join(
+                f"{k}={json.dumps(v)}" for k, v in sorted({**s.labels, "job": "dra-guard", "namespace": "dra-guard"}.items())
+            )
             out.append({"series": f"{s.name}{{{labels}}}", "values": f"{0.0 if counting else s.value!r} {s.value!r}"})
     return out
 
@@ -230,13 +274,26 @@ def test_the_rows_queries_return_series_on_a_real_dra_guards_metrics(control_pla
     assert set(NOT_PRODUCED) <= set(queries), set(NOT_PRODUCED) - set(queries)
     checked = {key: q for key, q in queries.items() if key not in NOT_PRODUCED}
     assert len(checked) >= 12
-    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m", "input_series": series,
-        "promql_expr_test": [{"expr": f"clamp_max(count({q}), 1)", "eval_time": "1m",
-                              "exp_samples": [{"labels": "{}", "value": 1}]} for q in checked.values()]}]}
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {"expr": f"clamp_max(count({q}), 1)", "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 1}]}
+                    for q in checked.values()
+                ],
+            }
+        ],
+    }
     (tmp_path / "dashboard-metrics-test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False, width=1000))
     promtool = binaries.promtool_dir() / "promtool"
-    out = subprocess.run([str(promtool), "test", "rules", "dashboard-metrics-test.yaml"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, (f"a dashboard query returned no series on dra-guard's real metrics (files in "
-                                 f"{tmp_path}):\n{out.stdout[-6000:]}\n{out.stderr[-2000:]}")
+    out = subprocess.run(
+        [str(promtool), "test", "rules", "dashboard-metrics-test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, (
+        f"a dashboard query returned no series on dra-guard's real metrics (files in "
+        f"{tmp_path}):\n{out.stdout[-6000:]}\n{out.stderr[-2000:]}"
+    )

@@ -14,6 +14,7 @@ creates, whose pods reserve a shared adminAccess claim on the chart's static, la
 ResourceSlice) is a consumer, not a driver: it gets no probe, its pods may be evicted, and it
 holds the ComputeDomain kubelet plugin pod on its node.
 """
+
 from __future__ import annotations
 
 import copy
@@ -51,8 +52,11 @@ def guard(control_plane, tmp_path_factory):
     cp = control_plane
     cp.kubectl("admin", "create", "namespace", WORK, check=False)
     g = Guard(cp, tmp_path_factory.mktemp("dra-guard-catalogue"))
-    g.start(mode="enforce", driver_service_accounts=DRIVER_SERVICE_ACCOUNTS,
-            declared=tuple((e.namespace, e.daemonset["metadata"]["name"]) for e in ENTRIES))
+    g.start(
+        mode="enforce",
+        driver_service_accounts=DRIVER_SERVICE_ACCOUNTS,
+        declared=tuple((e.namespace, e.daemonset["metadata"]["name"]) for e in ENTRIES),
+    )
     g.register()
     try:
         yield g
@@ -71,22 +75,40 @@ def configure(guard: Guard, driver_resources: tuple[str, ...] = ()) -> None:
 
 def consumer(entry: CatalogueDriver, driver: str, node: str) -> dict:
     name = f"{entry.key}-{slug(driver)}"
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": WORK},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "tolerations": TOLERATE_ALL,
-                     "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": f"{entry.key}-{slug(driver)}"}],
-                     "containers": [{"name": "c", "image": "registry.example/app:v1",
-                                     "resources": {"claims": [{"name": "dev"}]}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": WORK},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": TOLERATE_ALL,
+            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": f"{entry.key}-{slug(driver)}"}],
+            "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "dev"}]}}],
+        },
+    }
 
 
 def dra_objects(entry: CatalogueDriver) -> list[dict]:
     out = []
     for driver in entry.names:
-        out.append({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": f"{entry.key}-{driver}"},
-                    "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]}})
-        out.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": f"{entry.key}-{slug(driver)}", "namespace": WORK},
-                    "spec": {"spec": {"devices": {"requests": [
-                        {"name": "dev", "exactly": {"deviceClassName": f"{entry.key}-{driver}"}}]}}}})
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": f"{entry.key}-{driver}"},
+                "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]},
+            }
+        )
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": f"{entry.key}-{slug(driver)}", "namespace": WORK},
+                "spec": {
+                    "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": f"{entry.key}-{driver}"}}]}}
+                },
+            }
+        )
     return out
 
 
@@ -146,27 +168,42 @@ def test_catalogue_driver_on_the_real_control_plane(control_plane, guard, entry)
                 for probe in ("livenessProbe", "startupProbe"):
                     mine, theirs = original[cname].get(probe), containers[cname].get(probe)
                     assert (mine is None and theirs is None) or (
-                        mine is not None and theirs is not None and {k: theirs.get(k) for k in mine} == mine), (cname, probe)
+                        mine is not None and theirs is not None and {k: theirs.get(k) for k in mine} == mine
+                    ), (cname, probe)
         added = {k for k in (stored["metadata"].get("annotations") or {}) if k.startswith("probes.dra-guard.io/")}
         assert added == {f"probes.dra-guard.io/{c}" for c, p in entry.probes.items() if p}
 
         # its ResourceSlices, published by its own ServiceAccount; a claim of each driver, reserved on the node
         ns, sa = entry.service_account.split(":")
         for driver in entry.names:
-            cp.kubectl("admin", "create", "-f", "-", f"--as=system:serviceaccount:{ns}:{sa}",
-                       input=json.dumps(resource_slice(driver, node)))
+            cp.kubectl(
+                "admin",
+                "create",
+                "-f",
+                "-",
+                f"--as=system:serviceaccount:{ns}:{sa}",
+                input=json.dumps(resource_slice(driver, node)),
+            )
         cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all(dra_objects(entry)))
         for driver in entry.names:
             cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(consumer(entry, driver, node)))
 
         def driver_pod():
             pods = get_json(cp, "pods", "-n", entry.namespace) or {"items": []}
-            return next((p["metadata"]["name"] for p in pods["items"] if p["spec"].get("nodeName") == node
-                         and not p["metadata"].get("deletionTimestamp")), None)
+            return next(
+                (
+                    p["metadata"]["name"]
+                    for p in pods["items"]
+                    if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")
+                ),
+                None,
+            )
 
         pod = wait_for("the DaemonSet controller and scheduler to place the driver pod", driver_pod)
-        wait_for("the scheduler to allocate and reserve a claim of each driver",
-                 lambda: reserved_drivers(cp, entry) == set(entry.names))
+        wait_for(
+            "the scheduler to allocate and reserve a claim of each driver",
+            lambda: reserved_drivers(cp, entry) == set(entry.names),
+        )
 
         # refused while a claim of each of its drivers is reserved; dra-guard calls no API for it
         last: list = []
@@ -187,9 +224,10 @@ def test_catalogue_driver_on_the_real_control_plane(control_plane, guard, entry)
             time.sleep(0.2)
             # release this driver's claim: the next driver's claim must still hold the pod
             assert evict(cp, WORK, f"{entry.key}-{slug(driver)}", grace=0).status_code in (200, 201)
-            rest = set(entry.names[entry.names.index(driver) + 1:])
+            rest = set(entry.names[entry.names.index(driver) + 1 :])
             wait_for("the claim to be released", lambda rest=rest: reserved_drivers(cp, entry) == rest)
             if rest:
+
                 def still_held_by_the_rest(gone: str = driver) -> list | None:
                     answer = evict(cp, entry.namespace, pod)
                     return [answer] if answer.status_code == 429 and gone not in answer.text else None
@@ -202,14 +240,34 @@ def test_catalogue_driver_on_the_real_control_plane(control_plane, guard, entry)
         # allowed once every claim is released
         wait_for("dra-guard to allow the eviction", lambda: evict(cp, entry.namespace, pod, grace=0).status_code in (200, 201))
     finally:
-        cp.kubectl("admin", "delete", "pod", "-n", WORK, "--field-selector", f"spec.nodeName={node}",
-                   "--grace-period=0", "--force", check=False)
-        cp.kubectl("admin", "delete", "daemonset", "-n", entry.namespace, ds["metadata"]["name"], "--ignore-not-found",
-                   check=False)
-        cp.kubectl("admin", "delete", "pod", "-n", entry.namespace, "--field-selector", f"spec.nodeName={node}",
-                   "--grace-period=0", "--force", check=False)
-        cp.kubectl("admin", "delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(dra_objects(entry)),
-                   check=False)
+        cp.kubectl(
+            "admin",
+            "delete",
+            "pod",
+            "-n",
+            WORK,
+            "--field-selector",
+            f"spec.nodeName={node}",
+            "--grace-period=0",
+            "--force",
+            check=False,
+        )
+        cp.kubectl(
+            "admin", "delete", "daemonset", "-n", entry.namespace, ds["metadata"]["name"], "--ignore-not-found", check=False
+        )
+        cp.kubectl(
+            "admin",
+            "delete",
+            "pod",
+            "-n",
+            entry.namespace,
+            "--field-selector",
+            f"spec.nodeName={node}",
+            "--grace-period=0",
+            "--force",
+            check=False,
+        )
+        cp.kubectl("admin", "delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(dra_objects(entry)), check=False)
         for driver in entry.names:
             cp.kubectl("admin", "delete", "resourceslice", f"{node}-{driver}", "--ignore-not-found", check=False)
         cp.kubectl("admin", "delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(rbac), check=False)
@@ -233,23 +291,41 @@ def test_compute_domain_daemon_is_a_consumer_that_holds_the_kubelet_plugin(contr
     plugin_ds["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     claim_name = f"computedomain-daemon-{domain}"
     daemon_claim, daemon_ds = compute_domain_daemon(ns, domain, claim_name)
-    daemon_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-                    "metadata": {"name": "compute-domain-daemon.nvidia.com"},
-                    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'compute-domain.nvidia.com' && "
-                                                                  "device.attributes['compute-domain.nvidia.com'].type == 'daemon'"}}]}}
+    daemon_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "compute-domain-daemon.nvidia.com"},
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": "device.driver == 'compute-domain.nvidia.com' && "
+                        "device.attributes['compute-domain.nvidia.com'].type == 'daemon'"
+                    }
+                }
+            ]
+        },
+    }
     static_slice = compute_domain_daemon_slice()
     rbac = [o for o in entry.objects if o["kind"] != "DaemonSet"] + compute_domain_daemon_rbac(ns)
     # the plugin labelled the node for the ComputeDomain during a workload's channel Prepare
-    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(node, labels={COMPUTE_DOMAIN_LABEL: domain}),
-                             timeout=10).raise_for_status()
+    cp.session("admin").post(
+        f"{cp.url}/api/v1/nodes", json=fake_node(node, labels={COMPUTE_DOMAIN_LABEL: domain}), timeout=10
+    ).raise_for_status()
     cp.kubectl("admin", "create", "namespace", ns, check=False)
     # the driver namespace may hold adminAccess claims (an admin's label)
     cp.kubectl("admin", "label", "namespace", ns, "resource.kubernetes.io/admin-access=true", "--overwrite")
     try:
         cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all([*rbac, daemon_class, static_slice, plugin_ds]))
         sa_ns, sa = entry.service_account.split(":")
-        cp.kubectl("admin", "create", "-f", "-", f"--as=system:serviceaccount:{sa_ns}:{sa}",
-                   input=json.dumps(resource_slice("compute-domain.nvidia.com", node)))  # its channel devices
+        cp.kubectl(
+            "admin",
+            "create",
+            "-f",
+            "-",
+            f"--as=system:serviceaccount:{sa_ns}:{sa}",
+            input=json.dumps(resource_slice("compute-domain.nvidia.com", node)),
+        )  # its channel devices
         # what the controller creates for the ComputeDomain: untouched by dra-guard
         cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all([daemon_claim, daemon_ds]))
         stored = get_json(cp, "daemonset", "-n", ns, daemon_ds["metadata"]["name"])
@@ -259,8 +335,16 @@ def test_compute_domain_daemon_is_a_consumer_that_holds_the_kubelet_plugin(contr
 
         def pod_on_node(prefix: str) -> str | None:
             pods = get_json(cp, "pods", "-n", ns) or {"items": []}
-            return next((p["metadata"]["name"] for p in pods["items"] if p["spec"].get("nodeName") == node
-                         and p["metadata"]["name"].startswith(prefix) and not p["metadata"].get("deletionTimestamp")), None)
+            return next(
+                (
+                    p["metadata"]["name"]
+                    for p in pods["items"]
+                    if p["spec"].get("nodeName") == node
+                    and p["metadata"]["name"].startswith(prefix)
+                    and not p["metadata"].get("deletionTimestamp")
+                ),
+                None,
+            )
 
         plugin_pod = wait_for("the kubelet plugin pod on the node", lambda: pod_on_node(plugin_ds["metadata"]["name"]))
         daemon_pod = wait_for("the daemon pod on the node", lambda: pod_on_node(daemon_ds["metadata"]["name"]))
@@ -291,18 +375,36 @@ def test_compute_domain_daemon_is_a_consumer_that_holds_the_kubelet_plugin(contr
         cp.kubectl("admin", "delete", "daemonset", "-n", ns, daemon_ds["metadata"]["name"])  # the ComputeDomain went away
         assert evict(cp, ns, daemon_pod, grace=0).status_code in (200, 201)
         wait_for("the daemon claim to be released", lambda: not reserved())
-        wait_for("dra-guard to allow the kubelet plugin's eviction",
-                 lambda: evict(cp, ns, plugin_pod, grace=0).status_code in (200, 201))
+        wait_for(
+            "dra-guard to allow the kubelet plugin's eviction",
+            lambda: evict(cp, ns, plugin_pod, grace=0).status_code in (200, 201),
+        )
     finally:
         for name in (daemon_ds["metadata"]["name"], plugin_ds["metadata"]["name"]):
             cp.kubectl("admin", "delete", "daemonset", "-n", ns, name, "--ignore-not-found", check=False)
-        cp.kubectl("admin", "delete", "pod", "-n", ns, "--field-selector", f"spec.nodeName={node}",
-                   "--grace-period=0", "--force", check=False)
+        cp.kubectl(
+            "admin",
+            "delete",
+            "pod",
+            "-n",
+            ns,
+            "--field-selector",
+            f"spec.nodeName={node}",
+            "--grace-period=0",
+            "--force",
+            check=False,
+        )
         # its finalizer goes once no pod reserves it: never wait on that here
-        cp.kubectl("admin", "delete", "resourceclaim", "-n", ns, claim_name, "--ignore-not-found", "--wait=false",
-                   check=False)
-        cp.kubectl("admin", "delete", "resourceslice", f"{node}-compute-domain.nvidia.com", static_slice["metadata"]["name"],
-                   "--ignore-not-found", check=False)
+        cp.kubectl("admin", "delete", "resourceclaim", "-n", ns, claim_name, "--ignore-not-found", "--wait=false", check=False)
+        cp.kubectl(
+            "admin",
+            "delete",
+            "resourceslice",
+            f"{node}-compute-domain.nvidia.com",
+            static_slice["metadata"]["name"],
+            "--ignore-not-found",
+            check=False,
+        )
         cp.kubectl("admin", "delete", "deviceclass", daemon_class["metadata"]["name"], "--ignore-not-found", check=False)
         cp.kubectl("admin", "delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all(rbac), check=False)
         cp.kubectl("admin", "delete", "node", node, check=False)

@@ -7,6 +7,7 @@ rbac.adminSubjects) or a real driver's install still passes. Path 9 (races, writ
 never sees): concurrent writes are never both stored, and an unseen writer's role is reported
 within 30 s.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,14 +23,27 @@ BREAK_GLASS = {"dra-guard.io/allow-dra-write": "e2e: accepted by an admin"}
 
 
 def role(name, rules, *, namespace=None, annotations=None):
-    meta = {"name": name, **({"namespace": namespace} if namespace else {}), **({"annotations": annotations} if annotations else {})}
+    meta = {
+        "name": name,
+        **({"namespace": namespace} if namespace else {}),
+        **({"annotations": annotations} if annotations else {}),
+    }
     return {"apiVersion": f"{RBAC}/v1", "kind": "Role" if namespace else "ClusterRole", "metadata": meta, "rules": rules}
 
 
 def bind(name, role_name, subjects, *, namespace=None, role_kind="ClusterRole", annotations=None):
-    meta = {"name": name, **({"namespace": namespace} if namespace else {}), **({"annotations": annotations} if annotations else {})}
-    return {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding" if namespace else "ClusterRoleBinding", "metadata": meta,
-            "subjects": subjects, "roleRef": {"kind": role_kind, "name": role_name, "apiGroup": RBAC}}
+    meta = {
+        "name": name,
+        **({"namespace": namespace} if namespace else {}),
+        **({"annotations": annotations} if annotations else {}),
+    }
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "RoleBinding" if namespace else "ClusterRoleBinding",
+        "metadata": meta,
+        "subjects": subjects,
+        "roleRef": {"kind": role_kind, "name": role_name, "apiGroup": RBAC},
+    }
 
 
 ALICE = [{"kind": "User", "name": "alice", "apiGroup": RBAC}]
@@ -85,18 +99,33 @@ def guard(control_plane, tmp_path_factory):
 # ------------------------------------------------------------------ path 1: impersonation
 def test_path1_impersonating_admins_is_refused(control_plane, guard):
     cp = control_plane
-    imp = role("e2e-esc-impersonate-masters",
-               [{"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["system:masters"]}])
+    imp = role(
+        "e2e-esc-impersonate-masters",
+        [{"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["system:masters"]}],
+    )
     try:
         assert create(cp, "alice", imp).returncode == 0  # a role alone grants nothing
         out = create(cp, "alice", bind("e2e-esc-imp", imp["metadata"]["name"], ALICE))
         refused(out, "User alice", "impersonate:groups")
         assert not exists(cp, "clusterrolebinding", "e2e-esc-imp")
-        assert cp.kubectl("alice", "auth", "can-i", "create", "deviceclasses.resource.k8s.io", "--as=alice",
-                          "--as-group=system:masters", check=False).returncode != 0
+        assert (
+            cp.kubectl(
+                "alice",
+                "auth",
+                "can-i",
+                "create",
+                "deviceclasses.resource.k8s.io",
+                "--as=alice",
+                "--as-group=system:masters",
+                check=False,
+            ).returncode
+            != 0
+        )
         # control: impersonating a group that holds no DRA write is no power
-        harmless = role("e2e-esc-impersonate-team",
-                        [{"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["team-b"]}])
+        harmless = role(
+            "e2e-esc-impersonate-team",
+            [{"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["team-b"]}],
+        )
         assert create(cp, "alice", harmless).returncode == 0
         out = create(cp, "alice", bind("e2e-esc-imp-team", harmless["metadata"]["name"], ALICE))
         assert out.returncode == 0, out.stderr
@@ -113,8 +142,9 @@ def test_path1_impersonating_admins_is_refused(control_plane, guard):
 
 
 # ------------------------------------------------------------------ paths 2, 3, 4: sensitive namespaces
-@pytest.mark.parametrize("namespace", ["kube-system", "dra-system", NAMESPACE], ids=["path2-kube-system",
-                                                                                      "path3-driver-ns", "path4-dra-guard-ns"])
+@pytest.mark.parametrize(
+    "namespace", ["kube-system", "dra-system", NAMESPACE], ids=["path2-kube-system", "path3-driver-ns", "path4-dra-guard-ns"]
+)
 def test_edit_in_a_sensitive_namespace_is_refused(control_plane, guard, namespace):
     cp = control_plane
     name = "e2e-esc-edit"
@@ -145,8 +175,11 @@ def test_edit_in_a_sensitive_namespace_is_refused(control_plane, guard, namespac
 
 def test_path2_token_minting_role_in_kube_system_is_refused(control_plane, guard):
     cp = control_plane
-    tokens = role("e2e-esc-tokens", [{"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}],
-                  namespace="kube-system")
+    tokens = role(
+        "e2e-esc-tokens",
+        [{"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}],
+        namespace="kube-system",
+    )
     try:
         assert create(cp, "admin", tokens).returncode == 0
         out = create(cp, "alice", bind("e2e-esc-tokens", "e2e-esc-tokens", ALICE, namespace="kube-system", role_kind="Role"))
@@ -158,8 +191,9 @@ def test_path2_token_minting_role_in_kube_system_is_refused(control_plane, guard
 
 def test_path4_dra_guards_own_roles_are_changed_by_admins_only(control_plane, guard):
     cp = control_plane
-    mine = role("e2e-esc-own", [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}],
-                namespace=NAMESPACE)
+    mine = role(
+        "e2e-esc-own", [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}], namespace=NAMESPACE
+    )
     try:
         refused(create(cp, "alice", mine), "belongs to dra-guard")
         assert create(cp, "admin", mine).returncode == 0
@@ -173,16 +207,40 @@ def test_path3_a_real_driver_install_still_passes(control_plane, guard):
     subject), installed by the admin."""
     cp = control_plane
     objs = [
-        role("e2e-esc-driver", [
-            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "deviceclasses"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]}]),
+        role(
+            "e2e-esc-driver",
+            [
+                {
+                    "apiGroups": ["resource.k8s.io"],
+                    "resources": ["resourceslices"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                },
+                {
+                    "apiGroups": ["resource.k8s.io"],
+                    "resources": ["resourceclaims", "deviceclasses"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": ["apps"],
+                    "resources": ["daemonsets"],
+                    "verbs": ["get", "list", "watch", "create", "update", "delete"],
+                },
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
+            ],
+        ),
         bind("e2e-esc-driver", "e2e-esc-driver", [{"kind": "ServiceAccount", "name": "driver", "namespace": "dra-system"}]),
-        role("e2e-esc-driver-secrets", [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]}],
-             namespace="dra-system"),
-        bind("e2e-esc-driver-secrets", "e2e-esc-driver-secrets", [{"kind": "ServiceAccount", "name": "driver", "namespace": "dra-system"}],
-             namespace="dra-system", role_kind="Role"),
+        role(
+            "e2e-esc-driver-secrets",
+            [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]}],
+            namespace="dra-system",
+        ),
+        bind(
+            "e2e-esc-driver-secrets",
+            "e2e-esc-driver-secrets",
+            [{"kind": "ServiceAccount", "name": "driver", "namespace": "dra-system"}],
+            namespace="dra-system",
+            role_kind="Role",
+        ),
     ]
     try:
         for o in objs:
@@ -198,8 +256,16 @@ def test_path3_a_real_driver_install_still_passes(control_plane, guard):
 # ------------------------------------------------------------------ path 5: admission configuration
 def test_path5_webhook_configuration_write_is_refused(control_plane, guard):
     cp = control_plane
-    vwc = role("e2e-esc-vwc", [{"apiGroups": ["admissionregistration.k8s.io"],
-                                "resources": ["validatingwebhookconfigurations"], "verbs": ["get", "update", "patch"]}])
+    vwc = role(
+        "e2e-esc-vwc",
+        [
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["validatingwebhookconfigurations"],
+                "verbs": ["get", "update", "patch"],
+            }
+        ],
+    )
     try:
         assert create(cp, "alice", vwc).returncode == 0
         refused(create(cp, "alice", bind("e2e-esc-vwc", "e2e-esc-vwc", ALICE)), "validatingwebhookconfigurations")
@@ -213,8 +279,11 @@ def test_path5_webhook_configuration_write_is_refused(control_plane, guard):
 def test_path6_dra_guards_cluster_role_cannot_be_stripped(control_plane, guard):
     cp = control_plane
     name = json.loads(cp.kubectl("admin", "get", "clusterrolebinding", "-o", "json").stdout)
-    own = next(b["roleRef"]["name"] for b in name["items"]
-               if any(s.get("name") == "dra-guard" and s.get("kind") == "User" for s in b.get("subjects") or []))
+    own = next(
+        b["roleRef"]["name"]
+        for b in name["items"]
+        if any(s.get("name") == "dra-guard" and s.get("kind") == "User" for s in b.get("subjects") or [])
+    )
     before = json.loads(cp.kubectl("admin", "get", "clusterrole", own, "-o", "json").stdout)
     stripped = dict(before, rules=before["rules"][1:])
     out = cp.kubectl("alice", "replace", "-f", "-", input=json.dumps(stripped), check=False)
@@ -222,8 +291,9 @@ def test_path6_dra_guards_cluster_role_cannot_be_stripped(control_plane, guard):
     after = json.loads(cp.kubectl("admin", "get", "clusterrole", own, "-o", "json").stdout)
     assert after["rules"] == before["rules"]
     # control: a role with write on it by name is a power; granting it to alice is refused
-    rw = role("e2e-esc-own-writer", [{"apiGroups": [RBAC], "resources": ["clusterroles"], "verbs": ["update"],
-                                      "resourceNames": [own]}])
+    rw = role(
+        "e2e-esc-own-writer", [{"apiGroups": [RBAC], "resources": ["clusterroles"], "verbs": ["update"], "resourceNames": [own]}]
+    )
     try:
         assert create(cp, "alice", rw).returncode == 0
         refused(create(cp, "alice", bind("e2e-esc-own-writer", "e2e-esc-own-writer", ALICE)), "clusterroles:dra-guard")
@@ -247,16 +317,20 @@ def test_path7_stripped_cluster_admin_is_judged_by_its_default_rules(control_pla
     finally:
         delete(cp, "clusterrolebinding", "e2e-esc-stripped")
         restore = {k: v for k, v in original.items() if k != "metadata"}
-        restore["metadata"] = {"name": "cluster-admin", "annotations": original["metadata"]["annotations"],
-                               "labels": original["metadata"].get("labels", {})}
+        restore["metadata"] = {
+            "name": "cluster-admin",
+            "annotations": original["metadata"]["annotations"],
+            "labels": original["metadata"].get("labels", {}),
+        }
         cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(restore))
 
 
 # ------------------------------------------------------------------ path 8: DeviceTaintRules
 def test_path8_device_taint_rule_write_is_refused(control_plane, guard):
     cp = control_plane
-    taints = role("e2e-esc-taints", [{"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"],
-                                      "verbs": ["create", "update"]}])
+    taints = role(
+        "e2e-esc-taints", [{"apiGroups": ["resource.k8s.io"], "resources": ["devicetaintrules"], "verbs": ["create", "update"]}]
+    )
     try:
         assert create(cp, "alice", taints).returncode == 0
         refused(create(cp, "alice", bind("e2e-esc-taints", "e2e-esc-taints", ALICE)), "devicetaintrules")
@@ -270,9 +344,11 @@ def test_path8_device_taint_rule_write_is_refused(control_plane, guard):
 # ------------------------------------------------------------------ path 9: what admission cannot see
 def drift_reported(guard, kind):
     text = guard.proc.session().get(guard.url + "/metrics", timeout=5).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("dra_guard_rbac_drift_violations_total{") and 'action="reported"' in line
-               and f'kind="{kind}"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("dra_guard_rbac_drift_violations_total{") and 'action="reported"' in line and f'kind="{kind}"' in line
+    )
 
 
 def test_path9_role_created_by_an_unseen_writer_is_reported_within_30s(control_plane, guard):
@@ -286,14 +362,30 @@ def test_path9_role_created_by_an_unseen_writer_is_reported_within_30s(control_p
         out = create(cp, "alice", bind("e2e-esc-early", "e2e-esc-later", ALICE))
         assert out.returncode == 0 and "does not exist yet" in out.stderr, out.stderr
         out = cp.kubectl(
-            "admin", "create", "-f", "-", "--as=system:serviceaccount:kube-system:clusterrole-aggregation-controller",
-            "--as-group=system:masters", input=json.dumps(writer), check=False)
+            "admin",
+            "create",
+            "-f",
+            "-",
+            "--as=system:serviceaccount:kube-system:clusterrole-aggregation-controller",
+            "--as-group=system:masters",
+            input=json.dumps(writer),
+            check=False,
+        )
         assert out.returncode == 0, out.stderr
         started = time.monotonic()
         events = ""
         while time.monotonic() - started < 30:
-            events = cp.kubectl("admin", "get", "events", "-n", "default", "--field-selector",
-                                "involvedObject.name=e2e-esc-early,reason=RbacViolation", "-o", "json").stdout
+            events = cp.kubectl(
+                "admin",
+                "get",
+                "events",
+                "-n",
+                "default",
+                "--field-selector",
+                "involvedObject.name=e2e-esc-early,reason=RbacViolation",
+                "-o",
+                "json",
+            ).stdout
             if drift_reported(guard, "ClusterRoleBinding") > before and json.loads(events)["items"]:
                 break
             time.sleep(0.5)
@@ -319,15 +411,20 @@ def test_path9_concurrent_role_update_and_binding_are_never_both_stored(control_
     both = []
     for i in range(10):
         name = f"e2e-esc-race-{i}"
-        create(cp, "admin", role(name, [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["create"]}]))
+        create(
+            cp, "admin", role(name, [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["create"]}])
+        )
         barrier = threading.Barrier(2)
         codes = {}
 
         def update(name=name, barrier=barrier, codes=codes):
             barrier.wait()
-            codes["role"] = session.patch(f"{base}/clusterroles/{name}", headers={"Content-Type": "application/merge-patch+json"},
-                                          json={"rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"],
-                                                           "verbs": ["create"]}]}, timeout=15).status_code
+            codes["role"] = session.patch(
+                f"{base}/clusterroles/{name}",
+                headers={"Content-Type": "application/merge-patch+json"},
+                json={"rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]}]},
+                timeout=15,
+            ).status_code
 
         def bind_it(name=name, barrier=barrier, codes=codes):
             barrier.wait()

@@ -7,6 +7,7 @@ is first shown to be a real path where that is cheap to show here (a kubelet cli
 from a CSR writes ResourceSlices for "its" node), then alice's grant of it is refused; an admin's
 grant of it (never sent to dra-guard) is reported by `dra-guard audit --cluster`.
 """
+
 from __future__ import annotations
 
 import base64
@@ -38,8 +39,13 @@ def cluster_role(name, rules):
 
 def bind(name, role, subjects, *, namespace=None):
     meta = {"name": name, **({"namespace": namespace} if namespace else {})}
-    return {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding" if namespace else "ClusterRoleBinding", "metadata": meta,
-            "subjects": subjects, "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": RBAC}}
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "RoleBinding" if namespace else "ClusterRoleBinding",
+        "metadata": meta,
+        "subjects": subjects,
+        "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": RBAC},
+    }
 
 
 def create(cp, user, doc):
@@ -63,12 +69,18 @@ def guard(control_plane, tmp_path_factory):
 POWERS = [
     ("apiservices", [{"apiGroups": ["apiregistration.k8s.io"], "resources": ["apiservices"], "verbs": ["patch"]}]),
     ("flowschemas", [{"apiGroups": ["flowcontrol.apiserver.k8s.io"], "resources": ["flowschemas"], "verbs": ["create"]}]),
-    ("prioritylevelconfigurations", [{"apiGroups": ["flowcontrol.apiserver.k8s.io"],
-                                      "resources": ["prioritylevelconfigurations"], "verbs": ["update"]}]),
-    ("certificatesigningrequests/nodeclient", [{"apiGroups": ["certificates.k8s.io"],
-                                                "resources": ["certificatesigningrequests/nodeclient"], "verbs": ["create"]}]),
-    ("certificatesigningrequests/selfnodeclient", [{"apiGroups": ["certificates.k8s.io"],
-                                                    "resources": ["certificatesigningrequests/selfnodeclient"], "verbs": ["create"]}]),
+    (
+        "prioritylevelconfigurations",
+        [{"apiGroups": ["flowcontrol.apiserver.k8s.io"], "resources": ["prioritylevelconfigurations"], "verbs": ["update"]}],
+    ),
+    (
+        "certificatesigningrequests/nodeclient",
+        [{"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/nodeclient"], "verbs": ["create"]}],
+    ),
+    (
+        "certificatesigningrequests/selfnodeclient",
+        [{"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/selfnodeclient"], "verbs": ["create"]}],
+    ),
     ("pods", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]),
     ("namespaces", [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["patch"]}]),
     ("leases", [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["update"]}]),
@@ -78,7 +90,8 @@ POWERS = [
 
 @pytest.mark.parametrize("power, rules", POWERS, ids=[p for p, _ in POWERS])
 def test_an_rbac_manager_granting_a_power_around_rbac_is_refused_and_an_admins_grant_is_reported(
-        control_plane, guard, power, rules):
+    control_plane, guard, power, rules
+):
     cp = control_plane
     name = "e2e-r2-" + power.replace("/", "-")
     try:
@@ -87,9 +100,24 @@ def test_an_rbac_manager_granting_a_power_around_rbac_is_refused_and_an_admins_g
         assert out.returncode != 0 and DENIED in out.stderr and power in out.stderr, out.stderr
         # an admin's binding is not sent to dra-guard, and the audit reports it
         assert create(cp, "admin", bind(name, name, ALICE)).returncode == 0
-        audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                                str(cp.kubeconfig("admin")), "--config", str(guard.workdir / "config.yaml"), "-o", "json"],
-                               capture_output=True, text=True, timeout=120)
+        audit = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "audit",
+                "--cluster",
+                "--kubeconfig",
+                str(cp.kubeconfig("admin")),
+                "--config",
+                str(guard.workdir / "config.yaml"),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert audit.returncode == 1, audit.stderr
         findings = json.loads(audit.stdout)["findings"]
         assert any(f["kind"] == "ClusterRoleBinding" and f["name"] == name and power in f["message"] for f in findings)
@@ -109,37 +137,72 @@ def test_a_node_identity_from_a_csr_is_a_real_path_to_resourceslice_write(contro
     and as that node creates a ResourceSlice (fake devices) for it."""
     cp = control_plane
     node = "e2e-r2-node"
-    cp.kubectl("admin", "create", "clusterrole", "e2e-r2-csr", "--verb=create",
-               "--resource=certificatesigningrequests,certificatesigningrequests.certificates.k8s.io/nodeclient")
+    cp.kubectl(
+        "admin",
+        "create",
+        "clusterrole",
+        "e2e-r2-csr",
+        "--verb=create",
+        "--resource=certificatesigningrequests,certificatesigningrequests.certificates.k8s.io/nodeclient",
+    )
     cp.kubectl("admin", "create", "clusterrolebinding", "e2e-r2-csr", "--clusterrole=e2e-r2-csr", "--user=bob")
     key = ec.generate_private_key(ec.SECP256R1())
-    csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
-        x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}")])).sign(key, hashes.SHA256())
-    body = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": "e2e-r2-node"},
-            "spec": {"request": base64.b64encode(csr.public_bytes(serialization.Encoding.PEM)).decode(),
-                     "signerName": "kubernetes.io/kube-apiserver-client-kubelet", "usages": ["digital signature", "client auth"]}}
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(
+            x509.Name(
+                [
+                    x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+                    x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}"),
+                ]
+            )
+        )
+        .sign(key, hashes.SHA256())
+    )
+    body = {
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": "e2e-r2-node"},
+        "spec": {
+            "request": base64.b64encode(csr.public_bytes(serialization.Encoding.PEM)).decode(),
+            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+            "usages": ["digital signature", "client auth"],
+        },
+    }
     try:
         r = cp.session("bob").post(f"{cp.url}/apis/certificates.k8s.io/v1/certificatesigningrequests", json=body, timeout=10)
         assert r.status_code == 201, r.text
 
         def issued():
-            obj = cp.session("admin").get(f"{cp.url}/apis/certificates.k8s.io/v1/certificatesigningrequests/e2e-r2-node",
-                                          timeout=10).json()
+            obj = (
+                cp.session("admin")
+                .get(f"{cp.url}/apis/certificates.k8s.io/v1/certificatesigningrequests/e2e-r2-node", timeout=10)
+                .json()
+            )
             return (obj.get("status") or {}).get("certificate")
+
         cert = base64.b64decode(wait_for("the controller manager to approve and sign the CSR", issued, timeout=60))
         folder = guard.workdir / "node-identity"
         folder.mkdir(exist_ok=True)
         (folder / "tls.crt").write_bytes(cert)
-        (folder / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                           serialization.NoEncryption()))
+        (folder / "tls.key").write_bytes(
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        )
         as_node = requests.Session()
         as_node.trust_env = False
         as_node.verify = str(cp.ca_file)
         as_node.cert = (str(folder / "tls.crt"), str(folder / "tls.key"))
-        slice_ = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-fake"},
-                  "spec": {"driver": "gpu.example.com", "nodeName": node,
-                           "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": [{"name": "fake-0"}]}}
+        slice_ = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-fake"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "fake-0"}],
+            },
+        }
         r = as_node.post(f"{cp.url}/apis/resource.k8s.io/v1/resourceslices", json=slice_, timeout=10)
         assert r.status_code == 201, r.text  # the Node authorizer and NodeRestriction let "its" node write it
         # and bob's RBAC manager colleague may not hand out the same power
@@ -176,13 +239,45 @@ def test_only_an_admin_gives_a_namespace_dra_admin_access(control_plane, guard):
         assert cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}=true").returncode == 0
         assert cp.kubectl("bob", "label", "namespace", "r2-team", "team=r2b", "--overwrite").returncode == 0
         assert cp.kubectl("bob", "label", "namespace", "r2-team", f"{LABEL}-").returncode == 0  # taking it away
-        audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                                str(cp.kubeconfig("admin")), "-o", "json"], capture_output=True, text=True, timeout=120)
-        assert not any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)["findings"])
+        audit = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "audit",
+                "--cluster",
+                "--kubeconfig",
+                str(cp.kubeconfig("admin")),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert not any(
+            f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)["findings"]
+        )
         cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}=true")
-        audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                                str(cp.kubeconfig("admin")), "-o", "json"], capture_output=True, text=True, timeout=120)
-        assert any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)["findings"]), audit.stdout
+        audit = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "audit",
+                "--cluster",
+                "--kubeconfig",
+                str(cp.kubeconfig("admin")),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert any(
+            f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)["findings"]
+        ), audit.stdout
     finally:
         cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}-", check=False)
         cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-r2-ns-patch", "--ignore-not-found")
@@ -200,13 +295,15 @@ def test_a_redirected_resource_api_makes_dra_guard_unready_within_one_check_inte
         guard = Guard(cp, tmp_path / "guard")
         guard.start(mode="enforce", extra_config="cluster:\n  apiCheckIntervalSeconds: 2\n")
         try:
+
             def ready():
                 r = guard.proc.session().get(guard.url + "/readyz", timeout=5)
                 return r.status_code == 200, r.text
 
             wait_for("dra-guard ready", lambda: ready()[0], timeout=30)
-            redirect = {"spec": {"service": {"namespace": "default", "name": "fake-dra-api", "port": 443},
-                                 "insecureSkipTLSVerify": True}}
+            redirect = {
+                "spec": {"service": {"namespace": "default", "name": "fake-dra-api", "port": 443}, "insecureSkipTLSVerify": True}
+            }
             cp.kubectl("admin", "patch", "apiservice", name, "--type=merge", "-p", json.dumps(redirect))
             started = time.monotonic()
             wait_for("dra-guard unready", lambda: not ready()[0], timeout=10, interval=0.2)

@@ -1,5 +1,6 @@
 """Drain order on the real control plane: real scheduler allocates and reserves a claim, the real
 ResourceClaim controller creates it from a template and releases it (issue acceptance 5 and 6)."""
+
 from __future__ import annotations
 
 import json
@@ -53,10 +54,17 @@ spec:
 
 
 def consumer_pod(name):
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "work"},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE}, "tolerations": TOLERATE_ALL,
-                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-                     "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "work"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "tolerations": TOLERATE_ALL,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+            "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +129,12 @@ def test_drain_waits_for_the_claim_then_evicts_the_driver(control_plane, scenari
 
     # acceptance 6: drain-plan names the blocking claim
     kubeconfig = str(cp.kubeconfig("admin"))
-    plan = subprocess.run([sys.executable, "-m", "webhook.cli", "drain-plan", NODE, "--kubeconfig", kubeconfig,
-                           "--output", "json"], capture_output=True, text=True, timeout=60)
+    plan = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "drain-plan", NODE, "--kubeconfig", kubeconfig, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert plan.returncode == 1, plan.stderr
     result = json.loads(plan.stdout)
     assert result["evictFirst"] == ["work/consumer"]
@@ -150,13 +162,25 @@ def test_ordinary_pod_eviction_is_untouched(control_plane, scenario):
     """Acceptance 3 end to end: allowed from the cache, and dra-guard makes no API request for it."""
     cp = control_plane
     before = {ev["auditID"] for ev in cp.audit_events("dra-guard", stage=None)}
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": "work"},
-        "spec": {"nodeName": NODE, "tolerations": TOLERATE_ALL, "containers": [{"name": "c", "image": "x"}]}}))
+    cp.kubectl(
+        "admin",
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "plain", "namespace": "work"},
+                "spec": {"nodeName": NODE, "tolerations": TOLERATE_ALL, "containers": [{"name": "c", "image": "x"}]},
+            }
+        ),
+    )
     assert evict(cp, "work", "plain", grace=0).status_code in (200, 201)
     time.sleep(0.5)
     new = [ev for ev in cp.audit_events("dra-guard", stage=None) if ev["auditID"] not in before]
     # watches renew on their own clock, and so do the APIService check and the Lease writers
-    caused = [ev for ev in new if ev["verb"] != "watch"
-              and ev.get("objectRef", {}).get("resource") not in ("apiservices", "leases")]
+    caused = [
+        ev for ev in new if ev["verb"] != "watch" and ev.get("objectRef", {}).get("resource") not in ("apiservices", "leases")
+    ]
     assert caused == [], [(ev["verb"], ev["requestURI"]) for ev in caused]

@@ -2,6 +2,7 @@
 guard refuses is admitted (with a warning naming the exception) while its exception is live, stays
 pinned to the subjects it names, and is refused again once the exception has expired, without a
 restart; `dra-guard audit --cluster` reports it as skip meanwhile."""
+
 from __future__ import annotations
 
 import datetime
@@ -21,10 +22,23 @@ LIFETIME_SECONDS = 40
 
 
 def exception_config(expires: datetime.datetime) -> str:
-    return yaml.safe_dump({"exceptions": [{
-        "policy": "rbac", "kind": "ClusterRoleBinding", "name": BINDING, "roleRef": ROLE,
-        "subjects": {"groups": ["team-a"]}, "resources": ["resourceslices"],
-        "reason": "e2e: vendor tool republishes slices", "owner": "team-e2e", "expires": expires.isoformat()}]})
+    return yaml.safe_dump(
+        {
+            "exceptions": [
+                {
+                    "policy": "rbac",
+                    "kind": "ClusterRoleBinding",
+                    "name": BINDING,
+                    "roleRef": ROLE,
+                    "subjects": {"groups": ["team-a"]},
+                    "resources": ["resourceslices"],
+                    "reason": "e2e: vendor tool republishes slices",
+                    "owner": "team-e2e",
+                    "expires": expires.isoformat(),
+                }
+            ]
+        }
+    )
 
 
 def test_a_binding_refused_without_an_exception_is_admitted_with_one_until_it_expires(control_plane, guard, tmp_path):
@@ -42,8 +56,9 @@ def test_a_binding_refused_without_an_exception_is_admitted_with_one_until_it_ex
         guard.wait_called()
         admitted = apply(cp, "alice", binding_yaml(BINDING, ROLE, "team-a"))
         assert admitted.returncode == 0, admitted.stderr
-        assert ("Warning: dra-guard: allowed by exception rbac ClusterRoleBinding e2e-exc-team-a (owner team-e2e, "
-                "expires") in admitted.stderr
+        assert (
+            "Warning: dra-guard: allowed by exception rbac ClusterRoleBinding e2e-exc-team-a (owner team-e2e, expires"
+        ) in admitted.stderr
         assert exists(cp, "clusterrolebinding", BINDING)
         assert metric(guard, "dra_guard_exceptions", {"state": "active"}) == 1
 
@@ -54,9 +69,24 @@ def test_a_binding_refused_without_an_exception_is_admitted_with_one_until_it_ex
         assert wider.returncode != 0 and DENIED in wider.stderr and "Group team-b" in wider.stderr
 
         (tmp_path / "config.yaml").write_text(config)
-        audit = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                                str(cp.kubeconfig("admin")), "--config", str(tmp_path / "config.yaml"), "-o", "json"],
-                               capture_output=True, text=True, timeout=120)
+        audit = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "audit",
+                "--cluster",
+                "--kubeconfig",
+                str(cp.kubeconfig("admin")),
+                "--config",
+                str(tmp_path / "config.yaml"),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         mine = [f for f in json.loads(audit.stdout)["findings"] if f["name"] == BINDING]
         assert [(f["check"], f["exception"]["owner"]) for f in mine] == [("rbac-write", "team-e2e")], audit.stderr
 

@@ -11,6 +11,7 @@ dra-guard is registered with the configurations `helm template` renders for name
   since issue 17 the admins of config.rbac.adminSubjects are not sent (matchConditions).
 Each case is checked against a control that is sent, and against dra-guard's own /metrics.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,18 +23,26 @@ import yaml
 from tests.builders import driver_daemonset
 from tests.e2e.guard import NAMESPACE, Guard
 
-SLICE_WRITER = json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                           "metadata": {"name": "e2e-exempt-slice-writer"},
-                           "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
-                                      "verbs": ["create", "patch"]}]})
+SLICE_WRITER = json.dumps(
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "e2e-exempt-slice-writer"},
+        "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create", "patch"]}],
+    }
+)
 
 
 def binding(name: str) -> str:
-    return json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                       "metadata": {"name": name},
-                       "subjects": [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}],
-                       "roleRef": {"kind": "ClusterRole", "name": "e2e-exempt-slice-writer",
-                                   "apiGroup": "rbac.authorization.k8s.io"}})
+    return json.dumps(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "subjects": [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"kind": "ClusterRole", "name": "e2e-exempt-slice-writer", "apiGroup": "rbac.authorization.k8s.io"},
+        }
+    )
 
 
 def reviews(guard: Guard, policy: str) -> float:
@@ -89,13 +98,24 @@ def test_eviction_in_dra_guards_own_namespace_is_never_sent(control_plane, guard
     cp = control_plane
 
     def evict(namespace: str) -> int:
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "e2e-exempt-pod", "namespace": namespace},
-               "spec": {"containers": [{"name": "c", "image": "registry.example/app:v1"}]}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "e2e-exempt-pod", "namespace": namespace},
+            "spec": {"containers": [{"name": "c", "image": "registry.example/app:v1"}]},
+        }
         cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(pod))
-        body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                "metadata": {"name": "e2e-exempt-pod", "namespace": namespace}, "deleteOptions": {"gracePeriodSeconds": 0}}
-        return cp.session("admin").post(f"{cp.url}/api/v1/namespaces/{namespace}/pods/e2e-exempt-pod/eviction",
-                                        json=body, timeout=10).status_code
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": "e2e-exempt-pod", "namespace": namespace},
+            "deleteOptions": {"gracePeriodSeconds": 0},
+        }
+        return (
+            cp.session("admin")
+            .post(f"{cp.url}/api/v1/namespaces/{namespace}/pods/e2e-exempt-pod/eviction", json=body, timeout=10)
+            .status_code
+        )
 
     before = reviews(guard, "eviction")
     assert evict(NAMESPACE) in (200, 201)
@@ -110,30 +130,55 @@ def test_rbac_write_by_the_aggregation_controller_is_never_sent(control_plane, g
     aggregator = "system:serviceaccount:kube-system:clusterrole-aggregation-controller"
     # both may manage RBAC like alice and are in no admin group: only the user name keeps the
     # aggregation controller out of the RBAC webhook (since issue 16, not its namespace)
-    grant = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-             "metadata": {"name": "e2e-exempt-sa-manages-rbac"},
-             "subjects": [{"kind": "User", "name": who, "apiGroup": "rbac.authorization.k8s.io"}
-                          for who in (other_sa, aggregator)],
-             "roleRef": {"kind": "ClusterRole", "name": "e2e-rbac-manager", "apiGroup": "rbac.authorization.k8s.io"}}
+    grant = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-exempt-sa-manages-rbac"},
+        "subjects": [{"kind": "User", "name": who, "apiGroup": "rbac.authorization.k8s.io"} for who in (other_sa, aggregator)],
+        "roleRef": {"kind": "ClusterRole", "name": "e2e-rbac-manager", "apiGroup": "rbac.authorization.k8s.io"},
+    }
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(grant))
     # control: the same binding by alice (an RBAC manager, not an admin) is sent and refused
     refused = cp.kubectl("alice", "create", "-f", "-", input=binding("e2e-exempt-by-alice"), check=False)
     assert refused.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in refused.stderr
     try:
         # issue 16: another kube-system ServiceAccount is reviewed (acting as one is no way around)
-        other = cp.kubectl("admin", "create", "-f", "-", f"--as={other_sa}", "--as-group=system:authenticated",
-                           input=binding("e2e-exempt-by-kube-system"), check=False)
+        other = cp.kubectl(
+            "admin",
+            "create",
+            "-f",
+            "-",
+            f"--as={other_sa}",
+            "--as-group=system:authenticated",
+            input=binding("e2e-exempt-by-kube-system"),
+            check=False,
+        )
         assert other.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in other.stderr
         before = reviews(guard, "rbac")
-        out = cp.kubectl("admin", "create", "-f", "-", f"--as={aggregator}", "--as-group=system:authenticated",
-                         input=binding("e2e-exempt-by-kube-system"), check=False)
+        out = cp.kubectl(
+            "admin",
+            "create",
+            "-f",
+            "-",
+            f"--as={aggregator}",
+            "--as-group=system:authenticated",
+            input=binding("e2e-exempt-by-kube-system"),
+            check=False,
+        )
         assert out.returncode == 0, out.stderr
         assert "Warning" not in out.stderr
         assert cp.kubectl("admin", "get", "clusterrolebinding", "e2e-exempt-by-kube-system", "-o", "name").stdout.strip()
         assert reviews(guard, "rbac") == before
     finally:
-        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-exempt-by-kube-system", "e2e-exempt-by-alice",
-                   "e2e-exempt-sa-manages-rbac", "--ignore-not-found")
+        cp.kubectl(
+            "admin",
+            "delete",
+            "clusterrolebinding",
+            "e2e-exempt-by-kube-system",
+            "e2e-exempt-by-alice",
+            "e2e-exempt-sa-manages-rbac",
+            "--ignore-not-found",
+        )
 
 
 def test_rbac_write_by_an_admin_is_never_sent(control_plane, guard):
@@ -149,8 +194,7 @@ def test_rbac_write_by_an_admin_is_never_sent(control_plane, guard):
         assert refused.returncode != 0 and "dra-guard" in refused.stderr
         assert reviews(guard, "rbac") == before + 1
     finally:
-        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-exempt-by-admin", "e2e-exempt-by-alice-2",
-                   "--ignore-not-found")
+        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-exempt-by-admin", "e2e-exempt-by-alice-2", "--ignore-not-found")
 
 
 def test_kube_system_drivers_are_probed_and_their_evictions_reviewed(control_plane, guard):
@@ -166,16 +210,27 @@ def test_kube_system_drivers_are_probed_and_their_evictions_reviewed(control_pla
         cp.kubectl("admin", "delete", "daemonset", "-n", "kube-system", "e2e-ks-driver", "--ignore-not-found", "--wait=false")
     for name, sent in (("e2e-ks-pod", 1), ("e2e-other-pod", 0)):  # a declared driver's pod name, and another
         before = reviews(guard, "eviction")
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "kube-system"},
-               "spec": {"containers": [{"name": "c", "image": "registry.example/app:v1"}]}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "kube-system"},
+            "spec": {"containers": [{"name": "c", "image": "registry.example/app:v1"}]},
+        }
         cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(pod))
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": "kube-system"},
-                "deleteOptions": {"gracePeriodSeconds": 0}}
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": "kube-system"},
+            "deleteOptions": {"gracePeriodSeconds": 0},
+        }
         r = cp.session("admin").post(f"{cp.url}/api/v1/namespaces/kube-system/pods/{name}/eviction", json=body, timeout=10)
         assert r.status_code in (200, 201)
         assert reviews(guard, "eviction") == before + sent, name
-    hooks = {w["name"]: w for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
-             for w in json.loads(cp.kubectl("admin", "get", kind, "dra-guard", "-o", "json").stdout)["webhooks"]}
+    hooks = {
+        w["name"]: w
+        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
+        for w in json.loads(cp.kubectl("admin", "get", kind, "dra-guard", "-o", "json").stdout)["webhooks"]
+    }
     assert hooks["driver-evictions.dra-guard.io"]["failurePolicy"] == "Fail"
     assert "evictions.dra-guard.io" not in hooks  # the best-effort webhook for every other pod is off by default
     assert hooks["probes.dra-guard.io"]["failurePolicy"] == "Ignore"

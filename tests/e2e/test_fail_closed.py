@@ -4,6 +4,7 @@ eviction is refused while dra-guard is hung or gone, and no other eviction waits
 The scenario (bench/eviction_burst.py): a node with one DRA device pool, the declared driver's
 DaemonSet pod on it, a consumer whose claim the real scheduler allocated and reserved there.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,9 @@ def scenario(control_plane, tmp_path_factory):
         guard.stop()
         for ns in namespaces if "namespaces" in locals() else ():
             cp.kubectl("admin", "delete", "pods", "-n", ns, "--all", "--grace-period=0", "--force", "--wait=false", check=False)
-        cp.kubectl("admin", "delete", "pods", "-n", burst.WORK, "--all", "--grace-period=0", "--force", "--wait=false", check=False)
+        cp.kubectl(
+            "admin", "delete", "pods", "-n", burst.WORK, "--all", "--grace-period=0", "--force", "--wait=false", check=False
+        )
         cp.kubectl("admin", "delete", "daemonset", "-n", burst.DRIVER_NAMESPACE, burst.DRIVER_DS, "--wait=false", check=False)
 
 
@@ -113,8 +116,11 @@ def test_a_burst_of_1500_evictions_over_50_namespaces_never_evicts_the_held_driv
 
 def guard_reviews(guard) -> float:
     text = guard.proc.session().get(guard.url + "/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("dra_guard_admission_requests_total{") and 'policy="eviction"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("dra_guard_admission_requests_total{") and 'policy="eviction"' in line
+    )
 
 
 def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(control_plane, scenario):
@@ -126,6 +132,7 @@ def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(c
     import sys
 
     from tests.builders import driver_daemonset
+
     cp = control_plane
     guard, _ = scenario
     ds = driver_daemonset(name="undeclared-driver", namespace="burst-01")
@@ -137,13 +144,28 @@ def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(c
     this = '{"namespace":"burst-01","name":"undeclared-driver"}'
     try:
         wait_for("the gauge", lambda: series in guard.proc.session().get(guard.url + "/metrics", timeout=5).text, timeout=20)
-        logged = [json.loads(line) for line in guard.proc.log_file.read_text().splitlines()
-                  if '"undeclared DRA driver"' in line]
-        assert any(e.get("daemonset") == "undeclared-driver" and e["helm"].startswith(declared) and this in e["helm"]
-                   for e in logged), logged
-        out = subprocess.run([sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig",
-                              str(cp.kubeconfig("admin")), "--config", str(guard.workdir / "config.yaml"), "-o", "json"],
-                             capture_output=True, text=True, timeout=120)
+        logged = [json.loads(line) for line in guard.proc.log_file.read_text().splitlines() if '"undeclared DRA driver"' in line]
+        assert any(
+            e.get("daemonset") == "undeclared-driver" and e["helm"].startswith(declared) and this in e["helm"] for e in logged
+        ), logged
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "audit",
+                "--cluster",
+                "--kubeconfig",
+                str(cp.kubeconfig("admin")),
+                "--config",
+                str(guard.workdir / "config.yaml"),
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode in (0, 1), out.stderr
         found = [f for f in json.loads(out.stdout)["findings"] if f["check"] == "undeclared-driver"]
         assert ("burst-01", "undeclared-driver") in {(f["namespace"], f["name"]) for f in found}
@@ -151,13 +173,16 @@ def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(c
         assert all(declared in f["message"] and this in f["message"] for f in found)
     finally:
         cp.kubectl("admin", "delete", "daemonset", "-n", "burst-01", "undeclared-driver", "--ignore-not-found")
-    wait_for("the gauge to drop the DaemonSet",
-             lambda: 'daemonset="undeclared-driver"' not in guard.proc.session().get(guard.url + "/metrics", timeout=5).text,
-             timeout=20)
+    wait_for(
+        "the gauge to drop the DaemonSet",
+        lambda: 'daemonset="undeclared-driver"' not in guard.proc.session().get(guard.url + "/metrics", timeout=5).text,
+        timeout=20,
+    )
 
 
 def test_with_guard_deletes_a_terminating_driver_pods_final_delete_does_not_wait_on_a_dra_guard_that_is_down(
-        control_plane, tmp_path):
+    control_plane, tmp_path
+):
     """eviction.guardDeletes sends DELETE of declared driver pods to the fail-closed webhook. With
     nothing answering there: a first DELETE (by anyone but the DaemonSet controller) is refused,
     but once the pod is Terminating (its deletion began as the DaemonSet controller's), the final
@@ -174,8 +199,9 @@ def test_with_guard_deletes_a_terminating_driver_pods_final_delete_does_not_wait
     ca = certs.generate_ca()
     (tmp_path / "ca.crt").write_bytes(ca.cert_pem())
     closed = f"https://127.0.0.1:{free_port()}/"  # dra-guard down: nothing listens here
-    docs = webhook_configurations(url=closed, ca_file=tmp_path / "ca.crt", declared=((ns, ds),),
-                                  values={"config": {"eviction": {"guardDeletes": True}}})
+    docs = webhook_configurations(
+        url=closed, ca_file=tmp_path / "ca.crt", declared=((ns, ds),), values={"config": {"eviction": {"guardDeletes": True}}}
+    )
     [config] = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
     config["metadata"]["name"] = "e2e-final-delete"
     config["webhooks"] = [w for w in config["webhooks"] if w["name"] == "driver-evictions.dra-guard.io"]
@@ -186,17 +212,29 @@ def test_with_guard_deletes_a_terminating_driver_pods_final_delete_does_not_wait
     cp.kubectl("admin", "apply", "-f", "-", input=json_.dumps(config))
     try:
         # the webhook is in force: a plain DELETE of the driver pod is refused (nothing answers)
-        first = wait_for("the webhook refuses a DELETE of the driver pod", lambda: (lambda r: r if r.returncode and "driver-evictions.dra-guard.io" in r.stderr else None)(
-            cp.kubectl("admin", "delete", "pod", "-n", ns, pod, "--wait=false", check=False)), timeout=30)
+        first = wait_for(
+            "the webhook refuses a DELETE of the driver pod",
+            lambda: (lambda r: r if r.returncode and "driver-evictions.dra-guard.io" in r.stderr else None)(
+                cp.kubectl("admin", "delete", "pod", "-n", ns, pod, "--wait=false", check=False)
+            ),
+            timeout=30,
+        )
         assert "failed calling webhook" in first.stderr, first.stderr
         # the DaemonSet controller's delete is let through by matchConditions: the pod is now Terminating
-        cp.kubectl("admin", "delete", "pod", "-n", ns, pod, "--wait=false",
-                   "--as=system:serviceaccount:kube-system:daemon-set-controller")
+        cp.kubectl(
+            "admin",
+            "delete",
+            "pod",
+            "-n",
+            ns,
+            pod,
+            "--wait=false",
+            "--as=system:serviceaccount:kube-system:daemon-set-controller",
+        )
         got = json_.loads(cp.kubectl("admin", "get", "pod", "-n", ns, pod, "-o", "json").stdout)
         assert got["metadata"].get("deletionTimestamp"), got["metadata"]
         # the final DELETE of a Terminating pod: not sent to dra-guard, so not refused by its outage
-        final = cp.kubectl("admin", "delete", "pod", "-n", ns, pod, "--grace-period=0", "--force", "--wait=false",
-                           check=False)
+        final = cp.kubectl("admin", "delete", "pod", "-n", ns, pod, "--grace-period=0", "--force", "--wait=false", check=False)
         assert final.returncode == 0, final.stderr
         assert cp.kubectl("admin", "get", "pod", "-n", ns, pod, check=False).returncode != 0
     finally:

@@ -1,6 +1,7 @@
 """API server faults while dra-guard runs (issue 8): a restart with etcd compacted meanwhile (the
 watches' resourceVersions are too old afterwards), readiness that tells the truth, no decision on
 stale caches, and an API call that hangs answered by the policy's fallback in time."""
+
 from __future__ import annotations
 
 import json
@@ -69,10 +70,23 @@ def test_apiserver_restart_with_compaction_relists_and_is_ready_within_10_s(cont
     assert ready_after < 10
     print(f"\nready {ready_after:.1f} s after the apiserver came back")
     # and it judges again, from the relisted caches
-    out = cp.kubectl("alice", "create", "--dry-run=server", "-f", "-", check=False, input=json.dumps(
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-after"},
-         "subjects": [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}],
-         "roleRef": {"kind": "ClusterRole", "name": "cluster-admin", "apiGroup": "rbac.authorization.k8s.io"}}))
+    out = cp.kubectl(
+        "alice",
+        "create",
+        "--dry-run=server",
+        "-f",
+        "-",
+        check=False,
+        input=json.dumps(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "e2e-after"},
+                "subjects": [{"kind": "Group", "name": "team-a", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": "cluster-admin", "apiGroup": "rbac.authorization.k8s.io"},
+            }
+        ),
+    )
     assert out.returncode != 0 and "Group team-a" in out.stderr
 
 

@@ -3,6 +3,7 @@ port and through the apiserver, the eviction of a DRA driver pod whose claim is 
 answered 429 every time, for 30 s. Before issue 21 ten clients sending 7 MB reviews made the
 eviction webhook time out within 3-4 s, and its failurePolicy Ignore let the eviction through (201).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,11 @@ APISERVER_CLIENTS = 2
 
 
 def heavy_role(name: str, values: int) -> dict:
-    return cluster_role(name, [rule(["resourceslices"], ["create"])], aggregation=[{"matchExpressions": [
-        {"key": "k", "operator": "In", "values": [f"value-{i:07d}" for i in range(values)]}]}])
+    return cluster_role(
+        name,
+        [rule(["resourceslices"], ["create"])],
+        aggregation=[{"matchExpressions": [{"key": "k", "operator": "In", "values": [f"value-{i:07d}" for i in range(values)]}]}],
+    )
 
 
 def metric(guard, name: str) -> float:
@@ -33,8 +37,10 @@ def test_driver_eviction_is_refused_every_time_under_a_flood_of_heavy_reviews(co
     cp, guard = control_plane, scenario
     driver_pod = wait_for("the driver pod", lambda: driver_pod_name(cp))
     wait_for("the claim to be reserved", lambda: claim_reserved(cp))
-    wait_for("dra-guard to refuse the driver eviction",
-             lambda: evict(cp, "gpu", driver_pod).status_code == 429 and "still needed" in evict(cp, "gpu", driver_pod).text)
+    wait_for(
+        "dra-guard to refuse the driver eviction",
+        lambda: evict(cp, "gpu", driver_pod).status_code == 429 and "still needed" in evict(cp, "gpu", driver_pod).text,
+    )
 
     stop = threading.Event()
     sent = {"direct": 0, "apiserver": 0}
@@ -46,8 +52,7 @@ def test_driver_eviction_is_refused_every_time_under_a_flood_of_heavy_reviews(co
         s = guard.proc.session()
         while not stop.is_set():
             try:
-                s.post(guard.url + "/validate/rbac", data=direct_body, timeout=15,
-                       headers={"Content-Type": "application/json"})
+                s.post(guard.url + "/validate/rbac", data=direct_body, timeout=15, headers={"Content-Type": "application/json"})
                 sent["direct"] += 1
             except requests.RequestException:
                 pass
@@ -80,8 +85,10 @@ def test_driver_eviction_is_refused_every_time_under_a_flood_of_heavy_reviews(co
         stop.set()
         for t in threads:
             t.join(20)
-    print(f"\n{len(answers)} evictions under the flood; heavy reviews sent: {sent}; "
-          f"slowest eviction answer {max(a[1] for a in answers)} s")
+    print(
+        f"\n{len(answers)} evictions under the flood; heavy reviews sent: {sent}; "
+        f"slowest eviction answer {max(a[1] for a in answers)} s"
+    )
     assert len(answers) >= 20, answers
     assert all(code == 429 for code, _, _ in answers), [a for a in answers if a[0] != 429]
     assert driver_pod_name(cp) == driver_pod  # never evicted

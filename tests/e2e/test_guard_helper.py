@@ -4,6 +4,7 @@ It used to match "dra-guard" anywhere in kubectl's output, and the probe's own n
 (dra-guard-probe) is echoed by the apiserver: it returned at once with no webhook registered
 (issue 21, item 7), so a test asserting a refusal right after registering raced the apiserver.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,9 +16,11 @@ from tests.e2e.guard import DENIED, PROBE, Guard, called
 
 def test_the_probe_alone_never_counts_as_called():
     """What the apiserver prints for the probe without dra-guard contains "dra-guard" but is not its answer."""
-    unregistered = ["clusterrolebinding.rbac.authorization.k8s.io/dra-guard-probe created (server dry run)\n",
-                    'Error from server (Forbidden): clusterrolebindings.rbac.authorization.k8s.io "dra-guard-probe" '
-                    'is forbidden: User "alice" cannot create resource "clusterrolebindings"\n']
+    unregistered = [
+        "clusterrolebinding.rbac.authorization.k8s.io/dra-guard-probe created (server dry run)\n",
+        'Error from server (Forbidden): clusterrolebindings.rbac.authorization.k8s.io "dra-guard-probe" '
+        'is forbidden: User "alice" cannot create resource "clusterrolebindings"\n',
+    ]
     for text in unregistered:
         for mode in ("enforce", "warn", "audit"):
             assert not called(text, mode=mode)

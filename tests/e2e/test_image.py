@@ -3,6 +3,7 @@ from Debian 12 packages, buildah, no registry) keeps the Dockerfile's promises, 
 built image's own files and config, not on the Dockerfile's text (tests/chart/test_dockerfile.py):
 it runs as 65532, it has no pip, no ensurepip, no compiler and no sources, and `dra-guard --help`
 and `--version` work in it as that user."""
+
 from __future__ import annotations
 
 import os
@@ -50,9 +51,19 @@ def test_dra_guard_help_and_version_work_in_the_image_as_its_user(rootfs):
     version = run_in_image(root, config, "--version")
     assert version.returncode == 0 and "0.2.0" in version.stdout + version.stderr, version
     # the user really is 65532 inside: it cannot write to the image's own files
-    probe = subprocess.run(["chroot", "--userspec=65532:65532", str(root), "/opt/dra-guard/bin/python", "-c",
-                            "import os; print(os.getuid(), os.getgid()); open('/opt/dra-guard/x', 'w')"],
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [
+            "chroot",
+            "--userspec=65532:65532",
+            str(root),
+            "/opt/dra-guard/bin/python",
+            "-c",
+            "import os; print(os.getuid(), os.getgid()); open('/opt/dra-guard/x', 'w')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert probe.stdout.split() == ["65532", "65532"] and "PermissionError" in probe.stderr, probe
 
 
@@ -65,16 +76,23 @@ def test_final_image_has_no_pip_no_ensurepip_no_compiler_no_sources(rootfs):
             if name in ("pip", "ensurepip", "setuptools", "python-wheels") or name.startswith("pip-"):
                 found.append(here / name)
         for name in filenames:
-            if name.endswith(".whl") or (here.name == "bin" and name in COMPILERS) \
-                    or (here.name == "bin" and name.startswith(("pip", "gcc", "x86_64-linux-gnu-"))):
+            if (
+                name.endswith(".whl")
+                or (here.name == "bin" and name in COMPILERS)
+                or (here.name == "bin" and name.startswith(("pip", "gcc", "x86_64-linux-gnu-")))
+            ):
                 found.append(here / name)
     assert not found, [str(p.relative_to(root)) for p in found]
     for gone in ("src", "wheels"):
         assert not (root / gone).exists(), gone
     # and the interpreter agrees: neither module can be imported
     for module in ("pip", "ensurepip", "setuptools"):
-        proc = subprocess.run(["chroot", "--userspec=65532:65532", str(root), "/opt/dra-guard/bin/python", "-c",
-                               f"import {module}"], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["chroot", "--userspec=65532:65532", str(root), "/opt/dra-guard/bin/python", "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr, (module, proc.stderr)
 
 

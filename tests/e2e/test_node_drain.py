@@ -6,6 +6,7 @@ unprepares (the file removed, a "dradriver: unprepared claim" log line). The nod
 ``ToBeDeletedByClusterAutoscaler:NoSchedule`` as the Cluster Autoscaler does before it drains a
 node for scale-down: the DaemonSet controller then does not put an evicted driver pod back.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,10 @@ GUARD_REFUSAL = EVICTION_REFUSED
 def driver(real_node):
     """The driver DaemonSet (surge-capable update strategy), running and publishing its ResourceSlice."""
     cp = real_node.cp
-    testdriver.apply(cp, testdriver.driver_objects(cp, strategy={
-        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}))
+    testdriver.apply(
+        cp,
+        testdriver.driver_objects(cp, strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}),
+    )
     wait_for("the driver's ResourceSlice", lambda: (get_json(cp, "resourceslices") or {}).get("items"), timeout=90)
     return cp
 
@@ -56,8 +59,11 @@ def real_node_name(cp):
 @pytest.fixture(scope="module")
 def guard(real_node, driver, tmp_path_factory):
     g = Guard(real_node.cp, tmp_path_factory.mktemp("dra-guard-drain"))
-    g.start(mode="enforce", driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",),
-            declared=((testdriver.NAMESPACE, testdriver.NAME),))
+    g.start(
+        mode="enforce",
+        driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",),
+        declared=((testdriver.NAMESPACE, testdriver.NAME),),
+    )
     g.register()
     try:
         yield g
@@ -69,8 +75,11 @@ def start_consumer(cp, name):
     """Create consumer pod `name` (its own claim from a template); return its claim's UID once the
     pod runs and the driver has written the claim's CDI spec."""
     testdriver.apply(cp, testdriver.consumer_objects(name))
-    pod = wait_for(f"{name} Running", lambda: (lambda p: p if p and p["status"].get("phase") == "Running" else None)(
-        get_json(cp, "pod", "-n", "work", name)), timeout=90)
+    pod = wait_for(
+        f"{name} Running",
+        lambda: (lambda p: p if p and p["status"].get("phase") == "Running" else None)(get_json(cp, "pod", "-n", "work", name)),
+        timeout=90,
+    )
     claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     uid = get_json(cp, "resourceclaim", "-n", "work", claim_name)["metadata"]["uid"]
     assert testdriver.cdi_file(uid).exists(), "the driver did not prepare the claim"
@@ -117,7 +126,9 @@ def test_with_dra_guard_the_consumer_goes_first_and_then_the_driver(real_node, c
         r = evict(cp, testdriver.NAMESPACE, driver_pod)
         answers.append((r.status_code, r.text[:300]))
         assert r.status_code != 201, f"the driver was evicted with a claim prepared: {answers}"
-        return [r] if r.status_code == 429 and r.json().get("message", "").startswith(GUARD_REFUSAL) else None  # a 429 Response is falsy
+        return (
+            [r] if r.status_code == 429 and r.json().get("message", "").startswith(GUARD_REFUSAL) else None
+        )  # a 429 Response is falsy
 
     try:
         resp = wait_for("dra-guard to refuse the driver's eviction", refused, timeout=60)[0]
@@ -131,8 +142,11 @@ def test_with_dra_guard_the_consumer_goes_first_and_then_the_driver(real_node, c
     assert not testdriver.cdi_file(uid).exists()
     assert f"dradriver: unprepared claim work/{claim} uid={uid} cdi={testdriver.cdi_file(uid)} removed=true" in driver_log(node)
 
-    r = wait_for("the driver's eviction allowed", lambda: (lambda r: [r] if r.status_code == 201 else None)(
-        evict(cp, testdriver.NAMESPACE, driver_pod)), timeout=60)[0]
+    r = wait_for(
+        "the driver's eviction allowed",
+        lambda: (lambda r: [r] if r.status_code == 201 else None)(evict(cp, testdriver.NAMESPACE, driver_pod)),
+        timeout=60,
+    )[0]
     assert r.status_code == 201
     wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=60)
     assert "is not registered" not in node.kubelet_log_text()[log_offset:]
@@ -149,7 +163,9 @@ def test_drain_loop_that_evicts_daemonset_pods_empties_the_node_in_order(real_no
 
     def on_node():
         pods = (get_json(cp, "pods", "-A", "--field-selector", f"spec.nodeName={node.name}") or {"items": []})["items"]
-        return sorted(((p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods), key=lambda k: k[0] != testdriver.NAMESPACE)
+        return sorted(
+            ((p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods), key=lambda k: k[0] != testdriver.NAMESPACE
+        )
 
     evicted, refused, seen_log = {}, 0, ""
     deadline = time.monotonic() + 120
@@ -188,10 +204,12 @@ def test_evict_everything_loop_while_dra_guard_is_down_leaves_the_driver_until_i
     guard.stop_server()
     restarted = False
     try:
+
         def on_node():
             pods = (get_json(cp, "pods", "-A", "--field-selector", f"spec.nodeName={node.name}") or {"items": []})["items"]
-            return sorted(((p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods),
-                          key=lambda k: k[0] != testdriver.NAMESPACE)
+            return sorted(
+                ((p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods), key=lambda k: k[0] != testdriver.NAMESPACE
+            )
 
         evicted, refused_down, seen_log, gone_at = {}, 0, "", None
         deadline = time.monotonic() + 180
@@ -242,20 +260,39 @@ def test_surge_rollout_of_the_driver_keeps_claims_served(real_node, clean_node, 
     claim_a, uid_a = start_consumer(cp, "before-rollout")
     old = testdriver.driver_pods(cp)[0]["metadata"]["name"]
     log_offset = len(node.kubelet_log_text())
-    cp.kubectl("admin", "patch", "daemonset", "-n", testdriver.NAMESPACE, testdriver.NAME, "--type=merge", "-p",
-               '{"spec":{"template":{"metadata":{"annotations":{"e2e/rollout":"2"}}}}}')
-    both = wait_for("old and new driver pods running side by side", lambda: (lambda ps: ps if len(ps) == 2 and all(
-        p["status"].get("phase") == "Running" for p in ps) else None)(testdriver.driver_pods(cp, include_terminating=True)),
-        timeout=60, interval=0.1)
+    cp.kubectl(
+        "admin",
+        "patch",
+        "daemonset",
+        "-n",
+        testdriver.NAMESPACE,
+        testdriver.NAME,
+        "--type=merge",
+        "-p",
+        '{"spec":{"template":{"metadata":{"annotations":{"e2e/rollout":"2"}}}}}',
+    )
+    both = wait_for(
+        "old and new driver pods running side by side",
+        lambda: (lambda ps: ps if len(ps) == 2 and all(p["status"].get("phase") == "Running" for p in ps) else None)(
+            testdriver.driver_pods(cp, include_terminating=True)
+        ),
+        timeout=60,
+        interval=0.1,
+    )
     new = next(p["metadata"]["name"] for p in both if p["metadata"]["name"] != old)
     claim_b, uid_b = start_consumer(cp, "during-rollout")  # prepared while the rollout runs
     try:
-        wait_for("the old driver pod gone", lambda: old not in [p["metadata"]["name"] for p in
-                                                               testdriver.driver_pods(cp, include_terminating=True)], timeout=90)
+        wait_for(
+            "the old driver pod gone",
+            lambda: old not in [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)],
+            timeout=90,
+        )
     except TimeoutError as exc:
-        raise AssertionError(f"{exc}: {cp.kubectl('admin', 'get', 'pods', '-A', '-o', 'wide').stdout}\n"
-                             f"{cp.kubectl('admin', 'describe', 'pod', '-n', testdriver.NAMESPACE, old).stdout[-1500:]}\n"
-                             f"{node.container_log(testdriver.NAMESPACE, old, 'plugin')[-1500:]}") from None
+        raise AssertionError(
+            f"{exc}: {cp.kubectl('admin', 'get', 'pods', '-A', '-o', 'wide').stdout}\n"
+            f"{cp.kubectl('admin', 'describe', 'pod', '-n', testdriver.NAMESPACE, old).stdout[-1500:]}\n"
+            f"{node.container_log(testdriver.NAMESPACE, old, 'plugin')[-1500:]}"
+        ) from None
     assert testdriver.cdi_file(uid_a).exists() and testdriver.cdi_file(uid_b).exists()
     for name in ("before-rollout", "during-rollout"):
         cp.kubectl("admin", "delete", "pod", "-n", "work", name, "--wait=false")
@@ -275,8 +312,14 @@ def surge_pair_trial(cp, ds: list[str], trial: int) -> list[int]:
     def both_ready():
         pods = testdriver.driver_pods(cp)
         if len(pods) == 1 and testdriver.ready(pods[0]):  # start a surge: a new template
-            cp.kubectl("admin", "patch", *ds, "--type=merge", "-p",
-                       json.dumps({"spec": {"template": {"metadata": {"annotations": {"e2e/pair": str(trial)}}}}}))
+            cp.kubectl(
+                "admin",
+                "patch",
+                *ds,
+                "--type=merge",
+                "-p",
+                json.dumps({"spec": {"template": {"metadata": {"annotations": {"e2e/pair": str(trial)}}}}}),
+            )
         ready = [p for p in pods if testdriver.ready(p)]
         return ready if len(ready) == 2 else None
 
@@ -284,8 +327,12 @@ def surge_pair_trial(cp, ds: list[str], trial: int) -> list[int]:
 
     def seen_as_peers():  # a dry run of one eviction is allowed (a dry run leaves no record)
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pair[0], "namespace": testdriver.NAMESPACE}}
-        return cp.session("admin").post(f"{cp.url}/api/v1/namespaces/{testdriver.NAMESPACE}/pods/{pair[0]}/eviction"
-                                        f"?dryRun=All", json=body, timeout=10).status_code == 201
+        return (
+            cp.session("admin")
+            .post(f"{cp.url}/api/v1/namespaces/{testdriver.NAMESPACE}/pods/{pair[0]}/eviction?dryRun=All", json=body, timeout=10)
+            .status_code
+            == 201
+        )
 
     wait_for("dra-guard to see the Ready peer", seen_as_peers, timeout=30)
     barrier = threading.Barrier(2)
@@ -298,8 +345,11 @@ def surge_pair_trial(cp, ds: list[str], trial: int) -> list[int]:
         codes = list(pool.map(send, pair))
     evicted = {name for name, code in zip(pair, codes, strict=True) if code == 201}
     if len(evicted) <= 1:
-        wait_for("the evicted pod gone", lambda: not evicted & {
-            p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)}, timeout=90)
+        wait_for(
+            "the evicted pod gone",
+            lambda: not evicted & {p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)},
+            timeout=90,
+        )
     return codes
 
 

@@ -1,6 +1,7 @@
 """Issue 20, deliverable 1: the real node starts, runs a pod with a prepared claim, and leaves
 nothing on the host after stop() — nor after its Python process is SIGKILLed and
 ``python -m tests.e2e.node down`` runs. One node per machine: a second lock holder waits."""
+
 from __future__ import annotations
 
 import os
@@ -23,14 +24,19 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def host_traces():
     """What a running node puts on the host (so the leftover checks below are not vacuous)."""
-    return {"mounts": nodemod._mounts_under(nodemod.MOUNT_ROOTS), "cgroups": nodemod._kubepods_cgroups(),
-            "bridge": pathlib.Path(f"/sys/class/net/{nodemod.BRIDGE}").exists(), "sysctls": nodemod.read_sysctls()}
+    return {
+        "mounts": nodemod._mounts_under(nodemod.MOUNT_ROOTS),
+        "cgroups": nodemod._kubepods_cgroups(),
+        "bridge": pathlib.Path(f"/sys/class/net/{nodemod.BRIDGE}").exists(),
+        "sysctls": nodemod.read_sysctls(),
+    }
 
 
 def test_node_runs_a_claim_and_stop_leaves_nothing(tmp_path):
     bins = binaries.node_binaries()
-    with ControlPlane(tmp_path / "cp", controllers=True, bin_dir=binaries.build_control_plane(),
-                      tools_dir=binaries.client_tools_dir()) as cp:
+    with ControlPlane(
+        tmp_path / "cp", controllers=True, bin_dir=binaries.build_control_plane(), tools_dir=binaries.client_tools_dir()
+    ) as cp:
         node = nodemod.Node(cp, tmp_path / "node", bins=bins)
         started = time.monotonic()
         node.start()
@@ -41,8 +47,11 @@ def test_node_runs_a_claim_and_stop_leaves_nothing(tmp_path):
                     pass
             testdriver.apply(cp, testdriver.driver_objects(cp))
             testdriver.apply(cp, testdriver.consumer_objects("consumer"))
-            wait_for("the consumer Running", lambda: (get_json(cp, "pod", "-n", "work", "consumer") or {}).get(
-                "status", {}).get("phase") == "Running", timeout=90)
+            wait_for(
+                "the consumer Running",
+                lambda: (get_json(cp, "pod", "-n", "work", "consumer") or {}).get("status", {}).get("phase") == "Running",
+                timeout=90,
+            )
             assert "pause: DRA_GUARD_TEST_DEVICE=dev-" in node.container_log("work", "consumer", "app")  # the CDI edit
             traces = host_traces()
             assert traces["mounts"] and traces["cgroups"] and traces["bridge"]
@@ -56,15 +65,16 @@ def test_down_cleans_up_after_a_killed_run(tmp_path):
     """SIGKILL the Python process that runs the node (no atexit, no stop()): shims, containers,
     mounts, cgroups and the bridge outlive it; `python -m tests.e2e.node down` removes them all."""
     script = tmp_path / "run_node.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import pathlib, sys, time
         sys.path.insert(0, {str(REPO)!r})
         from tests.e2e import testdriver
         from tests.e2e.cluster import ControlPlane
         from tests.e2e.kube import get_json, wait_for
         from tests.e2e.node import Node
-        cp = ControlPlane(pathlib.Path({str(tmp_path / 'cp')!r}), controllers=True).start()
-        node = Node(cp, pathlib.Path({str(tmp_path / 'node')!r})).start()
+        cp = ControlPlane(pathlib.Path({str(tmp_path / "cp")!r}), controllers=True).start()
+        node = Node(cp, pathlib.Path({str(tmp_path / "node")!r})).start()
         testdriver.apply(cp, [{{"apiVersion": "v1", "kind": "Namespace", "metadata": {{"name": "work"}}}},
                               {{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "victim", "namespace": "work"}},
                                "spec": {{"containers": [{{"name": "app", "image": testdriver.APP_IMAGE,
@@ -73,7 +83,8 @@ def test_down_cleans_up_after_a_killed_run(tmp_path):
             "status", {{}}).get("phase") == "Running", timeout=90)
         print("running", flush=True)
         time.sleep(600)
-    """))
+    """)
+    )
     before = nodemod.read_sysctls()
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
@@ -87,8 +98,7 @@ def test_down_cleans_up_after_a_killed_run(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    down = subprocess.run([sys.executable, "-m", "tests.e2e.node", "down"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    down = subprocess.run([sys.executable, "-m", "tests.e2e.node", "down"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     assert "clean" in down.stdout
     assert nodemod.leftovers(before) == []

@@ -5,6 +5,7 @@ dra-guard (a real `dra-guard serve`, tests/e2e/guard.py) adds the liveness and s
 create. The evidence is the kubelet's: its prober_probe_total counters, the container's
 restartCount, and the driver's own health log lines.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,8 +30,11 @@ probes:
 @pytest.fixture(scope="module")
 def guarded(real_node, tmp_path_factory):
     g = Guard(real_node.cp, tmp_path_factory.mktemp("dra-guard-probes"))
-    g.start(mode="enforce", extra_config=PROBES.format(startup="true"),
-            driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",))
+    g.start(
+        mode="enforce",
+        extra_config=PROBES.format(startup="true"),
+        driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",),
+    )
     g.register()
     try:
         yield g
@@ -76,14 +80,22 @@ def test_unhealthy_driver_is_restarted_by_the_kubelet(real_node, guarded):
     wait_for("the driver pod Ready", lambda: testdriver.ready(pod_now(cp, name)), timeout=60)
     testdriver.UNHEALTHY_FILE.touch()
     try:
-        wait_for("the kubelet to restart the unhealthy driver",
-                 lambda: testdriver.restarts(pod_now(cp, name)) >= 1, timeout=60)
+        wait_for("the kubelet to restart the unhealthy driver", lambda: testdriver.restarts(pod_now(cp, name)) >= 1, timeout=60)
     finally:
         testdriver.UNHEALTHY_FILE.unlink(missing_ok=True)
     assert testdriver.kubelet_probe_counts(cp, name).get("failed", 0) >= 2
     assert "dradriver: health NOT_SERVING" in node.container_log(testdriver.NAMESPACE, name, "plugin")
-    events = cp.kubectl("admin", "get", "events", "-n", testdriver.NAMESPACE, "--field-selector",
-                        f"involvedObject.name={name}", "-o", "jsonpath={.items[*].message}").stdout
+    events = cp.kubectl(
+        "admin",
+        "get",
+        "events",
+        "-n",
+        testdriver.NAMESPACE,
+        "--field-selector",
+        f"involvedObject.name={name}",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ).stdout
     assert "Liveness probe failed" in events
     # healthy again after the restart: it stays up
     wait_for("the restarted driver Ready", lambda: testdriver.ready(pod_now(cp, name)), timeout=60)
@@ -103,8 +115,11 @@ def test_without_the_startup_probe_the_slow_driver_is_restarted(real_node, guard
     """The counter-proof: the same slow driver with dra-guard's startupProbe turned off is killed by
     its liveness probe before it ever serves (why the startup probe is on by default)."""
     cp = real_node.cp
-    guarded.start(mode="enforce", extra_config=PROBES.format(startup="false"),
-                  driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",))
+    guarded.start(
+        mode="enforce",
+        extra_config=PROBES.format(startup="false"),
+        driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",),
+    )
     guarded.wait_called()
     try:
         pod = deploy(cp, args=["--start-delay=20s"])
@@ -112,6 +127,9 @@ def test_without_the_startup_probe_the_slow_driver_is_restarted(real_node, guard
         name = pod["metadata"]["name"]
         wait_for("the kubelet to restart the slow driver", lambda: testdriver.restarts(pod_now(cp, name)) >= 1, timeout=60)
     finally:
-        guarded.start(mode="enforce", extra_config=PROBES.format(startup="true"),
-                      driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",))
+        guarded.start(
+            mode="enforce",
+            extra_config=PROBES.format(startup="true"),
+            driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",),
+        )
         guarded.wait_called()

@@ -11,6 +11,7 @@ timeout (tests/http/test_slow_clients.py::test_connections_idle_after_their_tls_
 The clients' own connections to the apiserver are opened before the burst (as a GitOps tool's
 client keeps its connection): the burst measured is the apiserver's to dra-guard, not 200 TLS
 handshakes of this test's Python client competing for the same 2 cores."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -29,10 +30,13 @@ def test_compliant_bindings_created_in_parallel_all_succeed(control_plane, guard
         s.get(f"{cp.url}/version", timeout=30)
 
     def create(name: str, i: int, barrier: threading.Barrier) -> tuple[int, float, str]:
-        body = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": name, "labels": {"e2e": "parallel"}},
-                "subjects": [{"kind": "Group", "name": f"team-{i}", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"}}
+        body = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": {"e2e": "parallel"}},
+            "subjects": [{"kind": "Group", "name": f"team-{i}", "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "rbac.authorization.k8s.io"},
+        }
         barrier.wait()
         started = time.monotonic()
         r = sessions[i].post(url, json=body, timeout=30)
@@ -43,8 +47,9 @@ def test_compliant_bindings_created_in_parallel_all_succeed(control_plane, guard
             reviewed = guard.reviews_counted()
             barrier = threading.Barrier(COUNT)
             with concurrent.futures.ThreadPoolExecutor(COUNT) as pool:
-                results = list(pool.map(create, [f"e2e-parallel-{round_}-{i:03d}" for i in range(COUNT)], range(COUNT),
-                                        [barrier] * COUNT))
+                results = list(
+                    pool.map(create, [f"e2e-parallel-{round_}-{i:03d}" for i in range(COUNT)], range(COUNT), [barrier] * COUNT)
+                )
             failed = [r for r in results if r[0] != 201]
             slowest = max(r[1] for r in results)
             print(f"\nround {round_}: {COUNT} parallel creates, {len(failed)} failed, slowest {slowest:.2f} s")

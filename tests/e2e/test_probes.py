@@ -1,4 +1,5 @@
 """Driver liveness probes through the real kube-apiserver (issue acceptance 5)."""
+
 from __future__ import annotations
 
 import json

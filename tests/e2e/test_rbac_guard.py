@@ -1,4 +1,5 @@
 """The RBAC guard through a real kube-apiserver, driven by the real kubectl (issue scenarios 1-6)."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,12 @@ def enforce(guard):
 
 
 def role_yaml(name, resources, verbs, labels=None):
-    doc = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-           "rules": [{"apiGroups": ["resource.k8s.io"], "resources": resources, "verbs": verbs}]}
+    doc = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": ["resource.k8s.io"], "resources": resources, "verbs": verbs}],
+    }
     if labels:
         doc["metadata"]["labels"] = labels
     return json.dumps(doc)
@@ -25,9 +30,15 @@ def role_yaml(name, resources, verbs, labels=None):
 
 def binding_yaml(name, role, group, annotations=None):
     meta = {"name": name, **({"annotations": annotations} if annotations else {})}
-    return json.dumps({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
-                       "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
-                       "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": "rbac.authorization.k8s.io"}})
+    return json.dumps(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": meta,
+            "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": "rbac.authorization.k8s.io"},
+        }
+    )
 
 
 def exists(cp, kind, name):
@@ -102,8 +113,13 @@ def test_member_role_aggregated_into_bound_edit_is_refused(control_plane, enforc
     out = apply(cp, "admin", binding_yaml("e2e-devs-edit", "edit", "devs", annotations=glass))
     assert out.returncode == 0, out.stderr
     try:
-        out = apply(cp, "alice", role_yaml("e2e-edit-slices", ["resourceslices"], ["patch"],
-                                           labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}))
+        out = apply(
+            cp,
+            "alice",
+            role_yaml(
+                "e2e-edit-slices", ["resourceslices"], ["patch"], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}
+            ),
+        )
         assert out.returncode != 0
         assert "Group devs" in out.stderr and "e2e-devs-edit" in out.stderr
         assert not exists(cp, "clusterrole", "e2e-edit-slices")
@@ -127,9 +143,16 @@ def test_binding_and_role_in_one_apply_cannot_slip_through(control_plane, enforc
     local apiserver the watch is usually faster than kubectl, so the race is rarely hit here; the
     unit test test_role_with_protected_grants_reads_bindings_the_watch_has_not_delivered pins it.)"""
     cp = control_plane
-    both = json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        json.loads(binding_yaml("e2e-race", "e2e-race-role", "team-a")),
-        json.loads(role_yaml("e2e-race-role", ["resourceslices"], ["update"]))]})
+    both = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                json.loads(binding_yaml("e2e-race", "e2e-race-role", "team-a")),
+                json.loads(role_yaml("e2e-race-role", ["resourceslices"], ["update"])),
+            ],
+        }
+    )
     try:
         out = apply(cp, "alice", both)
         assert out.returncode != 0 and "e2e-race" in out.stderr
@@ -172,8 +195,11 @@ def test_no_api_requests_per_review(control_plane, enforce):
     cp = control_plane
     before_ids = {ev["auditID"] for ev in cp.audit_events("dra-guard", stage=None)}
     assert before_ids, "the audit log shows none of dra-guard's initial lists and watches"
-    api_before = sum(metric(enforce, "dra_guard_kube_api_requests_total", {"verb": v, "resource": r})
-                     for v in ("list", "watch") for r in ("clusterroles", "clusterrolebindings"))
+    api_before = sum(
+        metric(enforce, "dra_guard_kube_api_requests_total", {"verb": v, "resource": r})
+        for v in ("list", "watch")
+        for r in ("clusterroles", "clusterrolebindings")
+    )
     items = [json.loads(binding_yaml(f"e2e-harmless-{i}", "view", f"team-{i}")) for i in range(200)]
     for item in items:
         item["metadata"]["labels"] = {"e2e": "harmless"}
@@ -181,6 +207,7 @@ def test_no_api_requests_per_review(control_plane, enforce):
     assert out.stdout.count("created") == 200
 
     from tests.builders import binding, review, subject
+
     session = enforce.proc.session()
     body = review(binding("direct", "e2e-slice-writer", [subject("Group", "team-a")]))
     for i in range(10_000):
@@ -192,8 +219,11 @@ def test_no_api_requests_per_review(control_plane, enforce):
     time.sleep(1.5)  # let the audit backend flush
     calls = [(e["verb"], e.get("objectRef", {}).get("resource")) for e in _guard_requests(cp, before_ids)]
     assert all(verb == "watch" for verb, _ in calls), calls  # at most a watch renewal, never a get/list per review
-    api_after = sum(metric(enforce, "dra_guard_kube_api_requests_total", {"verb": v, "resource": r})
-                    for v in ("list", "watch") for r in ("clusterroles", "clusterrolebindings"))
+    api_after = sum(
+        metric(enforce, "dra_guard_kube_api_requests_total", {"verb": v, "resource": r})
+        for v in ("list", "watch")
+        for r in ("clusterroles", "clusterrolebindings")
+    )
     assert api_after - api_before <= len(calls)
     cp.kubectl("admin", "delete", "clusterrolebinding", "-l", "e2e=harmless", "--wait=false")
 
@@ -204,8 +234,11 @@ def test_cache_sync_time_is_a_metric_and_a_log_line(control_plane, enforce):
     caches = ("clusterroles", "clusterrolebindings", "daemonsets", "pods", "resourceclaims", "resourceslices")
     for cache in caches:
         assert 0 < metric(enforce, "dra_guard_cache_list_seconds", {"cache": cache}) < 30, cache
-    synced = [json.loads(line) for line in enforce.proc.log_file.read_text(errors="replace").splitlines()
-              if line.startswith("{") and '"cache synced"' in line]
+    synced = [
+        json.loads(line)
+        for line in enforce.proc.log_file.read_text(errors="replace").splitlines()
+        if line.startswith("{") and '"cache synced"' in line
+    ]
     by_cache = {entry["cache"]: entry for entry in synced}
     assert set(caches) <= set(by_cache)
     assert by_cache["clusterroles"]["objects"] > 50  # the bootstrap roles at least

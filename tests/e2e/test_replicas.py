@@ -10,6 +10,7 @@ behind its Service usually do. Each replica's own metrics prove the split. The n
 it keeps both pods), the test sets the driver pods' Ready condition, the real scheduler allocates
 and reserves a consumer's claim on the node.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -37,19 +38,42 @@ WORK = "replicas-work"
 TRIALS = 20
 
 DRA_OBJECTS = [
-    {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "e2e-replicas"},
-     "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]}},
-    {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{NODE}-gpu"},
-     "spec": {"driver": DRIVER, "nodeName": NODE, "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
-              "devices": [{"name": "gpu-0"}]}},
+    {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "e2e-replicas"},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+    },
+    {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{NODE}-gpu"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": NODE,
+            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}],
+        },
+    },
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WORK}},
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NS}},
-    {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "gpu", "namespace": WORK},
-     "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "e2e-replicas"}}]}}}},
-    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "consumer", "namespace": WORK},
-     "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE}, "tolerations": TOLERATE_ALL,
-              "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-              "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}]}},
+    {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpu", "namespace": WORK},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "e2e-replicas"}}]}}},
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "consumer", "namespace": WORK},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "tolerations": TOLERATE_ALL,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+            "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    },
 ]
 
 
@@ -105,9 +129,14 @@ def keep_node_ready(cp, stop: threading.Event) -> None:
     marks the node's pods NotReady after its grace period, and the surge pair would be gone."""
     while not stop.wait(5):
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        cp.session("admin").patch(f"{cp.url}/api/v1/nodes/{NODE}/status", timeout=10, data=json.dumps(
-            {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "FakeNode", "lastHeartbeatTime": now}]}}),
-            headers={"Content-Type": "application/strategic-merge-patch+json"})
+        cp.session("admin").patch(
+            f"{cp.url}/api/v1/nodes/{NODE}/status",
+            timeout=10,
+            data=json.dumps(
+                {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "FakeNode", "lastHeartbeatTime": now}]}}
+            ),
+            headers={"Content-Type": "application/strategic-merge-patch+json"},
+        )
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +146,12 @@ def replicas(control_plane, tmp_path_factory):
     cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE), timeout=10).raise_for_status()
     threading.Thread(target=keep_node_ready, args=(cp, stop), daemon=True).start()
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": DRA_OBJECTS}))
-    ds = driver_daemonset(name=DS, namespace=DRIVER_NS, plugin_subdir=DRIVER,
-                          strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    ds = driver_daemonset(
+        name=DS,
+        namespace=DRIVER_NS,
+        plugin_subdir=DRIVER,
+        strategy={"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+    )
     ds["spec"]["minReadySeconds"] = 3600  # the controller keeps the old pod while the new one is Ready
     ds["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
     ds["spec"]["template"]["spec"]["tolerations"] = TOLERATE_ALL
@@ -128,8 +161,12 @@ def replicas(control_plane, tmp_path_factory):
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda g: g.start(mode="enforce", declared=((DRIVER_NS, DS),)), guards))
         one = guards[0]
-        proxy = RoundRobinProxy(free_port(), str(one.workdir / "tls" / "tls.crt"),
-                                str(one.workdir / "tls" / "tls.key"), [(g.url, str(g.proc.ca_file)) for g in guards])
+        proxy = RoundRobinProxy(
+            free_port(),
+            str(one.workdir / "tls" / "tls.crt"),
+            str(one.workdir / "tls" / "tls.key"),
+            [(g.url, str(g.proc.ca_file)) for g in guards],
+        )
         url = f"https://127.0.0.1:{proxy.server.server_address[1]}"
         configs = webhook_configurations(url=url, ca_file=one.proc.ca_file, declared=((DRIVER_NS, DS),))
         cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": configs}))
@@ -146,8 +183,15 @@ def replicas(control_plane, tmp_path_factory):
         cp.kubectl("admin", "delete", "daemonset", "-n", DRIVER_NS, DS, "--wait=false", check=False)
         for ns in (WORK, DRIVER_NS):
             cp.kubectl("admin", "delete", "pods", "-n", ns, "--all", "--grace-period=0", "--force", "--wait=false", check=False)
-        cp.kubectl("admin", "delete", "-f", "-", "--wait=false", input=json.dumps(
-            {"apiVersion": "v1", "kind": "List", "items": DRA_OBJECTS}), check=False)
+        cp.kubectl(
+            "admin",
+            "delete",
+            "-f",
+            "-",
+            "--wait=false",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": DRA_OBJECTS}),
+            check=False,
+        )
         cp.kubectl("admin", "delete", "node", NODE, "--wait=false", check=False)
 
 
@@ -165,10 +209,13 @@ def set_ready(cp, p) -> None:
     """Ready, as a kubelet would report it (none runs on the fake node)."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     cp.session("admin").patch(
-        f"{cp.url}/api/v1/namespaces/{DRIVER_NS}/pods/{p['metadata']['name']}/status", timeout=10,
-        data=json.dumps({"status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": now}]}}),
-        headers={"Content-Type": "application/strategic-merge-patch+json"}).raise_for_status()
+        f"{cp.url}/api/v1/namespaces/{DRIVER_NS}/pods/{p['metadata']['name']}/status",
+        timeout=10,
+        data=json.dumps(
+            {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]}}
+        ),
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    ).raise_for_status()
 
 
 def pair_ready(cp, trial: int) -> list[str] | None:
@@ -183,9 +230,11 @@ def pair_ready(cp, trial: int) -> list[str] | None:
         current = ds["metadata"].get("annotations", {}).get("deprecated.daemonset.template.generation")
         if pods[0]["metadata"]["labels"].get("pod-template-generation") == current:  # else the controller surges itself
             cp.session("admin").patch(
-                f"{cp.url}/apis/apps/v1/namespaces/{DRIVER_NS}/daemonsets/{DS}", timeout=10,
+                f"{cp.url}/apis/apps/v1/namespaces/{DRIVER_NS}/daemonsets/{DS}",
+                timeout=10,
                 data=json.dumps({"spec": {"template": {"metadata": {"annotations": {"e2e/pair": str(trial)}}}}}),
-                headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+                headers={"Content-Type": "application/merge-patch+json"},
+            ).raise_for_status()
     return [p["metadata"]["name"] for p in pods] if len(pods) == 2 and all(is_ready(p) for p in pods) else None
 
 
@@ -194,8 +243,11 @@ def sees_peers(guard, pair: list[str]) -> bool:
     other (the claim is held: the seamless-upgrade warning). A dry run writes no record."""
     session = guard.proc.session()
     for name in pair:
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                  "request": eviction_request(name, namespace=DRIVER_NS, dry_run=True)}
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": eviction_request(name, namespace=DRIVER_NS, dry_run=True),
+        }
         answer = session.post(guard.url + "/validate/evictions", json=review, timeout=10).json()["response"]
         if not (answer["allowed"] and any("seamless upgrade" in w for w in answer.get("warnings", []))):
             return False
@@ -213,13 +265,18 @@ def reviews(guard) -> float:
 
 
 def test_two_evictions_of_a_surge_pair_sent_together_to_two_replicas_never_both_leave_while_a_claim_is_held(
-        control_plane, replicas):
+    control_plane, replicas
+):
     cp, guards = control_plane, replicas
     outcomes, split, started = [], 0, time.monotonic()
     for trial in range(TRIALS):
         pair = wait_for("a Ready surge pair", lambda t=trial: pair_ready(cp, t), timeout=60, interval=0.2)
-        wait_for("both replicas to see the pair as peers with the claim held",
-                 lambda p=pair: all(sees_peers(g, p) for g in guards), timeout=60, interval=0.2)
+        wait_for(
+            "both replicas to see the pair as peers with the claim held",
+            lambda p=pair: all(sees_peers(g, p) for g in guards),
+            timeout=60,
+            interval=0.2,
+        )
         before = [reviews(g) for g in guards]
         barrier = threading.Barrier(2)
 
@@ -235,31 +292,41 @@ def test_two_evictions_of_a_surge_pair_sent_together_to_two_replicas_never_both_
         assert codes.count(201) <= 1, f"trial {trial}: both driver pods evicted while a claim is held: {outcomes}"
         assert all(code in (201, 429) for code in codes), outcomes
         evicted = {n for n, c in zip(pair, codes, strict=True) if c == 201}
-        wait_for("the evicted pod gone", lambda e=evicted: not e & {p["metadata"]["name"] for p in driver_pods(cp)},
-                 timeout=30, interval=0.1)
-    records = {r: sum(counter(g, "dra_guard_eviction_records_total", f'result="{r}"') for g in guards)
-               for r in ("created", "taken_over", "conflict", "error")}
-    print(f"outcomes {outcomes}; split over both replicas in {split} of {TRIALS}; records {records}; "
-          f"{time.monotonic() - started:.1f} s")
+        wait_for(
+            "the evicted pod gone",
+            lambda e=evicted: not e & {p["metadata"]["name"] for p in driver_pods(cp)},
+            timeout=30,
+            interval=0.1,
+        )
+    records = {
+        r: sum(counter(g, "dra_guard_eviction_records_total", f'result="{r}"') for g in guards)
+        for r in ("created", "taken_over", "conflict", "error")
+    }
+    print(
+        f"outcomes {outcomes}; split over both replicas in {split} of {TRIALS}; records {records}; "
+        f"{time.monotonic() - started:.1f} s"
+    )
     assert split >= TRIALS * 3 // 4, f"the reviews were not split over the two replicas: {split} of {TRIALS}"
     assert sum(codes.count(201) == 1 for codes in outcomes) >= TRIALS * 3 // 4, outcomes  # the peer rule still lets one go
     assert records["conflict"] >= 1 and records["error"] == 0, records  # the race happened, and the record settled it
 
 
-def test_a_record_that_cannot_be_written_refuses_in_enforce_mode_and_the_pair_goes_again_once_it_can(
-        control_plane, replicas):
+def test_a_record_that_cannot_be_written_refuses_in_enforce_mode_and_the_pair_goes_again_once_it_can(control_plane, replicas):
     """The replicas may not write Leases (the chart's RoleBinding gone): a driver pod with a Ready
     peer is refused with 429 naming the cause (fail closed on this narrow scope; drains retry), and
     allowed again once the RoleBinding is back."""
     cp, guards = control_plane, replicas
     pair = wait_for("a Ready surge pair", lambda: pair_ready(cp, TRIALS), timeout=60, interval=0.2)
-    wait_for("both replicas to see the pair as peers", lambda: all(sees_peers(g, pair) for g in guards),
-             timeout=60, interval=0.2)
+    wait_for("both replicas to see the pair as peers", lambda: all(sees_peers(g, pair) for g in guards), timeout=60, interval=0.2)
     errors = sum(counter(g, "dra_guard_eviction_records_total", 'result="error"') for g in guards)
 
     def may_write_leases() -> bool:
-        return cp.kubectl("admin", "auth", "can-i", "update", "leases", "-n", NAMESPACE, "--as", "dra-guard",
-                          check=False).stdout.strip() == "yes"
+        return (
+            cp.kubectl(
+                "admin", "auth", "can-i", "update", "leases", "-n", NAMESPACE, "--as", "dra-guard", check=False
+            ).stdout.strip()
+            == "yes"
+        )
 
     cp.kubectl("admin", "delete", "rolebinding", "-n", NAMESPACE, "dra-guard")
     try:
@@ -271,7 +338,8 @@ def test_a_record_that_cannot_be_written_refuses_in_enforce_mode_and_the_pair_go
         assert "403" in message, message
         assert sum(counter(g, "dra_guard_eviction_records_total", 'result="error"') for g in guards) == errors + 1
     finally:
-        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(
-            {"apiVersion": "v1", "kind": "List", "items": chart_namespaced_rbac()}))
+        cp.kubectl(
+            "admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": chart_namespaced_rbac()})
+        )
     wait_for("the Lease rights back", may_write_leases, timeout=30)
     assert evict(cp, DRIVER_NS, pair[0], grace=0).status_code == 201

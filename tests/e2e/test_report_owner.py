@@ -3,6 +3,7 @@ of the session's control plane) once the ClusterRole they name as their owner is
 `helm uninstall` deletes the release's; written without an owner (none configured, or the configured
 one unreadable) they stay. The reports are written by the periodic audit's own code (audit_cluster)
 in both report APIs."""
+
 from __future__ import annotations
 
 import json
@@ -51,13 +52,24 @@ def audit(cp, owner: str | None) -> dict[str, Any]:
 
 def all_ours(cp) -> dict[tuple[str, str], dict[str, Any]]:
     """dra-guard's reports of both APIs by (plural, namespace/name)."""
-    return {(plural, f"{r['metadata'].get('namespace', '')}/{r['metadata']['name']}"): r
-            for kinds in REPORTS.values() for plural, namespaced in kinds for r in ours(cp, plural, namespaced)}
+    return {
+        (plural, f"{r['metadata'].get('namespace', '')}/{r['metadata']['name']}"): r
+        for kinds in REPORTS.values()
+        for plural, namespaced in kinds
+        for r in ours(cp, plural, namespaced)
+    }
 
 
 def create_owner(cp) -> str:
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": OWNER}, "rules": []}))
+    cp.kubectl(
+        "admin",
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": OWNER}, "rules": []}
+        ),
+    )
     uid = uid_of(cp, "clusterrole", "", OWNER)
     assert uid
     return uid
@@ -77,15 +89,27 @@ def test_reports_are_deleted_by_the_garbage_collector_once_their_owner_is(report
     assert audit(cp, OWNER)["reportOwnerProblem"] == ""
     owned = all_ours(cp)
     assert owned.keys() == before.keys()
-    expected = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": OWNER, "uid": uid,
-                 "controller": False, "blockOwnerDeletion": False}]
+    expected = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "name": OWNER,
+            "uid": uid,
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+    ]
     for key, report in owned.items():
         assert report["metadata"]["ownerReferences"] == expected, key
         assert report["metadata"]["uid"] == before[key]["metadata"]["uid"], key  # updated in place, not recreated
 
     cp.kubectl("admin", "delete", "clusterrole", OWNER)
-    wait_for("the garbage collector to delete dra-guard's reports of both APIs", lambda: not all_ours(cp),
-             timeout=GC_SECONDS, interval=1.0)
+    wait_for(
+        "the garbage collector to delete dra-guard's reports of both APIs",
+        lambda: not all_ours(cp),
+        timeout=GC_SECONDS,
+        interval=1.0,
+    )
 
 
 def canaries(uid: str) -> list[dict[str, Any]]:
@@ -93,14 +117,24 @@ def canaries(uid: str) -> list[dict[str, Any]]:
     their deletion shows the garbage collector has handled the owner's deletion for every resource."""
     ref = [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": OWNER, "uid": uid}]
     out = []
-    for version, kinds in (("wgpolicyk8s.io/v1alpha2", ("ClusterPolicyReport", "PolicyReport")),
-                           ("openreports.io/v1alpha1", ("ClusterReport", "Report"))):
+    for version, kinds in (
+        ("wgpolicyk8s.io/v1alpha2", ("ClusterPolicyReport", "PolicyReport")),
+        ("openreports.io/v1alpha1", ("ClusterReport", "Report")),
+    ):
         for kind in kinds:
             meta: dict[str, Any] = {"name": "e2e-gc-canary", "ownerReferences": ref}
             if kind in ("PolicyReport", "Report"):
                 meta["namespace"] = "kube-system"
-            out.append({"apiVersion": version, "kind": kind, "metadata": meta, "summary": {"pass": 0}, "results": [],
-                        **({"source": "e2e"} if version.startswith("openreports") else {})})
+            out.append(
+                {
+                    "apiVersion": version,
+                    "kind": kind,
+                    "metadata": meta,
+                    "summary": {"pass": 0},
+                    "results": [],
+                    **({"source": "e2e"} if version.startswith("openreports") else {}),
+                }
+            )
     return out
 
 
@@ -129,8 +163,11 @@ def test_reports_without_an_owner_are_written_and_stay(report_crds):
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": canaries(uid)}))
     assert len(canaries_left(cp)) == 4
     cp.kubectl("admin", "delete", "clusterrole", OWNER)
-    wait_for("the garbage collector to delete the owned canary reports", lambda: not canaries_left(cp),
-             timeout=GC_SECONDS, interval=1.0)
+    wait_for(
+        "the garbage collector to delete the owned canary reports",
+        lambda: not canaries_left(cp),
+        timeout=GC_SECONDS,
+        interval=1.0,
+    )
     # the garbage collector has handled that deletion in every report resource: dra-guard's stay
-    assert {k: r["metadata"]["uid"] for k, r in all_ours(cp).items()} == {
-        k: r["metadata"]["uid"] for k, r in written.items()}
+    assert {k: r["metadata"]["uid"] for k, r in all_ours(cp).items()} == {k: r["metadata"]["uid"] for k, r in written.items()}

@@ -3,6 +3,7 @@ files): both report APIs (wgpolicyk8s.io and openreports.io) with category and r
 real objects by apiVersion and uid, no result against an object that does not exist (this control
 plane runs kube-controller-manager as a process, not a Pod), a role created after its binding is
 not "unresolved", and `dra-guard cleanup` / the chart's pre-delete hook removing the reports."""
+
 from __future__ import annotations
 
 import json
@@ -27,21 +28,40 @@ pytestmark = pytest.mark.e2e
 FILES = pathlib.Path(__file__).resolve().parents[2] / "charts" / "dra-guard" / "files"
 CRDS = (FILES / "policyreport-crds.yaml", FILES / "openreports-crds.yaml")
 #: (plural, namespaced) of each report resource, by report API
-REPORTS = {"wgpolicyk8s.io": (("clusterpolicyreports", False), ("policyreports", True)),
-           "openreports.io": (("clusterreports.openreports.io", False), ("reports.openreports.io", True))}
+REPORTS = {
+    "wgpolicyk8s.io": (("clusterpolicyreports", False), ("policyreports", True)),
+    "openreports.io": (("clusterreports.openreports.io", False), ("reports.openreports.io", True)),
+}
 
-FINDINGS = json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-reports-writer"},
-     "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}]},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "e2e-reports-devs"},
-     "subjects": [{"kind": "Group", "name": "devs", "apiGroup": "rbac.authorization.k8s.io"}],
-     "roleRef": {"kind": "ClusterRole", "name": "e2e-reports-writer", "apiGroup": "rbac.authorization.k8s.io"}},
-    # edit in kube-system: a namespaced finding, so a namespaced report
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-     "metadata": {"name": "e2e-reports-edit", "namespace": "kube-system"},
-     "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-     "roleRef": {"kind": "ClusterRole", "name": "edit", "apiGroup": "rbac.authorization.k8s.io"}},
-]})
+FINDINGS = json.dumps(
+    {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "e2e-reports-writer"},
+                "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "e2e-reports-devs"},
+                "subjects": [{"kind": "Group", "name": "devs", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": "e2e-reports-writer", "apiGroup": "rbac.authorization.k8s.io"},
+            },
+            # edit in kube-system: a namespaced finding, so a namespaced report
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "e2e-reports-edit", "namespace": "kube-system"},
+                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": "edit", "apiGroup": "rbac.authorization.k8s.io"},
+            },
+        ],
+    }
+)
 
 
 @pytest.fixture
@@ -69,8 +89,12 @@ def uid_of(cp, kind: str, namespace: str, name: str) -> str:
 
 
 def cli(cp, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "webhook.cli", *args, "--kubeconfig", str(cp.kubeconfig(user))],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", *args, "--kubeconfig", str(cp.kubeconfig(user))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def write_both(cp) -> None:
@@ -93,9 +117,16 @@ def test_reports_in_both_apis_name_only_real_objects_by_api_version_and_uid(repo
             results = [res for r in reports for res in r.get("results") or []]
             assert results and all(res.get("category") for res in results), group
             devs = [res for res in results if res.get("resources", [{}])[0].get("name") == "e2e-reports-devs"]
-            assert [res["resources"] for res in devs] == [[{
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "name": "e2e-reports-devs", "uid": binding_uid}]], group
+            assert [res["resources"] for res in devs] == [
+                [
+                    {
+                        "apiVersion": "rbac.authorization.k8s.io/v1",
+                        "kind": "ClusterRoleBinding",
+                        "name": "e2e-reports-devs",
+                        "uid": binding_uid,
+                    }
+                ]
+            ], group
             assert devs[0]["result"] == "fail" and devs[0]["category"] == "DRA access control"
             kube_system = next(r for r in reports if r["metadata"].get("namespace") == "kube-system")
             edit = [res for res in kube_system["results"] if res["resources"][0]["name"] == "e2e-reports-edit"]
@@ -133,13 +164,26 @@ class CreatesRoleOnceRolesAreListed(RateLimiter):
 
 def test_a_role_created_after_its_binding_was_listed_is_not_unresolved(control_plane):
     cp = control_plane
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-late-role"},
-            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]}]}
-    bindings = {"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
-         "subjects": [{"kind": "Group", "name": "late", "apiGroup": "rbac.authorization.k8s.io"}],
-         "roleRef": {"kind": "ClusterRole", "name": ref, "apiGroup": "rbac.authorization.k8s.io"}}
-        for name, ref in (("e2e-late-binding", "e2e-late-role"), ("e2e-dangling-binding", "e2e-never-created"))]}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "e2e-late-role"},
+        "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]}],
+    }
+    bindings = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "subjects": [{"kind": "Group", "name": "late", "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "ClusterRole", "name": ref, "apiGroup": "rbac.authorization.k8s.io"},
+            }
+            for name, ref in (("e2e-late-binding", "e2e-late-role"), ("e2e-dangling-binding", "e2e-never-created"))
+        ],
+    }
     cp.kubectl("admin", "delete", "clusterrole", "e2e-late-role", "--ignore-not-found")
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(bindings))
     try:
@@ -163,14 +207,24 @@ def test_a_role_created_after_its_binding_was_listed_is_not_unresolved(control_p
 
 def test_cleanup_deletes_dra_guards_reports_of_both_apis_and_nothing_else(report_crds):
     cp = report_crds
-    foreign = {"apiVersion": "openreports.io/v1alpha1", "kind": "ClusterReport", "metadata": {"name": "e2e-other-tool"},
-               "source": "kyverno", "summary": {"pass": 1}, "results": []}
+    foreign = {
+        "apiVersion": "openreports.io/v1alpha1",
+        "kind": "ClusterReport",
+        "metadata": {"name": "e2e-other-tool"},
+        "source": "kyverno",
+        "summary": {"pass": 1},
+        "results": [],
+    }
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(foreign))
     cp.kubectl("admin", "apply", "-f", "-", input=FINDINGS)
     try:
         write_both(cp)
-        before = {(p, r["metadata"].get("namespace", ""), r["metadata"]["name"])
-                  for kinds in REPORTS.values() for p, ns in kinds for r in ours(cp, p, ns)}
+        before = {
+            (p, r["metadata"].get("namespace", ""), r["metadata"]["name"])
+            for kinds in REPORTS.values()
+            for p, ns in kinds
+            for r in ours(cp, p, ns)
+        }
         assert len(before) >= 4, before  # cluster-scoped and kube-system, in each API
 
         # bob may not list reports: one line naming the server and the cause, exit 2, nothing deleted
@@ -183,8 +237,12 @@ def test_cleanup_deletes_dra_guards_reports_of_both_apis_and_nothing_else(report
         assert "would delete ClusterPolicyReport dra-guard (wgpolicyk8s.io)" in dry.stdout
         assert "would delete Report kube-system/dra-guard (openreports.io)" in dry.stdout
         assert f"{len(before)} report(s) would be deleted (dry run)" in dry.stdout
-        assert {(p, r["metadata"].get("namespace", ""), r["metadata"]["name"])
-                for kinds in REPORTS.values() for p, ns in kinds for r in ours(cp, p, ns)} == before
+        assert {
+            (p, r["metadata"].get("namespace", ""), r["metadata"]["name"])
+            for kinds in REPORTS.values()
+            for p, ns in kinds
+            for r in ours(cp, p, ns)
+        } == before
 
         done = cli(cp, "admin", "cleanup")
         assert done.returncode == 0 and f"{len(before)} report(s) deleted" in done.stdout, done
@@ -209,18 +267,25 @@ def test_the_charts_pre_delete_hook_deletes_the_reports_with_its_own_rbac(report
     container = job["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
     role["metadata"] = {"name": "e2e-hook-pre-delete"}
-    grant = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-             "metadata": {"name": "e2e-hook-pre-delete"},
-             "subjects": [{"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"}],
-             "roleRef": {"kind": "ClusterRole", "name": "e2e-hook-pre-delete", "apiGroup": "rbac.authorization.k8s.io"}}
+    grant = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-hook-pre-delete"},
+        "subjects": [{"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "e2e-hook-pre-delete", "apiGroup": "rbac.authorization.k8s.io"},
+    }
     cp.kubectl("admin", "apply", "-f", "-", input=FINDINGS)
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [role, grant]}))
     try:
         write_both(cp)
         assert ours(cp, "clusterpolicyreports", False) and ours(cp, "reports.openreports.io", True)
-        out = subprocess.run([sys.executable, "-m", "webhook.cli", *container["args"], "--kubeconfig",
-                              str(cp.kubeconfig("bob"))], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, **env})
+        out = subprocess.run(
+            [sys.executable, "-m", "webhook.cli", *container["args"], "--kubeconfig", str(cp.kubeconfig("bob"))],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+        )
         assert out.returncode == 0, (out.stdout, out.stderr)
         assert "deleted ClusterReport dra-guard (openreports.io)" in out.stdout, out.stdout
         for kinds in REPORTS.values():
@@ -255,8 +320,12 @@ def test_cli_openreports_output_is_accepted_by_the_apiserver(report_crds):
         assert out.returncode == 1 and "kind: ClusterReport" in out.stdout, out.stderr
         applied = cp.kubectl("admin", "apply", "--dry-run=server", "-o", "json", "-f", "-", input=out.stdout)
         items = json.loads(applied.stdout)["items"]
-        devs = [res for r in items for res in r.get("results") or []
-                if res.get("resources", [{}])[0].get("name") == "e2e-reports-devs"]
+        devs = [
+            res
+            for r in items
+            for res in r.get("results") or []
+            if res.get("resources", [{}])[0].get("name") == "e2e-reports-devs"
+        ]
         assert devs and devs[0]["resources"][0]["uid"] and devs[0]["category"]  # kept by the CRD's schema
     finally:
         cp.kubectl("admin", "delete", "-f", "-", input=FINDINGS, check=False)

@@ -3,6 +3,7 @@ DRA extended resource (KEP-5004: a DeviceClass with spec.extendedResourceName) f
 `example.com/fabric-gpu: 1`, on devices a ResourceSlice offers to the nodes of a rack (a
 nodeSelector on a node label). drain-plan names that pod first, and dra-guard refuses the driver
 pod's eviction with 429 until it is gone."""
+
 from __future__ import annotations
 
 import json
@@ -53,17 +54,28 @@ kind: Namespace
 metadata: {{name: {DRIVERS}}}
 """
 
-CONSUMER = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": WORK},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": NODE}, "tolerations": TOLERATE_ALL,
-                     "containers": [{"name": "c", "image": "registry.example/app:v1",
-                                     "resources": {"requests": {RESOURCE: "1"}, "limits": {RESOURCE: "1"}}}]}}
+CONSUMER = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "trainer", "namespace": WORK},
+    "spec": {
+        "nodeSelector": {"kubernetes.io/hostname": NODE},
+        "tolerations": TOLERATE_ALL,
+        "containers": [
+            {
+                "name": "c",
+                "image": "registry.example/app:v1",
+                "resources": {"requests": {RESOURCE: "1"}, "limits": {RESOURCE: "1"}},
+            }
+        ],
+    },
+}
 
 
 @pytest.fixture(scope="module")
 def scenario(control_plane, tmp_path_factory):
     cp = control_plane
-    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE, labels={RACK: "r1"}),
-                             timeout=10).raise_for_status()
+    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE, labels={RACK: "r1"}), timeout=10).raise_for_status()
     cp.kubectl("admin", "apply", "-f", "-", input=DRA_OBJECTS)
     ds = driver_daemonset(name="e2e-fabric-driver", namespace=DRIVERS, plugin_subdir=DRIVER)
     ds["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
@@ -113,8 +125,12 @@ def test_an_extended_resource_pod_holds_the_driver(control_plane, scenario):
     terms = status["allocation"]["nodeSelector"]["nodeSelectorTerms"]
     assert any(e["key"] == RACK for t in terms for e in t.get("matchExpressions", [])), terms
 
-    plan = subprocess.run([sys.executable, "-m", "webhook.cli", "drain-plan", NODE, "--kubeconfig",
-                           str(cp.kubeconfig("admin")), "-o", "json"], capture_output=True, text=True, timeout=60)
+    plan = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "drain-plan", NODE, "--kubeconfig", str(cp.kubeconfig("admin")), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert plan.returncode == 1, plan.stdout + plan.stderr
     result = json.loads(plan.stdout)
     assert result["evictFirst"] == [f"{WORK}/trainer"]
@@ -137,5 +153,9 @@ def test_an_extended_resource_pod_holds_the_driver(control_plane, scenario):
 
     # once the pod is gone and its claim released, the driver may go
     assert evict(cp, WORK, "trainer", grace=0).status_code in (200, 201)
-    wait_for("the driver eviction to be allowed", lambda: evict(cp, DRIVERS, driver_pod, grace=0).status_code in (200, 201),
-             timeout=90, interval=1)
+    wait_for(
+        "the driver eviction to be allowed",
+        lambda: evict(cp, DRIVERS, driver_pod, grace=0).status_code in (200, 201),
+        timeout=90,
+        interval=1,
+    )

@@ -7,6 +7,7 @@ parsers have been attacked). That is only safe if no apiserver ever sends one: t
 the raw request heads the apiserver sends to a webhook of its own (a recording TLS server,
 registered with a ValidatingWebhookConfiguration) for objects from a few bytes to ~900 KiB.
 """
+
 from __future__ import annotations
 
 import base64
@@ -61,8 +62,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 pass
         self.server.seen.append((headers, len(body)))  # type: ignore[attr-defined]
         review = json.loads(body)
-        answer = json.dumps({"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
-                             "response": {"uid": review["request"]["uid"], "allowed": True}}).encode()
+        answer = json.dumps(
+            {
+                "apiVersion": review["apiVersion"],
+                "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"], "allowed": True},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(answer)))
@@ -74,20 +80,36 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 def configuration(url: str, ca_file: pathlib.Path) -> dict:
-    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "dra-guard-framing-recorder"},
-            "webhooks": [{"name": NAME, "admissionReviewVersions": ["v1"], "sideEffects": "None",
-                          "failurePolicy": "Ignore", "timeoutSeconds": 10,
-                          "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_file.read_bytes()).decode()},
-                          "objectSelector": {"matchLabels": {LABEL: "yes"}},
-                          "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                                     "resources": ["configmaps"]}]}]}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "dra-guard-framing-recorder"},
+        "webhooks": [
+            {
+                "name": NAME,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Ignore",
+                "timeoutSeconds": 10,
+                "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_file.read_bytes()).decode()},
+                "objectSelector": {"matchLabels": {LABEL: "yes"}},
+                "rules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}
+                ],
+            }
+        ],
+    }
 
 
 def configmap(name: str, size: int) -> str:
-    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
-                       "metadata": {"name": name, "namespace": "default", "labels": {LABEL: "yes"}},
-                       "data": {"blob": "x" * size}})
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "labels": {LABEL: "yes"}},
+            "data": {"blob": "x" * size},
+        }
+    )
 
 
 def test_the_apiserver_sends_every_admission_review_with_a_content_length(control_plane, tmp_path):
@@ -106,16 +128,18 @@ def test_the_apiserver_sends_every_admission_review_with_a_content_length(contro
         for size in sizes:
             control_plane.kubectl("admin", "create", "--dry-run=server", "-f", "-", input=configmap(f"framing-{size}", size))
         control_plane.kubectl("admin", "create", "-f", "-", input=configmap("framing-update", 10))
-        control_plane.kubectl("admin", "apply", "--server-side", "--force-conflicts", "-f", "-",
-                              input=configmap("framing-update", 300 * 1024))
+        control_plane.kubectl(
+            "admin", "apply", "--server-side", "--force-conflicts", "-f", "-", input=configmap("framing-update", 300 * 1024)
+        )
         assert len(recorder.seen) == len(sizes) + 2, [len(h) for h, _ in recorder.seen]
         for headers, length in recorder.seen:
             assert "transfer-encoding" not in headers, headers
             assert int(headers["content-length"]) == length, headers
         assert max(length for _, length in recorder.seen) > 900 * 1024
     finally:
-        control_plane.kubectl("admin", "delete", "validatingwebhookconfiguration", "dra-guard-framing-recorder",
-                              "--ignore-not-found")
+        control_plane.kubectl(
+            "admin", "delete", "validatingwebhookconfiguration", "dra-guard-framing-recorder", "--ignore-not-found"
+        )
         control_plane.kubectl("admin", "delete", "configmap", "-n", "default", "framing-update", "--ignore-not-found")
         recorder.shutdown()
         recorder.server_close()

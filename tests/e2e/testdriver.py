@@ -12,6 +12,7 @@ token volume is declared here). The image is node.DRIVER_IMAGE (``imagePullPolic
 The driver's own log lines (see tests/dradriver/main.go) are the evidence the tests read:
 ``dradriver: prepared claim ...``, ``dradriver: unprepared claim ...``, ``dradriver: health ...``.
 """
+
 from __future__ import annotations
 
 import base64
@@ -38,63 +39,111 @@ def cdi_file(claim_uid: str) -> pathlib.Path:
     return CDI_DIR / f"{DRIVER}-{claim_uid}.json"
 
 
-def driver_objects(cp: Any, *, args: tuple[str, ...] = (), strategy: dict[str, Any] | None = None,
-                   termination_grace: int = 5) -> list[dict[str, Any]]:
+def driver_objects(
+    cp: Any, *, args: tuple[str, ...] = (), strategy: dict[str, Any] | None = None, termination_grace: int = 5
+) -> list[dict[str, Any]]:
     """Namespace, ServiceAccount, ClusterRole(+Binding), kubeconfig ConfigMap, DeviceClass and the
     driver DaemonSet (extra driver `args`, e.g. "--start-delay=20s"; `strategy` = DaemonSet
     updateStrategy) for ControlPlane `cp`."""
     ca = base64.b64encode(cp.ca_file.read_bytes()).decode()
-    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "driver",
-                  "clusters": [{"name": "e2e", "cluster": {"server": cp.url, "certificate-authority-data": ca}}],
-                  "users": [{"name": "driver", "user": {"tokenFile": f"{TOKEN_DIR}/token"}}],
-                  "contexts": [{"name": "driver", "context": {"cluster": "e2e", "user": "driver"}}]}
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "driver",
+        "clusters": [{"name": "e2e", "cluster": {"server": cp.url, "certificate-authority-data": ca}}],
+        "users": [{"name": "driver", "user": {"tokenFile": f"{TOKEN_DIR}/token"}}],
+        "contexts": [{"name": "driver", "context": {"cluster": "e2e", "user": "driver"}}],
+    }
     role = f"{NAME}-role"
     container = {
-        "name": "plugin", "image": DRIVER_IMAGE, "imagePullPolicy": "Never",
-        "args": [f"--driver-name={DRIVER}", f"--healthcheck-port={HEALTH_PORT}", "--kubeconfig=/etc/dradriver/kubeconfig",
-                 f"--unhealthy-file=/var/lib/kubelet/plugins/{DRIVER}/unhealthy", *args],
-        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}],
-        "volumeMounts": [{"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry"},
-                         {"name": "plugins", "mountPath": "/var/lib/kubelet/plugins"},
-                         {"name": "cdi", "mountPath": "/var/run/cdi"},
-                         {"name": "kubeconfig", "mountPath": "/etc/dradriver", "readOnly": True},
-                         {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True}],
+        "name": "plugin",
+        "image": DRIVER_IMAGE,
+        "imagePullPolicy": "Never",
+        "args": [
+            f"--driver-name={DRIVER}",
+            f"--healthcheck-port={HEALTH_PORT}",
+            "--kubeconfig=/etc/dradriver/kubeconfig",
+            f"--unhealthy-file=/var/lib/kubelet/plugins/{DRIVER}/unhealthy",
+            *args,
+        ],
+        "env": [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        ],
+        "volumeMounts": [
+            {"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry"},
+            {"name": "plugins", "mountPath": "/var/lib/kubelet/plugins"},
+            {"name": "cdi", "mountPath": "/var/run/cdi"},
+            {"name": "kubeconfig", "mountPath": "/etc/dradriver", "readOnly": True},
+            {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True},
+        ],
     }
     ds: dict[str, Any] = {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
         "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/name": NAME}},
-        "spec": {"selector": {"matchLabels": {"app": NAME}},
-                 "template": {"metadata": {"labels": {"app": NAME}}, "spec": {
-                     "serviceAccountName": SERVICE_ACCOUNT, "hostNetwork": True,
-                     "terminationGracePeriodSeconds": termination_grace,
-                     "containers": [container],
-                     "volumes": [
-                         {"name": "plugins-registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry"}},
-                         {"name": "plugins", "hostPath": {"path": "/var/lib/kubelet/plugins"}},
-                         {"name": "cdi", "hostPath": {"path": "/var/run/cdi"}},
-                         {"name": "kubeconfig", "configMap": {"name": f"{NAME}-kubeconfig"}},
-                         {"name": "token", "projected": {"sources": [{"serviceAccountToken": {
-                             "path": "token", "expirationSeconds": 3600}}]}}]}}},
+        "spec": {
+            "selector": {"matchLabels": {"app": NAME}},
+            "template": {
+                "metadata": {"labels": {"app": NAME}},
+                "spec": {
+                    "serviceAccountName": SERVICE_ACCOUNT,
+                    "hostNetwork": True,
+                    "terminationGracePeriodSeconds": termination_grace,
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "plugins-registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry"}},
+                        {"name": "plugins", "hostPath": {"path": "/var/lib/kubelet/plugins"}},
+                        {"name": "cdi", "hostPath": {"path": "/var/run/cdi"}},
+                        {"name": "kubeconfig", "configMap": {"name": f"{NAME}-kubeconfig"}},
+                        {
+                            "name": "token",
+                            "projected": {"sources": [{"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}]},
+                        },
+                    ],
+                },
+            },
+        },
     }
     if strategy is not None:
         ds["spec"]["updateStrategy"] = strategy
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
-         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-                   {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-                   {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
-         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{NAME}-kubeconfig", "namespace": NAMESPACE},
-         "data": {"kubeconfig": yaml.safe_dump(kubeconfig)}},
-        {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DEVICE_CLASS},
-         "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [
+                {
+                    "apiGroups": ["resource.k8s.io"],
+                    "resources": ["resourceslices"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                },
+                {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{NAME}-kubeconfig", "namespace": NAMESPACE},
+            "data": {"kubeconfig": yaml.safe_dump(kubeconfig)},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DEVICE_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+        },
         ds,
     ]
 
@@ -104,17 +153,29 @@ def consumer_objects(name: str, *, namespace: str = "work", grace: int = 5) -> l
     `name` using it; its container (APP_IMAGE) prints DRA_GUARD_TEST_DEVICE from the CDI edit."""
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name, "namespace": namespace},
-         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}]}}}},
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
-         "spec": {"terminationGracePeriodSeconds": grace,
-                  "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": name}],
-                  "containers": [{"name": "app", "image": APP_IMAGE, "imagePullPolicy": "Never",
-                                  "resources": {"claims": [{"name": "gpu"}]}}]}},
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}]}}},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "terminationGracePeriodSeconds": grace,
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": name}],
+                "containers": [
+                    {"name": "app", "image": APP_IMAGE, "imagePullPolicy": "Never", "resources": {"claims": [{"name": "gpu"}]}}
+                ],
+            },
+        },
     ]
 
 
 # ---------------------------------------------------------------------------------- test helpers
+
 
 def apply(cp: Any, objects: list[dict[str, Any]], *, user: str = "admin") -> None:
     """kubectl apply a list of objects as `user`."""
@@ -158,8 +219,12 @@ def kubelet_probe_counts(cp: Any, pod: str, probe_type: str = "Liveness") -> dic
         text = sess.get("https://127.0.0.1:10250/metrics/probes", verify=False, timeout=10).text
     counts: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("prober_probe_total{") and f'pod="{pod}"' in line and f'probe_type="{probe_type}"' in line \
-                and 'container="plugin"' in line:
+        if (
+            line.startswith("prober_probe_total{")
+            and f'pod="{pod}"' in line
+            and f'probe_type="{probe_type}"' in line
+            and 'container="plugin"' in line
+        ):
             result = line.split('result="', 1)[1].split('"', 1)[0]
             counts[result] = counts.get(result, 0) + float(line.rsplit(" ", 1)[1])
     return counts

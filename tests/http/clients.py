@@ -1,6 +1,7 @@
 """Clients for the tests of the real `dra-guard serve`: raw TLS connections, one HTTP answer read
 off a kept-alive connection, the apiserver-like honest client, slowloris tricklers, and the
 worker's process facts (/proc). Plain functions: the fixtures are in conftest.py."""
+
 from __future__ import annotations
 
 import datetime
@@ -33,8 +34,9 @@ LIMIT = THREADS + KEEPALIVE_CONNECTIONS
 def worker_pid(server) -> int:
     """The gunicorn worker: the only child of the master (workers: 1)."""
     master = server.proc.pid
-    children = [int(c) for task in pathlib.Path(f"/proc/{master}/task").iterdir()
-                for c in (task / "children").read_text().split()]
+    children = [
+        int(c) for task in pathlib.Path(f"/proc/{master}/task").iterdir() for c in (task / "children").read_text().split()
+    ]
     assert len(children) == 1, children
     return children[0]
 
@@ -80,10 +82,17 @@ def healthz_wait(server) -> float:
 
 
 def review_bytes(uid: str) -> bytes:
-    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                       "request": {**eviction_request("gpu-driver-x"), "uid": uid}}).encode()
-    return (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    body = json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {**eviction_request("gpu-driver-x"), "uid": uid},
+        }
+    ).encode()
+    return (
+        b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
 
 
 def answer(tls: ssl.SSLSocket) -> dict:
@@ -136,13 +145,11 @@ def trickle(ctx: ssl.SSLContext, port: int, first_line: bytes, stop: threading.E
             pass
 
 
-def honest_under_tricklers(honest: HonestClient, ctx: ssl.SSLContext, port: int, first_line: bytes,
-                           every: float = 1.5) -> None:
+def honest_under_tricklers(honest: HonestClient, ctx: ssl.SSLContext, port: int, first_line: bytes, every: float = 1.5) -> None:
     """16 tricklers (trickle) on `port` while `honest` sends an eviction review every 0.3 s for 10 s;
     asserts every review was answered within the webhook timeout."""
     stop = threading.Event()
-    attackers = [threading.Thread(target=trickle, args=(ctx, port, first_line, stop, every), daemon=True)
-                 for _ in range(16)]
+    attackers = [threading.Thread(target=trickle, args=(ctx, port, first_line, stop, every), daemon=True) for _ in range(16)]
     for t in attackers:
         t.start()
     try:
@@ -151,8 +158,10 @@ def honest_under_tricklers(honest: HonestClient, ctx: ssl.SSLContext, port: int,
         stop.set()
         for t in attackers:
             t.join(3)
-    assert not honest.failures, f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction reviews " \
-                                f"not answered within {WEBHOOK_TIMEOUT} s: {honest.failures}"
+    assert not honest.failures, (
+        f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction reviews "
+        f"not answered within {WEBHOOK_TIMEOUT} s: {honest.failures}"
+    )
 
 
 class HonestClient:
@@ -211,8 +220,9 @@ def client_auth_server(tmp_path):
     (tmp_path / "client-ca.crt").write_bytes(client_ca.cert_pem())
     good = write_pair(tmp_path, "apiserver", client_certificate(client_ca))
     probe_port = free_port()
-    proc = DraGuardProcess(tmp_path, "--no-cluster", config=(
-        f"server:\n  clientCAFile: {tmp_path / 'client-ca.crt'}\n  probePort: {probe_port}\n"))
+    proc = DraGuardProcess(
+        tmp_path, "--no-cluster", config=(f"server:\n  clientCAFile: {tmp_path / 'client-ca.crt'}\n  probePort: {probe_port}\n")
+    )
     return proc, probe_port, good
 
 
@@ -220,13 +230,18 @@ def client_certificate(ca: certs.KeyPair, name: str = "kube-apiserver") -> certs
     """A client certificate (clientAuth EKU) signed by `ca`, like the one an apiserver is given."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-            .issuer_name(ca.cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca.key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
     return certs.KeyPair(cert=cert, key=key)
 
 
@@ -245,8 +260,9 @@ def exchange(server, payload: bytes, *, read=True) -> bytes:
             while read and b"\r\n\r\n" not in data:
                 data += tls.recv(65536)
             head, _, body = data.partition(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
+            length = next(
+                (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+            )
             while len(body) < length:
                 body += tls.recv(65536)
             return head + b"\r\n\r\n" + body
@@ -259,6 +275,7 @@ def cpu_seconds(pid: int) -> float:
 
 def rss_kib(pid: int, field: str) -> int:
     import pathlib
+
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])

@@ -1,6 +1,7 @@
 """Fixtures shared by the tests of the real `dra-guard serve` (tests/http): every test runs
 against both engines of server.engine (`engine`: gthread, asyncio), and `server` is a fresh
 `dra-guard serve --no-cluster` per test, ready (/readyz 200) when the test starts."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """Serving certificates through the real `dra-guard serve`: SANs, reload without restart, rotation
 of the serving certificate and of the CA under continuous load (issue 6 acceptance 1 and 4)."""
+
 from __future__ import annotations
 
 import pathlib
@@ -33,9 +34,27 @@ class FilesServer:
         config.write_text(with_engine("certificates:\n  reloadIntervalSeconds: 1\n", DraGuardProcess.engine) or "")
         self.log = open(workdir / "serve.log", "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "webhook.cli", "serve", "--no-cluster", "--host", "127.0.0.1", "--port", str(self.port),
-             "--config", str(config), "--tls-cert-file", str(self.dir / "tls.crt"), "--tls-key-file", str(self.dir / "tls.key")],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "serve",
+                "--no-cluster",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--config",
+                str(config),
+                "--tls-cert-file",
+                str(self.dir / "tls.crt"),
+                "--tls-key-file",
+                str(self.dir / "tls.key"),
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -96,8 +115,25 @@ def test_certificate_without_names_is_never_produced():
 
 
 def test_certs_generate_cli_writes_a_chain_with_the_service_names(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "generate", "--service", "svc", "--namespace", "ns",
-                          "--out", str(tmp_path / "o"), "--ip", "127.0.0.1"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "certs",
+            "generate",
+            "--service",
+            "svc",
+            "--namespace",
+            "ns",
+            "--out",
+            str(tmp_path / "o"),
+            "--ip",
+            "127.0.0.1",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     pair = certs.load_pair(tmp_path / "o" / "tls.crt", tmp_path / "o" / "tls.key")
     pair.cert.verify_directly_issued_by(x509.load_pem_x509_certificate((tmp_path / "o" / "ca.crt").read_bytes()))
@@ -148,10 +184,10 @@ def test_rotation_under_load_drops_nothing(files_server, tmp_path):
     try:
         first = peer_certificate(server.port, trust)
         time.sleep(1)
-        install(server.dir, ca1, serving_for(ca1))          # serving certificate renewal, same CA
+        install(server.dir, ca1, serving_for(ca1))  # serving certificate renewal, same CA
         time.sleep(2.5)
         second = peer_certificate(server.port, trust)
-        install(server.dir, ca2, serving_for(ca2))          # CA rotation
+        install(server.dir, ca2, serving_for(ca2))  # CA rotation
         time.sleep(2.5)
         third = peer_certificate(server.port, trust)
     finally:
@@ -188,10 +224,16 @@ def test_expiry_metric(files_server, tmp_path):
 
 def test_certs_inspect_reads_a_file_and_a_running_server(files_server, tmp_path):
     server, _ = files_server
-    by_file = subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "inspect", "--cert-file",
-                              str(server.dir / "tls.crt")], capture_output=True, text=True)
-    by_url = subprocess.run([sys.executable, "-m", "webhook.cli", "certs", "inspect", "--url", f"127.0.0.1:{server.port}"],
-                            capture_output=True, text=True)
+    by_file = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "certs", "inspect", "--cert-file", str(server.dir / "tls.crt")],
+        capture_output=True,
+        text=True,
+    )
+    by_url = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "certs", "inspect", "--url", f"127.0.0.1:{server.port}"],
+        capture_output=True,
+        text=True,
+    )
     assert by_file.returncode == 0 and by_url.returncode == 0, by_file.stderr + by_url.stderr
     assert "dra-guard.dra-guard.svc" in by_file.stdout and "not due" in by_file.stdout
     assert by_file.stdout == by_url.stdout

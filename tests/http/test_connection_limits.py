@@ -8,6 +8,7 @@ The kernel-wait test stops the worker (SIGSTOP) while clients connect: only the 
 their ClientHellos. A review's own deadline (`server.reviewDeadlineSeconds`) counts from the
 review's bytes, sent after the handshake: the apiserver's client hands a new connection to
 whichever request waits when the dial completes."""
+
 from __future__ import annotations
 
 import collections
@@ -206,8 +207,10 @@ def test_a_flood_of_silent_connections_does_not_lock_out_a_client_that_was_idle(
     finally:
         stop.set()
         attacker.join(10)
-    assert not honest.failures, f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction reviews " \
-                                f"not answered within {WEBHOOK_TIMEOUT} s: {honest.failures}"
+    assert not honest.failures, (
+        f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction reviews "
+        f"not answered within {WEBHOOK_TIMEOUT} s: {honest.failures}"
+    )
 
 
 def test_bodies_that_decode_into_many_objects_do_not_outgrow_the_memory_limit(server):
@@ -226,14 +229,17 @@ def test_bodies_that_decode_into_many_objects_do_not_outgrow_the_memory_limit(se
     tail = b"]}}"
     body = head + b"{}," * ((8 * 1024 * 1024 - len(head) - len(tail)) // 3)
     body = body[:-1] + tail
-    request = (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    request = (
+        b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
     ctx = tls_context(server)
     statuses: list[bytes] = []
 
     def send() -> None:
-        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=30),
-                             server_hostname="localhost") as tls:
+        with ctx.wrap_socket(
+            socket.create_connection(("127.0.0.1", server.port), timeout=30), server_hostname="localhost"
+        ) as tls:
             tls.sendall(request)
             statuses.append(read_response(tls)[0].split(b"\r\n")[0])
 
@@ -248,8 +254,13 @@ def test_bodies_that_decode_into_many_objects_do_not_outgrow_the_memory_limit(se
 
 
 def eviction_review(uid: str) -> bytes:
-    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                       "request": {**eviction_request("gpu-driver-x"), "uid": uid}}).encode()
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {**eviction_request("gpu-driver-x"), "uid": uid},
+        }
+    ).encode()
 
 
 def post_eviction(server, uid: str, answers: dict[str, object]) -> None:
@@ -259,8 +270,10 @@ def post_eviction(server, uid: str, answers: dict[str, object]) -> None:
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=15) as raw:
             with tls_context(server).wrap_socket(raw, server_hostname="localhost") as tls:
-                tls.sendall(b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+                tls.sendall(
+                    b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+                )
                 data = b""
                 while chunk := tls.recv(65536):
                     data += chunk

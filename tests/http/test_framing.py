@@ -1,6 +1,7 @@
 """HTTP/1.1 framing on the wire: malformed and oversized bodies and heads are answered with a
 JSON error (never an HTML page, never a second unsolicited answer), pipelined requests are all
 answered, and no framing can spin the worker (finding B1: a chunk size of "-6")."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ pytestmark = pytest.mark.http
 CHUNKED_STATUS = {"asyncio": 411}
 
 
-NEGATIVE_CHUNK = (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Transfer-Encoding: chunked\r\n\r\n-6\r\n")
+NEGATIVE_CHUNK = (
+    b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n-6\r\n"
+)
 
 
 def test_a_negative_chunk_size_does_not_spin_a_thread_forever(server):
@@ -43,8 +45,7 @@ def test_a_negative_chunk_size_does_not_spin_a_thread_forever(server):
     (failurePolicy Ignore: allowed) until the worker restarts; the worker burns 100% CPU."""
     ctx = tls_context(server)
     for _ in range(8):
-        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=5),
-                             server_hostname="localhost") as tls:
+        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=5), server_hostname="localhost") as tls:
             tls.sendall(NEGATIVE_CHUNK)
             time.sleep(0.05)
     time.sleep(0.5)
@@ -56,9 +57,11 @@ def test_a_negative_chunk_size_does_not_spin_a_thread_forever(server):
         burned = cpu_seconds(pid) - cpu
     finally:
         os.kill(pid, signal.SIGKILL)  # its spinning threads would hold the fixture's stop for 20 s
-    assert not honest.failures, f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction reviews " \
-                                f"not answered within {WEBHOOK_TIMEOUT} s (worker CPU {burned:.1f} s in ~4 s): " \
-                                f"{honest.failures[:3]}"
+    assert not honest.failures, (
+        f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction reviews "
+        f"not answered within {WEBHOOK_TIMEOUT} s (worker CPU {burned:.1f} s in ~4 s): "
+        f"{honest.failures[:3]}"
+    )
 
 
 def test_a_negative_chunk_size_on_the_probe_port_does_not_stop_reviews_from_the_apiserver(tmp_path):
@@ -86,14 +89,17 @@ def test_a_negative_chunk_size_on_the_probe_port_does_not_stop_reviews_from_the_
             time.sleep(0.2)
         probe_ctx = ssl.create_default_context(cafile=str(proc.ca_file))  # no client certificate
         for _ in range(8):
-            with probe_ctx.wrap_socket(socket.create_connection(("127.0.0.1", probe_port), timeout=5),
-                                       server_hostname="localhost") as tls:
+            with probe_ctx.wrap_socket(
+                socket.create_connection(("127.0.0.1", probe_port), timeout=5), server_hostname="localhost"
+            ) as tls:
                 tls.sendall(NEGATIVE_CHUNK)
                 time.sleep(0.05)
         time.sleep(0.5)
         honest.run(seconds=4, period=0.3)
-        assert not honest.failures, f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction " \
-                                    f"reviews not answered within {WEBHOOK_TIMEOUT} s: {honest.failures[:3]}"
+        assert not honest.failures, (
+            f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction "
+            f"reviews not answered within {WEBHOOK_TIMEOUT} s: {honest.failures[:3]}"
+        )
     finally:
         try:
             os.kill(worker_pid(proc), signal.SIGKILL)  # its spinning threads would hold stop() for 20 s
@@ -106,8 +112,9 @@ def test_a_malformed_rest_of_body_after_an_answer_closes_the_connection_without_
     """A route that does not read the body (here /healthz) answers; gunicorn then drains the body,
     finds it malformed and used to send a second, unsolicited answer on the same connection. The
     asyncio front answers any Transfer-Encoding 411 before the app: one answer too."""
-    tls = tls_context(server).wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10),
-                                          server_hostname="localhost")
+    tls = tls_context(server).wrap_socket(
+        socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost"
+    )
     with tls:
         tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n\r\n")
         data = b""
@@ -123,8 +130,9 @@ def test_pipelined_requests_over_tls_are_all_answered(server):
     base = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: \r\n\r\n"
     first = base.replace(b"X-Pad: ", b"X-Pad: " + b"a" * (8192 - len(base)))
     assert len(first) == 8192
-    tls = tls_context(server).wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=5),
-                                          server_hostname="localhost")
+    tls = tls_context(server).wrap_socket(
+        socket.create_connection(("127.0.0.1", server.port), timeout=5), server_hostname="localhost"
+    )
     with tls:
         tls.sendall(first + b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         data = b""
@@ -142,35 +150,47 @@ def test_malformed_body_gets_400_json_through_gunicorn(server):
 
 
 def test_malformed_chunked_body_gets_a_json_error(server, engine):
-    answer = exchange(server, b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                              b"Transfer-Encoding: chunked\r\n\r\nzz\r\n")
+    answer = exchange(
+        server,
+        b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    )
     assert answer.startswith(b"HTTP/1.1 %d" % CHUNKED_STATUS.get(engine, 400)) and b'"error"' in answer
 
 
 def test_chunked_body_over_the_limit_is_refused_not_cut(server, engine):
     if engine in CHUNKED_STATUS:  # refused from its head, before any of the body is read
-        answer = exchange(server, b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                  b"Transfer-Encoding: chunked\r\n\r\n")
+        answer = exchange(
+            server,
+            b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        )
         assert answer.startswith(b"HTTP/1.1 411") and b"Content-Length" in answer
         return
     import json as _json
+
     body = _json.dumps(review(binding("b", "r", [subject("Group", "g")]))).encode()
     body += b" " * (8 * 1024 * 1024 - len(body)) + b"GARBAGE"
-    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 65536]), body[i:i + 65536]) for i in range(0, len(body), 65536))
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i : i + 65536]), body[i : i + 65536]) for i in range(0, len(body), 65536))
     s = server.session()
-    rv = s.post(server.url + "/validate/rbac", data=iter([chunks[:0]] + [body[i:i + 65536] for i in range(0, len(body), 65536)]),
-                headers={"Content-Type": "application/json"})
+    rv = s.post(
+        server.url + "/validate/rbac",
+        data=iter([chunks[:0]] + [body[i : i + 65536] for i in range(0, len(body), 65536)]),
+        headers={"Content-Type": "application/json"},
+    )
     assert rv.status_code == 400 and "maxRequestBytes" in rv.json()["error"]
 
 
-@pytest.mark.parametrize("raw, status", [
-    (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),  # request line over 8190 bytes
-    (b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(120)) + b"\r\n", 431),
-    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400),
-])
+@pytest.mark.parametrize(
+    "raw, status",
+    [
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),  # request line over 8190 bytes
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(120)) + b"\r\n", 431),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400),
+    ],
+)
 def test_requests_gunicorn_refuses_itself_get_json_not_html(server, raw, status):
     """Protocol errors gunicorn answers before the app sees the request: JSON like every other error."""
     import json as _json
+
     ctx = ssl.create_default_context(cafile=str(server.ca_file))
     with ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost") as tls:
         tls.sendall(raw)
@@ -183,15 +203,24 @@ def test_requests_gunicorn_refuses_itself_get_json_not_html(server, raw, status)
     assert _json.loads(body)["error"]
 
 
-@pytest.mark.parametrize("head, status", [
-    (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-     b"Content-Length: 999999999\r\n\r\n", 413),  # over server.maxRequestBytes: refused before it is read
-    (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-     b"Content-Length: 10\r\nContent-Length: 11\r\n\r\n", 400),  # conflicting framing
-    (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
-    (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
-    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 70000 + b"\r\n\r\n", 431),  # a head over 64 KiB
-])
+@pytest.mark.parametrize(
+    "head, status",
+    [
+        (
+            b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 999999999\r\n\r\n",
+            413,
+        ),  # over server.maxRequestBytes: refused before it is read
+        (
+            b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 10\r\nContent-Length: 11\r\n\r\n",
+            400,
+        ),  # conflicting framing
+        (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
+        (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 70000 + b"\r\n\r\n", 431),  # a head over 64 KiB
+    ],
+)
 def test_the_front_refuses_framing_it_cannot_check_before_the_body_with_json(server, engine, head, status):
     """The asyncio front answers these from the request head, with a JSON error, without reading a
     body (gthread reads the body first, and its app answers 400 for the size)."""
@@ -208,8 +237,9 @@ def test_a_request_trickled_past_the_read_limit_gets_408_json(server, engine):
     and the connection closed; the client timeout is one warning line, counted."""
     if engine not in CHUNKED_STATUS:
         pytest.skip("gthread closes such a connection without an answer (test_slow_clients.py)")
-    with tls_context(server).wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10),
-                                         server_hostname="localhost") as tls:
+    with tls_context(server).wrap_socket(
+        socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost"
+    ) as tls:
         started = time.monotonic()
         tls.sendall(b"POST /validate/evictions HTTP/1.1\r\n")
         data = b""

@@ -1,5 +1,6 @@
 """Graceful shutdown (issue 8): on SIGTERM readiness goes false first, in-flight and newly routed
 reviews complete, and a rolling restart of two replicas under continuous load drops nothing."""
+
 from __future__ import annotations
 
 import signal
@@ -43,13 +44,23 @@ def test_rolling_restart_under_load_drops_nothing(tmp_path):
     """Two replicas share a CA; a client routes each review to a replica whose /readyz is 200
     (as the endpoints and the apiserver do) while the replicas are restarted one after the other."""
     import certs
+
     tls = tmp_path / "shared"
     ca = certs.generate_ca()
     certs.write_bundle(tls, ca=ca, serving=certs.generate_serving(ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"]))
 
     def start(name: str, port: int | None = None) -> DraGuardProcess:
-        proc = DraGuardProcess(tmp_path / name, "--no-cluster", "--tls-cert-file", str(tls / "tls.crt"),
-                               "--tls-key-file", str(tls / "tls.key"), config=CONFIG, port=port, ca_file=tls / "ca.crt")
+        proc = DraGuardProcess(
+            tmp_path / name,
+            "--no-cluster",
+            "--tls-cert-file",
+            str(tls / "tls.crt"),
+            "--tls-key-file",
+            str(tls / "tls.key"),
+            config=CONFIG,
+            port=port,
+            ca_file=tls / "ca.crt",
+        )
         proc.wait("/readyz")
         return proc
 

@@ -5,6 +5,7 @@ kept-alive connection, else dial) is answered within the webhook timeout meanwhi
 eviction webhook (failurePolicy Ignore) a review left unanswered is an eviction let through
 unjudged. Findings of the adversarial reviews are named in each test's docstring (A1, A1b, A1c,
 A4, B2, B3, B3b, F1)."""
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,9 @@ def test_slow_clients_on_the_probe_port_do_not_starve_reviews_from_the_apiserver
             assert proc.proc.poll() is None, proc.log()
             try:
                 probe_ctx = ssl.create_default_context(cafile=str(proc.ca_file))
-                with probe_ctx.wrap_socket(socket.create_connection(("127.0.0.1", probe_port), timeout=2),
-                                           server_hostname="localhost") as tls:
+                with probe_ctx.wrap_socket(
+                    socket.create_connection(("127.0.0.1", probe_port), timeout=2), server_hostname="localhost"
+                ) as tls:
                     tls.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
                     if read_response(tls)[0].startswith(b"HTTP/1.1 200"):
                         break
@@ -95,20 +97,23 @@ def test_slow_request_bodies_do_not_hold_the_lane_of_rbac_and_daemonset_reviews(
     ctx = tls_context(server)
     stop = threading.Event()
 
-    head = (b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 100000\r\n\r\n")
+    head = b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
 
     ds = review(binding("x", "y", []))
-    ds["request"].update(kind={"group": "apps", "version": "v1", "kind": "DaemonSet"},
-                         resource={"group": "apps", "version": "v1", "resource": "daemonsets"},
-                         object=driver_daemonset(containers=[plugin_container("a", args=["--healthcheck-port=1"])]))
+    ds["request"].update(
+        kind={"group": "apps", "version": "v1", "kind": "DaemonSet"},
+        resource={"group": "apps", "version": "v1", "resource": "daemonsets"},
+        object=driver_daemonset(containers=[plugin_container("a", args=["--healthcheck-port=1"])]),
+    )
     rbac = review(binding("b", "everything", []))
     honest = ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=5), server_hostname="localhost")
 
     def post(path: bytes, body: dict) -> dict:
         data = json.dumps(body).encode()
-        honest.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: %d\r\n\r\n" % len(data) + data)
+        honest.sendall(
+            b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(data) + data
+        )
         return json.loads(read_response(honest)[1])["response"]
 
     assert "patch" in post(b"/mutate/daemonsets", ds)
@@ -140,8 +145,9 @@ def test_expect_100_continue_does_not_restart_the_request_read_limit(server):
     request is cut off at 5 s. It doubles what each A1 connection holds."""
     head, body = review_bytes("x").split(b"\r\n\r\n", 1)
     head += b"\r\nExpect: 100-continue\r\n\r\n"
-    with tls_context(server).wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=20),
-                                         server_hostname="localhost") as tls:
+    with tls_context(server).wrap_socket(
+        socket.create_connection(("127.0.0.1", server.port), timeout=20), server_hostname="localhost"
+    ) as tls:
         started = time.monotonic()
         try:
             for part in (head[:20], head[20:40], head[40:]):
@@ -150,7 +156,7 @@ def test_expect_100_continue_does_not_restart_the_request_read_limit(server):
             step = len(body) // 4 + 1
             for i in range(4):
                 time.sleep(1.5 if i else 0)
-                tls.sendall(body[i * step:(i + 1) * step])
+                tls.sendall(body[i * step : (i + 1) * step])
             tls.settimeout(5)
             data = b""
             while b"AdmissionReview" not in data:
@@ -171,8 +177,9 @@ def test_fast_trickling_clients_do_not_hold_the_pool_threads(server):
     and dial again when cut off after 5 s hold the worker's 8 pool threads nearly all the time: an
     honest client sending an eviction review every 0.3 s over 8 s gets reviews unanswered within
     the 3 s webhook timeout (failurePolicy Ignore: allowed)."""
-    honest_under_tricklers(HonestClient(server), tls_context(server), server.port,
-                           b"POST /validate/evictions HTTP/1.1\r\n", every=0.005)
+    honest_under_tricklers(
+        HonestClient(server), tls_context(server), server.port, b"POST /validate/evictions HTTP/1.1\r\n", every=0.005
+    )
 
 
 def test_a_head_over_64_kib_is_not_read_by_the_parser_in_a_pool_thread(server):
@@ -184,8 +191,11 @@ def test_a_head_over_64_kib_is_not_read_by_the_parser_in_a_pool_thread(server):
     no blank line) at once, then one more byte every 1.5 s, and dial again when cut off after the 5 s
     request read limit, hold the worker's 8 pool threads again (A1): an honest client sending an
     eviction review every 0.3 s gets reviews unanswered within the 3 s webhook timeout."""
-    head = b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\n" + b"".join(
-        b"X-Pad-%d: %s\r\n" % (i, b"a" * 7900) for i in range(9)) + b"X-Last: "
+    head = (
+        b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\n"
+        + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 7900) for i in range(9))
+        + b"X-Last: "
+    )
     honest_under_tricklers(HonestClient(server), tls_context(server), server.port, head)
 
 
@@ -195,8 +205,10 @@ def test_a_trailer_section_over_64_kib_is_not_read_by_the_parser_in_a_pool_threa
     the app reads the body: in the large lane, and in the overload answer of every other chunked
     review (shed() reads the body to find its uid). 16 connections sending a chunked eviction review
     "0" + one trailer line of 66,000 bytes (no CRLF), then a byte every 1.5 s, hold the 8 pool threads."""
-    head = (b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n0\r\nX-Pad: ") + b"a" * 66000
+    head = (
+        b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\nX-Pad: "
+    ) + b"a" * 66000
     honest_under_tricklers(HonestClient(server), tls_context(server), server.port, head)
 
 
@@ -232,8 +244,7 @@ def test_a_client_that_never_closes_does_not_stall_the_other_connections(server)
     try:
         assert get_healthz(kept).startswith(b"HTTP/1.1 200")
         for _ in range(4):
-            tls = ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=20),
-                                  server_hostname="localhost")
+            tls = ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=20), server_hostname="localhost")
             tls.sendall(b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\n")  # and never the rest, nor a FIN
             stalled.append(tls)
         time.sleep(2.6)  # the server cuts them off after 2 s and starts closing them
@@ -267,8 +278,10 @@ def test_connections_idle_after_their_tls_handshake_do_not_hold_the_worker_threa
     every thread and the reviews behind them got the 3 s webhook timeout. A connection without a
     request after its handshake now waits in the poller, kept alive for a later request."""
     ctx = tls_context(server)
-    idle = [ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost")
-            for _ in range(2 * THREADS)]  # each returns once the handshake is done, and sends nothing
+    idle = [
+        ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost")
+        for _ in range(2 * THREADS)
+    ]  # each returns once the handshake is done, and sends nothing
     try:
         waited = healthz_wait(server)
         assert waited < 1.0, f"/healthz waited {waited:.2f} s behind {len(idle)} connections idle after their handshake"
@@ -282,6 +295,7 @@ def test_connections_idle_after_their_tls_handshake_do_not_hold_the_worker_threa
 def test_stalled_clients_do_not_starve_the_server(server):
     """More stalled TLS handshakes than worker threads: other clients are still answered in time."""
     import time as _time
+
     stalled = []
     try:
         for _ in range(12):  # server.threads is 8
@@ -309,6 +323,7 @@ def test_trickling_clients_do_not_hold_threads(server):
     """Clients sending their request one byte at a time: cut off, and others are answered."""
     import threading
     import time as _time
+
     stop = threading.Event()
     cut = []
 
@@ -346,6 +361,7 @@ def test_idle_keepalive_connections_and_clients_that_never_read(server):
     other clients are still answered within the webhook timeout."""
     import json as _json
     import time as _time
+
     ctx = ssl.create_default_context(cafile=str(server.ca_file))
     idle, stuck = [], []
     try:
@@ -359,8 +375,10 @@ def test_idle_keepalive_connections_and_clients_that_never_read(server):
         raw = _json.dumps(body).encode()
         for _ in range(12):
             sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost")
-            sock.sendall(b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n" % len(raw) + raw)
+            sock.sendall(
+                b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(raw) + raw
+            )
             stuck.append(sock)  # and never read
         _time.sleep(0.5)
         started = _time.monotonic()

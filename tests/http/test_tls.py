@@ -3,6 +3,7 @@ old protocol versions and weak ciphers refused, start-up errors. With server.cli
 the apiserver is heard: the admission port requires a client certificate signed by those CAs (a
 forged review without one is refused at the TLS layer: no HTTP answer at all), and
 server.probePort serves the kubelet's probes and Prometheus without one, and no admission review."""
+
 from __future__ import annotations
 
 import socket
@@ -116,8 +117,9 @@ def verifying(tmp_path_factory, engine):
     good = write_pair(work, "apiserver", client_certificate(client_ca))
     stranger = write_pair(work, "stranger", client_certificate(certs.generate_ca(common_name="other-ca")))
     probe_port = free_port()
-    proc = DraGuardProcess(work, "--no-cluster", config=(
-        f"server:\n  clientCAFile: {work / 'client-ca.crt'}\n  probePort: {probe_port}\n"))
+    proc = DraGuardProcess(
+        work, "--no-cluster", config=(f"server:\n  clientCAFile: {work / 'client-ca.crt'}\n  probePort: {probe_port}\n")
+    )
     probe_url = f"https://127.0.0.1:{probe_port}"
     deadline = time.monotonic() + 30
     while True:
@@ -148,6 +150,7 @@ def test_a_forged_review_without_a_client_certificate_is_refused_at_the_tls_laye
     # and at the socket level: the handshake (TLS 1.2) or the first read (TLS 1.3) fails with an alert
     ctx = ssl.create_default_context(cafile=str(proc.ca_file))
     import socket
+
     with socket.create_connection(("127.0.0.1", proc.port), timeout=10) as raw:
         with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
             with ctx.wrap_socket(raw, server_hostname="localhost") as tls:

@@ -1,4 +1,5 @@
 """Every test here runs a code check (ruff, mypy, import-linter)."""
+
 import pytest
 
 

@@ -3,6 +3,7 @@ proof that each of them fails on a deliberate violation: a check that cannot fai
 
 Each violation is made in a copy of the package in a temporary folder, never in the working tree.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,13 +41,16 @@ def test_import_contracts_hold():
     assert "0 broken" in out.stdout
 
 
-@pytest.mark.parametrize("module, line, contract", [
-    ("webhook/policies/rbac.py", "import webhook.kube.state", "Layers"),
-    ("webhook/model/readers.py", "import kubernetes", "Only webhook.kube talks to the Kubernetes API"),
-    ("certs/__init__.py", "import webhook.config", "certs depends on nothing of webhook"),
-    ("webhook/admission.py", "import webhook.audit", "Layers"),  # siblings are independent
-    ("webhook/policies/decision.py", "import flask", "No HTTP framework below webhook.serve"),
-])
+@pytest.mark.parametrize(
+    "module, line, contract",
+    [
+        ("webhook/policies/rbac.py", "import webhook.kube.state", "Layers"),
+        ("webhook/model/readers.py", "import kubernetes", "Only webhook.kube talks to the Kubernetes API"),
+        ("certs/__init__.py", "import webhook.config", "certs depends on nothing of webhook"),
+        ("webhook/admission.py", "import webhook.audit", "Layers"),  # siblings are independent
+        ("webhook/policies/decision.py", "import flask", "No HTTP framework below webhook.serve"),
+    ],
+)
 def test_import_contracts_fail_on_a_violation(tree, module, line, contract):
     path = tree / module
     path.write_text(path.read_text() + f"\n{line}  # deliberate violation\n")
@@ -63,7 +67,8 @@ def test_ruff_passes():
 
 def test_ruff_fails_on_a_violation(tree):
     (tree / "webhook" / "model" / "readers.py").write_text(
-        (tree / "webhook" / "model" / "readers.py").read_text() + "\nimport os  # unused: deliberate violation\n")
+        (tree / "webhook" / "model" / "readers.py").read_text() + "\nimport os  # unused: deliberate violation\n"
+    )
     out = run("ruff", "check", "webhook", cwd=tree)
     assert out.returncode != 0 and "F401" in out.stdout, out.stdout
 

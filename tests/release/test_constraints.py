@@ -3,6 +3,7 @@ extras) to one version that satisfies the declaration, and every install path us
 (.ci/run), README's set-up commands and the image's build stage (Dockerfile). A dependency added
 or a floor raised in pyproject.toml without regenerating the file (the command in its header)
 fails here."""
+
 from __future__ import annotations
 
 import pathlib
@@ -53,8 +54,9 @@ def test_every_declared_dependency_is_pinned_to_a_version_it_allows():
     for req in declared():
         name = canonicalize_name(req.name)
         assert name in pinned, f"{req} is declared in pyproject.toml but not pinned in constraints.txt: regenerate it"
-        assert req.specifier.contains(pinned[name], prereleases=True), \
+        assert req.specifier.contains(pinned[name], prereleases=True), (
             f"constraints.txt pins {name}=={pinned[name]}, which pyproject.toml's {req} does not allow: regenerate it"
+        )
 
 
 def test_ci_readme_and_the_image_install_with_the_constraints():

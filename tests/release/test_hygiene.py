@@ -2,6 +2,7 @@
 follows Keep a Changelog and names the version the package and chart carry, CONTRIBUTING.md and
 SECURITY.md say what a contributor and a reporter need, and hack/release.py refuses a tag that
 the sources do not carry."""
+
 from __future__ import annotations
 
 import datetime
@@ -79,7 +80,14 @@ def test_changelog_keeps_the_upgrade_notes():
 def test_contributing_says_how_to_set_up_test_and_check():
     text = (REPO / "CONTRIBUTING.md").read_text()
     readme = (REPO / "README.md").read_text()
-    for command in ("pip install -c constraints.txt -e '.[test]'", "tests/run", "ruff check .", "mypy", "lint-imports", "bench/run"):
+    for command in (
+        "pip install -c constraints.txt -e '.[test]'",
+        "tests/run",
+        "ruff check .",
+        "mypy",
+        "lint-imports",
+        "bench/run",
+    ):
         assert command in text, command
     assert "tests/run" in readme  # the same command README "Run the tests" gives
     for doc in ("docs/architecture.md", "CHANGELOG.md", "SECURITY.md"):
@@ -95,8 +103,12 @@ def test_security_policy_says_how_to_report_and_what_is_supported():
 
 
 def test_release_script_refuses_a_tag_the_sources_do_not_carry(tmp_path):
-    out = subprocess.run([sys.executable, str(REPO / "hack" / "release.py"), "v9.9.9", "--worktree", "--only", "chart",
-                          "--out", str(tmp_path)], capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "release.py"), "v9.9.9", "--worktree", "--only", "chart", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert out.returncode == 2, out.stderr
     assert f"pyproject.toml says {PROJECT['version']}" in out.stderr
     assert "CHANGELOG.md has no section '## [9.9.9] - YYYY-MM-DD'" in out.stderr
@@ -107,8 +119,23 @@ def test_release_script_packages_the_chart_of_the_version(tmp_path):
     from tests.e2e import binaries
 
     helm = str(binaries.client_tools_dir() / "helm")
-    out = subprocess.run([sys.executable, str(REPO / "hack" / "release.py"), f"v{PROJECT['version']}", "--worktree",
-                          "--only", "chart", "--helm", helm, "--out", str(tmp_path)], capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "hack" / "release.py"),
+            f"v{PROJECT['version']}",
+            "--worktree",
+            "--only",
+            "chart",
+            "--helm",
+            helm,
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     chart = tmp_path / f"dra-guard-{PROJECT['version']}.tgz"
     assert out.stdout.split() == [str(chart)]

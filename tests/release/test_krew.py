@@ -3,6 +3,7 @@ and LICENSE) and fills plugins/dra-guard.yaml with its URL and sha256; krew's ow
 validate-krew-manifest accepts the result, which includes installing it with the real
 `kubectl krew install` from a local HTTP server standing in for the release's download URL;
 the installed plugin runs through the real kubectl."""
+
 from __future__ import annotations
 
 import functools
@@ -37,9 +38,24 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[pathlib.
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        proc = subprocess.run([sys.executable, str(REPO / "hack" / "release.py"), TAG, "--worktree", "--only", "krew",
-                               "--out", str(out), "--download-url", url], capture_output=True, text=True, timeout=900,
-                              env=dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}"))
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "hack" / "release.py"),
+                TAG,
+                "--worktree",
+                "--only",
+                "krew",
+                "--out",
+                str(out),
+                "--download-url",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}:{os.environ['PATH']}"),
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
         yield out, url
     finally:
@@ -54,8 +70,13 @@ def tools_path() -> str:
 
 
 def validate(manifest: pathlib.Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(binaries.krew_dir() / "validate-krew-manifest"), "-manifest", str(manifest)],
-                          capture_output=True, text=True, timeout=300, env={"PATH": tools_path()})
+    return subprocess.run(
+        [str(binaries.krew_dir() / "validate-krew-manifest"), "-manifest", str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": tools_path()},
+    )
 
 
 def test_the_rendered_manifest_names_the_archive_and_its_sha256(release):
@@ -88,20 +109,28 @@ def test_krew_validator_refuses_a_wrong_sha256(release, tmp_path):
 
 def test_the_plugin_krew_installs_runs_through_kubectl(release, tmp_path):
     out, _ = release
-    env = {"PATH": tools_path(), "KREW_ROOT": str(tmp_path / "krew"), "HOME": str(tmp_path),
-           "KUBECONFIG": "/nonexistent"}
-    install = subprocess.run(["kubectl", "krew", "install", "--manifest", str(out / "dra-guard.yaml")],
-                             capture_output=True, text=True, timeout=300, env=env)
+    env = {"PATH": tools_path(), "KREW_ROOT": str(tmp_path / "krew"), "HOME": str(tmp_path), "KUBECONFIG": "/nonexistent"}
+    install = subprocess.run(
+        ["kubectl", "krew", "install", "--manifest", str(out / "dra-guard.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert install.returncode == 0, install.stderr
     env["PATH"] = f"{tmp_path / 'krew' / 'bin'}:{env['PATH']}"
     version = subprocess.run(["kubectl", "dra-guard", "--version"], capture_output=True, text=True, timeout=120, env=env)
     # built from files, not a checkout, and without a stamp: a release says its version alone
     assert version.returncode == 0 and version.stdout.strip() == f"dra-guard {VERSION}", version.stderr
-    audit = subprocess.run(["kubectl", "dra-guard", "audit", "-f", str(REPO / "examples" / "compliant")],
-                           capture_output=True, text=True, timeout=120, env=env)
+    audit = subprocess.run(
+        ["kubectl", "dra-guard", "audit", "-f", str(REPO / "examples" / "compliant")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert audit.returncode == 0, audit.stdout + audit.stderr
     # the caveat's link gives completion through kubectl
     (tmp_path / "krew" / "bin" / "kubectl_complete-dra_guard").symlink_to("kubectl-dra_guard")
-    complete = subprocess.run(["kubectl", "__complete", "dra-guard", "au"], capture_output=True, text=True,
-                              timeout=120, env=env)
+    complete = subprocess.run(["kubectl", "__complete", "dra-guard", "au"], capture_output=True, text=True, timeout=120, env=env)
     assert complete.stdout.splitlines()[0].split("\t")[0] == "audit", complete.stdout + complete.stderr

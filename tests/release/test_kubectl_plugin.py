@@ -3,6 +3,7 @@ console scripts kubectl-dra_guard and kubectl_complete-dra_guard on PATH, nothin
 kubectl finds the plugin, runs its commands with its name in usage and errors, and completes
 it through `kubectl __complete` (kubectl's own completion entry, which the shell scripts of
 `kubectl completion bash|zsh|fish` call)."""
+
 from __future__ import annotations
 
 import pathlib
@@ -32,9 +33,15 @@ def path(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def kubectl(path: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["kubectl", *args], capture_output=True, text=True, cwd=REPO, timeout=60,
-                          env={"PATH": path, "HOME": str(REPO), "KUBECONFIG": "/nonexistent"},
-                          executable=shutil.which("kubectl", path=path))
+    return subprocess.run(
+        ["kubectl", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={"PATH": path, "HOME": str(REPO), "KUBECONFIG": "/nonexistent"},
+        executable=shutil.which("kubectl", path=path),
+    )
 
 
 def test_kubectl_lists_the_plugin(path):

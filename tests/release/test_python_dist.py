@@ -7,6 +7,7 @@ virtual environment, where its `dra-guard` command runs.
 Needs PyPI or its cache (the build's isolated environment installs setuptools, the fresh venv the
 wheel's dependencies), like `pip install -e '.[test]'` before it.
 """
+
 from __future__ import annotations
 
 import email.parser
@@ -29,7 +30,9 @@ CACHES = ("__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_c
 
 def run(*argv: str | pathlib.Path, timeout: float = 600, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, cwd=cwd)
-    assert proc.returncode == 0, f"{' '.join(map(str, argv))} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"{' '.join(map(str, argv))} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return proc
 
 

@@ -1,6 +1,7 @@
 """`dra-guard --version` names the commit of a development build: from git in a checkout (the
 editable install the tests run), from the stamp the Dockerfile writes in an image, and nothing
 but the version for a release."""
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,12 @@ def test_version_in_this_checkout_names_its_commit():
 def test_a_commit_and_a_change_move_the_label(tmp_path):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True)
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.com"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
     head = git("rev-parse", "HEAD", cwd=clone)
     assert v.checkout_label(clone / "webhook") == f"g{head[:7]}"
     (clone / "webhook" / "__init__.py").write_text("# changed\n")
@@ -61,8 +66,13 @@ def test_the_dockerfile_stamp_is_what_version_reads(tmp_path, monkeypatch):
     (tmp_path / "webhook").mkdir()
 
     def stamp(ref: str, dirty: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["sh", "-c", run], cwd=tmp_path, capture_output=True, text=True,
-                              env={"PATH": os.environ["PATH"], "VCS_REF": ref, "VCS_DIRTY": dirty})
+        return subprocess.run(
+            ["sh", "-c", run],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={"PATH": os.environ["PATH"], "VCS_REF": ref, "VCS_DIRTY": dirty},
+        )
 
     assert stamp("", "false").returncode == 0 and not (tmp_path / "webhook" / "_commit.py").exists()
     assert stamp("1234abc; echo", "false").returncode != 0

@@ -1,4 +1,5 @@
 """Envelope handling and the Flask app (app.test_client, no network): modes, dry run, bad input."""
+
 from __future__ import annotations
 
 import base64
@@ -51,6 +52,7 @@ def test_warn_allows_with_a_short_warning():
 
 def test_audit_allows_silently_and_records():
     from prometheus_client import REGISTRY
+
     before = REGISTRY.get_sample_value("dra_guard_admission_violations_total", {"policy": "rbac", "mode": "audit"}) or 0
     resp = post(make_client("audit"), review(BAD_BINDING)).get_json()["response"]
     assert resp["allowed"] is True
@@ -103,18 +105,30 @@ def _envelope(**overrides):
     return body
 
 
-@pytest.mark.parametrize("name, body, content_type, needle", [
-    ("not json", b"{nope", "application/json", "not valid JSON"),
-    ("json array", b"[]", "application/json", "JSON object"),
-    ("not an AdmissionReview", {"kind": "Pod", "apiVersion": "v1"}, "application/json", "kind must be AdmissionReview"),
-    ("unknown apiVersion", _envelope(apiVersion="admission.k8s.io/v2"), "application/json", "apiVersion must be"),
-    ("no request", {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}, "application/json", "request is missing"),
-    ("no uid", {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {"operation": "CREATE"}},
-     "application/json", "request.uid"),
-    ("empty body", b"", "application/json", "not valid JSON"),
-    ("wrong content type", review(BAD_BINDING), "text/plain", "Content-Type"),
-    ("invalid utf-8", b"\xff\xfe{", "application/json", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "name, body, content_type, needle",
+    [
+        ("not json", b"{nope", "application/json", "not valid JSON"),
+        ("json array", b"[]", "application/json", "JSON object"),
+        ("not an AdmissionReview", {"kind": "Pod", "apiVersion": "v1"}, "application/json", "kind must be AdmissionReview"),
+        ("unknown apiVersion", _envelope(apiVersion="admission.k8s.io/v2"), "application/json", "apiVersion must be"),
+        (
+            "no request",
+            {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"},
+            "application/json",
+            "request is missing",
+        ),
+        (
+            "no uid",
+            {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {"operation": "CREATE"}},
+            "application/json",
+            "request.uid",
+        ),
+        ("empty body", b"", "application/json", "not valid JSON"),
+        ("wrong content type", review(BAD_BINDING), "text/plain", "Content-Type"),
+        ("invalid utf-8", b"\xff\xfe{", "application/json", "not valid JSON"),
+    ],
+)
 def test_bad_input_gets_400_json(name, body, content_type, needle):
     rv = post(make_client(), body, content_type=content_type)
     assert rv.status_code == 400, name
@@ -178,15 +192,21 @@ def test_patch_is_encoded_only_in_enforce_mode():
 
 def test_finding_code_and_reason_reach_the_status():
     f = Finding(policy="x", kind="Pod", name="p", message="wait", summary="wait", code=429, reason="TooManyRequests")
-    out = admission.respond(review(BAD_BINDING), policy="x", evaluate=lambda _r: Decision(findings=(f,)),
-                            settings=PolicyConfig("enforce", "deny"))
-    assert out["response"]["status"] == {"code": 429, "reason": "TooManyRequests", "status": "Failure",
-                                         "message": "wait Why: https://kubernetes.io/docs/concepts/cluster-administration/dra/"}
+    out = admission.respond(
+        review(BAD_BINDING), policy="x", evaluate=lambda _r: Decision(findings=(f,)), settings=PolicyConfig("enforce", "deny")
+    )
+    assert out["response"]["status"] == {
+        "code": 429,
+        "reason": "TooManyRequests",
+        "status": "Failure",
+        "message": "wait Why: https://kubernetes.io/docs/concepts/cluster-administration/dra/",
+    }
 
 
 # ------------------------------------------------------------------ /mutate/daemonsets through the app
 def _ds_review():
     from tests.builders import driver_daemonset
+
     body = review(binding("x", "y", []))  # reuse the envelope, replace the object
     req = body["request"]
     req["kind"] = {"group": "apps", "version": "v1", "kind": "DaemonSet"}
@@ -204,8 +224,9 @@ def test_probe_modes(mode):
         assert any(op["path"].endswith("/livenessProbe") for op in ops)
         assert "probes-patched" in resp["auditAnnotations"]
         # issue 18: kubectl tells whoever applied it that dra-guard changed the object
-        assert resp["warnings"] == ["dra-guard changed this DaemonSet (probes): add a gRPC livenessProbe (port 51515) "
-                                    "to driver container plugin"]
+        assert resp["warnings"] == [
+            "dra-guard changed this DaemonSet (probes): add a gRPC livenessProbe (port 51515) to driver container plugin"
+        ]
     elif mode == "warn":
         assert "patch" not in resp
         assert any(w.startswith("dra-guard would add") for w in resp["warnings"])
@@ -216,6 +237,7 @@ def test_probe_modes(mode):
 
 def test_probe_policy_error_fails_open_by_default(monkeypatch):
     from webhook.policies import probes
+
     monkeypatch.setattr(probes, "evaluate", lambda *a, **k: 1 / 0)
     resp = post(make_client(), _ds_review(), path="/mutate/daemonsets").get_json()["response"]
     assert resp["allowed"] is True and "internal error" in resp["warnings"][0]
@@ -242,24 +264,31 @@ def test_operation_metric_label_is_bounded():
 def test_noop_endpoint_allows_what_the_rbac_guard_refuses_and_counts_nothing():
     """/validate/noop is the benchmark floor: same envelope checks, no policy, no metrics."""
     from prometheus_client import REGISTRY
+
     labels = {"policy": "rbac", "operation": "CREATE", "decision": "deny", "mode": "enforce"}
     client = make_client("enforce")
     before = REGISTRY.get_sample_value("dra_guard_admission_requests_total", labels) or 0
     body = review(BAD_BINDING)
     rv = post(client, body, path="/validate/noop")
     assert rv.status_code == 200
-    assert rv.get_json() == {"apiVersion": body["apiVersion"], "kind": "AdmissionReview",
-                             "response": {"uid": body["request"]["uid"], "allowed": True}}
+    assert rv.get_json() == {
+        "apiVersion": body["apiVersion"],
+        "kind": "AdmissionReview",
+        "response": {"uid": body["request"]["uid"], "allowed": True},
+    }
     assert (REGISTRY.get_sample_value("dra_guard_admission_requests_total", labels) or 0) == before
     assert post(client, body, path="/validate/rbac").get_json()["response"]["allowed"] is False
     assert REGISTRY.get_sample_value("dra_guard_admission_requests_total", labels) == before + 1
 
 
-@pytest.mark.parametrize("body, content_type, needle", [
-    (b"{not json", "application/json", "not valid JSON"),
-    ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}, "application/json", "request"),
-    ({}, "text/plain", "Content-Type"),
-])
+@pytest.mark.parametrize(
+    "body, content_type, needle",
+    [
+        (b"{not json", "application/json", "not valid JSON"),
+        ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}, "application/json", "request"),
+        ({}, "text/plain", "Content-Type"),
+    ],
+)
 def test_noop_endpoint_checks_the_envelope_like_the_policies(body, content_type, needle):
     rv = post(make_client(), body, path="/validate/noop", content_type=content_type)
     assert rv.status_code == 400

@@ -1,4 +1,5 @@
 """The shape docs/architecture.md promises, beyond what import-linter checks (tests/lint)."""
+
 from __future__ import annotations
 
 import ast
@@ -60,7 +61,8 @@ def test_bench_imports_no_test_module():
         for module in imports_of(path):
             last = module.rsplit(".", 1)[-1]
             assert not last.startswith("test_") and not module.startswith(("tests.unit", "tests.http", "tests.chart")), (
-                f"{path.relative_to(REPO)} imports {module}: shared builders belong in tests/builders.py")
+                f"{path.relative_to(REPO)} imports {module}: shared builders belong in tests/builders.py"
+            )
 
 
 def test_the_registry_and_the_config_know_the_same_policies():

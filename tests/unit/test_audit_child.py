@@ -1,6 +1,7 @@
 """The periodic audit's own process (issue 19): a real `python -m webhook.serve.audit_child` is
 started; its failures come back as one clear AuditChildError, and one that hangs is killed at its
 deadline. (Its successful run, against the real apiserver: tests/e2e/test_cluster_audit.py.)"""
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,9 @@ def test_an_audit_process_that_hangs_is_killed_at_its_deadline(tmp_path):
     with socket.socket() as server:  # accepts TCP (the kernel's backlog) but never answers TLS
         server.bind(("127.0.0.1", 0))
         server.listen(8)
-        request = AuditRequest(config=from_mapping({}), kubeconfig=kubeconfig(tmp_path, server.getsockname()[1]),
-                               request_timeout_seconds=120)
+        request = AuditRequest(
+            config=from_mapping({}), kubeconfig=kubeconfig(tmp_path, server.getsockname()[1]), request_timeout_seconds=120
+        )
         before = children()
         started = time.monotonic()
         with pytest.raises(AuditChildError, match="did not finish within 3 s and was killed"):

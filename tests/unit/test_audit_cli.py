@@ -1,4 +1,5 @@
 """`dra-guard audit` over manifest files: findings, output formats, exit codes, input errors."""
+
 from __future__ import annotations
 
 import json
@@ -45,18 +46,31 @@ def test_json_output_shape(capsys):
     assert (result["apiVersion"], result["kind"]) == ("dra-guard.io/v1alpha1", "AuditResult")
     findings = result["findings"]
     assert sorted((f["policy"], f["name"]) for f in findings) == [
-        ("eviction", "gpu-example-driver"), ("probes", "gpu-example-driver"), ("rbac", "ci-deployer-everything"), ("rbac", "team-b-edit"), ("rbac", "team-gpu")]
+        ("eviction", "gpu-example-driver"),
+        ("probes", "gpu-example-driver"),
+        ("rbac", "ci-deployer-everything"),
+        ("rbac", "team-b-edit"),
+        ("rbac", "team-gpu"),
+    ]
     for f in findings:
         assert {"policy", "kind", "namespace", "name", "message", "mode", "check"} <= f.keys()
 
 
 def test_list_kind_and_json_files(tmp_path, capsys):
     items = [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "w"},
-         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "b"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "w"},
-         "subjects": [{"kind": "User", "name": "eve"}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "w"},
+            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "b"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "w"},
+            "subjects": [{"kind": "User", "name": "eve"}],
+        },
     ]
     (tmp_path / "list.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "list.json"))
@@ -78,11 +92,14 @@ def test_input_errors_exit_2_and_name_the_file(tmp_path, capsys):
     assert "bad.yaml line" in err and "invalid YAML" in err
 
 
-@pytest.mark.parametrize("content, needle", [
-    ("- just\n- a list\n", "not a Kubernetes object (a list)"),
-    ("metadata: {name: x}\n", "no kind (not a Kubernetes object)"),
-    ("foo: bar\n", "no kind (not a Kubernetes object)"),   # a values.yaml or a CI file
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ("- just\n- a list\n", "not a Kubernetes object (a list)"),
+        ("metadata: {name: x}\n", "no kind (not a Kubernetes object)"),
+        ("foo: bar\n", "no kind (not a Kubernetes object)"),  # a values.yaml or a CI file
+    ],
+)
 def test_documents_that_are_not_objects_are_skipped_with_a_note(tmp_path, capsys, content, needle):
     path = tmp_path / "other.yaml"
     path.write_text(content)
@@ -112,10 +129,13 @@ def test_driver_daemonset_without_probe_is_reported(capsys):
 
 def test_advisory_findings_alone_exit_0(tmp_path, capsys):
     import yaml
+
     ds = yaml.safe_load((EXAMPLES / "compliant" / "driver-daemonset.yaml").read_text())
     ds["spec"]["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     (tmp_path / "ds.yaml").write_text(yaml.safe_dump(ds))
-    code, out, _ = run_cli(capsys, "audit", "-f", str(tmp_path / "ds.yaml"), "-f", str(EXAMPLES / "compliant" / "dra-guard-config.yaml"))
+    code, out, _ = run_cli(
+        capsys, "audit", "-f", str(tmp_path / "ds.yaml"), "-f", str(EXAMPLES / "compliant" / "dra-guard-config.yaml")
+    )
     assert code == 0
     assert "seamless-upgrade" in out and "1 advisory" in out
 
@@ -125,6 +145,7 @@ def test_deep_yaml_and_date_names(tmp_path, capsys):
     code, _, err = run_cli(capsys, "audit", "-f", str(tmp_path / "deep.yaml"))
     assert code == 2 and "deep.yaml" in err
     import yaml
+
     ds = yaml.safe_load((EXAMPLES / "non-compliant" / "driver-daemonset.yaml").read_text())
     text = yaml.safe_dump(ds).replace("name: plugin", "name: 2024-01-01")
     (tmp_path / "ds.yaml").write_text(text)
@@ -141,9 +162,11 @@ def test_json_summary_counts_each_policy_by_what_enforce_mode_does(capsys):
     summary = result["summary"]
     assert summary["complete"] is True and summary["inputErrors"] == 0 and result["inputErrors"] == []
     assert summary["findings"] == len(result["findings"]) == 5
-    assert summary["byPolicy"] == {"eviction": {"refuse": 0, "patch": 0, "advisory": 1, "skip": 0, "pass": 1},
-                                   "probes": {"refuse": 0, "patch": 1, "advisory": 0, "skip": 0, "pass": 1},
-                                   "rbac": {"refuse": 3, "patch": 0, "advisory": 0, "skip": 0, "pass": 3}}
+    assert summary["byPolicy"] == {
+        "eviction": {"refuse": 0, "patch": 0, "advisory": 1, "skip": 0, "pass": 1},
+        "probes": {"refuse": 0, "patch": 1, "advisory": 0, "skip": 0, "pass": 1},
+        "rbac": {"refuse": 3, "patch": 0, "advisory": 0, "skip": 0, "pass": 3},
+    }
     assert summary["results"] == {"refuse": 3, "patch": 1, "advisory": 1, "skip": 0, "pass": 5}
     code, out, _ = run_cli(capsys, "audit", "-f", str(EXAMPLES / "compliant"), "-o", "json")
     clean = json.loads(out)
@@ -160,10 +183,13 @@ def test_json_says_which_findings_a_patch_fixes(capsys):
 
 def test_kubeconfig_environment_variable_is_honoured(tmp_path, monkeypatch):
     from webhook.kube import client as cluster
+
     kc = tmp_path / "kc"
-    kc.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-                  "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
-                  "current-context: x\n")
+    kc.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+        "current-context: x\n"
+    )
     monkeypatch.setenv("KUBECONFIG", str(kc))
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
     client = cluster.api_client(None, timeout_seconds=1)
@@ -189,6 +215,7 @@ def test_self_signed_and_self_mode_exclude_each_other(tmp_path, capsys):
 def audit_stdin(capsys, monkeypatch, text, *args):
     """`dra-guard audit -f - -o sarif` over `text` (what `helm template` prints): (exit code, results by ruleId)."""
     import io
+
     monkeypatch.setattr(sys, "stdin", io.StringIO(text))
     code, out, err = run_cli(capsys, "audit", "-f", "-", "-o", "sarif", *args)
     results: dict[str, list[dict]] = {}
@@ -239,32 +266,49 @@ def test_a_namespace_on_cluster_scoped_kinds_is_dropped_as_the_apiserver_does(ca
 
 def test_only_built_in_cluster_scoped_kinds_lose_their_namespace():
     from webhook.audit import load
+
     out = load.Manifests()
-    load.read_text("m.yaml", "\n---\n".join([
-        "{apiVersion: v1, kind: Node, metadata: {name: n, namespace: x}}",
-        "{apiVersion: resource.k8s.io/v1, kind: DeviceClass, metadata: {name: d, namespace: x}}",
-        "{kind: ClusterRole, metadata: {name: c, namespace: x}}",   # no apiVersion: the kind decides
-        "{apiVersion: rbac.authorization.k8s.io/v1, kind: Role, metadata: {name: r, namespace: x}}",
-        "{apiVersion: example.com/v1, kind: Node, metadata: {name: crd, namespace: x}}",  # a namespaced CRD
-    ]), out)
+    load.read_text(
+        "m.yaml",
+        "\n---\n".join(
+            [
+                "{apiVersion: v1, kind: Node, metadata: {name: n, namespace: x}}",
+                "{apiVersion: resource.k8s.io/v1, kind: DeviceClass, metadata: {name: d, namespace: x}}",
+                "{kind: ClusterRole, metadata: {name: c, namespace: x}}",  # no apiVersion: the kind decides
+                "{apiVersion: rbac.authorization.k8s.io/v1, kind: Role, metadata: {name: r, namespace: x}}",
+                "{apiVersion: example.com/v1, kind: Node, metadata: {name: crd, namespace: x}}",  # a namespaced CRD
+            ]
+        ),
+        out,
+    )
     assert [load.object_key(o) for o in out.objects] == [
-        ("Node", "", "n"), ("DeviceClass", "", "d"), ("ClusterRole", "", "c"), ("Role", "x", "r"), ("Node", "x", "crd")]
+        ("Node", "", "n"),
+        ("DeviceClass", "", "d"),
+        ("ClusterRole", "", "c"),
+        ("Role", "x", "r"),
+        ("Node", "x", "crd"),
+    ]
 
 
 def _bootstrap_binding(role: str, group: str, *, namespace: str = "") -> str:
     kind = "RoleBinding" if namespace else "ClusterRoleBinding"
     ns = f"\n  namespace: {namespace}" if namespace else ""
-    return (f"---\n# Source: platform/templates/{role}.yaml\napiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\n"
-            f"metadata:\n  name: {group}-{role}{ns}\nsubjects:\n- kind: Group\n  name: {group}\n"
-            f"  apiGroup: rbac.authorization.k8s.io\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n"
-            f"  kind: ClusterRole\n  name: {role}\n")
+    return (
+        f"---\n# Source: platform/templates/{role}.yaml\napiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\n"
+        f"metadata:\n  name: {group}-{role}{ns}\nsubjects:\n- kind: Group\n  name: {group}\n"
+        f"  apiGroup: rbac.authorization.k8s.io\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n"
+        f"  kind: ClusterRole\n  name: {role}\n"
+    )
 
 
-@pytest.mark.parametrize("role, namespace, via", [
-    ("cluster-admin", "", ["cluster-admin"]),
-    ("edit", "", ["edit", "system:aggregate-to-edit"]),
-    ("admin", "kube-system", ["admin", "system:aggregate-to-edit"]),  # edit's members, aggregated into admin
-])
+@pytest.mark.parametrize(
+    "role, namespace, via",
+    [
+        ("cluster-admin", "", ["cluster-admin"]),
+        ("edit", "", ["edit", "system:aggregate-to-edit"]),
+        ("admin", "kube-system", ["admin", "system:aggregate-to-edit"]),  # edit's members, aggregated into admin
+    ],
+)
 def test_a_bootstrap_role_the_files_do_not_define_is_judged_by_its_defaults(capsys, monkeypatch, role, namespace, via):
     code, results = audit_stdin(capsys, monkeypatch, _bootstrap_binding(role, "platform-team", namespace=namespace))
     assert code == 1 and "rbac/unresolved-roleref" not in results
@@ -284,6 +328,7 @@ def test_the_offline_verdict_on_cluster_admin_is_the_webhooks():
     from webhook.config import from_mapping
     from webhook.model import bootstrap
     from webhook.policies import rbac
+
     crb = yaml.safe_load(_bootstrap_binding("cluster-admin", "platform-team"))
     config = from_mapping(None)
     stored = bootstrap.stored_role("cluster-admin")
@@ -298,6 +343,7 @@ def test_view_is_known_and_an_unknown_role_stays_advisory(capsys, monkeypatch):
     assert code == 0 and results == {}  # view's defaults grant no DRA write and no power
     code, results = audit_stdin(capsys, monkeypatch, _bootstrap_binding("vendor-operator", "platform-team"))
     assert code == 0 and [r["level"] for r in results["rbac/unresolved-roleref"]] == ["warning"]
+
 
 def test_an_unforeseen_failure_exits_2_never_1(capsys, monkeypatch):
     """1 means "would refuse" / "must wait": a crash must not read as either."""

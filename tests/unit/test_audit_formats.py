@@ -2,6 +2,7 @@
 documents and Helm templates skipped with a note, unresolved roleRefs, the sarif/junit/yaml
 formats, PolicyReports with pass results, and the CLI around it (--version, completion,
 --context, config validate, drain-plan help)."""
+
 from __future__ import annotations
 
 import io
@@ -51,8 +52,20 @@ def test_every_input_problem_is_reported_with_the_findings_of_what_could_be_read
     good = write(tmp_path, "good.yaml", WRITER, BAD)
     (tmp_path / "broken.yaml").write_text("kind: ClusterRole\nmetadata: {name: x\n")
     (tmp_path / "unreadable.yaml").write_bytes(b"\xff\xfe not utf-8")
-    code, out, err = run_cli(capsys, "audit", "-f", str(tmp_path / "broken.yaml"), "-f", str(good),
-                             "-f", str(tmp_path / "unreadable.yaml"), "-f", str(tmp_path / "missing.yaml"), "-o", "json")
+    code, out, err = run_cli(
+        capsys,
+        "audit",
+        "-f",
+        str(tmp_path / "broken.yaml"),
+        "-f",
+        str(good),
+        "-f",
+        str(tmp_path / "unreadable.yaml"),
+        "-f",
+        str(tmp_path / "missing.yaml"),
+        "-o",
+        "json",
+    )
     assert code == 2
     result = json.loads(out)
     assert [f["name"] for f in result["findings"]] == ["team-a-slices"]  # the good file was still judged
@@ -94,8 +107,9 @@ def test_stdout_never_reads_clean_when_an_input_failed(tmp_path, capsys, output)
 def test_a_helm_template_is_skipped_with_the_way_to_render_it(tmp_path, capsys):
     tpl = tmp_path / "templates"
     tpl.mkdir()
-    (tpl / "binding.yaml").write_text("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n"
-                                      "metadata:\n  name: {{ .Release.Name }}\n")
+    (tpl / "binding.yaml").write_text(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {{ .Release.Name }}\n"
+    )
     code, _, err = run_cli(capsys, "audit", "-f", str(tmp_path))
     assert code == 0
     assert "skipped: a Helm template" in err and "helm template CHART | dra-guard audit -f -" in err
@@ -131,7 +145,7 @@ def test_sarif_2_1_0_with_rules_levels_and_file_locations(tmp_path, capsys):
     location = write_result["locations"][0]
     assert location["physicalLocation"]["artifactLocation"]["uri"] == str(path)
     lines = path.read_text().splitlines()
-    second = lines.index("---") + 2   # 1-based: the line after the first separator starts the binding
+    second = lines.index("---") + 2  # 1-based: the line after the first separator starts the binding
     assert location["physicalLocation"]["region"]["startLine"] == second
     assert location["logicalLocations"][0]["name"] == "ClusterRoleBinding/team-a-slices"
     assert by_rule["probes/missing-liveness-probe"]["level"] == "error"  # enforce mode would patch it
@@ -181,8 +195,9 @@ def test_the_compiled_yaml_loader_and_progress_lines(tmp_path):
     if hasattr(yaml, "CSafeLoader"):
         assert load.LOADER is yaml.CSafeLoader
     lines: list[str] = []
-    load.read([str(write(tmp_path, "a.yaml", WRITER)), str(write(tmp_path, "b.yaml", BAD))],
-              progress=lines.append, progress_seconds=0)
+    load.read(
+        [str(write(tmp_path, "a.yaml", WRITER)), str(write(tmp_path, "b.yaml", BAD))], progress=lines.append, progress_seconds=0
+    )
     assert lines and lines[-1].startswith("read 2 file(s)")
 
 
@@ -205,9 +220,14 @@ def test_version_completion_and_config_commands(tmp_path, capsys):
 
 def test_shell_completion_completes_subcommands_and_flags():
     """What `source <(dra-guard completion bash)` asks dra-guard: argcomplete's protocol."""
-    env = {"_ARGCOMPLETE": "1", "_ARGCOMPLETE_SHELL": "bash", "COMP_LINE": "dra-guard audit --sc",
-           "COMP_POINT": str(len("dra-guard audit --sc")), "_ARGCOMPLETE_STDOUT_FILENAME": "/dev/stdout",
-           "PATH": "/usr/bin:/bin"}
+    env = {
+        "_ARGCOMPLETE": "1",
+        "_ARGCOMPLETE_SHELL": "bash",
+        "COMP_LINE": "dra-guard audit --sc",
+        "COMP_POINT": str(len("dra-guard audit --sc")),
+        "_ARGCOMPLETE_STDOUT_FILENAME": "/dev/stdout",
+        "PATH": "/usr/bin:/bin",
+    }
     script = pathlib.Path(sys.executable).parent / "dra-guard"
     out = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert "--scope" in out.stdout, (out.stdout, out.stderr)
@@ -215,14 +235,26 @@ def test_shell_completion_completes_subcommands_and_flags():
 
 def test_context_selects_the_kubeconfig_context(tmp_path):
     from webhook.kube.client import ClusterError, api_client
+
     kc = tmp_path / "kc"
-    kc.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "a",
-        "clusters": [{"name": "a", "cluster": {"server": "https://127.0.0.1:1"}},
-                     {"name": "b", "cluster": {"server": "https://127.0.0.2:2"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "a", "context": {"cluster": "a", "user": "u"}},
-                     {"name": "b", "context": {"cluster": "b", "user": "u"}}]}))
+    kc.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "a",
+                "clusters": [
+                    {"name": "a", "cluster": {"server": "https://127.0.0.1:1"}},
+                    {"name": "b", "cluster": {"server": "https://127.0.0.2:2"}},
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "a", "context": {"cluster": "a", "user": "u"}},
+                    {"name": "b", "context": {"cluster": "b", "user": "u"}},
+                ],
+            }
+        )
+    )
     assert api_client(str(kc), timeout_seconds=1).configuration.host == "https://127.0.0.1:1"
     assert api_client(str(kc), timeout_seconds=1, context="b").configuration.host == "https://127.0.0.2:2"
     with pytest.raises(ClusterError):

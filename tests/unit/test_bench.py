@@ -1,4 +1,5 @@
 """The pure parts of bench/ (no cluster, no vegeta): percentiles, answer checks, audit counting, report."""
+
 from __future__ import annotations
 
 import json
@@ -24,10 +25,15 @@ def test_spread_ignores_missing_values():
 
 
 def test_target_renders_vegeta_http_format(tmp_path):
-    t = common.Target(url="https://127.0.0.1:1/validate/rbac", body=tmp_path / "b.json",
-                      headers={"Content-Type": "application/json", "Authorization": "Bearer x"})
-    assert t.render() == (f"POST https://127.0.0.1:1/validate/rbac\nContent-Type: application/json\n"
-                          f"Authorization: Bearer x\n@{tmp_path / 'b.json'}\n")
+    t = common.Target(
+        url="https://127.0.0.1:1/validate/rbac",
+        body=tmp_path / "b.json",
+        headers={"Content-Type": "application/json", "Authorization": "Bearer x"},
+    )
+    assert t.render() == (
+        f"POST https://127.0.0.1:1/validate/rbac\nContent-Type: application/json\n"
+        f"Authorization: Bearer x\n@{tmp_path / 'b.json'}\n"
+    )
 
 
 def _answer(review, allowed):
@@ -38,8 +44,14 @@ def test_check_answers_matches_by_uid_and_counts_wrong_ones():
     reviews = endpoints.rbac_bodies(fill.Scale(roles=10, nodes=4, claims=8))
     assert [allowed for _, allowed in reviews] == [True, False, True, True]
     right = [_answer(r, allowed) for r, allowed in reviews]
-    result = common.Attack(rate=1, seconds=1, latencies_ms=[1] * 6, codes=[200] * 6, errors=[],
-                           bodies=[*reversed(right), _answer(reviews[1][0], True), b"<html>"])
+    result = common.Attack(
+        rate=1,
+        seconds=1,
+        latencies_ms=[1] * 6,
+        codes=[200] * 6,
+        errors=[],
+        bodies=[*reversed(right), _answer(reviews[1][0], True), b"<html>"],
+    )
     checked = endpoints.check_answers(result, reviews)
     assert checked["checked"] == 6 and checked["wrong"] == 2
 
@@ -74,29 +86,40 @@ def test_api_requests_counts_each_request_once_from_its_time():
     ]
     for event in events:
         event["objectRef"] = {"resource": "pods"}
-    events.append({"auditID": "d", "verb": "get", "objectRef": {"resource": "leases"},
-                   "requestReceivedTimestamp": "2026-11-30T10:00:07.000000Z"})
+    events.append(
+        {
+            "auditID": "d",
+            "verb": "get",
+            "objectRef": {"resource": "leases"},
+            "requestReceivedTimestamp": "2026-11-30T10:00:07.000000Z",
+        }
+    )
     counts = endpoints.api_requests(events, "2026-11-30T10:00:01.000000Z")
     assert counts == {"watch pods": 1, "list pods": 1, "get leases": 1}
     assert endpoints.per_review_requests(counts) == 1  # the list; not the watch, not the periodic audit's Lease
 
 
 def test_sync_seconds_reads_the_servers_cache_synced_lines():
-    log = "\n".join([
-        '{"msg": "cache synced", "cache": "pods", "objects": 10, "seconds": 0.5}',
-        "not json",
-        '{"msg": "cache synced", "cache": "pods", "objects": 12, "seconds": 0.25}',
-        '{"msg": "worker ready to serve"}',
-    ])
+    log = "\n".join(
+        [
+            '{"msg": "cache synced", "cache": "pods", "objects": 10, "seconds": 0.5}',
+            "not json",
+            '{"msg": "cache synced", "cache": "pods", "objects": 12, "seconds": 0.25}',
+            '{"msg": "worker ready to serve"}',
+        ]
+    )
     assert endpoints.sync_seconds(log) == {"pods": {"objects": 12, "seconds": 0.25}}
 
 
-@pytest.mark.parametrize("rate, run, ok", [
-    (1000, {"success": 1.0, "p99": 9.9, "throughput": 999.0}, True),
-    (1000, {"success": 1.0, "p99": 10.1, "throughput": 999.0}, False),
-    (1000, {"success": 0.999, "p99": 2.0, "throughput": 999.0}, False),
-    (1000, {"success": 1.0, "p99": 2.0, "throughput": 900.0}, False),
-])
+@pytest.mark.parametrize(
+    "rate, run, ok",
+    [
+        (1000, {"success": 1.0, "p99": 9.9, "throughput": 999.0}, True),
+        (1000, {"success": 1.0, "p99": 10.1, "throughput": 999.0}, False),
+        (1000, {"success": 0.999, "p99": 2.0, "throughput": 999.0}, False),
+        (1000, {"success": 1.0, "p99": 2.0, "throughput": 900.0}, False),
+    ],
+)
 def test_a_throughput_step_passes_only_with_every_answer_in_time(rate, run, ok):
     assert endpoints.passes(run, rate) is ok
 
@@ -107,21 +130,40 @@ def _run(p50, p99, cpu=0.5):
 
 def test_report_gives_medians_ratios_and_marks_missed_targets():
     def endpoint(p50, p99):
-        return {"rates": {"500": _run(p50, p99), "1000": _run(p50, p99 * 2)},
-                "floor": {"500": _run(1.0, 2.0), "1000": _run(1.0, 3.0)},
-                "answers": {"checked": 10, "wrong": 0}, "max": {"max_rps": 1500}, "peak_rss_mib_steady": 100}
-    repeat = {"rbac": endpoint(1.1, 2.0), "daemonsets": endpoint(1.5, 4.0), "evictions": endpoint(1.2, 2.0),
-              "noop": {"max": {"max_rps": 2000}}}
+        return {
+            "rates": {"500": _run(p50, p99), "1000": _run(p50, p99 * 2)},
+            "floor": {"500": _run(1.0, 2.0), "1000": _run(1.0, 3.0)},
+            "answers": {"checked": 10, "wrong": 0},
+            "max": {"max_rps": 1500},
+            "peak_rss_mib_steady": 100,
+        }
+
+    repeat = {
+        "rbac": endpoint(1.1, 2.0),
+        "daemonsets": endpoint(1.5, 4.0),
+        "evictions": endpoint(1.2, 2.0),
+        "noop": {"max": {"max_rps": 2000}},
+    }
     results = {
-        "started": "now", "command": "bench/run", "repeats": 2,
+        "started": "now",
+        "command": "bench/run",
+        "repeats": 2,
         "machine": {"cpu": "x", "cpus": 2, "memory_gib": 24, "kernel": "6", "python": "3.11"},
         "endpoints_part": {
             "scale": {"roles": 5, "bindings": 5, "resource_slices": 1, "claims": 2, "driver_pods": 1},
-            "ready_seconds": 1.5, "cache_sync": {"pods": {"objects": 3, "seconds": 0.1}},
-            "endpoints": [repeat, repeat], "api_requests_during_load": {}, "server": {"peak_rss_mib": 160, "rss_mib": 110},
-            "apiserver": {"rate": 50, "seconds": 15, "runs": [
-                {"variant": v, "repeat": 0, "p50": p50, "p99": p50 * 2}
-                for v, p50 in (("none", 3.0), ("vap", 3.2), ("noop-webhook", 3.8), ("dra-guard", 4.0))]},
+            "ready_seconds": 1.5,
+            "cache_sync": {"pods": {"objects": 3, "seconds": 0.1}},
+            "endpoints": [repeat, repeat],
+            "api_requests_during_load": {},
+            "server": {"peak_rss_mib": 160, "rss_mib": 110},
+            "apiserver": {
+                "rate": 50,
+                "seconds": 15,
+                "runs": [
+                    {"variant": v, "repeat": 0, "p50": p50, "p99": p50 * 2}
+                    for v, p50 in (("none", 3.0), ("vap", 3.2), ("noop-webhook", 3.8), ("dra-guard", 4.0))
+                ],
+            },
         },
     }
     text = main.report(results)
@@ -148,10 +190,16 @@ def test_compare_report_gives_the_cpu_ratio_and_both_rss_rows():
 
     def cell(cpu, p50, p99):
         return {"cpu_s_per_1000": {"median": cpu}, "p50": {"median": p50}, "p99": {"median": p99}}
-    result = {"versions": ["before", "after"], "refs": {"before": "abc", "after": "working tree"},
-              "rounds": 3, "seconds": 20, "rate": 500,
-              "summary": {"rbac": {"before": cell(0.64, 0.62, 1.4), "after": cell(0.58, 0.59, 1.3)}},
-              "rss_mib": {"before": {"ready": 254.5, "after the runs": 257.5}, "after": {"ready": 135.6, "after the runs": 137.1}}}
+
+    result = {
+        "versions": ["before", "after"],
+        "refs": {"before": "abc", "after": "working tree"},
+        "rounds": 3,
+        "seconds": 20,
+        "rate": 500,
+        "summary": {"rbac": {"before": cell(0.64, 0.62, 1.4), "after": cell(0.58, 0.59, 1.3)}},
+        "rss_mib": {"before": {"ready": 254.5, "after the runs": 257.5}, "after": {"ready": 135.6, "after the runs": 137.1}},
+    }
     text = compare.report(result)
     assert "| rbac | 0.640 | 0.580 | 0.91 | 0.62 | 0.59 | 1.40 | 1.30 |" in text
     assert "| before | 254.5 | 257.5 |" in text and "| after | 135.6 | 137.1 |" in text
@@ -165,6 +213,7 @@ def test_throughput_search_steps_up_bisects_and_forgives_one_stall(monkeypatch):
         stall = len(calls) == 1  # the very first run hits a stall
         ok = rate <= 1200 and not stall
         return {"p99": 2.0 if ok else 50.0, "success": 1.0, "throughput": rate}
+
     monkeypatch.setattr(endpoints, "run_rate", fake_run_rate)
     monkeypatch.setattr(endpoints.time, "sleep", lambda s: None)
     found = endpoints.max_throughput(None, "/validate/rbac", [], workdir=None, seconds=1)
@@ -177,9 +226,13 @@ def test_every_endpoints_function_main_calls_exists():
     """main.py reaches bench.endpoints by attribute; a lost function shows only minutes into a run."""
     import ast
     import inspect
+
     tree = ast.parse(inspect.getsource(main))
-    used = {node.attr for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "endpoints"}
+    used = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "endpoints"
+    }
     assert {"measure_protected_role", "profile"} <= used
     assert [name for name in sorted(used) if not hasattr(endpoints, name)] == []
 
@@ -187,6 +240,7 @@ def test_every_endpoints_function_main_calls_exists():
 def test_protected_role_body_is_a_clusterrole_granting_resourceslice_write_and_allowed():
     from webhook.config import RbacConfig
     from webhook.model import rbac as rbac_model
+
     [(review, allowed)] = endpoints.protected_role_bodies()
     role = review["request"]["object"]
     assert review["request"]["kind"]["kind"] == "ClusterRole" and allowed
@@ -194,14 +248,33 @@ def test_protected_role_body_is_a_clusterrole_granting_resourceslice_write_and_a
 
 
 def test_cpu_used_sums_processes_by_name_and_keeps_the_machine_figures():
-    before = {-1: ("machine idle", 100.0), -2: ("machine steal", 1.0), -3: ("ended children of the bench (vegeta)", 0.0),
-              10: ("python", 5.0), 11: ("python", 1.0), 12: ("kube-apiserver", 3.0), 13: ("gone", 9.0)}
-    after = {-1: ("machine idle", 130.0), -2: ("machine steal", 1.5), -3: ("ended children of the bench (vegeta)", 4.0),
-             10: ("python", 9.0), 11: ("python", 2.0), 12: ("kube-apiserver", 10.0), 14: ("new", 2.0)}
+    before = {
+        -1: ("machine idle", 100.0),
+        -2: ("machine steal", 1.0),
+        -3: ("ended children of the bench (vegeta)", 0.0),
+        10: ("python", 5.0),
+        11: ("python", 1.0),
+        12: ("kube-apiserver", 3.0),
+        13: ("gone", 9.0),
+    }
+    after = {
+        -1: ("machine idle", 130.0),
+        -2: ("machine steal", 1.5),
+        -3: ("ended children of the bench (vegeta)", 4.0),
+        10: ("python", 9.0),
+        11: ("python", 2.0),
+        12: ("kube-apiserver", 10.0),
+        14: ("new", 2.0),
+    }
     used = common.cpu_used(before, after, {10: "dra-guard worker"}, top=2)
     # pid 13 ended and 14 started inside the window: neither is counted; 11 is the third largest
-    assert used == {"kube-apiserver": 7.0, "dra-guard worker": 4.0, "machine idle": 30.0, "machine steal": 0.5,
-                    "ended children of the bench (vegeta)": 4.0}
+    assert used == {
+        "kube-apiserver": 7.0,
+        "dra-guard worker": 4.0,
+        "machine idle": 30.0,
+        "machine steal": 0.5,
+        "ended children of the bench (vegeta)": 4.0,
+    }
 
 
 def test_cpu_snapshot_and_context_switches_read_this_process():
@@ -219,8 +292,7 @@ def test_cpu_snapshot_and_context_switches_read_this_process():
 def test_envelope_splits_a_round_robin_attack_by_label_and_finds_log_lines(tmp_path):
     from bench import envelope
 
-    run = common.Attack(rate=10, seconds=1, latencies_ms=[1.0, 10.0, 2.0, 20.0, 3.0, 30.0], codes=[200] * 6,
-                        errors=[], bodies=[])
+    run = common.Attack(rate=10, seconds=1, latencies_ms=[1.0, 10.0, 2.0, 20.0, 3.0, 30.0], codes=[200] * 6, errors=[], bodies=[])
     split = envelope.by_label(run, ["a", "floor a"])
     assert split["a"]["max"] == 3.0 and split["floor a"]["max"] == 30.0
     log = tmp_path / "log"
@@ -230,9 +302,11 @@ def test_envelope_splits_a_round_robin_attack_by_label_and_finds_log_lines(tmp_p
 
 
 def test_kernel_tcp_counters_reads_the_tcpext_rows():
-    text = ("TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPSynRetrans\n"
-            "TcpExt: 0 116158 116160 86185\n"
-            "IpExt: InNoRoutes\nIpExt: 0\n")
+    text = (
+        "TcpExt: SyncookiesSent ListenOverflows ListenDrops TCPSynRetrans\n"
+        "TcpExt: 0 116158 116160 86185\n"
+        "IpExt: InNoRoutes\nIpExt: 0\n"
+    )
     assert common.kernel_tcp_counters(text) == {"ListenOverflows": 116158, "ListenDrops": 116160, "TCPSynRetrans": 86185}
     assert common.kernel_tcp_counters("IpExt: InNoRoutes\nIpExt: 0\n") == {}
     live = common.kernel_tcp_counters()  # this machine's own file (Linux): every counter, none negative

@@ -1,4 +1,5 @@
 """bench/audit_yaml.py's pure parts, on a small file (the 5 MB run is in bench/RESULTS.md)."""
+
 from __future__ import annotations
 
 from bench import audit_yaml

@@ -1,4 +1,5 @@
 """The pure helpers of bench/scale.py: quantiles, Prometheus parsing, pacing, aggregation (no cluster)."""
+
 from __future__ import annotations
 
 import math
@@ -123,11 +124,20 @@ def test_median_min_max_and_ratio():
 
 def test_aggregate_pairs_runs_by_repeat():
     def run(rep, with_guard, p99):
-        return {"repeat": rep, "with_guard": with_guard, "scheduler_sli": {"p99": p99, "p50": p99 / 2, "mean": p99 / 3},
-                "workload_seconds": 200.0}
+        return {
+            "repeat": rep,
+            "with_guard": with_guard,
+            "scheduler_sli": {"p99": p99, "p50": p99 / 2, "mean": p99 / 3},
+            "workload_seconds": 200.0,
+        }
 
-    runs = [run(0, False, 0.04), run(0, True, 0.042), run(1, True, 0.05), run(1, False, 0.04),
-            {"repeat": 2, "with_guard": False, "error": "boom"}]
+    runs = [
+        run(0, False, 0.04),
+        run(0, True, 0.042),
+        run(1, True, 0.05),
+        run(1, False, 0.04),
+        {"repeat": 2, "with_guard": False, "error": "boom"},
+    ]
     out = scale.aggregate(runs)
     assert out["without"]["runs"] == 2 and out["with"]["runs"] == 2
     assert out["with"]["scheduler_sli_p99_s"] == {"median": pytest.approx(0.046), "min": 0.042, "max": 0.05}

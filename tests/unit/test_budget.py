@@ -5,6 +5,7 @@ evictions, and the overload answer (eviction 429 retry, never an allow).
 Times: CPU time of this thread where the claim is about work (robust on a shared 2-core machine),
 wall time only with generous bounds.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -27,9 +28,11 @@ VALUES = 500_000
 
 
 def heavy_role(values: int = VALUES) -> dict:
-    role = cluster_role("heavy", [rule(["resourceslices"], ["create"])],
-                        aggregation=[{"matchExpressions": [{"key": "k", "operator": "In",
-                                                            "values": [f"x{i}" for i in range(values)]}]}])
+    role = cluster_role(
+        "heavy",
+        [rule(["resourceslices"], ["create"])],
+        aggregation=[{"matchExpressions": [{"key": "k", "operator": "In", "values": [f"x{i}" for i in range(values)]}]}],
+    )
     return role
 
 
@@ -81,12 +84,18 @@ def test_a_500000_value_selector_under_a_raised_limit_is_judged_within_1_s():
     assert cpu < 1.0 and wall < 5.0, (cpu, wall)
 
 
-@pytest.mark.parametrize("obj, path, what", [
-    (cluster_role("many-rules", [rule(["pods"], ["get"])] * 2001), "/validate/rbac", "2001 rules"),
-    (binding("many", "r0", [subject("Group", f"g{i}") for i in range(2001)]), "/validate/rbac", "2001 subjects"),
-    (driver_daemonset(containers=[{"name": f"c{i}", "image": "x"} for i in range(201)]), "/mutate/daemonsets",
-     "201 containers"),
-])
+@pytest.mark.parametrize(
+    "obj, path, what",
+    [
+        (cluster_role("many-rules", [rule(["pods"], ["get"])] * 2001), "/validate/rbac", "2001 rules"),
+        (binding("many", "r0", [subject("Group", f"g{i}") for i in range(2001)]), "/validate/rbac", "2001 subjects"),
+        (
+            driver_daemonset(containers=[{"name": f"c{i}", "image": "x"} for i in range(201)]),
+            "/mutate/daemonsets",
+            "201 containers",
+        ),
+    ],
+)
 def test_objects_over_a_limit_are_not_judged_and_the_failure_mode_answers(obj, path, what):
     req = review(obj)
     if path == "/mutate/daemonsets":
@@ -117,16 +126,24 @@ def slow_policies(monkeypatch, seconds: float, gate: threading.Event | None = No
             time.sleep(seconds)
         return ALLOW
 
-    monkeypatch.setattr(app_module, "POLICIES", tuple(
-        dataclasses.replace(p, review=slow) if p.name != "eviction" or gate is None else p
-        for p in app_module.POLICIES))
+    monkeypatch.setattr(
+        app_module,
+        "POLICIES",
+        tuple(dataclasses.replace(p, review=slow) if p.name != "eviction" or gate is None else p for p in app_module.POLICIES),
+    )
 
 
-@pytest.mark.parametrize("path, body, code", [
-    ("/validate/rbac", review(binding("b", "r0", [subject("Group", "g")])), 503),
-    ("/validate/evictions", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                             "request": eviction_request("gpu-driver-abc")}, 429),
-])
+@pytest.mark.parametrize(
+    "path, body, code",
+    [
+        ("/validate/rbac", review(binding("b", "r0", [subject("Group", "g")])), 503),
+        (
+            "/validate/evictions",
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("gpu-driver-abc")},
+            429,
+        ),
+    ],
+)
 def test_a_review_past_its_deadline_gets_the_overload_answer_never_an_allow(monkeypatch, path, body, code):
     slow_policies(monkeypatch, 3.0)
     c = client(server={"reviewDeadlineSeconds": 0.3})
@@ -191,20 +208,25 @@ def test_heavy_rbac_reviews_never_hold_the_threads_kept_for_evictions(monkeypatc
     "overloaded" at once (not queued), and an eviction is judged meanwhile."""
     gate = threading.Event()
     slow_policies(monkeypatch, 10.0, gate=gate)
-    app = create_app(config=from_mapping({"server": {"threads": 4, "reservedThreads": 2, "reviewDeadlineSeconds": 10}}),
-                     cluster=ClusterState(None))
+    app = create_app(
+        config=from_mapping({"server": {"threads": 4, "reservedThreads": 2, "reviewDeadlineSeconds": 10}}),
+        cluster=ClusterState(None),
+    )
     rbac_body = review(binding("b", "r0", [subject("Group", "g")]))
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         held = [pool.submit(post, app.test_client(), rbac_body) for _ in range(2)]
         deadline = time.monotonic() + 5
-        while (app_module_lane_free(app) and time.monotonic() < deadline):
+        while app_module_lane_free(app) and time.monotonic() < deadline:
             time.sleep(0.01)
         try:
             started = time.monotonic()
             shed = post(app.test_client(), rbac_body).get_json()["response"]
             shed_seconds = time.monotonic() - started
-            eviction = post(app.test_client(), {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                                "request": eviction_request("p")}, "/validate/evictions").get_json()
+            eviction = post(
+                app.test_client(),
+                {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")},
+                "/validate/evictions",
+            ).get_json()
         finally:
             gate.set()
         assert all(f.result().get_json()["response"]["allowed"] for f in held)
@@ -231,11 +253,23 @@ def test_an_overloaded_eviction_is_answered_429():
     assert not lane.enter(time.monotonic() + 1)
     assert time.monotonic() - started < 1.0
     settings = from_mapping(None).policy("eviction")
-    answer = admission.overload_answer({"apiVersion": "admission.k8s.io/v1", "request": {"uid": "x"}},
-                                       policy="eviction", settings=settings, first=True, why="overloaded")
-    assert answer["response"] == {"uid": "x", "allowed": False, "status": {
-        "code": 429, "reason": "TooManyRequests", "status": "Failure",
-        "message": "dra-guard did not judge this request (overloaded); retry"}}
+    answer = admission.overload_answer(
+        {"apiVersion": "admission.k8s.io/v1", "request": {"uid": "x"}},
+        policy="eviction",
+        settings=settings,
+        first=True,
+        why="overloaded",
+    )
+    assert answer["response"] == {
+        "uid": "x",
+        "allowed": False,
+        "status": {
+            "code": 429,
+            "reason": "TooManyRequests",
+            "status": "Failure",
+            "message": "dra-guard did not judge this request (overloaded); retry",
+        },
+    }
 
 
 def test_work_whose_deadline_passed_while_queued_is_dropped_not_run():
@@ -249,8 +283,11 @@ def test_work_whose_deadline_passed_while_queued_is_dropped_not_run():
 
 def test_peek_finds_uid_and_version_as_the_apiserver_writes_them_and_defers_otherwise():
     body = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":"705ab4f5-6393","kind":{}}}'
-    assert admission.peek_review(body) == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                           "request": {"uid": "705ab4f5-6393"}}
+    assert admission.peek_review(body) == {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "705ab4f5-6393"},
+    }
     assert admission.peek_review(b'{"request":{"uid":"a"},"kind":"AdmissionReview"}') is None
     assert admission.peek_review(b'{"kind":"AdmissionReview","apiVersion":"v9","request":{"uid":"a"}}') is None
 
@@ -292,11 +329,13 @@ def test_the_arrival_in_the_wsgi_environ_starts_the_reviews_deadline(monkeypatch
     monkeypatch.setattr(app_module, "POLICIES", tuple(dataclasses.replace(p, review=policy) for p in app_module.POLICIES))
     c = client(server={"reviewDeadlineSeconds": 1})
     body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")})
-    late = c.post("/validate/evictions", data=body, content_type="application/json",
-                  environ_base={lanes.ARRIVAL: time.monotonic() - 2}).get_json()["response"]
+    late = c.post(
+        "/validate/evictions", data=body, content_type="application/json", environ_base={lanes.ARRIVAL: time.monotonic() - 2}
+    ).get_json()["response"]
     assert late["allowed"] is False and late["status"]["code"] == 429 and judged == []
-    fresh = c.post("/validate/evictions", data=body, content_type="application/json",
-                   environ_base={lanes.ARRIVAL: time.monotonic()}).get_json()["response"]
+    fresh = c.post(
+        "/validate/evictions", data=body, content_type="application/json", environ_base={lanes.ARRIVAL: time.monotonic()}
+    ).get_json()["response"]
     assert fresh["allowed"] is True and len(judged) == 1
 
 
@@ -308,10 +347,17 @@ def test_the_fronts_overload_answer_is_made_from_the_bodys_head_without_the_app(
     shed = lanes.shedders(from_mapping({"server": {"reviewDeadlineSeconds": 1.5}}))
     eviction, rbac = shed["/validate/evictions"], shed["/validate/rbac"]
     assert eviction.budget == 1.5 and eviction.budget_key == "server.reviewDeadlineSeconds"
-    body = json.dumps({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
-                       "request": {"uid": "u-1", **{k: v for k, v in eviction_request("p").items() if k != "uid"}}}).encode()
+    body = json.dumps(
+        {
+            "kind": "AdmissionReview",
+            "apiVersion": "admission.k8s.io/v1",
+            "request": {"uid": "u-1", **{k: v for k, v in eviction_request("p").items() if k != "uid"}},
+        }
+    ).encode()
     answer = json.loads(eviction.answer(body, arrival=time.monotonic(), cause="overload", why="overloaded: test"))
     assert answer["response"]["uid"] == "u-1" and answer["response"]["allowed"] is False
     assert answer["response"]["status"]["code"] == 429
     assert json.loads(rbac.answer(body, arrival=time.monotonic(), cause="deadline", why="w"))["response"]["status"]["code"] == 503
-    assert eviction.answer(b'{"request": {"uid": "x"}, "kind": "AdmissionReview"}', arrival=0.0, cause="overload", why="w") is None
+    assert (
+        eviction.answer(b'{"request": {"uid": "x"}, "kind": "AdmissionReview"}', arrival=0.0, cause="overload", why="w") is None
+    )

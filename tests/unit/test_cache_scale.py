@@ -1,5 +1,6 @@
 """The caches at the scalability envelope (issue 19): sizes reported, relists and RBAC events that do
 not hold reviews up, compact entries, lookups that do not scan every binding."""
+
 from __future__ import annotations
 
 from tests.builders import binding, claim, cluster_role, index_with, pod, subject
@@ -8,20 +9,23 @@ from webhook.model.rbac_index import RbacIndex
 
 def test_rbac_index_counts_cluster_scoped_and_namespaced_objects_apart():
     role_in_ns = {**cluster_role("r"), "kind": "Role", "metadata": {"name": "r", "namespace": "team-a"}}
-    idx = RbacIndex.from_objects([
-        cluster_role("a"), cluster_role("b"), role_in_ns,
-        binding("x", "a", [subject("User", "u")]),
-        binding("y", "r", [subject("User", "u")], kind="RoleBinding", namespace="team-a", role_kind="Role"),
-        binding("z", "r", [subject("User", "u")], kind="RoleBinding", namespace="team-b", role_kind="Role"),
-    ])
+    idx = RbacIndex.from_objects(
+        [
+            cluster_role("a"),
+            cluster_role("b"),
+            role_in_ns,
+            binding("x", "a", [subject("User", "u")]),
+            binding("y", "r", [subject("User", "u")], kind="RoleBinding", namespace="team-a", role_kind="Role"),
+            binding("z", "r", [subject("User", "u")], kind="RoleBinding", namespace="team-b", role_kind="Role"),
+        ]
+    )
     assert idx.sizes() == {"clusterroles": 2, "roles": 1, "clusterrolebindings": 1, "rolebindings": 2}
     idx.delete_binding("z", "team-b")
     assert idx.sizes()["rolebindings"] == 1
 
 
 def test_claim_index_counts_only_the_pods_it_keeps():
-    idx = index_with(pod("consumer", "node-a"), claim("gpu"),
-                     pod("web", "node-a", claims=()))  # no claim, no DaemonSet: not kept
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"), pod("web", "node-a", claims=()))  # no claim, no DaemonSet: not kept
     assert idx.sizes() == {"daemonsets": 1, "pods": 3, "resourceclaims": 1, "resourceslices": 0, "nodes": 0}
     idx.delete_claim("work", "gpu")
     assert idx.sizes()["resourceclaims"] == 0
@@ -77,13 +81,16 @@ def test_slimmed_rbac_objects_keep_only_what_dra_guard_reads_with_shared_strings
     from webhook.model.slim import slim_binding, slim_role
 
     role = cluster_role("r", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}])
-    role["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(role),
-                                       "rbac.authorization.kubernetes.io/autoupdate": "true"}
+    role["metadata"]["annotations"] = {
+        "kubectl.kubernetes.io/last-applied-configuration": json.dumps(role),
+        "rbac.authorization.kubernetes.io/autoupdate": "true",
+    }
     a, b = (slim_role(json.loads(json.dumps(role))) for _ in range(2))  # two parses: distinct strings
     assert a["metadata"]["annotations"] == {"rbac.authorization.kubernetes.io/autoupdate": "true"}
     assert a["rules"] == role["rules"] and a["rules"][0]["verbs"][0] is b["rules"][0]["verbs"][0]
-    crb = binding("x", "r", [subject("Group", "team-a")], annotations={"dra-guard.io/allow-dra-write": "ticket 42",
-                                                                       "note": "x" * 1000})
+    crb = binding(
+        "x", "r", [subject("Group", "team-a")], annotations={"dra-guard.io/allow-dra-write": "ticket 42", "note": "x" * 1000}
+    )
     assert slim_binding(crb)["metadata"]["annotations"] == {"dra-guard.io/allow-dra-write": "ticket 42"}
 
 
@@ -104,7 +111,9 @@ def test_service_account_write_is_found_through_every_subject_form_without_scann
     others = [binding(f"other-{i}", "slices", [subject("ServiceAccount", f"sa-{i}", "elsewhere")]) for i in range(300)]
     forms = {
         "ServiceAccount": [subject("ServiceAccount", "driver", "dra-system")],
-        "User form": [{"kind": "User", "name": "system:serviceaccount:dra-system:driver", "apiGroup": "rbac.authorization.k8s.io"}],
+        "User form": [
+            {"kind": "User", "name": "system:serviceaccount:dra-system:driver", "apiGroup": "rbac.authorization.k8s.io"}
+        ],
         "namespace group": [subject("Group", "system:serviceaccounts:dra-system")],
         "all ServiceAccounts": [subject("Group", "system:serviceaccounts")],
     }
@@ -159,7 +168,9 @@ def test_the_audit_keeps_only_what_it_reads_of_each_listed_object_and_finds_the_
     from webhook.config import from_mapping
     from webhook.model.slim import audit_view
 
-    managed = [{"manager": "gpu-driver", "apiVersion": "resource.k8s.io/v1beta1", "operation": "Apply", "fieldsV1": {"f:spec": {}}}]
+    managed = [
+        {"manager": "gpu-driver", "apiVersion": "resource.k8s.io/v1beta1", "operation": "Apply", "fieldsV1": {"f:spec": {}}}
+    ]
     ds = {**driver_daemonset(name="gpu-driver", namespace="gpu"), "kind": "DaemonSet"}
     objects = [
         {**cluster_role("slices", [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}])},
@@ -169,11 +180,22 @@ def test_the_audit_keeps_only_what_it_reads_of_each_listed_object_and_finds_the_
         {**pod("consumer", "node-a"), "kind": "Pod"},
         {**pod("web", "node-a", claims=()), "kind": "Pod"},
         {**claim("gpu"), "kind": "ResourceClaim", "spec": {"devices": {"requests": [{"name": "gpu"}]}}},
-        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-         "metadata": {"name": "node-a-gpu", "managedFields": managed},
-         "spec": {"driver": "gpu.example.com", "nodeName": "node-a", "pool": {"name": "node-a"}, "devices": [{"name": "gpu-0"}] * 64}},
-        {"kind": "Node", "metadata": {"name": "node-a", "labels": {"a": "b"}, "managedFields": managed},
-         "status": {"nodeInfo": {"kubeletVersion": "v1.32.1"}, "images": [{"names": ["x" * 200]}] * 50}},
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "node-a-gpu", "managedFields": managed},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": "node-a",
+                "pool": {"name": "node-a"},
+                "devices": [{"name": "gpu-0"}] * 64,
+            },
+        },
+        {
+            "kind": "Node",
+            "metadata": {"name": "node-a", "labels": {"a": "b"}, "managedFields": managed},
+            "status": {"nodeInfo": {"kubeletVersion": "v1.32.1"}, "images": [{"names": ["x" * 200]}] * 50},
+        },
     ]
     for obj in objects:
         obj.setdefault("metadata", {})["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{...}" * 100}
@@ -256,16 +278,19 @@ def test_a_relist_frees_the_old_tables_outside_the_lock_and_empties_them(monkeyp
 
 
 def _rbac_objects(n, prefix="r"):
-    return [cluster_role(f"{prefix}{i}") for i in range(n)] + [binding(f"{prefix}b{i}", f"{prefix}{i}", [subject("User", "u")])
-                                                              for i in range(n)]
+    return [cluster_role(f"{prefix}{i}") for i in range(n)] + [
+        binding(f"{prefix}b{i}", f"{prefix}{i}", [subject("User", "u")]) for i in range(n)
+    ]
 
 
 def test_an_rbac_relist_slims_and_indexes_outside_the_lock(monkeypatch):
     """A relist of 50,000 ClusterRoles or ClusterRoleBindings held the RBAC lock for 200-340 ms."""
     from webhook.model import rbac_index
 
-    idx = RbacIndex.from_objects(_rbac_objects(3) + [
-        binding("rb", "r0", [subject("User", "v")], kind="RoleBinding", namespace="team-a", role_kind="ClusterRole")])
+    idx = RbacIndex.from_objects(
+        _rbac_objects(3)
+        + [binding("rb", "r0", [subject("User", "v")], kind="RoleBinding", namespace="team-a", role_kind="ClusterRole")]
+    )
     slimmed = _lock_free_when_called(idx._lock, rbac_index, "slim_role", monkeypatch)
     bound = _lock_free_when_called(idx._lock, rbac_index, "slim_binding", monkeypatch)
     released = _lock_free_when_called(idx._lock, rbac_index, "release_gradually", monkeypatch)
@@ -284,13 +309,20 @@ def test_a_relist_of_the_smaller_binding_kind_is_applied_in_place():
     """RoleBindings relisted beside many more ClusterRoleBindings: replaced in place (the lock is
     held for the RoleBindings' work only), the ClusterRoleBindings and their indexes untouched."""
     sa = subject("ServiceAccount", "drv", namespace="gpu")
-    objects = _rbac_objects(10) + [binding("sa-b", "r1", [sa])] + [
-        binding(f"rb{i}", "r0", [subject("User", "v")], kind="RoleBinding", namespace="team-a", role_kind="ClusterRole")
-        for i in range(3)]
+    objects = (
+        _rbac_objects(10)
+        + [binding("sa-b", "r1", [sa])]
+        + [
+            binding(f"rb{i}", "r0", [subject("User", "v")], kind="RoleBinding", namespace="team-a", role_kind="ClusterRole")
+            for i in range(3)
+        ]
+    )
     idx = RbacIndex.from_objects(objects)
     tables = idx._bindings, idx._by_role, idx._sa_reach
-    idx.replace_bindings([binding("rb9", "r2", [subject("User", "v")], kind="RoleBinding", namespace="team-b",
-                                  role_kind="ClusterRole")], namespaced=True)
+    idx.replace_bindings(
+        [binding("rb9", "r2", [subject("User", "v")], kind="RoleBinding", namespace="team-b", role_kind="ClusterRole")],
+        namespaced=True,
+    )
     assert (idx._bindings, idx._by_role, idx._sa_reach) == tables and idx._bindings is tables[0]  # in place
     assert idx.sizes()["rolebindings"] == 1 and idx.sizes()["clusterrolebindings"] == 11
     assert idx.role_bindings_of("r0") == [] and [b["metadata"]["name"] for b in idx.role_bindings_of("r2")] == ["rb9"]
@@ -308,12 +340,16 @@ def test_an_audit_over_indexes_filled_page_by_page_finds_what_the_whole_objects_
 
     config = from_mapping(None)
     writer = cluster_role("slices", [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}])
-    live = [writer, {**binding("team-slices", "slices", [subject("Group", "team-a")]), "kind": "ClusterRoleBinding"},
-            {**binding("ok", "view", [subject("Group", "team-b")]), "kind": "ClusterRoleBinding"},
-            {**driver_daemonset(name="gpu-driver", namespace="gpu"), "kind": "DaemonSet"},
-            {**pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"), "kind": "Pod"},
-            {**pod("consumer", "node-a"), "kind": "Pod"}, {**claim("gpu"), "kind": "ResourceClaim"},
-            {"kind": "Node", "metadata": {"name": "node-a"}, "status": {"nodeInfo": {"kubeletVersion": "v1.34.0"}}}]
+    live = [
+        writer,
+        {**binding("team-slices", "slices", [subject("Group", "team-a")]), "kind": "ClusterRoleBinding"},
+        {**binding("ok", "view", [subject("Group", "team-b")]), "kind": "ClusterRoleBinding"},
+        {**driver_daemonset(name="gpu-driver", namespace="gpu"), "kind": "DaemonSet"},
+        {**pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"), "kind": "Pod"},
+        {**pod("consumer", "node-a"), "kind": "Pod"},
+        {**claim("gpu"), "kind": "ResourceClaim"},
+        {"kind": "Node", "metadata": {"name": "node-a"}, "status": {"nodeInfo": {"kubeletVersion": "v1.34.0"}}},
+    ]
     files = [{**binding("ok", "slices", [subject("Group", "team-b")]), "kind": "ClusterRoleBinding"}]  # now a violation
 
     def keyed(result):
@@ -327,7 +363,8 @@ def test_an_audit_over_indexes_filled_page_by_page_finds_what_the_whole_objects_
     facts.claims.replace_pods(o for o in live if o["kind"] == "Pod")
     facts.claims.replace_claims(o for o in live if o["kind"] == "ResourceClaim")
     kept = [o for o in live if o["kind"] in ("DaemonSet", "Node")] + [
-        {"kind": "ClusterRoleBinding", **b} for b in facts.rbac.bindings()]
+        {"kind": "ClusterRoleBinding", **b} for b in facts.rbac.bindings()
+    ]
     add_objects(facts, files)
     streamed = audit(merge(files, kept), config, served_versions=["v1"], online=True, facts=facts)
     assert keyed(streamed) == keyed(whole)

@@ -4,6 +4,7 @@ no folder that is not ours or that others may write.
 Each test plants what an attacker with write access to the folder (or the folder itself) would
 and checks it is refused, never followed and never reused.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,7 +41,11 @@ def test_keys_are_0600_and_certificates_0644_whatever_the_umask(folder, umask):
     finally:
         os.umask(old)
     assert {p.name: mode(p) for p in folder.iterdir()} == {
-        "ca.key": 0o600, "tls.key": 0o600, "ca.crt": 0o644, "tls.crt": 0o644}  # and no temporary file left
+        "ca.key": 0o600,
+        "tls.key": 0o600,
+        "ca.crt": 0o644,
+        "tls.crt": 0o644,
+    }  # and no temporary file left
 
 
 def test_a_new_folder_is_made_0700(tmp_path):
@@ -98,9 +103,11 @@ def test_a_loose_key_file_in_place_is_replaced_by_a_0600_one(folder):
 @pytest.mark.parametrize("loose", [0o777, 0o770, 0o1777, 0o720, 0o702])
 def test_a_group_or_world_writable_folder_is_refused_naming_it(folder, loose):
     os.chmod(folder, loose)
-    for write in (lambda: certs.write_bundle(folder, ca=CA, serving=SERVING),
-                  lambda: certs.write_file(folder / "tls.key", SERVING.key_pem(), private=True),
-                  lambda: certs.ensure_self_signed(folder, dns_names=["localhost"])):
+    for write in (
+        lambda: certs.write_bundle(folder, ca=CA, serving=SERVING),
+        lambda: certs.write_file(folder / "tls.key", SERVING.key_pem(), private=True),
+        lambda: certs.ensure_self_signed(folder, dns_names=["localhost"]),
+    ):
         with pytest.raises(certs.UnsafeFolderError, match=f"{folder}: group- or world-writable"):
             write()
     assert list(folder.iterdir()) == []

@@ -2,6 +2,7 @@
 config keys, each subcommand's own errors, help and examples, every config error at once, wrapped
 messages and a progress display on a terminal (a real pseudo-terminal from the stdlib pty
 module), and pipes that get the output byte for byte as before."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,15 @@ CLI = [sys.executable, "-m", "webhook.cli"]
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess, stdout and stderr pipes."""
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=REPO, timeout=120,
-                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def cli_on_tty(*args: str, tty: str, columns: int = 60, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -35,10 +43,14 @@ def cli_on_tty(*args: str, tty: str, columns: int = 60, env: dict[str, str] | No
     leader, follower = pty.openpty()
     # the other stream goes to a file: a pipe nobody reads while the terminal is read could fill up
     with tempfile.TemporaryFile() as other:
-        proc = subprocess.Popen([*CLI, *args], cwd=REPO, stdin=subprocess.DEVNULL,
-                                stdout=follower if tty == "stdout" else other,
-                                stderr=follower if tty == "stderr" else other,
-                                env={**os.environ, "COLUMNS": str(columns), **(env or {})})
+        proc = subprocess.Popen(
+            [*CLI, *args],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=follower if tty == "stdout" else other,
+            stderr=follower if tty == "stderr" else other,
+            env={**os.environ, "COLUMNS": str(columns), **(env or {})},
+        )
         os.close(follower)
         chunks = []
         while True:
@@ -99,21 +111,28 @@ def _parsers(parser: Parser, prog: str = "dra-guard"):
 def test_every_flag_and_argument_of_every_subcommand_has_help():
     parser = build_parser()
     assert isinstance(parser, Parser)
-    missing = [f"{prog}: {a.option_strings or a.dest}" for prog, p in _parsers(parser) for a in p.arguments
-               if not a.help or a.help == "==SUPPRESS=="]
+    missing = [
+        f"{prog}: {a.option_strings or a.dest}"
+        for prog, p in _parsers(parser)
+        for a in p.arguments
+        if not a.help or a.help == "==SUPPRESS=="
+    ]
     assert missing == []
     assert "--log-level" in build_parser().commands["serve"].flags
     # Parser reads the first word that is not a flag as the command: a group may take no flag with a value
     assert [(prog, a.option_strings) for prog, p in _parsers(parser) if p.commands for a in p.arguments if a.nargs != 0] == []
 
 
-@pytest.mark.parametrize("command, own, foreign", [
-    ("serve", "dra-guard serve --self-signed /tmp/dra-guard --no-cluster --log-level debug", "dra-guard audit -f"),
-    ("audit", "helm template CHART | dra-guard audit -f -", "dra-guard serve"),
-    ("config", "dra-guard config validate config.yaml", "dra-guard audit -f"),
-    ("certs", "dra-guard certs inspect --cert-file ./tls/tls.crt --cluster", "dra-guard audit -f"),
-    ("completion", "source <(dra-guard completion bash)", "dra-guard audit -f"),
-])
+@pytest.mark.parametrize(
+    "command, own, foreign",
+    [
+        ("serve", "dra-guard serve --self-signed /tmp/dra-guard --no-cluster --log-level debug", "dra-guard audit -f"),
+        ("audit", "helm template CHART | dra-guard audit -f -", "dra-guard serve"),
+        ("config", "dra-guard config validate config.yaml", "dra-guard audit -f"),
+        ("certs", "dra-guard certs inspect --cert-file ./tls/tls.crt --cluster", "dra-guard audit -f"),
+        ("completion", "source <(dra-guard completion bash)", "dra-guard audit -f"),
+    ],
+)
 def test_each_subcommand_help_has_its_own_examples(command, own, foreign):
     run = cli(command, "--help")
     assert run.returncode == 0
@@ -168,8 +187,9 @@ def test_every_error_of_a_configuration_among_the_manifests_names_where_it_came_
     run = cli("audit", "-f", str(manifest))
     assert run.returncode == 2
     errors = [line for line in run.stderr.splitlines() if line.startswith("dra-guard: error: ")]
-    assert len(errors) == 4 and all(e.startswith("dra-guard: error: DraGuardConfiguration among the manifests: ")
-                                    for e in errors), run.stderr
+    assert len(errors) == 4 and all(
+        e.startswith("dra-guard: error: DraGuardConfiguration among the manifests: ") for e in errors
+    ), run.stderr
 
 
 # ---------------------------------------------------------------- wrapping on a terminal
@@ -223,8 +243,9 @@ def large_input(tmp_path_factory) -> pathlib.Path:
 
 def test_progress_shows_on_a_terminals_stderr_and_never_on_stdout(large_input):
     # 0 s: shown at once, so the test does not depend on how long the audit takes
-    code, tty, out = cli_on_tty("audit", "-f", str(large_input), "-o", "json", tty="stderr",
-                                env={terminal.PROGRESS_DELAY_ENV: "0"})
+    code, tty, out = cli_on_tty(
+        "audit", "-f", str(large_input), "-o", "json", tty="stderr", env={terminal.PROGRESS_DELAY_ENV: "0"}
+    )
     assert code == 1
     assert "dra-guard audit: reading " in tty and "dra-guard audit: judging " in tty
     assert "\x1b" not in out and out.startswith("{")  # stdout: the JSON, nothing else
@@ -234,8 +255,9 @@ def test_no_progress_in_a_pipe_or_with_quiet(large_input):
     piped = cli("audit", "-f", str(large_input), "-o", "json", env={terminal.PROGRESS_DELAY_ENV: "0"})
     assert piped.returncode == 1
     assert "dra-guard audit:" not in piped.stderr and "\x1b" not in piped.stderr
-    _, tty, _ = cli_on_tty("audit", "-q", "-f", str(large_input), "-o", "json", tty="stderr",
-                           env={terminal.PROGRESS_DELAY_ENV: "0"})
+    _, tty, _ = cli_on_tty(
+        "audit", "-q", "-f", str(large_input), "-o", "json", tty="stderr", env={terminal.PROGRESS_DELAY_ENV: "0"}
+    )
     assert "dra-guard audit:" not in tty and "\x1b" not in tty
 
 

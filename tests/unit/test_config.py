@@ -1,4 +1,5 @@
 """Configuration: defaults, validation errors that name the key, never-trusted identities."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,22 +21,25 @@ def test_global_mode_is_the_policy_default():
     assert from_mapping({"mode": "audit", "policies": {"rbac": {"mode": "warn"}}}).policy("rbac").mode == "warn"
 
 
-@pytest.mark.parametrize("data, key", [
-    ({"mode": "deny"}, "mode"),
-    ({"policies": {"rbac": {"mode": "Enforce"}}}, "policies.rbac.mode"),
-    ({"policies": {"rbac": {"failureMode": "ignore"}}}, "policies.rbac.failureMode"),
-    ({"policies": {"nope": {}}}, "policies.nope"),
-    ({"rbac": {"adminSubjects": {"groups": "system:masters"}}}, "rbac.adminSubjects.groups"),
-    ({"rbac": {"adminSubjects": {"groups": [""]}}}, "rbac.adminSubjects.groups[0]"),
-    ({"rbac": {"driverSubjects": {"serviceAccounts": ["no-colon"]}}}, "rbac.driverSubjects.serviceAccounts"),
-    ({"rbac": {"driverSubject": {}}}, "rbac.driverSubject"),
-    ({"server": {"port": 0}}, "server.port"),
-    ({"server": {"port": "8443"}}, "server.port"),
-    ({"server": {"threads": True}}, "server.threads"),
-    ({"cluster": {"requestTimeoutSeconds": 60}}, "cluster.requestTimeoutSeconds"),
-    ({"kind": "Pod"}, "kind"),
-    (["not", "a", "mapping"], "<top level>"),
-])
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"mode": "deny"}, "mode"),
+        ({"policies": {"rbac": {"mode": "Enforce"}}}, "policies.rbac.mode"),
+        ({"policies": {"rbac": {"failureMode": "ignore"}}}, "policies.rbac.failureMode"),
+        ({"policies": {"nope": {}}}, "policies.nope"),
+        ({"rbac": {"adminSubjects": {"groups": "system:masters"}}}, "rbac.adminSubjects.groups"),
+        ({"rbac": {"adminSubjects": {"groups": [""]}}}, "rbac.adminSubjects.groups[0]"),
+        ({"rbac": {"driverSubjects": {"serviceAccounts": ["no-colon"]}}}, "rbac.driverSubjects.serviceAccounts"),
+        ({"rbac": {"driverSubject": {}}}, "rbac.driverSubject"),
+        ({"server": {"port": 0}}, "server.port"),
+        ({"server": {"port": "8443"}}, "server.port"),
+        ({"server": {"threads": True}}, "server.threads"),
+        ({"cluster": {"requestTimeoutSeconds": 60}}, "cluster.requestTimeoutSeconds"),
+        ({"kind": "Pod"}, "kind"),
+        (["not", "a", "mapping"], "<top level>"),
+    ],
+)
 def test_invalid_values_name_the_key(data, key):
     with pytest.raises(ConfigError) as err:
         from_mapping(data)
@@ -78,6 +82,7 @@ def test_config_module_docstring_example_equals_the_defaults():
     import yaml
 
     from webhook import config as config_mod
+
     text = config_mod.__doc__.split("Example (all defaults shown)::", 1)[1]
     block = "\n".join(line[4:] for line in text.splitlines() if line.startswith("    ") or not line.strip())
     assert from_mapping(yaml.safe_load(block)) == from_mapping(None)
@@ -97,37 +102,53 @@ def test_config_file_that_is_not_text_or_too_deep_names_the_file(tmp_path):
 EXACT_MESSAGES = [
     ({"policies": {"rbac": {"mode": "x"}}}, "policies.rbac.mode: must be one of enforce, warn, audit; got 'x'"),
     ({"probes": {"periodSeconds": 0}}, "probes.periodSeconds: must be between 1 and 3600; got 0"),
-    ({"probes": {"startupProbe": {"failureThreshold": 100001}}},
-     "probes.startupProbe.failureThreshold: must be between 1 and 100000; got 100001"),
+    (
+        {"probes": {"startupProbe": {"failureThreshold": 100001}}},
+        "probes.startupProbe.failureThreshold: must be between 1 and 100000; got 100001",
+    ),
     ({"probes": {"startupProbe": 3}}, "probes.startupProbe: expected a mapping, got int"),
     ({"server": {"port": "x"}}, "server.port: expected int, got str 'x'"),
     ({"server": {"threads": True}}, "server.threads: expected a number, got a boolean"),
     ({"audit": {"qps": "x"}}, "audit.qps: expected int or float, got str 'x'"),
-    ({"rbac": {"driverSubject": {}}}, "rbac.driverSubject: unknown key; did you mean 'driverSubjects'? (known here: adminOnlyResources, adminSubjects, "
-                                      "aggregationControllerUsers, apiGroup, driftRemediation, driverResources, driverSubjects, escalationChecks, "
-                                      "extraAdminSubjects, extraDriverSubjects, "
-                                      "sensitiveNamespaces, writeVerbs)"),
-    ({"rbac": {"adminSubjects": {"serviceAccounts": ["a"]}}},
-     "rbac.adminSubjects.serviceAccounts: 'a' must be 'namespace:name', 'namespace/name' or "
-     "'system:serviceaccount:namespace:name' (name may be *)"),
-    ({"rbac": {"extraDriverSubjects": {"serviceAccounts": ["system:serviceaccount:gpu"]}}},
-     "rbac.extraDriverSubjects.serviceAccounts: 'system:serviceaccount:gpu' must be 'namespace:name', "
-     "'namespace/name' or 'system:serviceaccount:namespace:name' (name may be *)"),
+    (
+        {"rbac": {"driverSubject": {}}},
+        "rbac.driverSubject: unknown key; did you mean 'driverSubjects'? (known here: adminOnlyResources, adminSubjects, "
+        "aggregationControllerUsers, apiGroup, driftRemediation, driverResources, driverSubjects, escalationChecks, "
+        "extraAdminSubjects, extraDriverSubjects, "
+        "sensitiveNamespaces, writeVerbs)",
+    ),
+    (
+        {"rbac": {"adminSubjects": {"serviceAccounts": ["a"]}}},
+        "rbac.adminSubjects.serviceAccounts: 'a' must be 'namespace:name', 'namespace/name' or "
+        "'system:serviceaccount:namespace:name' (name may be *)",
+    ),
+    (
+        {"rbac": {"extraDriverSubjects": {"serviceAccounts": ["system:serviceaccount:gpu"]}}},
+        "rbac.extraDriverSubjects.serviceAccounts: 'system:serviceaccount:gpu' must be 'namespace:name', "
+        "'namespace/name' or 'system:serviceaccount:namespace:name' (name may be *)",
+    ),
     ({"rbac": {"writeVerbs": [""]}}, "rbac.writeVerbs[0]: expected a non-empty string, got ''"),
     ({"drivers": {"selectors": [{}]}}, "drivers.selectors[0].namespace: required"),
-    ({"drivers": {"selectors": [{"namespace": "n", "matchLabels": {"a": 1}}]}},
-     "drivers.selectors[0].matchLabels: keys and values must be strings; got 'a': 1"),
+    (
+        {"drivers": {"selectors": [{"namespace": "n", "matchLabels": {"a": 1}}]}},
+        "drivers.selectors[0].matchLabels: keys and values must be strings; got 'a': 1",
+    ),
     ({"drivers": {"selectors": ["x"]}}, "drivers.selectors[0]: expected a mapping, got str"),
     ({"certificates": {"renewAfterShare": 1}}, "certificates.renewAfterShare: must be between 0.1 and 0.95; got 1"),
     ({"certificates": {"extraIpAddresses": ["x"]}}, "certificates.extraIpAddresses: 'x' is not an IP address"),
-    ({"certificates": {"leafValidityDays": 3650}},
-     "certificates.leafValidityDays: must be shorter than certificates.caValidityDays"),
+    (
+        {"certificates": {"leafValidityDays": 3650}},
+        "certificates.leafValidityDays: must be shorter than certificates.caValidityDays",
+    ),
     ({"certificates": {"mode": "manual"}}, "certificates.mode: must be one of self, cert-manager, files; got 'manual'"),
     ({"audit": {"qps": 0}}, "audit.qps: must be > 0 and <= 1000; got 0"),
     ({"cluster": {"requestTimeoutSeconds": 60}}, "cluster.requestTimeoutSeconds: must be > 0 and <= 30; got 60"),
     ({"apiVersion": "v1"}, "apiVersion: must be one of dra-guard.io/v1alpha1; got 'v1'"),
-    ({"bogus": 1}, "bogus: unknown key (known here: apiVersion, audit, certificates, cluster, drivers, eviction, exceptions, "
-                   "kind, mode, policies, probes, rbac, server)"),
+    (
+        {"bogus": 1},
+        "bogus: unknown key (known here: apiVersion, audit, certificates, cluster, drivers, eviction, exceptions, "
+        "kind, mode, policies, probes, rbac, server)",
+    ),
     # the chart's schema always refused an empty apiGroup; the reader now does too
     ({"rbac": {"apiGroup": ""}}, "rbac.apiGroup: must not be empty"),
 ]
@@ -141,12 +162,21 @@ def test_error_messages(data, message):
 
 
 def test_values_are_stored_as_declared():
-    cfg = from_mapping({"certificates": {"extraIpAddresses": ["::1", "10.0.0.1", "10.0.0.1"], "extraDnsNames": ["b", "a"],
-                                         "renewAfterShare": 0.5},
-                        "audit": {"qps": 5}, "cluster": {"requestTimeoutSeconds": 1},
-                        "rbac": {"adminSubjects": {"users": ["u"]}},
-                        "probes": {"startupProbe": {"enabled": True}},
-                        "policies": {"probes": {"failureMode": "deny"}}, "mode": "warn"})
+    cfg = from_mapping(
+        {
+            "certificates": {
+                "extraIpAddresses": ["::1", "10.0.0.1", "10.0.0.1"],
+                "extraDnsNames": ["b", "a"],
+                "renewAfterShare": 0.5,
+            },
+            "audit": {"qps": 5},
+            "cluster": {"requestTimeoutSeconds": 1},
+            "rbac": {"adminSubjects": {"users": ["u"]}},
+            "probes": {"startupProbe": {"enabled": True}},
+            "policies": {"probes": {"failureMode": "deny"}},
+            "mode": "warn",
+        }
+    )
     assert cfg.certificates.extra_ip_addresses == ("10.0.0.1", "::1") and cfg.certificates.extra_dns_names == ("a", "b")
     assert isinstance(cfg.audit.qps, float) and isinstance(cfg.cluster.request_timeout_seconds, float)
     # an unset key of a nested section keeps the enclosing default's value, not the section class's

@@ -1,5 +1,6 @@
 """Each config key is declared once (webhook/config/types.py): the reader, the JSON schema, the chart's
 values.schema.json and the documented example all follow from that declaration and must agree."""
+
 from __future__ import annotations
 
 import copy
@@ -55,6 +56,7 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
             except ValueError:
                 return False
             return True
+
         if not any(ok(alt) for alt in schema["anyOf"]):
             errors.append(f"{path}: matches no anyOf")
     if kind == "array":
@@ -175,9 +177,14 @@ def test_a_selector_validates_and_reads_back():
     doc = {"drivers": {"selectors": [{"namespace": "gpu", "matchLabels": {"app": "d"}, "driverName": "gpu.example.com"}]}}
     assert validate(doc, config_schema()) == []
     assert document(Config, from_mapping(doc))["drivers"] == {
-        "autoDetect": True, "kubeletRootDirs": ["/var/lib/kubelet"], "declared": [],
-        "selectors": [{**doc["drivers"]["selectors"][0], "driverNames": []}]}
-    assert validate({"drivers": {"selectors": [{"matchLabels": {}}]}}, config_schema()) == ["/drivers/selectors/0/namespace: required"]
+        "autoDetect": True,
+        "kubeletRootDirs": ["/var/lib/kubelet"],
+        "declared": [],
+        "selectors": [{**doc["drivers"]["selectors"][0], "driverNames": []}],
+    }
+    assert validate({"drivers": {"selectors": [{"matchLabels": {}}]}}, config_schema()) == [
+        "/drivers/selectors/0/namespace: required"
+    ]
 
 
 # ---------------------------------------------------------------- (c) bounds
@@ -230,8 +237,10 @@ def test_number_bounds_are_the_schemas(path, e, value, ok):
         with pytest.raises(ConfigError) as err:
             from_mapping(doc)
         assert str(err.value).startswith(f"{key}: must be "), str(err.value)
-        assert schema_errors == [f"/{'/'.join(path)}: " + ("above maximum" if value > e.key.hi else
-                                 "not above exclusiveMinimum" if e.key.lo_exclusive else "below minimum")]
+        assert schema_errors == [
+            f"/{'/'.join(path)}: "
+            + ("above maximum" if value > e.key.hi else "not above exclusiveMinimum" if e.key.lo_exclusive else "below minimum")
+        ]
 
 
 def test_every_choice_is_accepted_and_others_refused():
@@ -287,5 +296,6 @@ def test_example_shows_every_declared_key(example):
                 return False
             node = node[part]
         return True
+
     headers = [(h.name,) for h in HEADER_KEYS]
     assert [".".join(p) for p in [*headers, *(p for p, _ in declared())] if not shown(p)] == []

@@ -1,5 +1,6 @@
 """Admins and drivers added without dropping the defaults (rbac.extraAdminSubjects,
 rbac.extraDriverSubjects), and the three spellings of a ServiceAccount in every list."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,10 +34,14 @@ def test_setting_admin_subjects_itself_still_replaces_the_defaults():
 
 
 def test_extra_lists_merge_with_set_lists_of_every_kind():
-    rbac = _rbac({"adminSubjects": {"groups": ["admins"]},
-                  "extraAdminSubjects": {"groups": ["ops"], "users": ["alice"]},
-                  "driverSubjects": {"serviceAccounts": ["gpu:a"]},
-                  "extraDriverSubjects": {"serviceAccounts": ["gpu:b"], "users": ["drv"], "groups": ["drivers"]}})
+    rbac = _rbac(
+        {
+            "adminSubjects": {"groups": ["admins"]},
+            "extraAdminSubjects": {"groups": ["ops"], "users": ["alice"]},
+            "driverSubjects": {"serviceAccounts": ["gpu:a"]},
+            "extraDriverSubjects": {"serviceAccounts": ["gpu:b"], "users": ["drv"], "groups": ["drivers"]},
+        }
+    )
     assert rbac.admin_subjects.groups == {"admins", "ops"}
     assert rbac.admin_subjects.users == RbacConfig().admin_subjects.users | {"alice"}
     assert rbac.driver_subjects.service_accounts == {"gpu:a", "gpu:b"}

@@ -1,4 +1,5 @@
 """Cluster audit checks of the control plane's DRA tuning (pure), and the PolicyReport output."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,18 +14,32 @@ def kcm_pod(*args, name="kube-controller-manager-cp1", labels=True):
     meta = {"name": name, "namespace": "kube-system"}
     if labels:
         meta["labels"] = {"component": "kube-controller-manager", "tier": "control-plane"}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"containers": [{"name": "kube-controller-manager", "image": "registry.k8s.io/kube-controller-manager:v1.37.2",
-                                     "command": ["kube-controller-manager", "--leader-elect=true", *args]}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "containers": [
+                {
+                    "name": "kube-controller-manager",
+                    "image": "registry.k8s.io/kube-controller-manager:v1.37.2",
+                    "command": ["kube-controller-manager", "--leader-elect=true", *args],
+                }
+            ]
+        },
+    }
 
 
-@pytest.mark.parametrize("args, reported", [
-    (["--kube-api-qps=20", "--kube-api-burst=30"], True),
-    (["--kube-api-qps=100", "--kube-api-burst=200"], False),
-    (["--kube-api-qps", "75", "--kube-api-burst", "150"], False),
-    (["--kube-api-qps=75"], True),   # burst defaults to 30
-    ([], True),                      # defaults 20/30
-])
+@pytest.mark.parametrize(
+    "args, reported",
+    [
+        (["--kube-api-qps=20", "--kube-api-burst=30"], True),
+        (["--kube-api-qps=100", "--kube-api-burst=200"], False),
+        (["--kube-api-qps", "75", "--kube-api-burst", "150"], False),
+        (["--kube-api-qps=75"], True),  # burst defaults to 30
+        ([], True),  # defaults 20/30
+    ],
+)
 def test_controller_manager_floor(args, reported):
     found = controlplane.controller_manager([kcm_pod(*args)])
     assert bool(found) is reported
@@ -43,21 +58,36 @@ def test_controller_manager_found_by_command_without_labels():
 
 
 def test_scheduler_checks():
-    sched = {"metadata": {"name": "kube-scheduler-cp1", "namespace": "kube-system", "labels": {"component": "kube-scheduler"}},
-             "spec": {"containers": [{"name": "kube-scheduler", "command": ["kube-scheduler", "--kube-api-qps=10"]}]}}
+    sched = {
+        "metadata": {"name": "kube-scheduler-cp1", "namespace": "kube-system", "labels": {"component": "kube-scheduler"}},
+        "spec": {"containers": [{"name": "kube-scheduler", "command": ["kube-scheduler", "--kube-api-qps=10"]}]},
+    }
     assert controlplane.scheduler([sched])[0].check == "scheduler-qps"
-    cm = {"metadata": {"name": "sched-config", "namespace": "kube-system"},
-          "data": {"config.yaml": "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
-                                  "clientConnection:\n  qps: 200\n  burst: 400\n"}}
+    cm = {
+        "metadata": {"name": "sched-config", "namespace": "kube-system"},
+        "data": {
+            "config.yaml": "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+            "clientConnection:\n  qps: 200\n  burst: 400\n"
+        },
+    }
     assert controlplane.scheduler([], [cm]) == []
     assert controlplane.scheduler([])[0].check == "scheduler-qps-unknown"
 
 
 def test_api_versions_and_beta_users():
-    slices = [{"kind": "ResourceSlice", "metadata": {"name": "s", "managedFields": [
-        {"manager": "gpu-kubelet-plugin", "apiVersion": "resource.k8s.io/v1beta1", "operation": "Update"},
-        {"manager": "kubelet", "apiVersion": "resource.k8s.io/v1", "operation": "Update"}]},
-        "spec": {"driver": "gpu.example.com"}}]
+    slices = [
+        {
+            "kind": "ResourceSlice",
+            "metadata": {
+                "name": "s",
+                "managedFields": [
+                    {"manager": "gpu-kubelet-plugin", "apiVersion": "resource.k8s.io/v1beta1", "operation": "Update"},
+                    {"manager": "kubelet", "apiVersion": "resource.k8s.io/v1", "operation": "Update"},
+                ],
+            },
+            "spec": {"driver": "gpu.example.com"},
+        }
+    ]
     found = controlplane.api_versions(["v1", "v1beta2", "v1beta1"], slices)
     assert [(f.check, f.details["version"]) for f in found] == [("dra-beta-api-in-use", "v1beta1")]
     assert "1.38" in found[0].message and "gpu-kubelet-plugin" in found[0].message
@@ -67,8 +97,10 @@ def test_api_versions_and_beta_users():
 
 def test_old_kubelet_with_seamless_driver():
     idx = index_with()
-    nodes = [{"kind": "Node", "metadata": {"name": "node-a"}, "status": {"nodeInfo": {"kubeletVersion": "v1.32.9"}}},
-             {"kind": "Node", "metadata": {"name": "node-b"}, "status": {"nodeInfo": {"kubeletVersion": "v1.34.1"}}}]
+    nodes = [
+        {"kind": "Node", "metadata": {"name": "node-a"}, "status": {"nodeInfo": {"kubeletVersion": "v1.32.9"}}},
+        {"kind": "Node", "metadata": {"name": "node-b"}, "status": {"nodeInfo": {"kubeletVersion": "v1.34.1"}}},
+    ]
     found = controlplane.old_kubelets(nodes, idx, {("gpu", "gpu-driver"): True})
     assert [f.name for f in found] == ["node-a"]
     assert controlplane.old_kubelets(nodes, idx, {("gpu", "gpu-driver"): False}) == []

@@ -1,6 +1,7 @@
 """drivers.declared: the DRA driver DaemonSets whose pods' evictions fail closed (the chart renders
 them into a failurePolicy Fail webhook); dra-guard recognises them as drivers and reports every
 driver it recognises that is missing from the list, with the value that declares it."""
+
 from __future__ import annotations
 
 import json
@@ -59,12 +60,18 @@ def test_a_declared_daemonset_is_a_driver_even_when_nothing_else_says_so():
     assert found is not None and found.protects and found.names == ("gpu.example.com",)
 
 
-@pytest.mark.parametrize("entry, message", [
-    ({"namespace": "gpu"}, "drivers.declared[0].name: required"),
-    ({"namespace": "gpu", "name": "a') || true || ('"}, "drivers.declared[0].name: \"a') || true || ('\" must be a DaemonSet name"),
-    ({"namespace": "GPU", "name": "d"}, "drivers.declared[0].namespace: 'GPU' must be a namespace name"),
-    ({"namespace": "gpu", "name": "d", "driverName": "x"}, "drivers.declared[0]: unknown key"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"namespace": "gpu"}, "drivers.declared[0].name: required"),
+        (
+            {"namespace": "gpu", "name": "a') || true || ('"},
+            "drivers.declared[0].name: \"a') || true || ('\" must be a DaemonSet name",
+        ),
+        ({"namespace": "GPU", "name": "d"}, "drivers.declared[0].namespace: 'GPU' must be a namespace name"),
+        ({"namespace": "gpu", "name": "d", "driverName": "x"}, "drivers.declared[0]: unknown key"),
+    ],
+)
 def test_a_declared_entry_the_webhook_could_not_select_is_a_config_error(entry, message):
     with pytest.raises(ConfigError, match=None) as exc:
         from_mapping({"drivers": {"declared": [entry]}})
@@ -92,11 +99,13 @@ def test_the_server_logs_each_undeclared_driver_once_and_keeps_a_gauge_while_it_
     assert len(lines) == 1 and (lines[0].namespace, lines[0].daemonset) == ("net", "net-driver")
     assert "net-driver" in lines[0].helm and "gpu-driver" in lines[0].helm
     assert gauge._value.get() == 1
-    assert ("gpu", "gpu-driver") not in {(s.labels["daemonset_namespace"], s.labels["daemonset"])
-                                          for m in metrics.UNDECLARED_DRIVERS.collect() for s in m.samples}
+    assert ("gpu", "gpu-driver") not in {
+        (s.labels["daemonset_namespace"], s.labels["daemonset"]) for m in metrics.UNDECLARED_DRIVERS.collect() for s in m.samples
+    }
     state._daemonset_event("DELETED", driver_daemonset(name="net-driver", namespace="net"))
-    assert ("net", "net-driver") not in {(s.labels["daemonset_namespace"], s.labels["daemonset"])
-                                         for m in metrics.UNDECLARED_DRIVERS.collect() for s in m.samples}
+    assert ("net", "net-driver") not in {
+        (s.labels["daemonset_namespace"], s.labels["daemonset"]) for m in metrics.UNDECLARED_DRIVERS.collect() for s in m.samples
+    }
 
 
 def test_an_internal_error_of_the_eviction_policy_is_a_429_never_an_allow():
@@ -107,8 +116,11 @@ def test_an_internal_error_of_the_eviction_policy_is_a_429_never_an_allow():
     def broken(request):
         raise RuntimeError("boom")
 
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-              "request": {**eviction_request("gpu-driver-a"), "uid": "u-1"}}
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {**eviction_request("gpu-driver-a"), "uid": "u-1"},
+    }
     answer = respond(review, policy="eviction", evaluate=broken, settings=config.policy("eviction"), first=True)
     assert config.policy("eviction").failure_mode == "deny"
     assert answer["response"]["allowed"] is False and answer["response"]["status"]["code"] == 429
@@ -121,7 +133,14 @@ def test_an_internal_error_of_the_eviction_policy_is_a_429_never_an_allow():
 def test_facts_from_files_judge_a_declared_driver_like_the_server():
     config = from_mapping(DECLARED)
     facts = build_facts([driver_daemonset(name="gpu-driver", namespace="gpu", cdi=False)], config)
-    assert list(eviction.audit_objects(facts, config, {"DaemonSet": [driver_daemonset(name="gpu-driver", namespace="gpu", cdi=False)]})) == []
+    assert (
+        list(
+            eviction.audit_objects(
+                facts, config, {"DaemonSet": [driver_daemonset(name="gpu-driver", namespace="gpu", cdi=False)]}
+            )
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize("mode", ["warn", "audit"])
@@ -137,8 +156,11 @@ def test_warn_and_audit_mode_never_refuse_not_even_when_dra_guard_cannot_judge(m
     def late(request):
         raise NotJudged("past its deadline", cause="deadline")
 
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-              "request": {**eviction_request("gpu-driver-a"), "uid": "u-2"}}
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {**eviction_request("gpu-driver-a"), "uid": "u-2"},
+    }
     for config, allowed in ((from_mapping({"mode": mode}), True), (from_mapping(None), False)):
         settings = config.policy(policy)
         for evaluate in (broken, late):

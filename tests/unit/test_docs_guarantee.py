@@ -1,6 +1,7 @@
 """The failure-mode guarantee table is one table: the operations page "When dra-guard is slow, hung or
 down" (docs/operations/when-down.md) and docs/reliability.md carry it word for word, and it names
 every webhook the chart can render."""
+
 from __future__ import annotations
 
 import pathlib

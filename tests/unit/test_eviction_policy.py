@@ -1,4 +1,5 @@
 """Drain order as a pure function over the ClaimIndex (issue acceptance 1-4)."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,14 +28,22 @@ def test_terminating_consumer_still_holds_the_driver():
     assert not d.allowed and "(Terminating)" in d.findings[0].message
 
 
-@pytest.mark.parametrize("name, objects", [
-    ("consumer finished, reservedFor empty", [pod("consumer", "node-a", phase="Succeeded"), claim("gpu", reserved=())]),
-    ("consumer finished, reservedFor not yet cleaned", [pod("consumer", "node-a", phase="Failed"), claim("gpu")]),
-    ("claim on node-b", [pod("consumer", "node-b"), claim("gpu", node="node-b")]),
-    ("claim of another driver", [pod("consumer", "node-a"), claim("gpu", driver="net.example.com")]),
-    ("claim not allocated", [pod("consumer", "node-a"),
-                             {"kind": "ResourceClaim", "metadata": {"name": "gpu", "namespace": "work"}, "status": {}}]),
-])
+@pytest.mark.parametrize(
+    "name, objects",
+    [
+        ("consumer finished, reservedFor empty", [pod("consumer", "node-a", phase="Succeeded"), claim("gpu", reserved=())]),
+        ("consumer finished, reservedFor not yet cleaned", [pod("consumer", "node-a", phase="Failed"), claim("gpu")]),
+        ("claim on node-b", [pod("consumer", "node-b"), claim("gpu", node="node-b")]),
+        ("claim of another driver", [pod("consumer", "node-a"), claim("gpu", driver="net.example.com")]),
+        (
+            "claim not allocated",
+            [
+                pod("consumer", "node-a"),
+                {"kind": "ResourceClaim", "metadata": {"name": "gpu", "namespace": "work"}, "status": {}},
+            ],
+        ),
+    ],
+)
 def test_allowed_cases(name, objects):
     assert decide(index_with(*objects)).allowed, name
 
@@ -116,25 +125,44 @@ def test_index_deletes_and_relists():
     assert not decide(idx).allowed
     idx.delete_pod("gpu", "gpu-driver-a")
     assert decide(idx).allowed
-    idx.replace_pods([pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"), pod("consumer", "node-a"),
-                      pod("unrelated", "node-a", claims=())])
+    idx.replace_pods(
+        [
+            pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"),
+            pod("consumer", "node-a"),
+            pod("unrelated", "node-a", claims=()),
+        ]
+    )
     assert not decide(idx).allowed
-    assert idx.counts() == {"pods": 2, "daemonsets": 1, "drivers": 1, "claims": 1, "resourceslices": 0, "nodes": 0}  # the unrelated pod is not kept
+    assert idx.counts() == {
+        "pods": 2,
+        "daemonsets": 1,
+        "drivers": 1,
+        "claims": 1,
+        "resourceslices": 0,
+        "nodes": 0,
+    }  # the unrelated pod is not kept
 
 
 def test_malformed_requests_do_not_crash():
     idx = index_with()
-    for req in ({}, {"operation": "CREATE", "resource": "pods"}, {"operation": "CREATE", "subResource": "eviction",
-                                                                   "resource": {"resource": "pods"}, "name": None}):
+    for req in (
+        {},
+        {"operation": "CREATE", "resource": "pods"},
+        {"operation": "CREATE", "subResource": "eviction", "resource": {"resource": "pods"}, "name": None},
+    ):
         assert decide(idx, req).allowed
 
 
 def test_drain_plan_lists_what_holds_each_driver():
     from webhook import drainplan
     from webhook.config import from_mapping as fm
-    objs = [driver_daemonset(name="gpu-driver", namespace="gpu"),
-            pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"),
-            pod("consumer", "node-a"), claim("gpu")]
+
+    objs = [
+        driver_daemonset(name="gpu-driver", namespace="gpu"),
+        pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"),
+        pod("consumer", "node-a"),
+        claim("gpu"),
+    ]
     result = drainplan.plan(drainplan.build_index(objs, fm(None)), "node-a")
     assert result["ready"] is False and result["evictFirst"] == ["work/consumer"]
     assert result["driverPods"][0]["heldBy"] == [{"claim": "work/gpu", "pods": ["work/consumer"]}]
@@ -152,8 +180,10 @@ def test_the_driver_evictions_metric_says_refused_only_when_the_eviction_was_ref
     from webhook import metrics  # noqa: F401  (registers the metric)
 
     def count(decision):
-        return REGISTRY.get_sample_value("dra_guard_driver_evictions_total",
-                                         {"driver": "gpu.example.com", "decision": decision}) or 0.0
+        return (
+            REGISTRY.get_sample_value("dra_guard_driver_evictions_total", {"driver": "gpu.example.com", "decision": decision})
+            or 0.0
+        )
 
     for mode, label in (("enforce", "refused"), ("warn", "would-refuse"), ("audit", "would-refuse")):
         idx = index_with(pod("consumer", "node-a"), claim("gpu"))

@@ -5,6 +5,7 @@ keeps its own; a record that cannot be written refuses in enforce mode only.
 
 LeaseRecords runs here over an in-memory LeaseApi with the apiserver's optimistic concurrency
 (resourceVersion, 409); the real API: tests/e2e/test_replicas.py."""
+
 from __future__ import annotations
 
 import datetime
@@ -57,6 +58,7 @@ def decide(state, name, **kw):
 
 # --------------------------------------------------------------------------- the policy asks for it
 
+
 def test_an_allow_on_the_strength_of_a_peer_while_claims_are_held_asks_for_the_shared_record():
     decision = decide(replica(), "gpu-driver-a")
     assert decision.allowed and decision.record is not None
@@ -105,14 +107,22 @@ def test_a_record_that_could_not_be_written_refuses_saying_why_and_to_retry():
 
 # --------------------------------------------------------------------------- what a record means
 
+
 def record(pod_name="gpu-driver-a", uid="uid-a"):
-    return LeaveRecord(name=record_name("gpu", "gpu-driver", "node-a"), namespace="gpu", pod=pod_name, uid=uid,
-                       daemonset="gpu/gpu-driver", node="node-a", peer="gpu/other", seconds=30)
+    return LeaveRecord(
+        name=record_name("gpu", "gpu-driver", "node-a"),
+        namespace="gpu",
+        pod=pod_name,
+        uid=uid,
+        daemonset="gpu/gpu-driver",
+        node="node-a",
+        peer="gpu/other",
+        seconds=30,
+    )
 
 
 def spec(holder, renewed=NOW, seconds=30):
-    return {"holderIdentity": holder, "leaseDurationSeconds": seconds,
-            "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+    return {"holderIdentity": holder, "leaseDurationSeconds": seconds, "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
 
 
 def test_judge_tells_a_retry_from_a_live_holder_from_a_stale_record():
@@ -140,15 +150,19 @@ def test_judge_tells_a_retry_from_a_live_holder_from_a_stale_record():
 
 def test_record_names_are_dns_labels_one_per_daemonset_and_node():
     long_node = "n" * 253
-    names = {record_name("gpu", "gpu-driver", "node-a"), record_name("gpu", "gpu-driver", "node-b"),
-             record_name("gpu", "other", "node-a"), record_name("gpu", "gpu-driver", long_node)}
+    names = {
+        record_name("gpu", "gpu-driver", "node-a"),
+        record_name("gpu", "gpu-driver", "node-b"),
+        record_name("gpu", "other", "node-a"),
+        record_name("gpu", "gpu-driver", long_node),
+    }
     assert len(names) == 4
     assert record_name("gpu", "gpu-driver", "node-a") == record_name("gpu", "gpu-driver", "node-a")
-    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", n) and len(n) <= 63 and n.startswith(RECORD_PREFIX)
-               for n in names)
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", n) and len(n) <= 63 and n.startswith(RECORD_PREFIX) for n in names)
 
 
 # --------------------------------------------------------------------------- LeaseRecords
+
 
 class MemoryLeases:
     """The LeaseApi with the apiserver's semantics: create 409 when it exists, replace 409 when the
@@ -257,8 +271,7 @@ def test_a_record_whose_holder_is_terminating_or_expired_is_taken_over():
 
 def test_two_takeovers_of_one_stale_record_race_on_the_resource_version_and_one_loses():
     api = MemoryLeases()
-    api.leases[record().name] = {"metadata": {"name": record().name, "resourceVersion": "1"},
-                                 "spec": spec("gpu/gone-pod/uid-x")}
+    api.leases[record().name] = {"metadata": {"name": record().name, "resourceVersion": "1"}, "spec": spec("gpu/gone-pod/uid-x")}
     api.version = 1
     one, two = replica(), replica()
     a, b = decide(one, "gpu-driver-a").record.lease, decide(two, "gpu-driver-a2").record.lease
@@ -295,18 +308,24 @@ def test_an_api_failure_or_no_time_left_is_an_error_never_an_allow_in_enforce_mo
 
 # --------------------------------------------------------------------------- the serve path
 
+
 def serve(state, mode, outcome):
     calls = []
 
     def records(lease, deadline):
         calls.append(lease)
         return outcome
+
     client = create_app(config=state.config, cluster=state, records=records).test_client()
 
     def evict(name, dry_run=False):
-        body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                "request": eviction_request(name, dry_run=dry_run)}
+        body = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": eviction_request(name, dry_run=dry_run),
+        }
         return client.post("/validate/evictions", json=body).get_json()["response"]
+
     return evict, calls
 
 

@@ -1,5 +1,6 @@
 """Exceptions an admin owns (config key `exceptions`): validation at load, matching, expiry, and
 what admission and audits do with them."""
+
 from __future__ import annotations
 
 import base64
@@ -24,15 +25,30 @@ def stamp(days: float) -> str:
 
 
 def rbac_entry(**overrides):
-    entry = {"policy": "rbac", "kind": "ClusterRoleBinding", "name": "team-gpu", "roleRef": "slice-writer",
-             "subjects": {"groups": ["team-a"]}, "resources": ["resourceslices"],
-             "reason": "vendor tool republishes slices until driver 2.1", "owner": "team-gpu", "expires": stamp(30)}
+    entry = {
+        "policy": "rbac",
+        "kind": "ClusterRoleBinding",
+        "name": "team-gpu",
+        "roleRef": "slice-writer",
+        "subjects": {"groups": ["team-a"]},
+        "resources": ["resourceslices"],
+        "reason": "vendor tool republishes slices until driver 2.1",
+        "owner": "team-gpu",
+        "expires": stamp(30),
+    }
     return {**entry, **overrides}
 
 
 def probes_entry(**overrides):
-    entry = {"policy": "probes", "kind": "DaemonSet", "namespace": "gpu", "name": "gpu-driver",
-             "reason": "no health endpoint before 1.4", "owner": "team-gpu", "expires": stamp(30)}
+    entry = {
+        "policy": "probes",
+        "kind": "DaemonSet",
+        "namespace": "gpu",
+        "name": "gpu-driver",
+        "reason": "no health endpoint before 1.4",
+        "owner": "team-gpu",
+        "expires": stamp(30),
+    }
     return {**entry, **overrides}
 
 
@@ -45,42 +61,57 @@ def test_a_valid_entry_reads_back_with_an_aware_expiry():
     offset = (NOW + datetime.timedelta(days=30)).astimezone(datetime.timezone(datetime.timedelta(hours=2)))
     (e,) = config_with(rbac_entry(expires=offset.isoformat())).exceptions
     assert e.ref == "rbac ClusterRoleBinding team-gpu"
-    assert e.expires == offset and e.expires.utcoffset() == datetime.timedelta(0) and e.role_ref == "slice-writer" and e.resources == {"resourceslices"}
+    assert (
+        e.expires == offset
+        and e.expires.utcoffset() == datetime.timedelta(0)
+        and e.role_ref == "slice-writer"
+        and e.resources == {"resourceslices"}
+    )
 
 
 def test_yaml_unquoted_timestamp_is_read_too():
     import yaml
+
     when = (NOW + datetime.timedelta(days=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
     doc = yaml.safe_load(f"exceptions:\n- {json.dumps(probes_entry(expires='X'))}".replace('"X"', when))
     assert isinstance(doc["exceptions"][0]["expires"], datetime.datetime)
     assert from_mapping(doc).exceptions[0].live(NOW)
 
 
-@pytest.mark.parametrize("entry, message", [
-    (rbac_entry(expires=None), "exceptions[0].expires: required"),
-    (rbac_entry(expires="2026-12-31"), "exceptions[0].expires: 2026-12-31 is a date; give a date-time such as"),
-    (rbac_entry(expires="2026-12-31T00:00:00"), "exceptions[0].expires: 2026-12-31T00:00:00 has no time zone"),
-    (rbac_entry(expires="next tuesday"), "exceptions[0].expires: 'next tuesday' is not an RFC 3339 date-time"),
-    (rbac_entry(expires=stamp(400)), "is more than 366 days ahead; exceptions are reviewed at least once a year"),
-    (rbac_entry(owner=""), "exceptions[0].owner: required"),
-    (rbac_entry(reason=None), "exceptions[0].reason: required"),
-    (rbac_entry(policy=None), "exceptions[0].policy: required"),
-    (rbac_entry(policy="eviction", kind="DaemonSet", namespace="gpu"), "exceptions[0].policy: the eviction policy is never excepted"),
-    (rbac_entry(kind="ClusterRole"), "exceptions[0].kind: must be one of ClusterRoleBinding, RoleBinding, DaemonSet"),
-    (rbac_entry(kind="DaemonSet", namespace="gpu"), "exceptions[0].kind: a rbac exception names a ClusterRoleBinding or RoleBinding"),
-    (probes_entry(kind="RoleBinding"), "exceptions[0].kind: a probes exception names a DaemonSet"),
-    (rbac_entry(kind="RoleBinding"), "exceptions[0].namespace: required for a RoleBinding"),
-    (rbac_entry(namespace="gpu"), "exceptions[0].namespace: a ClusterRoleBinding has no namespace"),
-    (probes_entry(namespace="GPU"), "exceptions[0].namespace: 'GPU' must be a namespace name"),
-    (probes_entry(name="gpu_driver"), "exceptions[0].name: 'gpu_driver' must be a DaemonSet name"),
-    (rbac_entry(roleRef=None), "exceptions[0].roleRef: required for an rbac exception"),
-    (rbac_entry(subjects={}), "exceptions[0].subjects: required for an rbac exception"),
-    (rbac_entry(resources=[]), "exceptions[0].resources: required for an rbac exception"),
-    (probes_entry(resources=["resourceslices"]), "exceptions[0].resources: only rbac exceptions take resources"),
-    (rbac_entry(subjects={"serviceAccounts": ["gpu:*"]}), "exceptions[0].subjects.serviceAccounts: gpu:* is a pattern"),
-    (rbac_entry(subjects={"groups": ["system:authenticated"]}), "exceptions[0].subjects.groups: system:authenticated"),
-    (rbac_entry(bogus=1), "exceptions[0].bogus: unknown key"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (rbac_entry(expires=None), "exceptions[0].expires: required"),
+        (rbac_entry(expires="2026-12-31"), "exceptions[0].expires: 2026-12-31 is a date; give a date-time such as"),
+        (rbac_entry(expires="2026-12-31T00:00:00"), "exceptions[0].expires: 2026-12-31T00:00:00 has no time zone"),
+        (rbac_entry(expires="next tuesday"), "exceptions[0].expires: 'next tuesday' is not an RFC 3339 date-time"),
+        (rbac_entry(expires=stamp(400)), "is more than 366 days ahead; exceptions are reviewed at least once a year"),
+        (rbac_entry(owner=""), "exceptions[0].owner: required"),
+        (rbac_entry(reason=None), "exceptions[0].reason: required"),
+        (rbac_entry(policy=None), "exceptions[0].policy: required"),
+        (
+            rbac_entry(policy="eviction", kind="DaemonSet", namespace="gpu"),
+            "exceptions[0].policy: the eviction policy is never excepted",
+        ),
+        (rbac_entry(kind="ClusterRole"), "exceptions[0].kind: must be one of ClusterRoleBinding, RoleBinding, DaemonSet"),
+        (
+            rbac_entry(kind="DaemonSet", namespace="gpu"),
+            "exceptions[0].kind: a rbac exception names a ClusterRoleBinding or RoleBinding",
+        ),
+        (probes_entry(kind="RoleBinding"), "exceptions[0].kind: a probes exception names a DaemonSet"),
+        (rbac_entry(kind="RoleBinding"), "exceptions[0].namespace: required for a RoleBinding"),
+        (rbac_entry(namespace="gpu"), "exceptions[0].namespace: a ClusterRoleBinding has no namespace"),
+        (probes_entry(namespace="GPU"), "exceptions[0].namespace: 'GPU' must be a namespace name"),
+        (probes_entry(name="gpu_driver"), "exceptions[0].name: 'gpu_driver' must be a DaemonSet name"),
+        (rbac_entry(roleRef=None), "exceptions[0].roleRef: required for an rbac exception"),
+        (rbac_entry(subjects={}), "exceptions[0].subjects: required for an rbac exception"),
+        (rbac_entry(resources=[]), "exceptions[0].resources: required for an rbac exception"),
+        (probes_entry(resources=["resourceslices"]), "exceptions[0].resources: only rbac exceptions take resources"),
+        (rbac_entry(subjects={"serviceAccounts": ["gpu:*"]}), "exceptions[0].subjects.serviceAccounts: gpu:* is a pattern"),
+        (rbac_entry(subjects={"groups": ["system:authenticated"]}), "exceptions[0].subjects.groups: system:authenticated"),
+        (rbac_entry(bogus=1), "exceptions[0].bogus: unknown key"),
+    ],
+)
 def test_a_bad_entry_stops_start_up_naming_its_key(entry, message):
     with pytest.raises(ConfigError) as err:
         config_with(entry)
@@ -91,22 +122,31 @@ def test_every_bad_entry_is_reported_at_once_and_a_bad_key_skips_only_its_own_en
     """A bad expires must not reach the cross-checks (which compare it with the horizon); the
     cross-check errors of the other entries are still reported."""
     with pytest.raises(ConfigError) as err:
-        config_with(rbac_entry(expires="next tuesday"),
-                    rbac_entry(policy="eviction", kind="DaemonSet", namespace="gpu", name="other"),
-                    rbac_entry(kind="RoleBinding", name="third"))
+        config_with(
+            rbac_entry(expires="next tuesday"),
+            rbac_entry(policy="eviction", kind="DaemonSet", namespace="gpu", name="other"),
+            rbac_entry(kind="RoleBinding", name="third"),
+        )
     problems = err.value.problems
-    assert [p.split(":", 1)[0] for p in problems] == ["exceptions[0].expires", "exceptions[1].policy",
-                                                       "exceptions[2].namespace"], problems
+    assert [p.split(":", 1)[0] for p in problems] == [
+        "exceptions[0].expires",
+        "exceptions[1].policy",
+        "exceptions[2].namespace",
+    ], problems
 
 
 def test_two_entries_for_one_object_and_policy_are_refused():
-    with pytest.raises(ConfigError, match=r"^exceptions\[1\]: rbac ClusterRoleBinding team-gpu is already excepted by "
-                                          r"exceptions\[0\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^exceptions\[1\]: rbac ClusterRoleBinding team-gpu is already excepted by "
+        r"exceptions\[0\]",
+    ):
         config_with(rbac_entry(), rbac_entry(owner="someone else"))
 
 
 def test_the_chart_schema_takes_an_entry_and_refuses_one_without_expiry():
     from tests.unit.test_config_schema import validate
+
     assert validate({"exceptions": [rbac_entry()]}, config_schema(chart=True)) == []
     without = {k: v for k, v in rbac_entry().items() if k != "expires"}
     assert validate({"exceptions": [without]}, config_schema(chart=True)) == ["/exceptions/0/expires: required"]
@@ -114,24 +154,33 @@ def test_the_chart_schema_takes_an_entry_and_refuses_one_without_expiry():
 
 # ------------------------------------------------------------------ matching
 def rbac_finding(**overrides):
-    base = {"policy": "rbac", "kind": "ClusterRoleBinding", "name": "team-gpu", "check": "rbac-write",
-            "message": "ClusterRoleBinding team-gpu grants write.", "summary": "dra-guard: Group team-a would get resourceslices",
-            "details": {"subject": "Group team-a", "roleRef": "slice-writer", "resources": ["resourceslices"]}}
+    base = {
+        "policy": "rbac",
+        "kind": "ClusterRoleBinding",
+        "name": "team-gpu",
+        "check": "rbac-write",
+        "message": "ClusterRoleBinding team-gpu grants write.",
+        "summary": "dra-guard: Group team-a would get resourceslices",
+        "details": {"subject": "Group team-a", "roleRef": "slice-writer", "resources": ["resourceslices"]},
+    }
     details = {**base["details"], **overrides.pop("details", {})}
     return Finding(**{**base, **overrides, "details": details})
 
 
-@pytest.mark.parametrize("finding, covered", [
-    (rbac_finding(), True),
-    (rbac_finding(name="team-gpu-2"), False),                       # exact names only
-    (rbac_finding(kind="RoleBinding", namespace="kube-system"), False),
-    (rbac_finding(check="guard-own-rbac"), False),                  # dra-guard's own RBAC is never excepted
-    (rbac_finding(details={"subject": "Group team-b"}), False),     # another subject
-    (rbac_finding(details={"subject": "User team-a"}), False),      # a User is not the Group
-    (rbac_finding(details={"roleRef": "everything"}), False),       # another role
-    (rbac_finding(details={"resources": ["deviceclasses", "resourceslices"]}), False),  # more than reviewed
-    (rbac_finding(policy="probes"), False),
-])
+@pytest.mark.parametrize(
+    "finding, covered",
+    [
+        (rbac_finding(), True),
+        (rbac_finding(name="team-gpu-2"), False),  # exact names only
+        (rbac_finding(kind="RoleBinding", namespace="kube-system"), False),
+        (rbac_finding(check="guard-own-rbac"), False),  # dra-guard's own RBAC is never excepted
+        (rbac_finding(details={"subject": "Group team-b"}), False),  # another subject
+        (rbac_finding(details={"subject": "User team-a"}), False),  # a User is not the Group
+        (rbac_finding(details={"roleRef": "everything"}), False),  # another role
+        (rbac_finding(details={"resources": ["deviceclasses", "resourceslices"]}), False),  # more than reviewed
+        (rbac_finding(policy="probes"), False),
+    ],
+)
 def test_an_exception_covers_only_what_it_names(finding, covered):
     (e,) = config_with(rbac_entry()).exceptions
     assert exceptions.covers(e, finding) is covered
@@ -163,8 +212,17 @@ def test_an_expired_exception_refuses_as_before_and_says_so():
 
 def test_a_probes_exception_drops_the_patch():
     (e,) = config_with(probes_entry()).exceptions
-    f = Finding(policy="probes", kind="DaemonSet", namespace="gpu", name="gpu-driver", check="missing-liveness-probe",
-                message="m", summary="s", enforced=False, fixed_by_patch=True)
+    f = Finding(
+        policy="probes",
+        kind="DaemonSet",
+        namespace="gpu",
+        name="gpu-driver",
+        check="missing-liveness-probe",
+        message="m",
+        summary="s",
+        enforced=False,
+        fixed_by_patch=True,
+    )
     patch = ({"op": "add", "path": "/x", "value": 1},)
     decision, _, _ = exceptions.admit(Decision(findings=(f,), patch=patch), [e], now=NOW)
     assert decision.patch == () and not decision.findings[0].fixed_by_patch
@@ -176,12 +234,23 @@ def test_a_probes_exception_drops_the_patch():
 # ------------------------------------------------------------------ audits (pure)
 def test_audit_results_skip_under_a_live_exception_and_report_an_expired_one():
     live, gone = config_with(rbac_entry(), probes_entry(expires=stamp(1))).exceptions
-    probe = Finding(policy="probes", kind="DaemonSet", namespace="gpu", name="gpu-driver", check="no-healthcheck-port",
-                    message="m", summary="s", enforced=False)
+    probe = Finding(
+        policy="probes",
+        kind="DaemonSet",
+        namespace="gpu",
+        name="gpu-driver",
+        check="no-healthcheck-port",
+        message="m",
+        summary="s",
+        enforced=False,
+    )
     later = NOW + datetime.timedelta(days=2)
     out = exceptions.apply([(rbac_finding(), "enforce"), (probe, "enforce")], [live, gone], now=later)
     assert [(f.check, f.skipped) for f, _ in out] == [
-        ("rbac-write", True), ("no-healthcheck-port", False), ("exception-expired", False)]
+        ("rbac-write", True),
+        ("no-healthcheck-port", False),
+        ("exception-expired", False),
+    ]
     assert out[2][0].name == "gpu-driver" and "owner team-gpu" in out[2][0].message
 
 
@@ -221,8 +290,11 @@ def test_an_expired_exception_is_refused_again_at_admission():
 
 def test_a_probes_exception_leaves_the_driver_unpatched():
     body = review(binding("x", "y", []))
-    body["request"].update(kind={"group": "apps", "version": "v1", "kind": "DaemonSet"},
-                           resource={"group": "apps", "version": "v1", "resource": "daemonsets"}, object=driver_daemonset())
+    body["request"].update(
+        kind={"group": "apps", "version": "v1", "kind": "DaemonSet"},
+        resource={"group": "apps", "version": "v1", "resource": "daemonsets"},
+        object=driver_daemonset(),
+    )
     patched = answer(client_for(), body, path="/mutate/daemonsets")
     assert json.loads(base64.b64decode(patched["patch"]))
     resp = answer(client_for(probes_entry()), body, path="/mutate/daemonsets")

@@ -1,6 +1,7 @@
 """`dra-guard audit -f` (the installed CLI, a process of its own) with exceptions in the config:
 skip under a live exception, an exception-expired finding and the refusal again once it expired,
 and the exit codes that follow."""
+
 from __future__ import annotations
 
 import datetime
@@ -13,15 +14,24 @@ import yaml
 from tests.builders import binding, cluster_role, driver_daemonset, rule, subject
 
 NOW = datetime.datetime.now(datetime.UTC)
-OBJECTS = [cluster_role("slice-writer", [rule(["resourceslices"], ["create", "update"])]),
-           binding("team-gpu", "slice-writer", [subject("Group", "team-a")])]
+OBJECTS = [
+    cluster_role("slice-writer", [rule(["resourceslices"], ["create", "update"])]),
+    binding("team-gpu", "slice-writer", [subject("Group", "team-a")]),
+]
 
 
 def entry(days: float) -> dict[str, object]:
-    return {"policy": "rbac", "kind": "ClusterRoleBinding", "name": "team-gpu", "roleRef": "slice-writer",
-            "subjects": {"groups": ["team-a"]}, "resources": ["resourceslices"],
-            "reason": "vendor tool republishes slices", "owner": "team-gpu",
-            "expires": (NOW + datetime.timedelta(days=days)).isoformat()}
+    return {
+        "policy": "rbac",
+        "kind": "ClusterRoleBinding",
+        "name": "team-gpu",
+        "roleRef": "slice-writer",
+        "subjects": {"groups": ["team-a"]},
+        "resources": ["resourceslices"],
+        "reason": "vendor tool republishes slices",
+        "owner": "team-gpu",
+        "expires": (NOW + datetime.timedelta(days=days)).isoformat(),
+    }
 
 
 def audit(tmp_path, *args, exceptions=None):
@@ -79,9 +89,23 @@ def test_a_bad_exception_is_exit_2_naming_the_key(tmp_path):
 
 def test_a_probes_exception_skips_the_missing_probe(tmp_path):
     (tmp_path / "ds.yaml").write_text(yaml.safe_dump(driver_daemonset()))
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"exceptions": [{
-        "policy": "probes", "kind": "DaemonSet", "namespace": "gpu", "name": "gpu-driver", "reason": "no health endpoint",
-        "owner": "team-gpu", "expires": (NOW + datetime.timedelta(days=3)).isoformat()}]}))
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "exceptions": [
+                    {
+                        "policy": "probes",
+                        "kind": "DaemonSet",
+                        "namespace": "gpu",
+                        "name": "gpu-driver",
+                        "reason": "no health endpoint",
+                        "owner": "team-gpu",
+                        "expires": (NOW + datetime.timedelta(days=3)).isoformat(),
+                    }
+                ]
+            }
+        )
+    )
     base = [sys.executable, "-m", "webhook.cli", "audit", "-f", str(tmp_path / "ds.yaml"), "-o", "json"]
     assert subprocess.run(base, capture_output=True, text=True, timeout=60).returncode == 1
     done = subprocess.run([*base, "--config", str(tmp_path / "config.yaml")], capture_output=True, text=True, timeout=60)
@@ -92,6 +116,10 @@ def test_a_probes_exception_skips_the_missing_probe(tmp_path):
 
 def test_config_validate_names_an_expired_exception(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"exceptions": [entry(-2)]}))
-    done = subprocess.run([sys.executable, "-m", "webhook.cli", "config", "validate", str(tmp_path / "config.yaml")],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "config", "validate", str(tmp_path / "config.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and "exception rbac ClusterRoleBinding team-gpu (owner team-gpu) expired at" in done.stderr

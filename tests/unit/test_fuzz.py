@@ -7,6 +7,7 @@ the patch add-only and applicable to the object. No 5xx, no exception, no policy
 CI runs a short budget; the long run (documented in docs/reliability.md) is
     DRA_GUARD_FUZZ_EXAMPLES=100000 python -m pytest tests/unit/test_fuzz.py -q
 """
+
 from __future__ import annotations
 
 import base64
@@ -37,8 +38,12 @@ from webhook.kube.state import ClusterState
 from webhook.serve.app import create_app
 
 EXAMPLES = int(os.environ.get("DRA_GUARD_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 1000,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=EXAMPLES <= 1000,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def make_client():
@@ -58,26 +63,31 @@ CLIENT = make_client()
 
 def _ds_review():
     body = review(binding("x", "y", []))
-    body["request"].update(kind={"group": "apps", "version": "v1", "kind": "DaemonSet"},
-                           resource={"group": "apps", "version": "v1", "resource": "daemonsets"},
-                           object=driver_daemonset(containers=[plugin_container("a", args=["--healthcheck-port=1"]),
-                                                               plugin_container("b")]))
+    body["request"].update(
+        kind={"group": "apps", "version": "v1", "kind": "DaemonSet"},
+        resource={"group": "apps", "version": "v1", "resource": "daemonsets"},
+        object=driver_daemonset(containers=[plugin_container("a", args=["--healthcheck-port=1"]), plugin_container("b")]),
+    )
     return body
 
 
 SEEDS = {
-    "/validate/rbac": [review(binding("b", "everything", [subject("Group", "team-a")])),
-                       review(cluster_role("m", [rule(["resourceslices"], ["patch"])], labels={"agg": "true"})),
-                       review(binding("b", "everything", [subject("Group", "team-a")], kind="RoleBinding", namespace="n"))],
+    "/validate/rbac": [
+        review(binding("b", "everything", [subject("Group", "team-a")])),
+        review(cluster_role("m", [rule(["resourceslices"], ["patch"])], labels={"agg": "true"})),
+        review(binding("b", "everything", [subject("Group", "team-a")], kind="RoleBinding", namespace="n")),
+    ],
     "/mutate/daemonsets": [_ds_review()],
-    "/validate/evictions": [{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                             "request": eviction_request("gpu-driver-a")}],
+    "/validate/evictions": [
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("gpu-driver-a")}
+    ],
 }
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=40),
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=40),
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=12), children, max_size=5),
-    max_leaves=25)
+    max_leaves=25,
+)
 
 
 def _paths(value, prefix=()):
@@ -145,12 +155,14 @@ def check_answer(rv, body):
 @given(mutated_reviews())
 def test_mutated_reviews_get_a_well_formed_answer(case):
     path, body = case
-    before = metrics.POLICY_ERRORS.labels(policy={"/validate/rbac": "rbac", "/mutate/daemonsets": "probes",
-                                                  "/validate/evictions": "eviction"}[path])._value.get()
+    before = metrics.POLICY_ERRORS.labels(
+        policy={"/validate/rbac": "rbac", "/mutate/daemonsets": "probes", "/validate/evictions": "eviction"}[path]
+    )._value.get()
     rv = CLIENT.post(path, data=json.dumps(body), content_type="application/json")
     check_answer(rv, body)
-    after = metrics.POLICY_ERRORS.labels(policy={"/validate/rbac": "rbac", "/mutate/daemonsets": "probes",
-                                                 "/validate/evictions": "eviction"}[path])._value.get()
+    after = metrics.POLICY_ERRORS.labels(
+        policy={"/validate/rbac": "rbac", "/mutate/daemonsets": "probes", "/validate/evictions": "eviction"}[path]
+    )._value.get()
     assert after == before, "a policy raised"
 
 

@@ -1,4 +1,5 @@
 """ServerLogger: no per-request access-log work while gunicorn.access is off (issue 9 profile)."""
+
 from __future__ import annotations
 
 import logging
@@ -10,8 +11,14 @@ from webhook.serve.worker import ServerLogger
 
 def make_logger(access_level: str) -> ServerLogger:
     cfg = Config()
-    cfg.set("logconfig_dict", {"version": 1, "disable_existing_loggers": False,
-                               "loggers": {"gunicorn.access": {"level": access_level, "handlers": [], "propagate": False}}})
+    cfg.set(
+        "logconfig_dict",
+        {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "loggers": {"gunicorn.access": {"level": access_level, "handlers": [], "propagate": False}},
+        },
+    )
     return ServerLogger(cfg)
 
 
@@ -21,6 +28,7 @@ def test_access_log_off_builds_no_atoms(monkeypatch):
 
     def atoms(*_args):
         raise AssertionError("access-log atoms built although gunicorn.access logs nothing")
+
     monkeypatch.setattr(logger, "atoms", atoms)
     logger.access(object(), object(), {}, 0.001)
 
@@ -42,6 +50,7 @@ def test_access_log_on_still_logs(monkeypatch):
 
 def test_client_timeout_is_one_warning_line_and_counted(caplog):
     from prometheus_client import REGISTRY
+
     logger = make_logger("WARNING")
     before = REGISTRY.get_sample_value("dra_guard_client_timeouts_total") or 0
     try:

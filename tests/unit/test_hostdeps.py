@@ -1,4 +1,5 @@
 """tests/e2e/hostdeps.py: the real node's Debian packages are named when missing, never skipped."""
+
 from __future__ import annotations
 
 import pytest

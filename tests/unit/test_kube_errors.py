@@ -1,6 +1,7 @@
 """webhook.kube.errors.cause on answers the e2e tests cannot provoke from a real apiserver: a proxy's
 HTML error page, a Status body without a message, an answer that is not JSON. Each is one line (the
 CLI prints it as its only line on stderr)."""
+
 from __future__ import annotations
 
 import json

@@ -2,6 +2,7 @@
 docs/operations/monitoring.md that says what it means for an operator and names its labels (an
 operator alerting on a metric finds it there; five metrics had once been added without a row), and
 a row of the reference page generated from webhook/metrics.py (tests/docs checks that one)."""
+
 from __future__ import annotations
 
 import pathlib

@@ -1,5 +1,6 @@
 """Pages (webhook/cluster.py) and the indexes' replace_*: a relist is streamed page by page, and
 a list that fails half-way leaves every index as it was (issue 9: peak RSS without losing atomicity)."""
+
 from __future__ import annotations
 
 import json
@@ -89,6 +90,7 @@ class TimedList(FakeList):
 
 def test_a_deadline_bounds_the_whole_list_not_each_page(monkeypatch):
     import time
+
     monkeypatch.setattr("webhook.kube.pages.LIST_PAGE_SIZE", 2)
     fake = TimedList([{"n": i} for i in range(6)])
     pages = Pages(fake, resource="things", timeout_seconds=5, deadline=time.monotonic() + 1.0)
@@ -131,8 +133,13 @@ def test_the_informers_settle_the_collector_after_every_page(monkeypatch):
         seen.extend(items)
         done.set()
 
-    inf = informer_module.Informer(name="things", list_func=FakeList([{"n": i} for i in range(5)]), on_replace=on_replace,
-                                   on_event=lambda *_: None, timeout_seconds=1)
+    inf = informer_module.Informer(
+        name="things",
+        list_func=FakeList([{"n": i} for i in range(5)]),
+        on_replace=on_replace,
+        on_event=lambda *_: None,
+        timeout_seconds=1,
+    )
     monkeypatch.setattr(inf, "_watch_from", lambda rv: inf._stop.wait(5))
     monkeypatch.setattr(informer_module, "release_free_memory", lambda: None)
     inf.start()
@@ -174,8 +181,9 @@ def test_relists_run_one_at_a_time_while_first_lists_run_together(monkeypatch):
             with lock:
                 inside.remove((name, first))
 
-        inf = informer_module.Informer(name=name, list_func=FakeList([{"n": 1}]), on_replace=on_replace,
-                                       on_event=lambda *_: None, timeout_seconds=1)
+        inf = informer_module.Informer(
+            name=name, list_func=FakeList([{"n": 1}]), on_replace=on_replace, on_event=lambda *_: None, timeout_seconds=1
+        )
         watches = []
 
         def watch_from(rv):
@@ -208,15 +216,20 @@ def test_small_caches_relist_without_waiting_for_a_large_one(monkeypatch):
     monkeypatch.setattr(informer_module, "release_free_memory", lambda: None)
     monkeypatch.setattr(informer_module, "SERIAL_RELIST_OBJECTS", 3)
     relisted = threading.Event()
-    inf = informer_module.Informer(name="roles", list_func=FakeList([{"n": 1}, {"n": 2}]),
-                                   on_replace=lambda items: (list(items), inf.listed and relisted.set()),
-                                   on_event=lambda *_: None, timeout_seconds=1)
+    inf = informer_module.Informer(
+        name="roles",
+        list_func=FakeList([{"n": 1}, {"n": 2}]),
+        on_replace=lambda items: (list(items), inf.listed and relisted.set()),
+        on_event=lambda *_: None,
+        timeout_seconds=1,
+    )
     calls = []
 
     def watch_from(rv):
         calls.append(rv)
         if len(calls) == 1:
             from kubernetes.client.rest import ApiException
+
             raise ApiException(status=410, reason="too old")
         inf._stop.wait(5)
 

@@ -1,5 +1,6 @@
 """The in-server periodic audit over the worker's caches (issue 19): it waits for them to be in sync
 before its first run instead of skipping a whole interval (600 s by default)."""
+
 from __future__ import annotations
 
 import threading
@@ -32,6 +33,7 @@ def test_the_first_audit_runs_once_the_caches_are_in_sync_not_an_interval_later(
     def wait(seconds):
         waits.append(seconds)
         return len(waits) > 3  # stop after the first interval's wait
+
     monkeypatch.setattr(stop, "wait", wait)
     audit.loop(stop)
     assert ran.is_set() and caches.calls == 3
@@ -42,7 +44,10 @@ def test_reports_without_an_owner_are_warned_about_once_not_every_interval(caplo
     audit = PeriodicAudit.__new__(PeriodicAudit)  # no API client: only the log decision is exercised
     audit.owner_problem_logged = ""
     problems = ["no owner configured (audit.reportOwnerClusterRole)"] * 3 + [
-        "", "cannot read ClusterRole dg-dra-guard: 403 Forbidden", "cannot read ClusterRole dg-dra-guard: 403 Forbidden"]
+        "",
+        "cannot read ClusterRole dg-dra-guard: 403 Forbidden",
+        "cannot read ClusterRole dg-dra-guard: 403 Forbidden",
+    ]
     with caplog.at_level("WARNING", logger="dra_guard.audit"):
         for problem in problems:  # what six audits' summaries said
             audit.log_owner_problem(problem)

@@ -1,4 +1,5 @@
 """Driver detection and the liveness-probe mutation as pure functions."""
+
 from __future__ import annotations
 
 import copy
@@ -15,13 +16,22 @@ CONFIG = from_mapping(None)
 
 
 def request(obj, *, operation="CREATE", old=None):
-    return {"uid": "u", "operation": operation, "object": obj, "oldObject": old,
-            "kind": {"group": "apps", "version": "v1", "kind": "DaemonSet"}}
+    return {
+        "uid": "u",
+        "operation": operation,
+        "object": obj,
+        "oldObject": old,
+        "kind": {"group": "apps", "version": "v1", "kind": "DaemonSet"},
+    }
 
 
 def decide(obj, config=CONFIG, **kw):
-    return probes.review(request(obj, **kw), detection=config.detection, config=config.probes,
-                         can_write_slices=kw.pop("can_write", lambda ns, sa: False))
+    return probes.review(
+        request(obj, **kw),
+        detection=config.detection,
+        config=config.probes,
+        can_write_slices=kw.pop("can_write", lambda ns, sa: False),
+    )
 
 
 def apply(obj, decision):
@@ -54,19 +64,28 @@ def test_explicit_annotation_wins_and_auto_detection_can_be_off():
 
 
 def test_configured_selector():
-    cfg = from_mapping({"drivers": {"autoDetect": False,
-                                    "selectors": [{"namespace": "gpu", "matchLabels": {"team": "x"}, "driverName": "d.example.com"}]}})
+    cfg = from_mapping(
+        {
+            "drivers": {
+                "autoDetect": False,
+                "selectors": [{"namespace": "gpu", "matchLabels": {"team": "x"}, "driverName": "d.example.com"}],
+            }
+        }
+    )
     assert drivers.detect(driver_daemonset(labels={"team": "x"}), config=cfg.detection).name == "d.example.com"
     assert drivers.detect(driver_daemonset(labels={"team": "y"}), config=cfg.detection) is None
 
 
-@pytest.mark.parametrize("container, expected", [
-    ({"args": ["--driver-name=a.example.com"]}, "a.example.com"),
-    ({"args": ["--driver-name", "b.example.com"]}, "b.example.com"),
-    ({"command": ["plugin", "-driver-name=c.example.com"]}, "c.example.com"),
-    ({"env": [{"name": "DRIVER_NAME", "value": "d.example.com"}]}, "d.example.com"),
-    ({"args": ["--other"]}, ""),
-])
+@pytest.mark.parametrize(
+    "container, expected",
+    [
+        ({"args": ["--driver-name=a.example.com"]}, "a.example.com"),
+        ({"args": ["--driver-name", "b.example.com"]}, "b.example.com"),
+        ({"command": ["plugin", "-driver-name=c.example.com"]}, "c.example.com"),
+        ({"env": [{"name": "DRIVER_NAME", "value": "d.example.com"}]}, "d.example.com"),
+        ({"args": ["--other"]}, ""),
+    ],
+)
 def test_driver_name_from_container(container, expected):
     assert drivers.name_from_container(container) == expected
 
@@ -77,8 +96,12 @@ def test_probe_is_added_and_patch_is_idempotent():
     d = decide(ds)
     probe_ops = [op for op in d.patch if op["path"] == "/spec/template/spec/containers/0/livenessProbe"]
     assert len(probe_ops) == 1 and probe_ops[0]["op"] == "add"
-    assert probe_ops[0]["value"] == {"grpc": {"port": 51515, "service": "liveness"}, "periodSeconds": 10,
-                                     "timeoutSeconds": 10, "failureThreshold": 3}
+    assert probe_ops[0]["value"] == {
+        "grpc": {"port": 51515, "service": "liveness"},
+        "periodSeconds": 10,
+        "timeoutSeconds": 10,
+        "failureThreshold": 3,
+    }
     assert all(op["op"] == "add" for op in d.patch)
     patched = apply(ds, d)
     again = decide(patched)
@@ -87,10 +110,12 @@ def test_probe_is_added_and_patch_is_idempotent():
 
 # ------------------------------------------------------------------ acceptance 2: existing probe untouched
 def test_container_with_exec_probe_is_left_alone():
-    ds = driver_daemonset(containers=[
-        plugin_container("a", args=["--healthcheck-port=51515"], livenessProbe={"exec": {"command": ["true"]}}),
-        plugin_container("b", env=[{"name": "HEALTHCHECK_PORT", "value": "51516"}]),
-    ])
+    ds = driver_daemonset(
+        containers=[
+            plugin_container("a", args=["--healthcheck-port=51515"], livenessProbe={"exec": {"command": ["true"]}}),
+            plugin_container("b", env=[{"name": "HEALTHCHECK_PORT", "value": "51516"}]),
+        ]
+    )
     d = decide(ds)
     paths = {op["path"] for op in d.patch}
     assert "/spec/template/spec/containers/1/livenessProbe" in paths
@@ -99,11 +124,13 @@ def test_container_with_exec_probe_is_left_alone():
 
 
 def test_each_plugin_container_gets_its_own_port():
-    ds = driver_daemonset(containers=[
-        plugin_container("gpus", args=["--healthcheck-port", "51515"]),
-        plugin_container("cd", ports=[{"name": "healthcheck", "containerPort": 51516}]),
-        plugin_container("sidecar", mounts=()),
-    ])
+    ds = driver_daemonset(
+        containers=[
+            plugin_container("gpus", args=["--healthcheck-port", "51515"]),
+            plugin_container("cd", ports=[{"name": "healthcheck", "containerPort": 51516}]),
+            plugin_container("sidecar", mounts=()),
+        ]
+    )
     out = apply(ds, decide(ds))["spec"]["template"]["spec"]["containers"]
     assert [c.get("livenessProbe", {}).get("grpc", {}).get("port") for c in out] == [51515, 51516, None]
 
@@ -131,8 +158,9 @@ def test_assume_default_port():
 
 @pytest.mark.parametrize("annotation, ports", [("6000", [6000, 6000]), ("a=7001,b=7002", [7001, 7002])])
 def test_port_annotation(annotation, ports):
-    ds = driver_daemonset(containers=[plugin_container("a"), plugin_container("b")],
-                          annotations={probes.PORT_ANNOTATION: annotation})
+    ds = driver_daemonset(
+        containers=[plugin_container("a"), plugin_container("b")], annotations={probes.PORT_ANNOTATION: annotation}
+    )
     out = apply(ds, decide(ds))["spec"]["template"]["spec"]["containers"]
     assert [c["livenessProbe"]["grpc"]["port"] for c in out] == ports
 
@@ -190,8 +218,9 @@ def test_startup_probe_by_default_with_a_budget_of_minutes():
 
 
 def test_an_existing_startup_probe_is_kept():
-    c = plugin_container("plugin", args=["--healthcheck-port=51515"],
-                         startupProbe={"exec": {"command": ["true"]}, "failureThreshold": 90})
+    c = plugin_container(
+        "plugin", args=["--healthcheck-port=51515"], startupProbe={"exec": {"command": ["true"]}, "failureThreshold": 90}
+    )
     ds = driver_daemonset(containers=[c])
     out = apply(ds, decide(ds))["spec"]["template"]["spec"]["containers"][0]
     assert out["startupProbe"] == {"exec": {"command": ["true"]}, "failureThreshold": 90}
@@ -201,14 +230,17 @@ def test_an_existing_startup_probe_is_kept():
 SEAMLESS_ENV = [{"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
 
 
-@pytest.mark.parametrize("env, strategy, expected", [
-    (SEAMLESS_ENV, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}, "maxSurge: 1"),
-    (SEAMLESS_ENV, None, "maxSurge: 1"),  # the default maxSurge is 0
-    (SEAMLESS_ENV, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, None),
-    (None, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "10%", "maxUnavailable": 0}}, "fight over one"),
-    (None, {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}, None),
-    (None, {"type": "OnDelete"}, None),
-])
+@pytest.mark.parametrize(
+    "env, strategy, expected",
+    [
+        (SEAMLESS_ENV, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}, "maxSurge: 1"),
+        (SEAMLESS_ENV, None, "maxSurge: 1"),  # the default maxSurge is 0
+        (SEAMLESS_ENV, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, None),
+        (None, {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "10%", "maxUnavailable": 0}}, "fight over one"),
+        (None, {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%"}}, None),
+        (None, {"type": "OnDelete"}, None),
+    ],
+)
 def test_seamless_upgrade_findings(env, strategy, expected):
     ds = driver_daemonset(containers=[plugin_container("plugin", args=["--healthcheck-port=51515"], env=env)], strategy=strategy)
     found = [f for f in decide(ds).findings if f.check == "seamless-upgrade"]
@@ -218,12 +250,18 @@ def test_seamless_upgrade_findings(env, strategy, expected):
         assert len(found) == 1 and expected in found[0].message and not found[0].enforced
 
 
-@pytest.mark.parametrize("obj", [
-    {"kind": "DaemonSet"},
-    {"kind": "DaemonSet", "spec": {"template": {"spec": {"containers": "nope", "volumes": [None, 3]}}}},
-    {"kind": "DaemonSet", "metadata": {"annotations": {drivers.DRIVER_KEY: "x"}},
-     "spec": {"template": {"spec": {"containers": [None]}}}},
-])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"kind": "DaemonSet"},
+        {"kind": "DaemonSet", "spec": {"template": {"spec": {"containers": "nope", "volumes": [None, 3]}}}},
+        {
+            "kind": "DaemonSet",
+            "metadata": {"annotations": {drivers.DRIVER_KEY: "x"}},
+            "spec": {"template": {"spec": {"containers": [None]}}},
+        },
+    ],
+)
 def test_malformed_daemonsets_do_not_crash(obj):
     assert decide(obj).allowed
 
@@ -242,8 +280,10 @@ def test_second_driver_container_added_on_update_gets_an_add_only_patch():
 
 @pytest.mark.parametrize("name", [5, None, {"a": 1}, ["a"]])
 def test_container_names_of_any_type(name):
-    ds = driver_daemonset(containers=[plugin_container("x", args=["--healthcheck-port=51515"])],
-                          annotations={drivers.CONTAINERS_ANNOTATION: "plugin"})
+    ds = driver_daemonset(
+        containers=[plugin_container("x", args=["--healthcheck-port=51515"])],
+        annotations={drivers.CONTAINERS_ANNOTATION: "plugin"},
+    )
     ds["spec"]["template"]["spec"]["containers"][0]["name"] = name
     assert decide(ds).allowed
     ds["metadata"].pop("annotations")

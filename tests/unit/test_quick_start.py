@@ -1,5 +1,6 @@
 """README's quick start installs only what the CLI needs and runs on self-contained examples;
 "Run the tests" and CI (.ci/run) install the test extra the tests and code checks need."""
+
 from __future__ import annotations
 
 import pathlib
@@ -27,8 +28,9 @@ def test_quick_start_installs_the_runtime_only_and_audits_the_examples():
 def test_run_the_tests_and_ci_install_the_test_extra():
     assert "pip install -c constraints.txt -e '.[test]'" in _section_sh("Run the tests")
     ci = (REPO / ".ci" / "run").read_text()
-    assert re.search(r"^pip install -q -c constraints\.txt -e '\.\[test\]'$", ci, re.M), \
+    assert re.search(r"^pip install -q -c constraints\.txt -e '\.\[test\]'$", ci, re.M), (
         "CI must install what the tests need, at the pinned versions"
+    )
 
 
 def test_each_example_folder_is_self_contained(capsys):

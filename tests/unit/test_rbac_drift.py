@@ -1,5 +1,6 @@
 """RbacDrift (issue 16, path 9): watch events re-judged; a violation admission let through is
 reported once, again after it went away and came back; break-glass bindings are not reported."""
+
 from __future__ import annotations
 
 from tests.builders import binding, cluster_role, rule, subject
@@ -49,13 +50,28 @@ def test_rolebinding_in_kube_system_is_reported():
 
 def test_a_binding_a_live_exception_covers_is_not_reported_but_an_expired_one_is():
     import datetime
+
     when = datetime.datetime.now(datetime.UTC)
 
     def config(days):
-        return from_mapping({"exceptions": [{
-            "policy": "rbac", "kind": "ClusterRoleBinding", "name": "early", "roleRef": "later",
-            "subjects": {"users": ["alice"]}, "resources": ["deviceclasses"], "reason": "r", "owner": "o",
-            "expires": (when + datetime.timedelta(days=days)).isoformat()}]})
+        return from_mapping(
+            {
+                "exceptions": [
+                    {
+                        "policy": "rbac",
+                        "kind": "ClusterRoleBinding",
+                        "name": "early",
+                        "roleRef": "later",
+                        "subjects": {"users": ["alice"]},
+                        "resources": ["deviceclasses"],
+                        "reason": "r",
+                        "owner": "o",
+                        "expires": (when + datetime.timedelta(days=days)).isoformat(),
+                    }
+                ]
+            }
+        )
+
     for days, reports in ((30, 0), (-1, 1)):
         state = ClusterState(None, config=config(days))
         before = reported()

@@ -1,5 +1,6 @@
 """Issue 16: escalation powers, sensitive namespaces, bootstrap defaults and dra-guard's own RBAC,
 as pure functions (the e2e proof per path is tests/e2e/test_escalation.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,10 @@ CHECKS = CONFIG.escalation_checks
 
 
 def powers(rules, **kw):
-    return {(g.resource, g.verb, g.namespaced) for g in power_grants(
-        rules, role="r", write_verbs=CONFIG.write_verbs, checks=kw.pop("checks", CHECKS), **kw)}
+    return {
+        (g.resource, g.verb, g.namespaced)
+        for g in power_grants(rules, role="r", write_verbs=CONFIG.write_verbs, checks=kw.pop("checks", CHECKS), **kw)
+    }
 
 
 def decide(obj, objects=(), config=CONFIG, **kw):
@@ -28,26 +31,44 @@ def role_in(ns, name, rules):
 
 
 # ------------------------------------------------------------------ the powers found in rules
-@pytest.mark.parametrize("name, rules, expected", [
-    ("impersonate groups", [rule(["groups"], ["impersonate"], groups=[""])], {("impersonate:groups", "impersonate", False)}),
-    ("impersonate sa (namespaced)", [rule(["serviceaccounts"], ["impersonate"], groups=[""])],
-     {("impersonate:serviceaccounts", "impersonate", True)}),
-    ("impersonate uids", [rule(["uids"], ["impersonate"], groups=["authentication.k8s.io"])],
-     {("impersonate:uids", "impersonate", False)}),
-    ("webhook write", [rule(["validatingwebhookconfigurations"], ["patch"], groups=["admissionregistration.k8s.io"])],
-     {("validatingwebhookconfigurations", "patch", False)}),
-    ("webhook read only", [rule(["validatingwebhookconfigurations"], ["get", "list"], groups=["admissionregistration.k8s.io"])],
-     set()),
-    ("token", [rule(["serviceaccounts/token"], ["create"], groups=[""])], {("serviceaccounts/token", "create", True)}),
-    ("exec via */exec", [rule(["*/exec"], ["get"], groups=[""])], {("pods/exec", "get", True)}),
-    ("deployments", [rule(["deployments"], ["update", "get"], groups=["apps"])], {("deployments", "update", True)}),
-    ("secrets read", [rule(["secrets"], ["list"], groups=[""])], {("secrets", "list", True)}),
-    ("nodes/proxy", [rule(["nodes/proxy"], ["get"], groups=[""])], {("nodes/proxy", "get", False)}),
-    ("csr approval", [rule(["certificatesigningrequests/approval"], ["update"], groups=["certificates.k8s.io"])],
-     {("certificatesigningrequests/approval", "update", False)}),
-    ("pods read only", [rule(["pods", "pods/log"], ["get", "list", "watch"], groups=[""])], set()),
-    ("configmaps read", [rule(["configmaps"], ["get"], groups=[""])], set()),
-])
+@pytest.mark.parametrize(
+    "name, rules, expected",
+    [
+        ("impersonate groups", [rule(["groups"], ["impersonate"], groups=[""])], {("impersonate:groups", "impersonate", False)}),
+        (
+            "impersonate sa (namespaced)",
+            [rule(["serviceaccounts"], ["impersonate"], groups=[""])],
+            {("impersonate:serviceaccounts", "impersonate", True)},
+        ),
+        (
+            "impersonate uids",
+            [rule(["uids"], ["impersonate"], groups=["authentication.k8s.io"])],
+            {("impersonate:uids", "impersonate", False)},
+        ),
+        (
+            "webhook write",
+            [rule(["validatingwebhookconfigurations"], ["patch"], groups=["admissionregistration.k8s.io"])],
+            {("validatingwebhookconfigurations", "patch", False)},
+        ),
+        (
+            "webhook read only",
+            [rule(["validatingwebhookconfigurations"], ["get", "list"], groups=["admissionregistration.k8s.io"])],
+            set(),
+        ),
+        ("token", [rule(["serviceaccounts/token"], ["create"], groups=[""])], {("serviceaccounts/token", "create", True)}),
+        ("exec via */exec", [rule(["*/exec"], ["get"], groups=[""])], {("pods/exec", "get", True)}),
+        ("deployments", [rule(["deployments"], ["update", "get"], groups=["apps"])], {("deployments", "update", True)}),
+        ("secrets read", [rule(["secrets"], ["list"], groups=[""])], {("secrets", "list", True)}),
+        ("nodes/proxy", [rule(["nodes/proxy"], ["get"], groups=[""])], {("nodes/proxy", "get", False)}),
+        (
+            "csr approval",
+            [rule(["certificatesigningrequests/approval"], ["update"], groups=["certificates.k8s.io"])],
+            {("certificatesigningrequests/approval", "update", False)},
+        ),
+        ("pods read only", [rule(["pods", "pods/log"], ["get", "list", "watch"], groups=[""])], set()),
+        ("configmaps read", [rule(["configmaps"], ["get"], groups=[""])], set()),
+    ],
+)
 def test_power_grants(name, rules, expected):
     assert powers(rules) == expected, name
 
@@ -109,8 +130,14 @@ def test_driver_may_hold_workload_powers_in_its_own_namespace_only_but_not_imper
     refused like anyone's."""
     sa = [subject("ServiceAccount", "driver", "dra-system")]
     slices = cluster_role("slices", [rule(["resourceslices"], ["create"])])
-    ctrl = cluster_role("ctrl", [rule(["daemonsets"], ["create"], groups=["apps"]), rule(["pods"], ["create", "patch"], groups=[""]),
-                                 rule(["serviceaccounts/token"], ["create"], groups=[""])])
+    ctrl = cluster_role(
+        "ctrl",
+        [
+            rule(["daemonsets"], ["create"], groups=["apps"]),
+            rule(["pods"], ["create", "patch"], groups=[""]),
+            rule(["serviceaccounts/token"], ["create"], groups=[""]),
+        ],
+    )
     assert decide(binding("b", "slices", sa), [slices]).allowed
     assert decide(binding("b", "ctrl", sa, kind="RoleBinding", namespace="dra-system"), [ctrl]).allowed
     cluster_wide = decide(binding("b", "ctrl", sa), [ctrl])
@@ -120,18 +147,28 @@ def test_driver_may_hold_workload_powers_in_its_own_namespace_only_but_not_imper
     assert not decide(binding("b", "imp", sa), [imp]).allowed
 
 
-@pytest.mark.parametrize("rules, power", [
-    ([rule(["apiservices"], ["patch"], groups=["apiregistration.k8s.io"])], "apiservices"),
-    ([rule(["flowschemas"], ["create"], groups=["flowcontrol.apiserver.k8s.io"])], "flowschemas"),
-    ([rule(["prioritylevelconfigurations"], ["update"], groups=["flowcontrol.apiserver.k8s.io"])], "prioritylevelconfigurations"),
-    ([rule(["certificatesigningrequests/nodeclient"], ["create"], groups=["certificates.k8s.io"])],
-     "certificatesigningrequests/nodeclient"),
-    ([rule(["certificatesigningrequests/selfnodeclient"], ["create"], groups=["certificates.k8s.io"])],
-     "certificatesigningrequests/selfnodeclient"),
-    ([rule(["*/nodeclient"], ["create"], groups=["certificates.k8s.io"])], "certificatesigningrequests/nodeclient"),
-    ([rule(["pods"], ["patch"], groups=[""])], "pods"),
-    ([rule(["namespaces"], ["update"], groups=[""])], "namespaces"),
-])
+@pytest.mark.parametrize(
+    "rules, power",
+    [
+        ([rule(["apiservices"], ["patch"], groups=["apiregistration.k8s.io"])], "apiservices"),
+        ([rule(["flowschemas"], ["create"], groups=["flowcontrol.apiserver.k8s.io"])], "flowschemas"),
+        (
+            [rule(["prioritylevelconfigurations"], ["update"], groups=["flowcontrol.apiserver.k8s.io"])],
+            "prioritylevelconfigurations",
+        ),
+        (
+            [rule(["certificatesigningrequests/nodeclient"], ["create"], groups=["certificates.k8s.io"])],
+            "certificatesigningrequests/nodeclient",
+        ),
+        (
+            [rule(["certificatesigningrequests/selfnodeclient"], ["create"], groups=["certificates.k8s.io"])],
+            "certificatesigningrequests/selfnodeclient",
+        ),
+        ([rule(["*/nodeclient"], ["create"], groups=["certificates.k8s.io"])], "certificatesigningrequests/nodeclient"),
+        ([rule(["pods"], ["patch"], groups=[""])], "pods"),
+        ([rule(["namespaces"], ["update"], groups=[""])], "namespaces"),
+    ],
+)
 def test_powers_over_the_api_around_rbac_are_refused_cluster_wide(rules, power):
     """APIService redirects, API Priority and Fairness, kubelet client CSRs, pod mutation and the
     namespace admin-access label: each lets a non-admin act as, or switch off, a DRA writer."""
@@ -142,8 +179,10 @@ def test_powers_over_the_api_around_rbac_are_refused_cluster_wide(rules, power):
     assert decide(binding("b", "r", ALICE), [cluster_role("r", reads)]).allowed
 
 
-@pytest.mark.parametrize("resource, group", [("leases", "coordination.k8s.io"), ("endpointslices", "discovery.k8s.io"),
-                                             ("endpoints", ""), ("services", "")])
+@pytest.mark.parametrize(
+    "resource, group",
+    [("leases", "coordination.k8s.io"), ("endpointslices", "discovery.k8s.io"), ("endpoints", ""), ("services", "")],
+)
 def test_where_reviews_go_and_dra_guards_leases_are_powers_in_its_own_namespace_only(resource, group):
     role = cluster_role("r", [rule([resource], ["create", "update"], groups=[group])])
     everywhere = decide(binding("b", "r", ALICE), [role])  # a ClusterRoleBinding reaches dra-guard's namespace
@@ -181,8 +220,10 @@ def test_dra_guards_own_service_account_may_hold_its_secrets_in_its_namespace():
     sa = [subject("ServiceAccount", "dra-guard", "dra-guard")]
     tls = role_in("dra-guard", "dra-guard", [rule(["secrets"], ["get", "create", "update"], groups=[""])])
     rb = binding("dra-guard", "dra-guard", sa, kind="RoleBinding", namespace="dra-guard", role_kind="Role")
-    assert decide(rb, [tls], user="root", groups=["system:masters"]).allowed and not decide(rb, [tls], user="root",
-                                                                                           groups=["system:masters"]).warnings
+    assert (
+        decide(rb, [tls], user="root", groups=["system:masters"]).allowed
+        and not decide(rb, [tls], user="root", groups=["system:masters"]).warnings
+    )
 
 
 # ------------------------------------------------------------------ bootstrap roles (path 7)
@@ -199,8 +240,9 @@ def test_path7_stripped_cluster_admin_is_judged_by_its_defaults():
 
 def test_path7_stripped_edit_aggregation_is_restored():
     edit = cluster_role("edit", [], annotations=AUTO)  # aggregationRule removed
-    member = cluster_role("system:aggregate-to-edit", [], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"},
-                          annotations=AUTO)  # rules stripped too
+    member = cluster_role(
+        "system:aggregate-to-edit", [], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}, annotations=AUTO
+    )  # rules stripped too
     d = decide(binding("b", "edit", ALICE, kind="RoleBinding", namespace="kube-system"), [edit, member])
     assert not d.allowed
 
@@ -208,7 +250,8 @@ def test_path7_stripped_edit_aggregation_is_restored():
 # ------------------------------------------------------------------ audit (item F)
 def test_audit_reports_impersonation_rolebindings_and_webhook_write():
     objects = [
-        cluster_role("imp", [rule(["groups"], ["impersonate"], groups=[""])]), binding("b1", "imp", ALICE),
+        cluster_role("imp", [rule(["groups"], ["impersonate"], groups=[""])]),
+        binding("b1", "imp", ALICE),
         cluster_role("edit-like", [rule(["pods"], ["create"], groups=[""])]),
         binding("b2", "edit-like", ALICE, kind="RoleBinding", namespace="kube-system"),
         binding("b3", "edit-like", ALICE, kind="RoleBinding", namespace="team-a"),
@@ -233,8 +276,9 @@ def test_binding_judged_while_the_role_update_is_judged_sees_the_pending_role():
         got["binding"] = rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG)
         return None
 
-    got["role"] = rbac.review(review(NEW, operation="UPDATE", old=OLD)["request"], index=index, config=CONFIG,
-                              refresh_bindings=meanwhile)
+    got["role"] = rbac.review(
+        review(NEW, operation="UPDATE", old=OLD)["request"], index=index, config=CONFIG, refresh_bindings=meanwhile
+    )
     assert not (got["role"].allowed and got["binding"].allowed)
     assert not got["binding"].allowed and "deviceclasses" in got["binding"].findings[0].message
 
@@ -257,8 +301,11 @@ def test_a_refused_or_dry_run_review_leaves_nothing_pending():
     assert not rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG).allowed
     assert index.pending.bindings_of("racy") == []
     harmless = binding("h", "racy", [subject("User", "root")])
-    assert rbac.review(review(harmless, dry_run=True, user="root", groups=["system:masters"])["request"],
-                       index=rbac.RbacIndex.from_objects([OLD]), config=CONFIG).allowed
+    assert rbac.review(
+        review(harmless, dry_run=True, user="root", groups=["system:masters"])["request"],
+        index=rbac.RbacIndex.from_objects([OLD]),
+        config=CONFIG,
+    ).allowed
     idx = rbac.RbacIndex.from_objects([OLD])
     rbac.review(review(harmless, dry_run=True)["request"], index=idx, config=CONFIG)
     assert idx.pending.bindings_of("racy") == []
@@ -270,8 +317,17 @@ def test_a_refused_or_dry_run_review_leaves_nothing_pending():
 
 def test_dra_guards_own_cluster_role_in_self_mode_is_no_violation():
     """The chart's ClusterRole in self certificate mode: get/patch on its own webhook configurations."""
-    own = cluster_role("dra-guard", [rule(["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
-                                          ["get", "patch"], groups=["admissionregistration.k8s.io"], resourceNames=["dra-guard"])])
+    own = cluster_role(
+        "dra-guard",
+        [
+            rule(
+                ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+                ["get", "patch"],
+                groups=["admissionregistration.k8s.io"],
+                resourceNames=["dra-guard"],
+            )
+        ],
+    )
     crb = binding("dra-guard", "dra-guard", [subject("ServiceAccount", "dra-guard", "dra-guard")])
     assert list(rbac.audit(rbac.RbacIndex.from_objects([own, crb]), CONFIG)) == []
     other = binding("x", "dra-guard", [subject("ServiceAccount", "dra-guard", "elsewhere")])
@@ -281,29 +337,42 @@ def test_dra_guards_own_cluster_role_in_self_mode_is_no_violation():
 # ------------------------------------------------------------------ item 6: the audit reports every grant-shaped path
 AUTO_ANN = {"rbac.authorization.kubernetes.io/autoupdate": "true"}
 PATH_GRANTS = {
-    "path1 impersonate": ([cluster_role("imp", [rule(["users"], ["impersonate"], groups=[""])])],
-                          binding("p1", "imp", ALICE)),
-    "path2 kube-system edit": ([cluster_role("pods-w", [rule(["pods"], ["create"], groups=[""])])],
-                               binding("p2", "pods-w", ALICE, kind="RoleBinding", namespace="kube-system")),
-    "path3 driver namespace": ([cluster_role("tok", [rule(["serviceaccounts/token"], ["create"], groups=[""])])],
-                               binding("p3", "tok", ALICE, kind="RoleBinding", namespace="dra-system")),
-    "path4 dra-guard namespace": ([cluster_role("cm-w", [rule(["secrets"], ["get"], groups=[""])])],
-                                  binding("p4", "cm-w", ALICE, kind="RoleBinding", namespace="dra-guard")),
-    "path5 admission configuration": ([cluster_role("adm", [rule(["validatingadmissionpolicybindings"], ["create"],
-                                                                 groups=["admissionregistration.k8s.io"])])],
-                                      binding("p5", "adm", ALICE)),
-    "path7 stripped cluster-admin": ([cluster_role("cluster-admin", [], annotations=AUTO_ANN)],
-                                     binding("p7", "cluster-admin", ALICE)),
-    "path8 DeviceTaintRule": ([cluster_role("taint", [rule(["devicetaintrules"], ["create"])])],
-                              binding("p8", "taint", ALICE)),
-    "path10 exec cluster-wide": ([cluster_role("exec", [rule(["pods/exec"], ["create"], groups=[""])])],
-                                 binding("p10", "exec", ALICE)),
-    "path11 nodes/proxy": ([cluster_role("np", [rule(["nodes/proxy"], ["get"], groups=[""])])],
-                           binding("p11", "np", ALICE)),
-    "path12 bind a powerful role": ([cluster_role("imp", [rule(["groups"], ["impersonate"], groups=[""])]),
-                                     cluster_role("binder", [rule(["clusterroles"], ["bind"], groups=["rbac.authorization.k8s.io"],
-                                                                  resourceNames=["imp"])])],
-                                    binding("p12", "binder", ALICE)),
+    "path1 impersonate": ([cluster_role("imp", [rule(["users"], ["impersonate"], groups=[""])])], binding("p1", "imp", ALICE)),
+    "path2 kube-system edit": (
+        [cluster_role("pods-w", [rule(["pods"], ["create"], groups=[""])])],
+        binding("p2", "pods-w", ALICE, kind="RoleBinding", namespace="kube-system"),
+    ),
+    "path3 driver namespace": (
+        [cluster_role("tok", [rule(["serviceaccounts/token"], ["create"], groups=[""])])],
+        binding("p3", "tok", ALICE, kind="RoleBinding", namespace="dra-system"),
+    ),
+    "path4 dra-guard namespace": (
+        [cluster_role("cm-w", [rule(["secrets"], ["get"], groups=[""])])],
+        binding("p4", "cm-w", ALICE, kind="RoleBinding", namespace="dra-guard"),
+    ),
+    "path5 admission configuration": (
+        [cluster_role("adm", [rule(["validatingadmissionpolicybindings"], ["create"], groups=["admissionregistration.k8s.io"])])],
+        binding("p5", "adm", ALICE),
+    ),
+    "path7 stripped cluster-admin": (
+        [cluster_role("cluster-admin", [], annotations=AUTO_ANN)],
+        binding("p7", "cluster-admin", ALICE),
+    ),
+    "path8 DeviceTaintRule": ([cluster_role("taint", [rule(["devicetaintrules"], ["create"])])], binding("p8", "taint", ALICE)),
+    "path10 exec cluster-wide": (
+        [cluster_role("exec", [rule(["pods/exec"], ["create"], groups=[""])])],
+        binding("p10", "exec", ALICE),
+    ),
+    "path11 nodes/proxy": ([cluster_role("np", [rule(["nodes/proxy"], ["get"], groups=[""])])], binding("p11", "np", ALICE)),
+    "path12 bind a powerful role": (
+        [
+            cluster_role("imp", [rule(["groups"], ["impersonate"], groups=[""])]),
+            cluster_role(
+                "binder", [rule(["clusterroles"], ["bind"], groups=["rbac.authorization.k8s.io"], resourceNames=["imp"])]
+            ),
+        ],
+        binding("p12", "binder", ALICE),
+    ),
 }
 
 
@@ -323,15 +392,20 @@ def test_the_audit_reports_every_grant_shaped_path(path):
         assert ("RoleBinding", "team-a", meta["name"]) not in found, path
 
 
-@pytest.mark.parametrize("power, rules", [
-    ("apiservices", [rule(["apiservices"], ["update"], groups=["apiregistration.k8s.io"])]),
-    ("flowschemas", [rule(["flowschemas"], ["patch"], groups=["flowcontrol.apiserver.k8s.io"])]),
-    ("certificatesigningrequests/nodeclient", [rule(["certificatesigningrequests/nodeclient"], ["create"],
-                                                    groups=["certificates.k8s.io"])]),
-    ("pods", [rule(["pods"], ["update"], groups=[""])]),
-    ("namespaces", [rule(["namespaces"], ["patch"], groups=[""])]),
-    ("leases", [rule(["leases"], ["create"], groups=["coordination.k8s.io"])]),
-])
+@pytest.mark.parametrize(
+    "power, rules",
+    [
+        ("apiservices", [rule(["apiservices"], ["update"], groups=["apiregistration.k8s.io"])]),
+        ("flowschemas", [rule(["flowschemas"], ["patch"], groups=["flowcontrol.apiserver.k8s.io"])]),
+        (
+            "certificatesigningrequests/nodeclient",
+            [rule(["certificatesigningrequests/nodeclient"], ["create"], groups=["certificates.k8s.io"])],
+        ),
+        ("pods", [rule(["pods"], ["update"], groups=[""])]),
+        ("namespaces", [rule(["namespaces"], ["patch"], groups=[""])]),
+        ("leases", [rule(["leases"], ["create"], groups=["coordination.k8s.io"])]),
+    ],
+)
 def test_audit_of_files_reports_each_power_around_rbac(tmp_path, capsys, power, rules):
     """`dra-guard audit -f` over a ClusterRole and its ClusterRoleBinding, as a chart would ship them."""
     import json
@@ -339,6 +413,7 @@ def test_audit_of_files_reports_each_power_around_rbac(tmp_path, capsys, power, 
     import yaml
 
     from webhook.cli import main
+
     docs = [cluster_role("r", rules), binding("b", "r", ALICE)]
     (tmp_path / "rbac.yaml").write_text(yaml.safe_dump_all(docs))
     code = main(["audit", "-f", str(tmp_path / "rbac.yaml"), "-o", "json"])

@@ -1,4 +1,5 @@
 """The RBAC guard as a pure function: grants, subjects, aggregation, UPDATE, break-glass."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,12 +9,14 @@ from webhook.config import from_mapping
 from webhook.model import rbac as rbac_model
 from webhook.policies import rbac
 
-CONFIG = from_mapping({
-    "rbac": {
-        "adminSubjects": {"groups": ["system:masters", "system:authenticated"], "users": ["root-admin"]},
-        "driverSubjects": {"serviceAccounts": ["dra-system:driver"]},
-    },
-}).rbac
+CONFIG = from_mapping(
+    {
+        "rbac": {
+            "adminSubjects": {"groups": ["system:masters", "system:authenticated"], "users": ["root-admin"]},
+            "driverSubjects": {"serviceAccounts": ["dra-system:driver"]},
+        },
+    }
+).rbac
 
 WILDCARD = rule(["*"], ["*"], groups=["*"])
 
@@ -28,22 +31,32 @@ def index_of(*objects):
 
 
 # ------------------------------------------------------------------ protected grants
-@pytest.mark.parametrize("name, rules, expected", [
-    ("wildcard everything", [WILDCARD], {("deviceclasses", "*"), ("devicetaintrules", "*"), ("resourceslices", "*")}),
-    ("patch resourceslices", [rule(["resourceslices"], ["get", "patch"])], {("resourceslices", "patch")}),
-    ("read only", [rule(["resourceslices", "deviceclasses"], ["get", "list", "watch"])], set()),
-    ("core group is not a wildcard", [rule(["resourceslices"], ["create"], groups=[""])], set()),
-    ("other group", [rule(["resourceslices"], ["create"], groups=["example.com"])], set()),
-    ("resource wildcard in DRA group", [rule(["*"], ["delete"])],
-     {("deviceclasses", "delete"), ("devicetaintrules", "delete"), ("resourceslices", "delete")}),
-    ("subresource counts", [rule(["deviceclasses/status"], ["update"])], {("deviceclasses", "update")}),
-    ("resourceNames still grants", [rule(["deviceclasses"], ["update"], resourceNames=["gpu"])], {("deviceclasses", "update")}),
-    ("claims are not protected", [rule(["resourceclaims", "resourceclaimtemplates"], ["*"])], set()),
-    ("nonResourceURLs ignored", [{"nonResourceURLs": ["/metrics"], "verbs": ["*"]}], set()),
-    ("missing keys", [{}, {"apiGroups": ["*"]}, {"verbs": ["*"]}, None, "junk"], set()),
-    ("wrong types", [{"apiGroups": "*", "resources": "*", "verbs": "*"}], set()),
-    ("deletecollection", [rule(["resourceslices"], ["deletecollection"])], {("resourceslices", "deletecollection")}),
-])
+@pytest.mark.parametrize(
+    "name, rules, expected",
+    [
+        ("wildcard everything", [WILDCARD], {("deviceclasses", "*"), ("devicetaintrules", "*"), ("resourceslices", "*")}),
+        ("patch resourceslices", [rule(["resourceslices"], ["get", "patch"])], {("resourceslices", "patch")}),
+        ("read only", [rule(["resourceslices", "deviceclasses"], ["get", "list", "watch"])], set()),
+        ("core group is not a wildcard", [rule(["resourceslices"], ["create"], groups=[""])], set()),
+        ("other group", [rule(["resourceslices"], ["create"], groups=["example.com"])], set()),
+        (
+            "resource wildcard in DRA group",
+            [rule(["*"], ["delete"])],
+            {("deviceclasses", "delete"), ("devicetaintrules", "delete"), ("resourceslices", "delete")},
+        ),
+        ("subresource counts", [rule(["deviceclasses/status"], ["update"])], {("deviceclasses", "update")}),
+        (
+            "resourceNames still grants",
+            [rule(["deviceclasses"], ["update"], resourceNames=["gpu"])],
+            {("deviceclasses", "update")},
+        ),
+        ("claims are not protected", [rule(["resourceclaims", "resourceclaimtemplates"], ["*"])], set()),
+        ("nonResourceURLs ignored", [{"nonResourceURLs": ["/metrics"], "verbs": ["*"]}], set()),
+        ("missing keys", [{}, {"apiGroups": ["*"]}, {"verbs": ["*"]}, None, "junk"], set()),
+        ("wrong types", [{"apiGroups": "*", "resources": "*", "verbs": "*"}], set()),
+        ("deletecollection", [rule(["resourceslices"], ["deletecollection"])], {("resourceslices", "deletecollection")}),
+    ],
+)
 def test_protected_grants(name, rules, expected):
     got = {(g.resource, g.verb) for g in rbac_model.protected_grants(rules, CONFIG, role="r")}
     assert got == expected, name
@@ -93,13 +106,16 @@ def test_driver_namespace_wildcard_and_user_form_of_service_account():
     assert not rbac.review(req, index=idx, config=cfg).allowed
 
 
-@pytest.mark.parametrize("subj", [
-    subject("Group", "system:authenticated"),   # listed as admin in CONFIG, still never trusted
-    subject("Group", "system:unauthenticated"),
-    subject("Group", "system:serviceaccounts"),
-    subject("Group", "system:serviceaccounts:kube-system"),
-    subject("User", "system:anonymous"),
-])
+@pytest.mark.parametrize(
+    "subj",
+    [
+        subject("Group", "system:authenticated"),  # listed as admin in CONFIG, still never trusted
+        subject("Group", "system:unauthenticated"),
+        subject("Group", "system:serviceaccounts"),
+        subject("Group", "system:serviceaccounts:kube-system"),
+        subject("User", "system:anonymous"),
+    ],
+)
 def test_never_privileged_identities_are_refused_even_if_configured(subj):
     idx = index_of(cluster_role("slices", [rule(["resourceslices"], ["patch"])]))
     assert not decide(binding("b", "slices", [subj]), index=idx).allowed
@@ -113,8 +129,14 @@ def test_admins_may_write_everything():
 
 def test_every_subject_is_checked():
     idx = index_of(cluster_role("everything", [WILDCARD]))
-    d = decide(binding("b", "everything", [subject("Group", "system:masters"), subject("User", "mallory"),
-                                           subject("ServiceAccount", "ci", "build")]), index=idx)
+    d = decide(
+        binding(
+            "b",
+            "everything",
+            [subject("Group", "system:masters"), subject("User", "mallory"), subject("ServiceAccount", "ci", "build")],
+        ),
+        index=idx,
+    )
     assert {f.details["subject"] for f in d.findings} == {"User mallory", "ServiceAccount build/ci"}
 
 
@@ -140,9 +162,12 @@ def test_delete_is_never_refused():
 
 def test_malformed_objects_do_not_crash():
     idx = index_of(cluster_role("everything", [WILDCARD]))
-    for obj in ({"kind": "ClusterRoleBinding"}, {"kind": "ClusterRoleBinding", "roleRef": "x", "subjects": "y"},
-                {"kind": "ClusterRoleBinding", "roleRef": {"name": "everything"}, "subjects": [None, {"kind": 3}]},
-                {"kind": "ClusterRole", "rules": [None], "metadata": None}):
+    for obj in (
+        {"kind": "ClusterRoleBinding"},
+        {"kind": "ClusterRoleBinding", "roleRef": "x", "subjects": "y"},
+        {"kind": "ClusterRoleBinding", "roleRef": {"name": "everything"}, "subjects": [None, {"kind": 3}]},
+        {"kind": "ClusterRole", "rules": [None], "metadata": None},
+    ):
         assert decide(obj, index=idx).allowed, obj
 
 
@@ -182,15 +207,20 @@ def test_cluster_role_update_adding_a_verb_is_refused():
 
 
 # ------------------------------------------------------------------ ClusterRole and aggregation
-EDIT = cluster_role("edit", [], labels={"rbac.authorization.k8s.io/aggregate-to-admin": "true"},
-                    aggregation=[{"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}}])
+EDIT = cluster_role(
+    "edit",
+    [],
+    labels={"rbac.authorization.k8s.io/aggregate-to-admin": "true"},
+    aggregation=[{"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-edit": "true"}}],
+)
 ADMIN = cluster_role("admin", [], aggregation=[{"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}}])
 
 
 def test_role_labelled_into_bound_edit_is_refused():
     idx = index_of(EDIT, binding("devs-edit", "edit", [subject("Group", "devs")]))
-    member = cluster_role("slice-patcher", [rule(["resourceslices"], ["patch"])],
-                          labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"})
+    member = cluster_role(
+        "slice-patcher", [rule(["resourceslices"], ["patch"])], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}
+    )
     d = decide(member, index=idx)
     assert not d.allowed
     assert "devs" in d.findings[0].message and "devs-edit" in d.findings[0].message
@@ -198,8 +228,9 @@ def test_role_labelled_into_bound_edit_is_refused():
 
 def test_aggregation_is_transitive():
     idx = index_of(EDIT, ADMIN, binding("ops-admin", "admin", [subject("Group", "ops")]))
-    member = cluster_role("slice-patcher", [rule(["resourceslices"], ["patch"])],
-                          labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"})
+    member = cluster_role(
+        "slice-patcher", [rule(["resourceslices"], ["patch"])], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}
+    )
     d = decide(member, index=idx)
     assert [f.details["binding"] for f in d.findings] == ["ops-admin"]
 
@@ -214,7 +245,9 @@ def test_role_created_after_its_binding_is_refused():
 
 
 def test_binding_to_aggregating_role_sees_member_grants():
-    member = cluster_role("m", [rule(["deviceclasses"], ["update"])], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"})
+    member = cluster_role(
+        "m", [rule(["deviceclasses"], ["update"])], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}
+    )
     idx = index_of(EDIT, member)
     d = decide(binding("devs-edit", "edit", [subject("Group", "devs")]), index=idx)
     assert not d.allowed
@@ -222,27 +255,41 @@ def test_binding_to_aggregating_role_sees_member_grants():
 
 
 def test_aggregation_controller_update_is_warned_not_refused():
-    member = cluster_role("m", [rule(["resourceslices"], ["patch"])], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"})
+    member = cluster_role(
+        "m", [rule(["resourceslices"], ["patch"])], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"}
+    )
     idx = index_of(EDIT, member, binding("devs-edit", "edit", [subject("Group", "devs")]))
-    new_edit = cluster_role("edit", [rule(["resourceslices"], ["patch"])], labels=EDIT["metadata"]["labels"],
-                            aggregation=EDIT["aggregationRule"]["clusterRoleSelectors"])
+    new_edit = cluster_role(
+        "edit",
+        [rule(["resourceslices"], ["patch"])],
+        labels=EDIT["metadata"]["labels"],
+        aggregation=EDIT["aggregationRule"]["clusterRoleSelectors"],
+    )
     # the index's edit already sees member m; compare against an old edit without the rule
-    d = decide(new_edit, old=EDIT, operation="UPDATE", index=index_of(EDIT, binding("devs-edit", "edit", [subject("Group", "devs")])),
-               user="system:serviceaccount:kube-system:clusterrole-aggregation-controller")
+    d = decide(
+        new_edit,
+        old=EDIT,
+        operation="UPDATE",
+        index=index_of(EDIT, binding("devs-edit", "edit", [subject("Group", "devs")])),
+        user="system:serviceaccount:kube-system:clusterrole-aggregation-controller",
+    )
     assert d.allowed and d.warnings
     assert idx.role("m") is not None
 
 
-@pytest.mark.parametrize("selector, labels, matches", [
-    ({}, {"a": "1"}, True),
-    ({"matchLabels": {"a": "1"}}, {"a": "1"}, True),
-    ({"matchLabels": {"a": "1"}}, {"a": "2"}, False),
-    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "2"]}]}, {"a": "2"}, True),
-    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {}, True),
-    ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {}, False),
-    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {}, True),
-    ({"matchExpressions": [{"key": "a", "operator": "Bogus"}]}, {"a": "1"}, False),
-])
+@pytest.mark.parametrize(
+    "selector, labels, matches",
+    [
+        ({}, {"a": "1"}, True),
+        ({"matchLabels": {"a": "1"}}, {"a": "1"}, True),
+        ({"matchLabels": {"a": "1"}}, {"a": "2"}, False),
+        ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "2"]}]}, {"a": "2"}, True),
+        ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {}, True),
+        ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {}, False),
+        ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {}, True),
+        ({"matchExpressions": [{"key": "a", "operator": "Bogus"}]}, {"a": "1"}, False),
+    ],
+)
 def test_selector_matches(selector, labels, matches):
     assert rbac_model.selector_matches(selector, labels) is matches
 
@@ -253,8 +300,12 @@ GLASS = {rbac.BREAK_GLASS_ANNOTATION: "INC-42 vendor debugging"}
 
 def test_break_glass_honoured_for_admin_and_recorded():
     idx = index_of(cluster_role("everything", [WILDCARD]))
-    d = decide(binding("b", "everything", [subject("Group", "team-a")], annotations=GLASS), index=idx,
-               user="root-admin", groups=["system:authenticated"])
+    d = decide(
+        binding("b", "everything", [subject("Group", "team-a")], annotations=GLASS),
+        index=idx,
+        user="root-admin",
+        groups=["system:authenticated"],
+    )
     assert d.allowed
     assert "INC-42" in d.audit_annotations["break-glass"]
 
@@ -268,10 +319,13 @@ def test_break_glass_ignored_for_non_admin():
 
 # ------------------------------------------------------------------ audit and index
 def test_audit_reports_each_offending_binding_subject_once():
-    idx = index_of(cluster_role("everything", [WILDCARD]), cluster_role("viewer", [rule(["resourceslices"], ["get"])]),
-                   binding("bad", "everything", [subject("Group", "team-a"), subject("Group", "system:masters")]),
-                   binding("fine", "viewer", [subject("Group", "team-a")]),
-                   binding("glass", "everything", [subject("Group", "team-b")], annotations=GLASS))
+    idx = index_of(
+        cluster_role("everything", [WILDCARD]),
+        cluster_role("viewer", [rule(["resourceslices"], ["get"])]),
+        binding("bad", "everything", [subject("Group", "team-a"), subject("Group", "system:masters")]),
+        binding("fine", "viewer", [subject("Group", "team-a")]),
+        binding("glass", "everything", [subject("Group", "team-b")], annotations=GLASS),
+    )
     findings = list(rbac.audit(idx, CONFIG))
     assert [(f.name, f.details["subject"]) for f in findings] == [("bad", "Group team-a")]
 
@@ -299,17 +353,30 @@ DC_WRITER = cluster_role("dc-writer", [rule(["deviceclasses"], ["create"])], lab
 
 def test_aggregation_label_added_to_an_aggregating_role_is_refused():
     idx = index_of(EDIT, DRA_ADMIN, DC_WRITER, binding("devs-edit", "edit", [subject("Group", "devs")]))
-    new = cluster_role("dra-admin", [], labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"},
-                       aggregation=DRA_ADMIN["aggregationRule"]["clusterRoleSelectors"])
-    d = decide(new, old=DRA_ADMIN, operation="UPDATE", index=idx,
-               user="system:serviceaccount:kube-system:clusterrole-aggregation-controller")
+    new = cluster_role(
+        "dra-admin",
+        [],
+        labels={"rbac.authorization.k8s.io/aggregate-to-edit": "true"},
+        aggregation=DRA_ADMIN["aggregationRule"]["clusterRoleSelectors"],
+    )
+    d = decide(
+        new,
+        old=DRA_ADMIN,
+        operation="UPDATE",
+        index=idx,
+        user="system:serviceaccount:kube-system:clusterrole-aggregation-controller",
+    )
     assert not d.allowed and "Group devs" in d.findings[0].message
 
 
 def test_rules_added_to_an_aggregating_role_by_someone_else_are_refused():
     idx = index_of(EDIT, binding("devs-edit", "edit", [subject("Group", "devs")]))
-    new = cluster_role("edit", [rule(["deviceclasses"], ["create"])], labels=EDIT["metadata"]["labels"],
-                       aggregation=EDIT["aggregationRule"]["clusterRoleSelectors"])
+    new = cluster_role(
+        "edit",
+        [rule(["deviceclasses"], ["create"])],
+        labels=EDIT["metadata"]["labels"],
+        aggregation=EDIT["aggregationRule"]["clusterRoleSelectors"],
+    )
     assert not decide(new, old=EDIT, operation="UPDATE", index=idx, user="alice").allowed
     assert decide(new, old=EDIT, operation="UPDATE", index=idx, user="system:kube-controller-manager").allowed
 
@@ -320,6 +387,7 @@ def test_role_missing_from_the_cache_is_fetched():
     def fetch(name):
         fetched.append(name)
         return cluster_role(name, [WILDCARD]) if name == "just-created" else None
+
     req = review(binding("b", "just-created", [subject("Group", "team-a")]))["request"]
     assert not rbac.review(req, index=rbac.RbacIndex(), config=CONFIG, fetch_role=fetch).allowed
     req = review(binding("b", "never", [subject("Group", "team-a")]))["request"]
@@ -344,6 +412,7 @@ def test_role_with_protected_grants_reads_bindings_the_watch_has_not_delivered()
     def refresh():
         calls.append(1)
         idx.upsert_binding(binding("just-made", "later", [subject("Group", "team-a")]))
+
     req = review(cluster_role("later", [rule(["deviceclasses"], ["create"])]))["request"]
     d = rbac.review(req, index=idx, config=CONFIG, refresh_bindings=refresh)
     assert not d.allowed and "just-made" in d.findings[0].message and calls == [1]

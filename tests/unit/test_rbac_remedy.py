@@ -2,6 +2,7 @@
 a driver that needs an admin-only DRA resource (Intel's Gaudi driver creates DeviceTaintRules),
 rbac.driverSubjects for a driver not yet configured; rbac.adminSubjects, which lifts every check,
 only when nothing narrower would do."""
+
 from __future__ import annotations
 
 import yaml
@@ -39,8 +40,9 @@ def test_gaudi_as_a_driver_is_told_to_add_devicetaintrules_to_driver_resources()
     assert "config.rbac.driverResources: [devicetaintrules, resourceslices]" in finding.message
     assert "rbac.adminSubjects" not in finding.message  # it would lift every escalation check
     # the advice works: the same binding with the setting it names is accepted, offline too
-    widened = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": [GAUDI_SA]},
-                                     "driverResources": ["resourceslices", "devicetaintrules"]}})
+    widened = from_mapping(
+        {"rbac": {"driverSubjects": {"serviceAccounts": [GAUDI_SA]}, "driverResources": ["resourceslices", "devicetaintrules"]}}
+    )
     assert judge(gaudi(), widened).allowed
     assert list(rbac.audit(build_facts(gaudi(), widened).rbac, widened.rbac)) == []
     [audited] = rbac.audit(build_facts(gaudi(), config).rbac, config.rbac)
@@ -57,8 +59,10 @@ def test_gaudi_not_yet_a_driver_is_told_of_driver_subjects_and_driver_resources(
 def test_a_driver_with_its_own_controllers_is_told_of_driver_subjects():
     """ResourceSlice write with DaemonSet write (a driver that runs controllers of its own): both
     are what driverSubjects may hold, so that is the setting named, not only the admin list."""
-    role = cluster_role("gpu-driver", [rule(["resourceslices"], ["create", "update"]),
-                                      rule(["daemonsets"], ["create", "update"], groups=["apps"])])
+    role = cluster_role(
+        "gpu-driver",
+        [rule(["resourceslices"], ["create", "update"]), rule(["daemonsets"], ["create", "update"], groups=["apps"])],
+    )
     crb = binding("gpu-driver", "gpu-driver", [subject("ServiceAccount", "driver", "gpu")])
     [finding] = judge([role, crb], from_mapping(None)).findings
     assert "add the subject to rbac.driverSubjects" in finding.message
@@ -76,10 +80,12 @@ def test_admin_only_grants_of_a_non_driver_still_name_the_admin_list():
 def test_a_driver_with_a_power_only_admins_may_hold_is_told_both():
     """Impersonation is no driver's: adminSubjects is the only setting; the DeviceTaintRule part
     alone would need only driverResources, and the message says so."""
-    role = cluster_role("gaudi-plus", [rule(["devicetaintrules"], ["create"]),
-                                      rule(["users"], ["impersonate"], groups=[""])])
-    crb = binding("gaudi-plus", "gaudi-plus", [subject("ServiceAccount", "intel-gaudi-resource-driver-service-account",
-                                                       "intel-gaudi-resource-driver")])
+    role = cluster_role("gaudi-plus", [rule(["devicetaintrules"], ["create"]), rule(["users"], ["impersonate"], groups=[""])])
+    crb = binding(
+        "gaudi-plus",
+        "gaudi-plus",
+        [subject("ServiceAccount", "intel-gaudi-resource-driver-service-account", "intel-gaudi-resource-driver")],
+    )
     config = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": [GAUDI_SA]}}})
     [finding] = judge([role, crb], config).findings
     assert "only cluster admins may hold impersonate:users" in finding.message

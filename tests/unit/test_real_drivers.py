@@ -1,6 +1,7 @@
 """Real DRA drivers (issue 15), as pure functions over the catalogue fixtures (tests/drivers_catalogue.py):
 recognition, names and how they were learned, probes, the drain order with names from ResourceSlices,
 several drivers per DaemonSet, kubelet roots, trusted labels, health port <= 0, surge rollouts."""
+
 from __future__ import annotations
 
 import copy
@@ -54,8 +55,7 @@ def facts_with(entries, *objects, config=None):
 
 def evict(facts, entry: CatalogueDriver, suffix: str = "a"):
     name = f"{entry.daemonset['metadata']['name']}-{suffix}"
-    return eviction.review(eviction_request(name, namespace=entry.namespace), index=facts.claims,
-                           config=facts.config.eviction)
+    return eviction.review(eviction_request(name, namespace=entry.namespace), index=facts.claims, config=facts.config.eviction)
 
 
 def consumers(*drivers_: str):
@@ -74,8 +74,12 @@ def test_catalogue_driver_is_recognised_probed_and_protected(entry):
     d = drivers.detect(entry.daemonset, config=cfg.detection, can_write_slices=facts.service_account_writes_slices)
     assert d is not None and d.protects, entry.key
     # probes: a patch on exactly the expected containers, ports as the chart declares them
-    decision = probes.review({"operation": "CREATE", "object": entry.daemonset}, detection=cfg.detection,
-                             config=cfg.probes, can_write_slices=facts.service_account_writes_slices)
+    decision = probes.review(
+        {"operation": "CREATE", "object": entry.daemonset},
+        detection=cfg.detection,
+        config=cfg.probes,
+        can_write_slices=facts.service_account_writes_slices,
+    )
     patched = {}
     for op in decision.patch:
         parts = op["path"].split("/")
@@ -91,8 +95,12 @@ def test_catalogue_driver_is_recognised_probed_and_protected(entry):
         assert not refused.allowed and refused.findings[0].code == 429, (entry.key, held)
         assert refused.findings[0].details["drivers"] == [held]
         assert f"ResourceSlice on node {NODE}" in refused.findings[0].details["learned"][held]
-    released = facts_with([entry], *slices, pod("consumer-0", NODE, phase="Succeeded"),
-                          claim("claim-0", driver=entry.names[0], node=NODE, reserved=("consumer-0",)))
+    released = facts_with(
+        [entry],
+        *slices,
+        pod("consumer-0", NODE, phase="Succeeded"),
+        claim("claim-0", driver=entry.names[0], node=NODE, reserved=("consumer-0",)),
+    )
     assert evict(released, entry).allowed
 
 
@@ -108,8 +116,13 @@ def test_gaudi_rbac_needs_devicetaintrules_in_driver_resources():
     assert entry.driver_resources == ("devicetaintrules",)
     [finding] = rbac.audit(build_facts(objects, config_for(entry)).rbac, config_for(entry).rbac)
     assert "rbac.driverResources" in finding.message
-    widened = config_for(entry, rbac={"driverSubjects": {"serviceAccounts": [entry.service_account]},
-                                      "driverResources": ["resourceslices", *entry.driver_resources]})
+    widened = config_for(
+        entry,
+        rbac={
+            "driverSubjects": {"serviceAccounts": [entry.service_account]},
+            "driverResources": ["resourceslices", *entry.driver_resources],
+        },
+    )
     assert list(rbac.audit(build_facts(objects, widened).rbac, widened.rbac)) == []
 
 
@@ -121,8 +134,12 @@ def test_only_the_tpu_plugin_container_is_the_kubelet_plugin():
     facts = build_facts(list(tpu.objects), cfg)
     d = drivers.detect(tpu.daemonset, config=cfg.detection, can_write_slices=facts.service_account_writes_slices)
     assert d is not None and d.plugin_containers == (0,)
-    decision = probes.review({"operation": "CREATE", "object": tpu.daemonset}, detection=cfg.detection, config=cfg.probes,
-                             can_write_slices=facts.service_account_writes_slices)
+    decision = probes.review(
+        {"operation": "CREATE", "object": tpu.daemonset},
+        detection=cfg.detection,
+        config=cfg.probes,
+        can_write_slices=facts.service_account_writes_slices,
+    )
     assert decision.patch == () and [f.check for f in decision.findings] == ["no-healthcheck-port"]
     assert not any("seamless" in w for w in decision.warnings)  # POD_UID and maxSurge 1: it supports it
 
@@ -134,8 +151,12 @@ def test_the_sriov_chart_gets_no_probe_even_with_assume_default_port():
     assert not any(e["name"] == "HEALTHCHECK_PORT" for e in sriov.daemonset["spec"]["template"]["spec"]["containers"][0]["env"])
     cfg = config_for(sriov, probes={"assumeDefaultPort": True})
     facts = build_facts(list(sriov.objects), cfg)
-    decision = probes.review({"operation": "CREATE", "object": sriov.daemonset}, detection=cfg.detection,
-                             config=cfg.probes, can_write_slices=facts.service_account_writes_slices)
+    decision = probes.review(
+        {"operation": "CREATE", "object": sriov.daemonset},
+        detection=cfg.detection,
+        config=cfg.probes,
+        can_write_slices=facts.service_account_writes_slices,
+    )
     assert decision.patch == () and [f.check for f in decision.findings] == ["healthcheck-disabled"]
 
 
@@ -148,22 +169,44 @@ def test_compute_domain_daemon_is_a_consumer_holding_the_kubelet_plugin():
     domain = "cd-1"
     daemon_claim, daemon_ds = compute_domain_daemon(cd.namespace, domain, "cd-1-daemon")
     cfg = config_for(cd)
-    objs = [*cd.objects, *compute_domain_daemon_rbac(cd.namespace), daemon_ds, compute_domain_daemon_slice(),
-            resource_slice("compute-domain.nvidia.com", NODE), driver_pod(cd), driver_pod(cd, "node-b", suffix="b"),
-            node_object(NODE, {COMPUTE_DOMAIN_LABEL: domain}), node_object("node-b", {COMPUTE_DOMAIN_LABEL: domain})]
+    objs = [
+        *cd.objects,
+        *compute_domain_daemon_rbac(cd.namespace),
+        daemon_ds,
+        compute_domain_daemon_slice(),
+        resource_slice("compute-domain.nvidia.com", NODE),
+        driver_pod(cd),
+        driver_pod(cd, "node-b", suffix="b"),
+        node_object(NODE, {COMPUTE_DOMAIN_LABEL: domain}),
+        node_object("node-b", {COMPUTE_DOMAIN_LABEL: domain}),
+    ]
     facts = build_facts(objs, cfg)
     assert drivers.detect(daemon_ds, config=cfg.detection, can_write_slices=facts.service_account_writes_slices) is None
-    assert probes.review({"operation": "CREATE", "object": daemon_ds}, detection=cfg.detection, config=cfg.probes,
-                         can_write_slices=facts.service_account_writes_slices).patch == ()
+    assert (
+        probes.review(
+            {"operation": "CREATE", "object": daemon_ds},
+            detection=cfg.detection,
+            config=cfg.probes,
+            can_write_slices=facts.service_account_writes_slices,
+        ).patch
+        == ()
+    )
     daemon_pod = pod("cd-1-daemon-x", NODE, namespace=cd.namespace, claims=("cd-1-daemon",))
-    allocated = claim("cd-1-daemon", driver="compute-domain.nvidia.com", namespace=cd.namespace, node=None,
-                      labels={COMPUTE_DOMAIN_LABEL: domain}, reserved=("cd-1-daemon-x",))
+    allocated = claim(
+        "cd-1-daemon",
+        driver="compute-domain.nvidia.com",
+        namespace=cd.namespace,
+        node=None,
+        labels={COMPUTE_DOMAIN_LABEL: domain},
+        reserved=("cd-1-daemon-x",),
+    )
     facts = build_facts([*objs, daemon_pod, allocated], cfg)
     refused = evict(facts, cd)
     assert not refused.allowed and refused.findings[0].details["claims"] == [f"{cd.namespace}/cd-1-daemon"]
     assert evict(facts, cd, "b").allowed  # the other labelled node runs no daemon pod
-    daemon_eviction = eviction.review(eviction_request("cd-1-daemon-x", namespace=cd.namespace), index=facts.claims,
-                                      config=facts.config.eviction)
+    daemon_eviction = eviction.review(
+        eviction_request("cd-1-daemon-x", namespace=cd.namespace), index=facts.claims, config=facts.config.eviction
+    )
     assert daemon_eviction.allowed
 
 
@@ -187,14 +230,25 @@ def test_the_compute_domain_controllers_daemonset_write_needs_it_in_driver_subje
 
     cd = nvidia_compute_domain()
     controller = "dra-driver-nvidia-gpu-service-account-controller"
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "dra-driver-nvidia-gpu-role-controller", "namespace": cd.namespace},
-            "rules": [{"apiGroups": ["apps"], "resources": ["daemonsets"],
-                       "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": "dra-driver-nvidia-gpu-role-binding-controller", "namespace": cd.namespace},
-               "subjects": [{"kind": "ServiceAccount", "name": controller, "namespace": cd.namespace}],
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "dra-driver-nvidia-gpu-role-controller", "namespace": cd.namespace},
+        "rules": [
+            {
+                "apiGroups": ["apps"],
+                "resources": ["daemonsets"],
+                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "dra-driver-nvidia-gpu-role-binding-controller", "namespace": cd.namespace},
+        "subjects": [{"kind": "ServiceAccount", "name": controller, "namespace": cd.namespace}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+    }
     index = rbac.RbacIndex.from_objects([role])
     refused = rbac.review(review(binding)["request"], index=index, config=config_for(cd).rbac)
     assert not refused.allowed and "daemonsets" in refused.findings[0].message
@@ -208,8 +262,11 @@ def test_unnamed_driver_is_attributed_the_drivers_no_named_pod_accounts_for():
     attributed the NVIDIA slices, not gpu.example.com's."""
     nv = nvidia_gpu()
     named = driver_daemonset(name="gpu-driver", namespace="gpu")  # mounts plugins/gpu.example.com + cdi
-    objs = [named, pod("gpu-driver-a", NODE, namespace="gpu", ds="gpu-driver"),
-            *(resource_slice(n, NODE) for n in (*nv.names, "gpu.example.com"))]
+    objs = [
+        named,
+        pod("gpu-driver-a", NODE, namespace="gpu", ds="gpu-driver"),
+        *(resource_slice(n, NODE) for n in (*nv.names, "gpu.example.com")),
+    ]
     facts = facts_with([nv], *objs, *consumers("gpu.example.com"))
     assert evict(facts, nv).allowed  # gpu.example.com's claim does not hold NVIDIA's pod
     assert not eviction.review(eviction_request("gpu-driver-a"), index=facts.claims, config=facts.config.eviction).allowed
@@ -246,16 +303,24 @@ def test_several_drivers_per_daemonset(how):
         base["metadata"]["annotations"] = {drivers.DRIVER_KEY: "a.example.com, b.example.com"}
         cfg = from_mapping({"drivers": {"selectors": [{"namespace": "gpu", "matchLabels": {}}]}})
     elif how == "selector":
-        cfg = from_mapping({"drivers": {"selectors": [{"namespace": "gpu", "matchLabels": {},
-                                                       "driverName": "a.example.com",
-                                                       "driverNames": ["b.example.com"]}]}})
+        cfg = from_mapping(
+            {
+                "drivers": {
+                    "selectors": [
+                        {"namespace": "gpu", "matchLabels": {}, "driverName": "a.example.com", "driverNames": ["b.example.com"]}
+                    ]
+                }
+            }
+        )
     elif how == "args":
         base["spec"]["template"]["spec"]["containers"] = [
             plugin_container("a", args=["--driver-name=a.example.com"]),
-            plugin_container("b", args=["--driver-name", "b.example.com"])]
+            plugin_container("b", args=["--driver-name", "b.example.com"]),
+        ]
     else:
         base["spec"]["template"]["spec"]["containers"][0]["env"] = [
-            {"name": "DRIVER_NAMES", "value": "a.example.com,b.example.com"}]
+            {"name": "DRIVER_NAMES", "value": "a.example.com,b.example.com"}
+        ]
     d = drivers.detect(base, config=cfg.detection)
     assert d is not None and set(d.names) == {"a.example.com", "b.example.com"} and d.complete
     for held in ("a.example.com", "b.example.com"):
@@ -272,8 +337,10 @@ def test_kubelet_root_elsewhere():
     # a chart that mounts the kubelet root itself: recognised once the root is configured
     root_only = driver_daemonset(name="r", namespace="gpu", plugin_subdir="")
     spec = root_only["spec"]["template"]["spec"]
-    spec["volumes"] = [{"name": "kubelet", "hostPath": {"path": "/data/kubelet"}},
-                       {"name": "cdi", "hostPath": {"path": "/var/run/cdi"}}]
+    spec["volumes"] = [
+        {"name": "kubelet", "hostPath": {"path": "/data/kubelet"}},
+        {"name": "cdi", "hostPath": {"path": "/var/run/cdi"}},
+    ]
     spec["containers"] = [plugin_container("plugin", args=["--healthcheck-port=51515"], mounts=("kubelet", "cdi"))]
     assert drivers.detect(root_only, config=cfg.detection) is None
     rooted = from_mapping({"drivers": {"kubeletRootDirs": ["/var/lib/kubelet", "/data/kubelet"]}})
@@ -286,18 +353,27 @@ def test_resourceslice_write_alone_is_enough():
     net = net_driver()
     assert drivers.detect(net.daemonset, config=from_mapping(None).detection) is None
     facts = build_facts(list(net.objects), config_for(net))
-    assert drivers.detect(net.daemonset, config=facts.config.detection,
-                          can_write_slices=facts.service_account_writes_slices) is not None
+    assert (
+        drivers.detect(net.daemonset, config=facts.config.detection, can_write_slices=facts.service_account_writes_slices)
+        is not None
+    )
 
 
 # ---------------------------------------------------------------- item 4: trustworthy identity
 def test_a_tenant_label_does_not_shield_a_pod():
-    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
-          "metadata": {"name": "tenant", "namespace": "team-a", "labels": {drivers.DRIVER_KEY: "gpu.nvidia.com"}},
-          "spec": {"template": {"spec": {"serviceAccountName": "tenant", "containers": [{"name": "c", "image": "x"}]}}}}
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "tenant", "namespace": "team-a", "labels": {drivers.DRIVER_KEY: "gpu.nvidia.com"}},
+        "spec": {"template": {"spec": {"serviceAccountName": "tenant", "containers": [{"name": "c", "image": "x"}]}}},
+    }
     nv = nvidia_gpu()
-    objs = [ds, pod("tenant-a", NODE, namespace="team-a", ds="tenant"), resource_slice("gpu.nvidia.com", NODE),
-            *consumers("gpu.nvidia.com")]
+    objs = [
+        ds,
+        pod("tenant-a", NODE, namespace="team-a", ds="tenant"),
+        resource_slice("gpu.nvidia.com", NODE),
+        *consumers("gpu.nvidia.com"),
+    ]
     facts = facts_with([nv], *objs)
     r = eviction.review(eviction_request("tenant-a", namespace="team-a"), index=facts.claims, config=facts.config.eviction)
     assert r.allowed and "not protected" in r.warnings[0]
@@ -305,15 +381,17 @@ def test_a_tenant_label_does_not_shield_a_pod():
     # trusted through a selector
     cfg = from_mapping({"drivers": {"selectors": [{"namespace": "team-a", "matchLabels": {}}]}})
     facts = build_facts(objs, cfg)
-    assert not eviction.review(eviction_request("tenant-a", namespace="team-a"), index=facts.claims,
-                               config=cfg.eviction).allowed
+    assert not eviction.review(eviction_request("tenant-a", namespace="team-a"), index=facts.claims, config=cfg.eviction).allowed
 
 
 # ---------------------------------------------------------------- item 5: health port <= 0
 @pytest.mark.parametrize("where", ["annotation", "flag", "env"])
 def test_health_port_zero_or_below_means_no_probe(where):
-    c = plugin_container("plugin", args=["--healthcheck-port=-1"] if where == "flag" else [],
-                         env=[{"name": "HEALTHCHECK_PORT", "value": "0"}] if where == "env" else None)
+    c = plugin_container(
+        "plugin",
+        args=["--healthcheck-port=-1"] if where == "flag" else [],
+        env=[{"name": "HEALTHCHECK_PORT", "value": "0"}] if where == "env" else None,
+    )
     ds = driver_daemonset(containers=[c], annotations={probes.PORT_ANNOTATION: "0"} if where == "annotation" else None)
     cfg = from_mapping({"probes": {"assumeDefaultPort": True}})
     d = probes.review({"operation": "CREATE", "object": ds}, detection=cfg.detection, config=cfg.probes)
@@ -324,7 +402,8 @@ def test_health_port_zero_or_below_means_no_probe(where):
     nv = nvidia_gpu(probes_in_chart=False, ports=(0, 51516))  # the NVIDIA chart's healthcheckPort: 0
     d = probes.review({"operation": "CREATE", "object": nv.daemonset}, detection=cfg.detection, config=cfg.probes)
     assert {op["path"] for op in d.patch if op["path"].endswith("livenessProbe")} == {
-        "/spec/template/spec/containers/1/livenessProbe"}
+        "/spec/template/spec/containers/1/livenessProbe"
+    }
 
 
 # ---------------------------------------------------------------- item 7: seamless upgrade

@@ -1,4 +1,5 @@
 """ReloadingContext: readiness follows the certificate files; changes are picked up by digest."""
+
 from __future__ import annotations
 
 import datetime

@@ -1,6 +1,7 @@
 """What a policy UI reads in dra-guard's reports (pure): messages never cut mid-word, results[].category,
 resources[] with apiVersion and uid, no result against an object that was not read, and the
 wgpolicyk8s.io and openreports.io forms."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,17 @@ WORDS = " ".join(f"word{i:04d}" for i in range(400))  # 3,599 characters, words 
 
 
 def finding(message: str = "m", **kw) -> Finding:
-    return Finding(**{"policy": "rbac", "kind": "ClusterRoleBinding", "name": "b", "message": message,
-                      "summary": "s", "check": "rbac-write", **kw})
+    return Finding(
+        **{
+            "policy": "rbac",
+            "kind": "ClusterRoleBinding",
+            "name": "b",
+            "message": message,
+            "summary": "s",
+            "check": "rbac-write",
+            **kw,
+        }
+    )
 
 
 @pytest.mark.parametrize("limit", [20, 64, 1024])
@@ -57,8 +67,9 @@ def test_results_carry_category_and_resources_with_api_version_and_uid():
     [report] = audit.policy_reports([(finding(), "enforce")], refs=ref, judged={"rbac": []}, now=1)
     [result] = report["results"]
     assert result["category"] == "DRA access control"
-    assert result["resources"] == [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                                    "name": "b", "uid": "1234-abcd"}]
+    assert result["resources"] == [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "name": "b", "uid": "1234-abcd"}
+    ]
 
 
 def test_the_audit_knows_api_version_and_uid_of_what_it_read():
@@ -67,7 +78,9 @@ def test_the_audit_knows_api_version_and_uid_of_what_it_read():
     bad["metadata"]["uid"] = "5e1f-uid"
     result = audit.audit([writer, bad], from_mapping(None))
     assert result.refs[("ClusterRoleBinding", "", "team-a-slices")] == {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "uid": "5e1f-uid"}
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "uid": "5e1f-uid",
+    }
 
 
 def test_a_finding_about_an_object_not_read_is_filed_scope_less_in_the_cluster_report():
@@ -88,21 +101,40 @@ def test_a_finding_about_an_object_not_read_is_filed_scope_less_in_the_cluster_r
 
 
 def test_scheduler_values_are_filed_against_the_object_that_shows_them():
-    cm = {"kind": "ConfigMap", "metadata": {"name": "sched-config", "namespace": "kube-system"},
-          "data": {"config.yaml": "kind: KubeSchedulerConfiguration\nclientConnection:\n  qps: 10\n"}}
+    cm = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "sched-config", "namespace": "kube-system"},
+        "data": {"config.yaml": "kind: KubeSchedulerConfiguration\nclientConnection:\n  qps: 10\n"},
+    }
     [f] = controlplane.scheduler([], [cm])
     assert (f.kind, f.namespace, f.name) == ("ConfigMap", "kube-system", "sched-config")
 
 
 def test_openreports_form_has_its_kinds_and_a_report_source():
-    refs = {("DaemonSet", "drivers", "d"): {"apiVersion": "apps/v1", "uid": "u"},
-            ("ClusterRoleBinding", "", "b"): {"apiVersion": "rbac.authorization.k8s.io/v1"}}
-    findings = [(finding(), "enforce"), (finding(kind="DaemonSet", namespace="drivers", name="d", policy="probes",
-                                                 check="missing-liveness-probe", enforced=False, fixed_by_patch=True),
-                                         "enforce")]
+    refs = {
+        ("DaemonSet", "drivers", "d"): {"apiVersion": "apps/v1", "uid": "u"},
+        ("ClusterRoleBinding", "", "b"): {"apiVersion": "rbac.authorization.k8s.io/v1"},
+    }
+    findings = [
+        (finding(), "enforce"),
+        (
+            finding(
+                kind="DaemonSet",
+                namespace="drivers",
+                name="d",
+                policy="probes",
+                check="missing-liveness-probe",
+                enforced=False,
+                fixed_by_patch=True,
+            ),
+            "enforce",
+        ),
+    ]
     out = audit.policy_reports(findings, refs=refs, now=1, api=audit.OPENREPORTS)
-    assert [(r["apiVersion"], r["kind"]) for r in out] == [("openreports.io/v1alpha1", "ClusterReport"),
-                                                          ("openreports.io/v1alpha1", "Report")]
+    assert [(r["apiVersion"], r["kind"]) for r in out] == [
+        ("openreports.io/v1alpha1", "ClusterReport"),
+        ("openreports.io/v1alpha1", "Report"),
+    ]
     assert all(r["source"] == "dra-guard" for r in out)
     wg = audit.policy_reports(findings, refs=refs, now=1, api=audit.WGPOLICY)
     assert [r["kind"] for r in wg] == ["ClusterPolicyReport", "PolicyReport"] and "source" not in wg[0]
@@ -115,15 +147,23 @@ OWNER = kube_reports.owner_reference("dg-dra-guard", "uid-1")
 
 
 def test_the_owner_reference_names_the_cluster_role_and_never_blocks_or_controls():
-    assert OWNER == {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": "dg-dra-guard",
-                     "uid": "uid-1", "controller": False, "blockOwnerDeletion": False}
+    assert OWNER == {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "name": "dg-dra-guard",
+        "uid": "uid-1",
+        "controller": False,
+        "blockOwnerDeletion": False,
+    }
 
 
 @pytest.mark.parametrize("api", [audit.WGPOLICY, audit.OPENREPORTS])
 def test_every_report_carries_the_owner_and_none_without_one(api):
     refs = {("DaemonSet", "drivers", "d"): {"apiVersion": "apps/v1", "uid": "u"}}
-    findings = [(finding(), "enforce"), (finding(kind="DaemonSet", namespace="drivers", name="d", policy="probes",
-                                                 check="missing-liveness-probe"), "enforce")]
+    findings = [
+        (finding(), "enforce"),
+        (finding(kind="DaemonSet", namespace="drivers", name="d", policy="probes", check="missing-liveness-probe"), "enforce"),
+    ]
     owned = audit.policy_reports(findings, refs=refs, now=1, api=api, owner=OWNER)
     assert [r["metadata"].get("namespace", "") for r in owned] == ["", "drivers"]  # cluster-scoped and namespaced
     assert all(r["metadata"]["ownerReferences"] == [OWNER] for r in owned)

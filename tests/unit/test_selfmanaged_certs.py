@@ -2,6 +2,7 @@
 
 The real Kubernetes calls (KubeCertApi) are exercised in tests/e2e/test_certificates.py.
 """
+
 from __future__ import annotations
 
 import copy
@@ -80,7 +81,9 @@ class FakeCertApi:
         self.writes.append(("caBundle", kind))
 
 
-CONFIG = from_mapping({"certificates": {"mode": "self", "namespace": "dra-guard", "extraIpAddresses": ["127.0.0.1"]}}).certificates
+CONFIG = from_mapping(
+    {"certificates": {"mode": "self", "namespace": "dra-guard", "extraIpAddresses": ["127.0.0.1"]}}
+).certificates
 T0 = datetime.datetime(2026, 11, 30, tzinfo=datetime.UTC)
 
 
@@ -93,8 +96,16 @@ class Clock:
 
 
 def replica(api, tmp_path, name, clock):
-    cfg = from_mapping({"certificates": {"mode": "self", "namespace": "dra-guard", "extraIpAddresses": ["127.0.0.1"],
-                                         "dir": str(tmp_path / name)}}).certificates
+    cfg = from_mapping(
+        {
+            "certificates": {
+                "mode": "self",
+                "namespace": "dra-guard",
+                "extraIpAddresses": ["127.0.0.1"],
+                "dir": str(tmp_path / name),
+            }
+        }
+    ).certificates
     return Reconciler(api, cfg, identity=name, now=clock)
 
 
@@ -238,8 +249,15 @@ def test_a_leaf_from_an_untrusted_ca_is_not_served_until_the_ca_bundles_trust_it
     other = certs.generate_ca(now=clock.t)
     data = dict(api.secrets["dra-guard-tls"]["data"])
     leaf = certs.generate_serving(other, dns_names=["dra-guard.dra-guard.svc"], now=clock.t)
-    data.update({"ca.crt": other.cert_pem(), "ca.key": other.key_pem(), "ca-bundle.crt": other.cert_pem(),
-                 "tls.crt": leaf.cert_pem(), "tls.key": leaf.key_pem()})
+    data.update(
+        {
+            "ca.crt": other.cert_pem(),
+            "ca.key": other.key_pem(),
+            "ca-bundle.crt": other.cert_pem(),
+            "tls.crt": leaf.cert_pem(),
+            "tls.key": leaf.key_pem(),
+        }
+    )
     api.secrets["dra-guard-tls"] = {"data": data, "resourceVersion": api._next()}
     b.reconcile()  # b does not hold the lease: cannot patch the caBundles, must not serve the new leaf
     assert served(b).serial_number == before.serial_number

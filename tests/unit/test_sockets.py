@@ -1,6 +1,7 @@
 """webhook/serve/sockets.py on real sockets: what a connection holds decides whether closing it
 drops a request (dra_guard_requests_dropped_total must count requests, not clients that closed or
 never spoke: an adversarial review fired the over-capacity alert on an idle server that way)."""
+
 from __future__ import annotations
 
 import socket
@@ -81,26 +82,29 @@ def test_an_old_connection_is_closed_and_counted_only_with_a_request(pair, sent,
 HEAD = b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 
 
-@pytest.mark.parametrize("data, whole", [
-    (HEAD, False),                                              # head not ended
-    (HEAD + b"\r\n", True),                                     # no body
-    (HEAD + b"Content-Length: 5\r\n\r\nabc", False),
-    (HEAD + b"Content-Length: 5\r\n\r\nabcde", True),
-    (HEAD + b"content-length:  5 \r\n\r\nabcdeGET / HTTP/1.1\r\n", True),   # a pipelined request after it
-    (HEAD + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n", True),   # conflicting: the parser refuses
-    (HEAD + b"Content-Length: -1\r\n\r\n", True),
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", False),
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n", False),
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", True),
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nTrailer: t\r\n\r\n", True),
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\n0\r\n\r\n\r\n", False),  # "0\r\n\r\n" inside a chunk's data
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", True),   # malformed: the parser refuses
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n-6\r\n", True),   # a sign: int() took it and the scan looped (B1)
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n0x5\r\n", True),
-    (HEAD + b"x: " + b"y" * 70000 + b"\r\n", False),                  # a head gunicorn would still read on (B3)
-    (HEAD + b"Transfer-Encoding: chunked\r\n\r\n0\r\n" + (b"t: " + b"v" * 7900 + b"\r\n") * 9, False),  # trailers (B3b)
-    (b"x" * (MAX_HEAD_BYTES + 1), True),                             # a head too long: the parser refuses
-])
+@pytest.mark.parametrize(
+    "data, whole",
+    [
+        (HEAD, False),  # head not ended
+        (HEAD + b"\r\n", True),  # no body
+        (HEAD + b"Content-Length: 5\r\n\r\nabc", False),
+        (HEAD + b"Content-Length: 5\r\n\r\nabcde", True),
+        (HEAD + b"content-length:  5 \r\n\r\nabcdeGET / HTTP/1.1\r\n", True),  # a pipelined request after it
+        (HEAD + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n", True),  # conflicting: the parser refuses
+        (HEAD + b"Content-Length: -1\r\n\r\n", True),
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", False),
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n", False),
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", True),
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nTrailer: t\r\n\r\n", True),
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\n0\r\n\r\n\r\n", False),  # "0\r\n\r\n" inside a chunk's data
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", True),  # malformed: the parser refuses
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n-6\r\n", True),  # a sign: int() took it and the scan looped (B1)
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n0x5\r\n", True),
+        (HEAD + b"x: " + b"y" * 70000 + b"\r\n", False),  # a head gunicorn would still read on (B3)
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n0\r\n" + (b"t: " + b"v" * 7900 + b"\r\n") * 9, False),  # trailers (B3b)
+        (b"x" * (MAX_HEAD_BYTES + 1), True),  # a head too long: the parser refuses
+    ],
+)
 def test_request_complete_follows_the_framing(data, whole):
     answer: list[bool] = []
     scan = threading.Thread(target=lambda: answer.append(request_complete(bytearray(data))), daemon=True)
@@ -160,10 +164,10 @@ def test_reclaim_takes_connections_without_a_tls_handshake_first_and_never_one_w
     client, server_side = pair
     now = time.monotonic()
     quiet = socket.socket()
-    silent = types.SimpleNamespace(sock=quiet, initialized=False, connected_at=now - 0.5,
-                                   timeout=now + worker.CLIENT_SOCKET_TIMEOUT)  # deferred just now
-    fresh = types.SimpleNamespace(sock=quiet, initialized=False, connected_at=now,
-                                  timeout=now + worker.CLIENT_SOCKET_TIMEOUT)
+    silent = types.SimpleNamespace(
+        sock=quiet, initialized=False, connected_at=now - 0.5, timeout=now + worker.CLIENT_SOCKET_TIMEOUT
+    )  # deferred just now
+    fresh = types.SimpleNamespace(sock=quiet, initialized=False, connected_at=now, timeout=now + worker.CLIENT_SOCKET_TIMEOUT)
     client.sendall(b"x" * 100)  # a request's bytes waiting on the kept-alive connection
     time.sleep(0.05)
     busy = types.SimpleNamespace(sock=server_side, initialized=True, timeout=now - 10 + 75)  # idle 10 s before
@@ -186,6 +190,7 @@ def test_reclaim_takes_connections_without_a_tls_handshake_first_and_never_one_w
 def test_a_chunked_body_is_scanned_once_across_calls_not_once_per_call():
     """A body of one-byte chunks gathered over many reads: with the caller's memo the scan resumes
     where it stopped (work linear in the chunks), instead of restarting at every read (squared)."""
+
     class Counting(bytearray):
         finds = 0
 
@@ -197,7 +202,7 @@ def test_a_chunked_body_is_scanned_once_across_calls_not_once_per_call():
     whole = HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * chunks + b"0\r\n\r\n"
     buf, memo = Counting(), {}
     for i in range(0, len(whole), 600):  # 600-byte reads: ~20 calls over the growing buffer
-        buf += whole[i:i + 600]
+        buf += whole[i : i + 600]
         done = request_complete(buf, memo)
     assert done is True
     assert Counting.finds < 2 * chunks + 100, Counting.finds  # restarting each call: ~20 x chunks / 2

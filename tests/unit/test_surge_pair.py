@@ -1,6 +1,7 @@
 """Evictions in flight together: at most one pod of a driver's surge pair leaves while claims are
 held, also when the two evictions arrive before the first one's Terminating state reaches the
 cache (webhook.model.leaving), within one replica."""
+
 from __future__ import annotations
 
 import threading
@@ -23,9 +24,12 @@ def ready(p, *, terminating=False):
 def surge_pair():
     """Node node-a: the driver's pod gpu-driver-a and its surge peer gpu-driver-a2, both Ready; a
     consumer's claim reserved there."""
-    return index_with(ready(pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver")),
-                      ready(pod("gpu-driver-a2", "node-a", namespace="gpu", ds="gpu-driver")),
-                      pod("consumer", "node-a"), claim("gpu"))
+    return index_with(
+        ready(pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver")),
+        ready(pod("gpu-driver-a2", "node-a", namespace="gpu", ds="gpu-driver")),
+        pod("consumer", "node-a"),
+        claim("gpu"),
+    )
 
 
 def decide(idx, name, **kw):
@@ -38,7 +42,10 @@ def test_the_second_pod_of_a_surge_pair_is_held_while_the_first_is_leaving():
     assert first.allowed and "seamless upgrade" in first.warnings[0]
     second = decide(idx, "gpu-driver-a2")  # the cache still shows gpu-driver-a Ready
     assert not second.allowed and second.findings[0].code == 429
-    assert "gpu/gpu-driver-a" in second.findings[0].message and "one pod of a surge pair goes at a time" in second.findings[0].message
+    assert (
+        "gpu/gpu-driver-a" in second.findings[0].message
+        and "one pod of a surge pair goes at a time" in second.findings[0].message
+    )
 
 
 def test_a_dry_run_leaves_nothing_behind():
@@ -59,7 +66,7 @@ def test_an_eviction_the_apiserver_refused_after_us_holds_its_peer_only_for_the_
     now = [0.0]
     idx = surge_pair()
     idx.leaving = Leaving(ttl=30, clock=lambda: now[0])
-    assert decide(idx, "gpu-driver-a").allowed   # then, say, a PodDisruptionBudget refused it: still Ready
+    assert decide(idx, "gpu-driver-a").allowed  # then, say, a PodDisruptionBudget refused it: still Ready
     assert not decide(idx, "gpu-driver-a2").allowed
     now[0] = 31.0
     assert decide(idx, "gpu-driver-a2").allowed

@@ -1,4 +1,5 @@
 """The test helpers' own behaviour: a helper that hands out a wrong port makes other tests flaky."""
+
 from __future__ import annotations
 
 import socket

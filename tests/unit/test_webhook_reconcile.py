@@ -2,6 +2,7 @@
 comparison with the chart's webhooks (certs.webhookspec) and the Reconciler's restore, over an
 in-memory CertApi (pure logic). The apiserver's defaults are checked against the real apiserver in
 tests/e2e/test_certificates.py."""
+
 from __future__ import annotations
 
 import base64
@@ -16,18 +17,37 @@ from tests.unit.test_selfmanaged_certs import Clock, FakeCertApi
 from webhook.config import from_mapping
 
 RBAC_HOOK = {
-    "name": "rbac.dra-guard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-    "failurePolicy": "Fail", "timeoutSeconds": 3,
+    "name": "rbac.dra-guard.io",
+    "admissionReviewVersions": ["v1"],
+    "sideEffects": "None",
+    "failurePolicy": "Fail",
+    "timeoutSeconds": 3,
     "clientConfig": {"service": {"name": "dra-guard", "namespace": "dra-guard", "path": "/validate/rbac"}},
-    "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
-               "resources": ["clusterroles", "clusterrolebindings"]}],
+    "rules": [
+        {
+            "apiGroups": ["rbac.authorization.k8s.io"],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["clusterroles", "clusterrolebindings"],
+        }
+    ],
     "matchConditions": [{"name": "not-control-plane", "expression": "request.userInfo.username != 'system:apiserver'"}],
 }
 PROBE_HOOK = {
-    "name": "probes.dra-guard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Ignore",
+    "name": "probes.dra-guard.io",
+    "admissionReviewVersions": ["v1"],
+    "sideEffects": "None",
+    "failurePolicy": "Ignore",
     "clientConfig": {"service": {"name": "dra-guard", "namespace": "dra-guard", "path": "/mutate/daemonsets"}},
-    "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["daemonsets"],
-               "scope": "Namespaced"}],
+    "rules": [
+        {
+            "apiGroups": ["apps"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["daemonsets"],
+            "scope": "Namespaced",
+        }
+    ],
 }
 DESIRED = {"validating": [RBAC_HOOK], "mutating": [PROBE_HOOK]}
 
@@ -53,8 +73,13 @@ class WholeConfigApi(FakeCertApi):
     def __init__(self, desired=DESIRED):
         super().__init__()
         self.config_maps = {"dra-guard": {"webhooks.json": json.dumps(desired)}}
-        self.configs = {(k, "dra-guard"): {"metadata": {"name": "dra-guard", "resourceVersion": "1"},
-                                           "webhooks": [as_stored(h, k) for h in desired[k]]} for k in ("validating", "mutating")}
+        self.configs = {
+            (k, "dra-guard"): {
+                "metadata": {"name": "dra-guard", "resourceVersion": "1"},
+                "webhooks": [as_stored(h, k) for h in desired[k]],
+            }
+            for k in ("validating", "mutating")
+        }
         self.race_on_replace = False
 
     def get_config_map(self, name):
@@ -89,8 +114,9 @@ class WholeConfigApi(FakeCertApi):
 
 
 def reconciler(api, tmp_path, name="a", config_map="dra-guard"):
-    cfg = from_mapping({"certificates": {"mode": "self", "namespace": "dra-guard", "dir": str(tmp_path / name),
-                                         "webhooksConfigMap": config_map}}).certificates
+    cfg = from_mapping(
+        {"certificates": {"mode": "self", "namespace": "dra-guard", "dir": str(tmp_path / name), "webhooksConfigMap": config_map}}
+    ).certificates
     rec = Reconciler(api, cfg, identity=name, now=Clock())
     rec.seen = []
     rec.on_drift = lambda kind, cname, diffs, restored: rec.seen.append((kind, diffs, restored))
@@ -111,18 +137,31 @@ def test_a_stored_configuration_with_the_apiservers_defaults_is_no_drift():
         assert webhookspec.drift(stored, hooks, kind) == []
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    (lambda hooks: hooks[0]["matchConditions"].append({"name": "skip-me", "expression": "request.userInfo.username != 'mallory'"}),
-     "rbac.dra-guard.io: matchConditions differ"),
-    (lambda hooks: hooks[0].update(failurePolicy="Ignore"), "rbac.dra-guard.io: failurePolicy differ"),
-    (lambda hooks: hooks[0].update(namespaceSelector={"matchLabels": {"x": "y"}}), "rbac.dra-guard.io: namespaceSelector differ"),
-    (lambda hooks: hooks[0].update(objectSelector={"matchLabels": {"x": "y"}}), "rbac.dra-guard.io: objectSelector differ"),
-    (lambda hooks: hooks[0]["rules"][0]["resources"].remove("clusterroles"), "rbac.dra-guard.io: rules differ"),
-    (lambda hooks: hooks[0]["clientConfig"].update(url="https://elsewhere.example/validate"), "rbac.dra-guard.io: clientConfig differ"),
-    (lambda hooks: hooks[0].pop("matchConditions"), "rbac.dra-guard.io: matchConditions differ"),
-    (lambda hooks: hooks.clear(), "missing webhook rbac.dra-guard.io"),
-    (lambda hooks: hooks.append({**copy.deepcopy(hooks[0]), "name": "extra.example.com"}), "extra webhook extra.example.com"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda hooks: hooks[0]["matchConditions"].append(
+                {"name": "skip-me", "expression": "request.userInfo.username != 'mallory'"}
+            ),
+            "rbac.dra-guard.io: matchConditions differ",
+        ),
+        (lambda hooks: hooks[0].update(failurePolicy="Ignore"), "rbac.dra-guard.io: failurePolicy differ"),
+        (
+            lambda hooks: hooks[0].update(namespaceSelector={"matchLabels": {"x": "y"}}),
+            "rbac.dra-guard.io: namespaceSelector differ",
+        ),
+        (lambda hooks: hooks[0].update(objectSelector={"matchLabels": {"x": "y"}}), "rbac.dra-guard.io: objectSelector differ"),
+        (lambda hooks: hooks[0]["rules"][0]["resources"].remove("clusterroles"), "rbac.dra-guard.io: rules differ"),
+        (
+            lambda hooks: hooks[0]["clientConfig"].update(url="https://elsewhere.example/validate"),
+            "rbac.dra-guard.io: clientConfig differ",
+        ),
+        (lambda hooks: hooks[0].pop("matchConditions"), "rbac.dra-guard.io: matchConditions differ"),
+        (lambda hooks: hooks.clear(), "missing webhook rbac.dra-guard.io"),
+        (lambda hooks: hooks.append({**copy.deepcopy(hooks[0]), "name": "extra.example.com"}), "extra webhook extra.example.com"),
+    ],
+)
 def test_every_way_around_the_rbac_webhook_is_a_difference(change, expected):
     stored = [as_stored(RBAC_HOOK, "validating")]
     change(stored)
@@ -141,14 +180,17 @@ def test_a_mutating_webhook_reinvoked_is_a_difference():
     assert webhookspec.drift(stored, [PROBE_HOOK], "mutating") == ["probes.dra-guard.io: reinvocationPolicy differ"]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("{", "not JSON"),
-    ("[]", "must be an object"),
-    ('{"validating": {}}', "validating must be a list"),
-    ('{"validating": [{"rules": []}]}', "validating[0] must be a webhook object with a name"),
-    ('{"validating": [{"name": "a"}, {"name": "a"}]}', "two webhooks named 'a'"),
-    ('{"validatin": []}', "unknown keys ['validatin']"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "not JSON"),
+        ("[]", "must be an object"),
+        ('{"validating": {}}', "validating must be a list"),
+        ('{"validating": [{"rules": []}]}', "validating[0] must be a webhook object with a name"),
+        ('{"validating": [{"name": "a"}, {"name": "a"}]}', "two webhooks named 'a'"),
+        ('{"validatin": []}', "unknown keys ['validatin']"),
+    ],
+)
 def test_a_malformed_webhooks_json_is_a_clear_error(text, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         webhookspec.parse_desired(text)
@@ -162,8 +204,12 @@ def test_an_added_match_condition_is_reported_and_restored_with_the_ca_bundle(tm
     rec = reconciler(api, tmp_path)
     rec.reconcile()
     assert drifted(rec) == []
-    api.tamper("validating", lambda hooks: hooks[0]["matchConditions"].append(
-        {"name": "skip-mallory", "expression": "request.userInfo.username != 'mallory'"}))
+    api.tamper(
+        "validating",
+        lambda hooks: hooks[0]["matchConditions"].append(
+            {"name": "skip-mallory", "expression": "request.userInfo.username != 'mallory'"}
+        ),
+    )
     rec.reconcile()
     assert drifted(rec) == [("validating", ["rbac.dra-guard.io: matchConditions differ"], True)]
     live = api.configs[("validating", "dra-guard")]["webhooks"]

@@ -2,6 +2,7 @@
 --cluster, the live cluster's objects: load (reading and input problems), run (the audit, the
 unresolved roleRefs, --scope files), render (table, json, yaml, sarif, junit), reports
 (wgpolicyk8s.io PolicyReports, openreports.io Reports), suggest (--suggest-values: the Helm values that clear the driver findings)."""
+
 from __future__ import annotations
 
 from webhook.audit.load import InputError, Manifests, load_manifests, read
@@ -10,6 +11,27 @@ from webhook.audit.reports import OPENREPORTS, WGPOLICY, empty_cluster_report, p
 from webhook.audit.run import Audit, audit, config_from, exit_code, merge, only_files, run
 from webhook.audit.suggest import suggest_values
 
-__all__ = ["OPENREPORTS", "WGPOLICY", "Audit", "InputError", "Manifests", "audit", "config_from", "empty_cluster_report", "exit_code",
-           "load_manifests", "merge", "only_files", "policy_reports", "read", "render_json", "render_junit",
-           "render_reports", "render_sarif", "render_table", "render_yaml", "run", "suggest_values"]
+__all__ = [
+    "OPENREPORTS",
+    "WGPOLICY",
+    "Audit",
+    "InputError",
+    "Manifests",
+    "audit",
+    "config_from",
+    "empty_cluster_report",
+    "exit_code",
+    "load_manifests",
+    "merge",
+    "only_files",
+    "policy_reports",
+    "read",
+    "render_json",
+    "render_junit",
+    "render_reports",
+    "render_sarif",
+    "render_table",
+    "render_yaml",
+    "run",
+    "suggest_values",
+]

@@ -11,6 +11,7 @@ A document without `kind` (a values.yaml, a CI file) is skipped with a note; a H
 invalid YAML are input problems (exit code 2), reported together with the findings of everything
 that could be read.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,9 +34,16 @@ CLUSTER_SCOPED: dict[str, frozenset[str]] = {
     "": frozenset({"Namespace", "Node", "PersistentVolume", "ComponentStatus"}),
     "rbac.authorization.k8s.io": frozenset({"ClusterRole", "ClusterRoleBinding"}),
     "resource.k8s.io": frozenset({"DeviceClass", "ResourceSlice", "DeviceTaintRule"}),
-    "admissionregistration.k8s.io": frozenset({
-        "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}),
+    "admissionregistration.k8s.io": frozenset(
+        {
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "MutatingAdmissionPolicy",
+            "MutatingAdmissionPolicyBinding",
+        }
+    ),
     "apiextensions.k8s.io": frozenset({"CustomResourceDefinition"}),
     "apiregistration.k8s.io": frozenset({"APIService"}),
     "storage.k8s.io": frozenset({"StorageClass", "CSIDriver", "CSINode", "VolumeAttachment", "VolumeAttributesClass"}),
@@ -147,8 +155,10 @@ def read_text(source: str, text: str, out: Manifests) -> None:
         return
     except yaml.YAMLError as exc:
         if _TEMPLATE.search(text):
-            out.notes.append(f"{source}: skipped: a Helm template ({{{{ ... }}}}); render it with `helm template` "
-                             f"first, e.g. helm template CHART | dra-guard audit -f -")
+            out.notes.append(
+                f"{source}: skipped: a Helm template ({{{{ ... }}}}); render it with `helm template` "
+                f"first, e.g. helm template CHART | dra-guard audit -f -"
+            )
             return
         mark = getattr(exc, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark is not None else ""
@@ -163,8 +173,13 @@ def read_text(source: str, text: str, out: Manifests) -> None:
             out.sources.setdefault(object_key(obj), f"{source}:{line}")
 
 
-def read(paths: Iterable[str], *, stdin: IO[str] | None = None,
-         progress: Callable[[str], None] | None = None, progress_seconds: float = 2.0) -> Manifests:
+def read(
+    paths: Iterable[str],
+    *,
+    stdin: IO[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+    progress_seconds: float = 2.0,
+) -> Manifests:
     """Read manifests from files, folders (.yaml, .yml, .json, recursively) and "-" (standard
     input, once). Never raises for bad input: problems and notes are collected in the result.
     progress(line) is called at most every `progress_seconds` seconds while reading (for long audits)."""
@@ -187,8 +202,7 @@ def read(paths: Iterable[str], *, stdin: IO[str] | None = None,
         now = time.monotonic()
         if progress is not None and now - last >= progress_seconds:
             last = now
-            progress(f"read {out.files} file(s), {out.bytes / 1e6:.1f} MB, {len(out.objects)} object(s) "
-                     f"in {now - started:.0f} s")
+            progress(f"read {out.files} file(s), {out.bytes / 1e6:.1f} MB, {len(out.objects)} object(s) in {now - started:.0f} s")
     return out
 
 

@@ -22,6 +22,7 @@ object there (a control-plane component that runs outside the cluster, an API gr
 filed scope-less in the cluster-scoped report, its subject in `properties.subject`: a UI never shows
 a result against a Pod that does not exist.
 """
+
 from __future__ import annotations
 
 import time
@@ -85,7 +86,7 @@ def cut(text: str, limit: int) -> str:
     token) is cut there."""
     if len(text) <= limit:
         return text
-    head = text[:limit - len(ELLIPSIS) + 1]  # + 1: a whitespace right after the kept part is a boundary
+    head = text[: limit - len(ELLIPSIS) + 1]  # + 1: a whitespace right after the kept part is a boundary
     at = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
     kept = head[:at] if at > 0 else head[:-1]
     return kept.rstrip(" \t\n,;:") + ELLIPSIS
@@ -101,7 +102,7 @@ def message_fields(message: str) -> tuple[str, dict[str, str]]:
 
 
 def subject(kind: str, namespace: str, name: str) -> str:
-    """"Pod kube-system/kube-scheduler", "ClusterRoleBinding x": what a finding is about, in words."""
+    """ "Pod kube-system/kube-scheduler", "ClusterRoleBinding x": what a finding is about, in words."""
     return f"{kind} {namespace + '/' if namespace else ''}{name}"
 
 
@@ -116,9 +117,16 @@ def resource_ref(kind: str, namespace: str, name: str, ref: Mapping[str, str]) -
     return {k: v for k, v in out.items() if v}
 
 
-def policy_reports(findings: list[Result], *, refs: Mapping[Key, Mapping[str, str]], now: float | None = None,
-                   judged: Mapping[str, list[Key]] | None = None, problems: Sequence[str] = (),
-                   api: str = WGPOLICY, owner: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def policy_reports(
+    findings: list[Result],
+    *,
+    refs: Mapping[Key, Mapping[str, str]],
+    now: float | None = None,
+    judged: Mapping[str, list[Key]] | None = None,
+    problems: Sequence[str] = (),
+    api: str = WGPOLICY,
+    owner: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """The reports of `findings` as dicts of the report API `api` (WGPOLICY or OPENREPORTS).
 
     refs: (kind, namespace, name) -> {"apiVersion": ..., "uid": ...} of the objects read (the cluster's,
@@ -136,11 +144,27 @@ def policy_reports(findings: list[Result], *, refs: Mapping[Key, Mapping[str, st
     stamp = {"seconds": seconds, "nanos": 0}
     groups: dict[str, list[dict[str, Any]]] = {}
 
-    def add(namespace: str, policy: str, rule: str, result: str, message: str, *, severity: str = "",
-            properties: Mapping[str, str] | None = None, resource: dict[str, str] | None = None) -> None:
+    def add(
+        namespace: str,
+        policy: str,
+        rule: str,
+        result: str,
+        message: str,
+        *,
+        severity: str = "",
+        properties: Mapping[str, str] | None = None,
+        resource: dict[str, str] | None = None,
+    ) -> None:
         text, extra = message_fields(message)
-        entry: dict[str, Any] = {"source": "dra-guard", "policy": policy, "rule": rule, "category": category(policy),
-                                 "result": result, "scored": True, "message": text}
+        entry: dict[str, Any] = {
+            "source": "dra-guard",
+            "policy": policy,
+            "rule": rule,
+            "category": category(policy),
+            "result": result,
+            "scored": True,
+            "message": text,
+        }
         if severity:
             entry["severity"] = severity
         props = {**(properties or {}), **extra}
@@ -156,21 +180,46 @@ def policy_reports(findings: list[Result], *, refs: Mapping[Key, Mapping[str, st
         result, severity = result_and_severity(f)
         failed.add((f.policy, f.kind, f.namespace, f.name))
         ref = refs.get((f.kind, f.namespace, f.name))
-        props = {"mode": mode, "patch": str(f.fixed_by_patch).lower(), "source": source_of(f.policy),
-                 **{f"exception{k.capitalize()}": v for k, v in f.exception.items()}}
+        props = {
+            "mode": mode,
+            "patch": str(f.fixed_by_patch).lower(),
+            "source": source_of(f.policy),
+            **{f"exception{k.capitalize()}": v for k, v in f.exception.items()},
+        }
         if ref is None:
-            add("", f.policy, f.check or f.policy, result, f.message, severity=severity,
-                properties={**props, "subject": subject(f.kind, f.namespace, f.name)})
+            add(
+                "",
+                f.policy,
+                f.check or f.policy,
+                result,
+                f.message,
+                severity=severity,
+                properties={**props, "subject": subject(f.kind, f.namespace, f.name)},
+            )
         else:
-            add(f.namespace, f.policy, f.check or f.policy, result, f.message, severity=severity, properties=props,
-                resource=resource_ref(f.kind, f.namespace, f.name, ref))
+            add(
+                f.namespace,
+                f.policy,
+                f.check or f.policy,
+                result,
+                f.message,
+                severity=severity,
+                properties=props,
+                resource=resource_ref(f.kind, f.namespace, f.name, ref),
+            )
     for policy, objects in sorted((judged or {}).items()):
         for kind, namespace, name in objects:
             ref = refs.get((kind, namespace, name))
             if (policy, kind, namespace, name) in failed or ref is None:
                 continue
-            add(namespace, policy, policy, "pass", f"{kind} {name}: nothing the {policy} policy would refuse or patch",
-                resource=resource_ref(kind, namespace, name, ref))
+            add(
+                namespace,
+                policy,
+                policy,
+                "pass",
+                f"{kind} {name}: nothing the {policy} policy would refuse or patch",
+                resource=resource_ref(kind, namespace, name, ref),
+            )
     for problem in problems:
         add("", "input", "readable", "error", problem)
     reports = []
@@ -178,8 +227,11 @@ def policy_reports(findings: list[Result], *, refs: Mapping[Key, Mapping[str, st
         results = groups[namespace]
         summary = {k: sum(1 for r in results if r["result"] == k) for k in RESULTS}
         meta = report_metadata(namespace, owner)
-        report: dict[str, Any] = {"apiVersion": api_version, "kind": namespaced_kind if namespace else cluster_kind,
-                                  "metadata": meta}
+        report: dict[str, Any] = {
+            "apiVersion": api_version,
+            "kind": namespaced_kind if namespace else cluster_kind,
+            "metadata": meta,
+        }
         if api == OPENREPORTS:
             report["source"] = "dra-guard"
         reports.append({**report, "summary": summary, "results": results})
@@ -201,14 +253,25 @@ def empty_cluster_report(api: str = WGPOLICY, owner: Mapping[str, Any] | None = 
     """dra-guard's cluster-scoped report of API `api` with no result (the periodic audit ran and
     found nothing cluster-wide); `owner` as policy_reports()."""
     api_version, cluster_kind, _ = FORMATS[api]
-    return {"apiVersion": api_version, "kind": cluster_kind, "metadata": report_metadata("", owner),
-            **({"source": "dra-guard"} if api == OPENREPORTS else {}),
-            "summary": dict.fromkeys(RESULTS, 0), "results": []}
+    return {
+        "apiVersion": api_version,
+        "kind": cluster_kind,
+        "metadata": report_metadata("", owner),
+        **({"source": "dra-guard"} if api == OPENREPORTS else {}),
+        "summary": dict.fromkeys(RESULTS, 0),
+        "results": [],
+    }
 
 
-def render_reports(findings: list[Result], *, refs: Mapping[Key, Mapping[str, str]],
-                   judged: Mapping[str, list[Key]] | None = None, problems: Sequence[str] = (),
-                   api: str = WGPOLICY) -> str:
+def render_reports(
+    findings: list[Result],
+    *,
+    refs: Mapping[Key, Mapping[str, str]],
+    judged: Mapping[str, list[Key]] | None = None,
+    problems: Sequence[str] = (),
+    api: str = WGPOLICY,
+) -> str:
     """The reports of policy_reports() as one YAML stream (kubectl apply -f - takes it)."""
-    return yaml.safe_dump_all(policy_reports(findings, refs=refs, judged=judged, problems=problems, api=api),
-                              sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump_all(
+        policy_reports(findings, refs=refs, judged=judged, problems=problems, api=api), sort_keys=False, allow_unicode=True
+    )

@@ -6,6 +6,7 @@ kind and name: the audit answers "what if I applied these files"). Offline, the 
 ClusterRoles whose defaults dra-guard knows (webhook.model.bootstrap) and that the files do not
 define are taken as every apiserver stores them, and findings reached through them say so.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,9 +30,15 @@ Result = tuple[Finding, str]
 #: the apiVersion of each kind the audit reads, for objects read from a LIST (whose items carry
 #: none); resource.k8s.io kinds take the version the cluster serves
 API_VERSIONS = {
-    "Pod": "v1", "Node": "v1", "Namespace": "v1", "ConfigMap": "v1", "DaemonSet": "apps/v1",
-    "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
-    "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "Pod": "v1",
+    "Node": "v1",
+    "Namespace": "v1",
+    "ConfigMap": "v1",
+    "DaemonSet": "apps/v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1",
+    "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "Role": "rbac.authorization.k8s.io/v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
 }
 DRA_KINDS = frozenset({"ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass", "DeviceTaintRule"})
 
@@ -84,8 +91,15 @@ def run(objects: list[dict[str, Any]], config: Config, *, served_versions: list[
     return audit(objects, config, served_versions=served_versions).findings
 
 
-def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: list[str] | None = None,
-          online: bool = False, facts: Facts | None = None, now: datetime.datetime | None = None) -> Audit:
+def audit(
+    objects: list[dict[str, Any]],
+    config: Config,
+    *,
+    served_versions: list[str] | None = None,
+    online: bool = False,
+    facts: Facts | None = None,
+    now: datetime.datetime | None = None,
+) -> Audit:
     """run(), plus the objects each policy judged (for `pass` results in PolicyReports) and the
     unresolved roleRef findings (a ClusterRoleBinding whose ClusterRole is not among `objects`:
     advisory, never a silent clean). online: `objects` include the live cluster's.
@@ -110,14 +124,23 @@ def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: lis
     if served_versions is not None:
         claims = facts.claims
         nodes = [str((n.get("metadata") or {}).get("name")) for n in by_kind.get("Node", [])]
-        seamless = {((ds.get("metadata") or {}).get("namespace", ""), (ds.get("metadata") or {}).get("name", "")):
-                    probes.supports_seamless_upgrade(ds) for ds in by_kind.get("DaemonSet", [])}
-        checks = (controlplane.controller_manager(system_pods)
-                  + controlplane.scheduler(system_pods, [c for c in by_kind.get("ConfigMap", [])
-                                                         if (c.get("metadata") or {}).get("namespace") == "kube-system"])
-                  + controlplane.api_versions(served_versions, by_kind.get("ResourceSlice", []))
-                  + controlplane.old_kubelets(by_kind.get("Node", []), claims, seamless)
-                  + controlplane.drain_holds(claims, nodes))
+        seamless = {
+            (
+                (ds.get("metadata") or {}).get("namespace", ""),
+                (ds.get("metadata") or {}).get("name", ""),
+            ): probes.supports_seamless_upgrade(ds)
+            for ds in by_kind.get("DaemonSet", [])
+        }
+        checks = (
+            controlplane.controller_manager(system_pods)
+            + controlplane.scheduler(
+                system_pods,
+                [c for c in by_kind.get("ConfigMap", []) if (c.get("metadata") or {}).get("namespace") == "kube-system"],
+            )
+            + controlplane.api_versions(served_versions, by_kind.get("ResourceSlice", []))
+            + controlplane.old_kubelets(by_kind.get("Node", []), claims, seamless)
+            + controlplane.drain_holds(claims, nodes)
+        )
         findings += [(f, advisory) for f in checks]
     elif any(controlplane.component_pods(system_pods, "kube-controller-manager")):
         findings += [(f, advisory) for f in controlplane.controller_manager(system_pods)]
@@ -125,8 +148,11 @@ def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: lis
     if assumed:
         findings = note_defaults(findings, {name_of(r) for r in assumed})
     findings = exceptions.apply(findings, config.exceptions, now=now or datetime.datetime.now(datetime.UTC))
-    driver_daemonsets = [object_key(ds) for ds in by_kind.get("DaemonSet", [])
-                         if drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices)]
+    driver_daemonsets = [
+        object_key(ds)
+        for ds in by_kind.get("DaemonSet", [])
+        if drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices)
+    ]
     judged = {
         "rbac": [object_key(b) for b in by_kind.get("ClusterRoleBinding", [])],
         "probes": driver_daemonsets,
@@ -137,8 +163,9 @@ def audit(objects: list[dict[str, Any]], config: Config, *, served_versions: lis
     return Audit(findings=findings, judged=judged, refs=object_refs(keys, objects, facts, dra_version=dra_version))
 
 
-def object_refs(keys: set[tuple[str, str, str]], objects: list[dict[str, Any]], facts: Facts, *,
-                dra_version: str = "") -> dict[tuple[str, str, str], dict[str, str]]:
+def object_refs(
+    keys: set[tuple[str, str, str]], objects: list[dict[str, Any]], facts: Facts, *, dra_version: str = ""
+) -> dict[tuple[str, str, str], dict[str, str]]:
     """(kind, namespace, name) -> {"apiVersion", "uid"} for each of `keys` that names an object read:
     one of `objects`, a binding in facts.rbac (the audit streams them there), or a Pod in
     facts.claims. Keys of anything else (a control-plane component not running as a Pod here, an
@@ -189,9 +216,11 @@ def note_defaults(findings: list[Result], assumed: set[str]) -> list[Result]:
             out.append((f, mode))
             continue
         one = len(via) == 1
-        note = (f" ClusterRole{'' if one else 's'} {', '.join(via)} {'is' if one else 'are'} not among the "
-                f"manifests: judged by {'its' if one else 'their'} Kubernetes default rules (the apiserver's "
-                f"bootstrap policy, which every cluster holds).")
+        note = (
+            f" ClusterRole{'' if one else 's'} {', '.join(via)} {'is' if one else 'are'} not among the "
+            f"manifests: judged by {'its' if one else 'their'} Kubernetes default rules (the apiserver's "
+            f"bootstrap policy, which every cluster holds)."
+        )
         out.append((dataclasses.replace(f, message=f.message + note, details={**f.details, "judgedByDefaults": via}), mode))
     return out
 
@@ -207,23 +236,34 @@ def unresolved_role_refs(by_kind: Mapping[str, list[dict[str, Any]]], role: Any,
             continue
         name = name_of(binding)
         where = "among the manifests nor in the cluster" if online else "among the manifests"
-        fix = ("it grants nothing until the role exists, and dra-guard judges the role against this binding "
-               "when it is created" if online else
-               "add the role's manifest (-f), or audit against the live cluster's roles (--cluster)")
-        out.append(Finding(
-            policy="rbac", kind="ClusterRoleBinding", name=name, check="unresolved-roleref", enforced=False,
-            message=f"ClusterRoleBinding {name} refers to ClusterRole {role_name}, which is not {where}: dra-guard "
-                    f"cannot tell whether it grants write on DeviceClasses or ResourceSlices; {fix}.",
-            summary=short(f"dra-guard: ClusterRole {role_name} of ClusterRoleBinding {name} not found; not judged"),
-            details={"roleRef": role_name}))
+        fix = (
+            "it grants nothing until the role exists, and dra-guard judges the role against this binding when it is created"
+            if online
+            else "add the role's manifest (-f), or audit against the live cluster's roles (--cluster)"
+        )
+        out.append(
+            Finding(
+                policy="rbac",
+                kind="ClusterRoleBinding",
+                name=name,
+                check="unresolved-roleref",
+                enforced=False,
+                message=f"ClusterRoleBinding {name} refers to ClusterRole {role_name}, which is not {where}: dra-guard "
+                f"cannot tell whether it grants write on DeviceClasses or ResourceSlices; {fix}.",
+                summary=short(f"dra-guard: ClusterRole {role_name} of ClusterRoleBinding {name} not found; not judged"),
+                details={"roleRef": role_name},
+            )
+        )
     return out
 
 
 def only_files(result: Audit, baseline: Audit, file_keys: set[tuple[str, str, str]]) -> Audit:
     """`audit --scope files`: the findings that concern an object of the files, or that the files
     introduce (absent from `baseline`, the live cluster's audit without the files)."""
+
     def key(f: Finding) -> tuple[str, str, str, str, str, str]:
         return f.policy, f.check, f.kind, f.namespace, f.name, f.message
+
     before = {key(f) for f, _ in baseline.findings}
     kept = [(f, m) for f, m in result.findings if (f.kind, f.namespace, f.name) in file_keys or key(f) not in before]
     judged = {p: [k for k in keys if k in file_keys] for p, keys in result.judged.items()}
@@ -233,5 +273,3 @@ def only_files(result: Audit, baseline: Audit, file_keys: set[tuple[str, str, st
 def exit_code(findings: list[tuple[Finding, str]]) -> int:
     """1 when enforce mode would refuse or patch something, else 0 (advisories alone do not fail)."""
     return 1 if any(f.enforced or f.fixed_by_patch for f, _ in findings) else 0
-
-

@@ -6,6 +6,7 @@ a RoleBinding in its own namespace), cleared by rbac.extraDriverSubjects; and an
 ``undeclared-driver`` finding, cleared by drivers.declared. Everything else needs an admin's
 judgement (adminSubjects lifts every check) and is never suggested.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,13 +17,15 @@ from webhook.model.powers import NAMESPACE_POWER_NAMES
 from webhook.model.rbac import Subject
 from webhook.policies.decision import Finding
 
-HEADER = ("# dra-guard audit --suggest-values: Helm values that clear the driver findings of this audit.\n"
-          "# Apply: helm upgrade RELEASE CHART --reuse-values -f THIS_FILE (these lists replace the ones set\n"
-          "# before, so the entries already configured are repeated here).\n")
+HEADER = (
+    "# dra-guard audit --suggest-values: Helm values that clear the driver findings of this audit.\n"
+    "# Apply: helm upgrade RELEASE CHART --reuse-values -f THIS_FILE (these lists replace the ones set\n"
+    "# before, so the entries already configured are repeated here).\n"
+)
 
 
 def driver_service_accounts(findings: Iterable[Finding], config: Config) -> list[str]:
-    """"ns:name" of every ServiceAccount whose ``rbac-write`` findings rbac.driverSubjects would
+    """ "ns:name" of every ServiceAccount whose ``rbac-write`` findings rbac.driverSubjects would
     all clear: each refused resource is a driver resource, or a namespaced power bound in the
     ServiceAccount's own namespace, and one of them is a driver resource. Sorted."""
     rbac = config.rbac
@@ -58,25 +61,29 @@ def suggest_values(findings: Iterable[Finding], config: Config) -> str:
     when no finding is a driver's."""
     findings = list(findings)
     rbac = config.rbac
-    accounts = [sa for sa in driver_service_accounts(findings, config)
-                if sa not in rbac.driver_subjects.service_accounts]
+    accounts = [sa for sa in driver_service_accounts(findings, config) if sa not in rbac.driver_subjects.service_accounts]
     declared = [d for d in undeclared_drivers(findings) if not config.detection.is_declared(*d)]
     if not accounts and not declared:
         return HEADER + "# No finding is a driver's: nothing to add.\nconfig: {}\n"
     lines = ["config:"]
     if accounts:
         known = sorted(rbac.extra_driver_subjects.service_accounts | set(accounts))
-        lines += ["  rbac:", "    extraDriverSubjects:",
-                  f"      # Safe: driver subjects may write only {', '.join(sorted(rbac.driver_resources))} "
-                  f"(rbac.driverResources), never {', '.join(sorted(rbac.admin_only_resources))};",
-                  "      # namespaced powers only through RoleBindings in their own namespace.",
-                  "      serviceAccounts:"]
+        lines += [
+            "  rbac:",
+            "    extraDriverSubjects:",
+            f"      # Safe: driver subjects may write only {', '.join(sorted(rbac.driver_resources))} "
+            f"(rbac.driverResources), never {', '.join(sorted(rbac.admin_only_resources))};",
+            "      # namespaced powers only through RoleBindings in their own namespace.",
+            "      serviceAccounts:",
+        ]
         lines += [f"        - {json.dumps(sa)}" for sa in known]
     if declared:
         pairs = list(dict.fromkeys([(d.namespace, d.name) for d in config.detection.declared] + declared))
-        lines += ["  drivers:",
-                  "    # Safe: a declared driver only has its pods' evictions fail closed (sent to dra-guard,",
-                  "    # refused while a claim still needs the pod on its node or while dra-guard is down).",
-                  "    declared:"]
+        lines += [
+            "  drivers:",
+            "    # Safe: a declared driver only has its pods' evictions fail closed (sent to dra-guard,",
+            "    # refused while a claim still needs the pod on its node or while dra-guard is down).",
+            "    declared:",
+        ]
         lines += [f"      - {{namespace: {json.dumps(ns)}, name: {json.dumps(name)}}}" for ns, name in pairs]
     return HEADER + "\n".join(lines) + "\n"

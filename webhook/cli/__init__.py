@@ -7,6 +7,7 @@ naming the server and the cause, webhook.kube.errors): 1 never means an outage.
 Parsing and exit codes only: webhook.cli.parser builds the parser, webhook.cli.commands runs the
 commands over the layers below.
 """
+
 from __future__ import annotations
 
 import sys

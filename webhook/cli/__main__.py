@@ -1,4 +1,5 @@
 """`python -m webhook.cli`: the same as the `dra-guard` console script."""
+
 import sys
 
 from webhook.cli import main

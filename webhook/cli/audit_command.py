@@ -1,5 +1,6 @@
 """`dra-guard audit`: read manifests and/or the live cluster, judge them with the policies, render
 the findings; returns the exit code (webhook.cli: 0 clean, 1 would refuse or patch, 2 errors)."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,11 @@ def run(args: argparse.Namespace) -> int:
 
     # on a terminal a progress display (after a few seconds), in pipes a line every 2 s while reading
     on_terminal = not args.quiet and terminal.is_terminal(sys.stderr)
-    first = ("reading " + ", ".join("standard input" if path == "-" else path for path in args.paths) if args.paths
-             else "reading the cluster's objects")
+    first = (
+        "reading " + ", ".join("standard input" if path == "-" else path for path in args.paths)
+        if args.paths
+        else "reading the cluster's objects"
+    )
     display = terminal.Progress(sys.stderr, terminal.progress_delay(), first) if on_terminal else terminal.NoProgress()
     with display:
         outcome = _judge(args, display)
@@ -44,13 +48,18 @@ def run(args: argparse.Namespace) -> int:
         "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged, problems=problems),
         "sarif": lambda: audit.render_sarif(findings, sources, problems=problems),
         "junit": lambda: audit.render_junit(findings, sources, problems=problems),
-        "policyreport": lambda: audit.render_reports(findings, refs=result.refs, judged=result.judged,
-                                                     problems=problems, api=audit.WGPOLICY),
-        "openreports": lambda: audit.render_reports(findings, refs=result.refs, judged=result.judged,
-                                                    problems=problems, api=audit.OPENREPORTS),
+        "policyreport": lambda: audit.render_reports(
+            findings, refs=result.refs, judged=result.judged, problems=problems, api=audit.WGPOLICY
+        ),
+        "openreports": lambda: audit.render_reports(
+            findings, refs=result.refs, judged=result.judged, problems=problems, api=audit.OPENREPORTS
+        ),
     }
-    sys.stdout.write(audit.suggest_values([f for f, _ in findings if not f.skipped], config) if args.suggest_values
-                     else renderers[args.output]())
+    sys.stdout.write(
+        audit.suggest_values([f for f, _ in findings if not f.skipped], config)
+        if args.suggest_values
+        else renderers[args.output]()
+    )
     if manifests.problems:
         say("error", f"{len(manifests.problems)} input problem(s); the findings above cover what could be read")
         return 2
@@ -75,8 +84,11 @@ def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoPro
         else:
             print(f"dra-guard: {line}", file=sys.stderr, flush=True)
 
-    manifests = audit.read(args.paths, progress=None if args.quiet else progress,
-                           progress_seconds=0 if isinstance(display, terminal.Progress) else 2.0)
+    manifests = audit.read(
+        args.paths,
+        progress=None if args.quiet else progress,
+        progress_seconds=0 if isinstance(display, terminal.Progress) else 2.0,
+    )
     for note in manifests.notes:
         say("note", note)
     for problem in manifests.problems:
@@ -91,8 +103,7 @@ def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoPro
             config, source = audit.config_from(objects), "the DraGuardConfiguration among the manifests"
         elif args.cluster and not args.no_installed_config:
             client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
-            installed = lists.installed_config(client, namespace=args.release_namespace,
-                                               timeout_seconds=args.request_timeout)
+            installed = lists.installed_config(client, namespace=args.release_namespace, timeout_seconds=args.request_timeout)
             if installed is None:
                 config, source = from_mapping(None), "the built-in defaults (no dra-guard release found in the cluster)"
             else:
@@ -107,8 +118,10 @@ def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoPro
     now = datetime.datetime.now(datetime.UTC)
     for e in config.exceptions:
         if not e.live(now):
-            say("warning", f"exception {e.ref} (owner {e.owner}) expired at {e.expires.isoformat()}; "
-                           f"what it covers is reported again")
+            say(
+                "warning",
+                f"exception {e.ref} (owner {e.owner}) expired at {e.expires.isoformat()}; what it covers is reported again",
+            )
     if args.cluster:
         display.step("reading the cluster's objects")
         client = client or api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
@@ -118,8 +131,9 @@ def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoPro
             return fail("--scope files needs -f PATH: it reports only what the files change")
         # RBAC, Pods and ResourceClaims go straight into the indexes, page by page (issue 19: memory)
         facts = StaticFacts(config)
-        live = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter,
-                                          timeout_seconds=args.request_timeout)
+        live = lists.stream_audit_cluster(
+            client, facts, served_versions=served, limiter=limiter, timeout_seconds=args.request_timeout
+        )
         baseline = audit.audit(live, config, served_versions=served, online=True, facts=facts) if args.scope == "files" else None
         add_objects(facts, objects)  # the files' objects replace the live ones of the same key
         display.step(f"judging {len(objects)} object(s) of the files with the cluster's")

@@ -1,4 +1,5 @@
 """What each `dra-guard` subcommand does, over the layers below the CLI; each returns the exit code."""
+
 from __future__ import annotations
 
 import argparse
@@ -42,11 +43,17 @@ def _serve(args: argparse.Namespace) -> int:
         cert_file, key_file = directory / "tls.crt", directory / "tls.key"
     elif config.certificates.mode == "self":
         if args.tls_cert_file or args.tls_key_file:
-            return fail("certificates.mode is self: dra-guard manages the certificate files itself; drop --tls-cert-file/--tls-key-file")
+            return fail(
+                "certificates.mode is self: dra-guard manages the certificate files itself; drop --tls-cert-file/--tls-key-file"
+            )
         if args.no_cluster:
-            return fail("certificates.mode self keeps the certificates in a Secret and needs the Kubernetes API; drop --no-cluster")
+            return fail(
+                "certificates.mode self keeps the certificates in a Secret and needs the Kubernetes API; drop --no-cluster"
+            )
         config = server.resolve_namespace(config)
-        reconciler = server.self_managed_reconciler(config, args.kubeconfig, identity=server.identity(args.port or config.server.port))
+        reconciler = server.self_managed_reconciler(
+            config, args.kubeconfig, identity=server.identity(args.port or config.server.port)
+        )
         reconciler.reconcile()  # the serving files exist before gunicorn starts
         cert_file, key_file = reconciler.dir / "tls.crt", reconciler.dir / "tls.key"
     elif args.tls_cert_file and args.tls_key_file:
@@ -55,14 +62,25 @@ def _serve(args: argparse.Namespace) -> int:
         if not ok:
             return fail(why)
     else:
-        return fail("TLS is required: give --tls-cert-file and --tls-key-file (certificates.mode files or cert-manager), "
-                     "set certificates.mode: self in --config, or use --self-signed DIR for development")
+        return fail(
+            "TLS is required: give --tls-cert-file and --tls-key-file (certificates.mode files or cert-manager), "
+            "set certificates.mode: self in --config, or use --self-signed DIR for development"
+        )
     if not args.no_cluster:
         # an API the caches cannot read is an error now, not a server that never becomes ready
         server.check_cluster(config, args.kubeconfig)
-    server.run(server.ServeOptions(
-        config=config, host=args.host, port=args.port or config.server.port, cert_file=cert_file, key_file=key_file,
-        kubeconfig=args.kubeconfig, no_cluster=args.no_cluster, log_level=args.log_level))
+    server.run(
+        server.ServeOptions(
+            config=config,
+            host=args.host,
+            port=args.port or config.server.port,
+            cert_file=cert_file,
+            key_file=key_file,
+            kubeconfig=args.kubeconfig,
+            no_cluster=args.no_cluster,
+            log_level=args.log_level,
+        )
+    )
     return 0
 
 
@@ -82,8 +100,9 @@ def _config(args: argparse.Namespace) -> int:
         now = datetime.datetime.now(datetime.UTC)
         for e in config.exceptions:
             if not e.live(now):
-                print(f"dra-guard: warning: exception {e.ref} (owner {e.owner}) expired at {e.expires.isoformat()}",
-                      file=sys.stderr)
+                print(
+                    f"dra-guard: warning: exception {e.ref} (owner {e.owner}) expired at {e.expires.isoformat()}", file=sys.stderr
+                )
         modes = ", ".join(f"{name} {config.policy(name).mode}" for name in sorted(config.policies))
         print(f"{args.file}: valid DraGuardConfiguration (policies: {modes})")
         return 0
@@ -105,11 +124,11 @@ def _drain_plan(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
-    index = drainplan.build_index(lists.list_drain_objects(client, args.node, timeout_seconds=args.request_timeout),
-                                  config)
+    index = drainplan.build_index(lists.list_drain_objects(client, args.node, timeout_seconds=args.request_timeout), config)
     result = drainplan.plan(index, args.node)
-    sys.stdout.write(drainplan.render_json(result) if args.output == "json"
-                     else terminal.for_stream(drainplan.render_text(result), sys.stdout))
+    sys.stdout.write(
+        drainplan.render_json(result) if args.output == "json" else terminal.for_stream(drainplan.render_text(result), sys.stdout)
+    )
     return 0 if result["ready"] else 1
 
 
@@ -123,8 +142,9 @@ def _certs(args: argparse.Namespace) -> int:
     if (pathlib.Path(args.out) / "ca.crt").exists() and not args.force:
         return fail(f"{args.out}/ca.crt exists: a new CA would break every caBundle that trusts it; pass --force to replace it")
     ca = certs.generate_ca()
-    serving = certs.generate_serving(ca, dns_names=[*certs.service_dns_names(args.service, args.namespace), *args.dns],
-                                     ip_addresses=args.ip)
+    serving = certs.generate_serving(
+        ca, dns_names=[*certs.service_dns_names(args.service, args.namespace), *args.dns], ip_addresses=args.ip
+    )
     certs.write_bundle(pathlib.Path(args.out), ca=ca, serving=serving)
     print(f"wrote ca.crt, ca.key, tls.crt, tls.key to {args.out}")
     return 0
@@ -171,8 +191,10 @@ def _certs_inspect(args: argparse.Namespace) -> int:
     problems = int(due)
     if args.cluster:
         api = KubeCertApi(api_client(args.kubeconfig, timeout_seconds=5, context=args.context), namespace="")
-        for kind, name in (("validating", config.certificates.validating_webhook),
-                           ("mutating", config.certificates.mutating_webhook)):
+        for kind, name in (
+            ("validating", config.certificates.validating_webhook),
+            ("mutating", config.certificates.mutating_webhook),
+        ):
             bundles = api.webhook_ca_bundles(kind, name)
             if bundles is None:
                 print(f"{kind} webhook configuration {name}: NOT FOUND")
@@ -189,8 +211,6 @@ def _certs_inspect(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-
-
 def _hook(args: argparse.Namespace) -> int:
     """`dra-guard hook pre-delete | test`: the Helm chart's hooks (webhook.kube.hooks)."""
     from webhook.kube import hooks
@@ -200,20 +220,26 @@ def _hook(args: argparse.Namespace) -> int:
         if not args.webhook_configuration:
             return fail("hook pre-delete needs --webhook-configuration NAME (or $WEBHOOK_CONFIGURATION)")
         client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout)
-        hooks.delete_webhook_configurations(client, args.webhook_configuration, retry_seconds=args.retry_seconds,
-                                            timeout_seconds=args.request_timeout)
+        hooks.delete_webhook_configurations(
+            client, args.webhook_configuration, retry_seconds=args.retry_seconds, timeout_seconds=args.request_timeout
+        )
         if args.delete_reports:
             hooks.delete_reports(client, timeout_seconds=args.request_timeout)
         return 0
     if args.hook_command == "test":
-        missing = [flag for flag, value in (("--slice-writer-role", args.slice_writer_role),
-                                            ("--binding-name", args.binding_name)) if not value]
+        missing = [
+            flag
+            for flag, value in (("--slice-writer-role", args.slice_writer_role), ("--binding-name", args.binding_name))
+            if not value
+        ]
         if missing:
             return fail(f"hook test needs {' and '.join(missing)} (or their environment variables)")
         client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout)
         status, text, warnings = hooks.dry_run_binding(
-            client, hooks.refused_binding(args.binding_name, args.slice_writer_role, args.test_group),
-            timeout_seconds=args.request_timeout)
+            client,
+            hooks.refused_binding(args.binding_name, args.slice_writer_role, args.test_group),
+            timeout_seconds=args.request_timeout,
+        )
         passed, why = hooks.judge_test(args.rbac_mode, args.failure_policy, status, text, warnings)
         print(("PASS: " if passed else "FAIL: ") + why, flush=True)
         return 0 if passed else 1
@@ -226,8 +252,9 @@ def _cleanup(args: argparse.Namespace) -> int:
     from webhook.kube.reports import delete_reports
 
     client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
-    done = delete_reports(client, dry_run=args.dry_run, timeout_seconds=args.request_timeout,
-                          report=lambda line: print(line, flush=True))
+    done = delete_reports(
+        client, dry_run=args.dry_run, timeout_seconds=args.request_timeout, report=lambda line: print(line, flush=True)
+    )
     print(f"{len(done)} report(s) {'would be deleted (dry run)' if args.dry_run else 'deleted'}", flush=True)
     return 0
 
@@ -239,5 +266,12 @@ def _run_audit(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "serve": _serve, "audit": _run_audit, "drain-plan": _drain_plan, "certs": _certs, "hook": _hook,
-    "config": _config, "completion": _completion, "cleanup": _cleanup}
+    "serve": _serve,
+    "audit": _run_audit,
+    "drain-plan": _drain_plan,
+    "certs": _certs,
+    "hook": _hook,
+    "config": _config,
+    "completion": _completion,
+    "cleanup": _cleanup,
+}

@@ -11,6 +11,7 @@ typed so far, then the word being completed ("" for a new word). It reads one ca
 ShellCompDirective. The candidates come from argcomplete over the same argparse parser that
 `dra-guard completion bash` uses, so the two never disagree.
 """
+
 from __future__ import annotations
 
 import io
@@ -68,13 +69,24 @@ def completions(words: list[str]) -> str:
     # an unquoted word as typed; otherwise an opened quote, which argcomplete reads as a prefix
     line += current if quoted == current else quoted[:-1]
     out = io.StringIO()
-    env = {"_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
-           # one candidate a line, "name<TAB>description" (cobra's format); the fish shell's
-           # convention makes argcomplete leave the quoting to the shell, as cobra does
-           "_ARGCOMPLETE_IFS": "\n", "_ARGCOMPLETE_DFS": "\t", "_ARGCOMPLETE_SHELL": "fish"}
+    env = {
+        "_ARGCOMPLETE": "1",
+        "COMP_LINE": line,
+        "COMP_POINT": str(len(line)),
+        # one candidate a line, "name<TAB>description" (cobra's format); the fish shell's
+        # convention makes argcomplete leave the quoting to the shell, as cobra does
+        "_ARGCOMPLETE_IFS": "\n",
+        "_ARGCOMPLETE_DFS": "\t",
+        "_ARGCOMPLETE_SHELL": "fish",
+    }
     with _environ(env):
-        argcomplete.autocomplete(build_parser(PROG), always_complete_options=False, append_space=False,
-                                 output_stream=out, exit_method=lambda code: None)
+        argcomplete.autocomplete(
+            build_parser(PROG),
+            always_complete_options=False,
+            append_space=False,
+            output_stream=out,
+            exit_method=lambda code: None,
+        )
     candidates = [c for c in out.getvalue().split("\n") if c]
     directive = NO_FILE_COMP
     if any(c.split("\t")[0].endswith(("/", "=")) for c in candidates):

@@ -3,6 +3,7 @@
 Built on webhook.cli.suggest.Parser: mistyped commands and flags get "did you mean", and each
 subcommand reports its own errors with its own usage.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -99,8 +100,9 @@ COMPLETION_EXAMPLES = textwrap.dedent("""\
       dra-guard completion fish > ~/.config/fish/completions/dra-guard.fish
     """)
 
-POLICY_LIST = "policies (config key policies.<name>):\n" + "".join(
-    f"  {p.name:<9} {p.path:<20} {p.title}\n" for p in POLICIES) + "\n"
+POLICY_LIST = (
+    "policies (config key policies.<name>):\n" + "".join(f"  {p.name:<9} {p.path:<20} {p.title}\n" for p in POLICIES) + "\n"
+)
 
 
 def positive_seconds(text: str) -> float:
@@ -120,115 +122,190 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
     parser = Parser(
         prog=prog,
         description="Admission webhook enforcing the Kubernetes good practices for Dynamic Resource "
-                    "Allocation (DRA) as a cluster admin.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "Allocation (DRA) as a cluster admin.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"dra-guard {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    serve = sub.add_parser("serve", help="run the admission webhook server (gunicorn over TLS)",
-                           description=f"Serve {', '.join(p.path for p in POLICIES)}, /healthz, "
-                                       "/readyz and /metrics over HTTPS (and /validate/noop, a no-op review for "
-                                       "benchmarks, never registered by the chart). Each gunicorn worker (server.workers) "
-                                       "holds at most server.threads + 250 connections; more wait "
-                                       "in the kernel's backlog. server.engine chooses how connections are served: "
-                                       "gthread (gunicorn's threads, the default) or asyncio (an event loop: a slow "
-                                       "client holds no thread; chunked requests get 411). With a cluster, a DRA driver pod leaving on the strength "
-                                       "of its Ready peer while claims need its driver is allowed only once this replica "
-                                       "owns a shared record, a Lease dra-guard-leaving-<digest> in certificates.namespace "
-                                       "(else $POD_NAMESPACE, else dra-guard): replicas let one pod of a surge pair go at a time.",
-                           epilog=POLICY_LIST + SERVE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve = sub.add_parser(
+        "serve",
+        help="run the admission webhook server (gunicorn over TLS)",
+        description=f"Serve {', '.join(p.path for p in POLICIES)}, /healthz, "
+        "/readyz and /metrics over HTTPS (and /validate/noop, a no-op review for "
+        "benchmarks, never registered by the chart). Each gunicorn worker (server.workers) "
+        "holds at most server.threads + 250 connections; more wait "
+        "in the kernel's backlog. server.engine chooses how connections are served: "
+        "gthread (gunicorn's threads, the default) or asyncio (an event loop: a slow "
+        "client holds no thread; chunked requests get 411). With a cluster, a DRA driver pod leaving on the strength "
+        "of its Ready peer while claims need its driver is allowed only once this replica "
+        "owns a shared record, a Lease dra-guard-leaving-<digest> in certificates.namespace "
+        "(else $POD_NAMESPACE, else dra-guard): replicas let one pod of a surge pair go at a time.",
+        epilog=POLICY_LIST + SERVE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     serve.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=None, help="HTTPS port (default: server.port from config, 8443)")
     serve.add_argument("--tls-cert-file", metavar="FILE", help="serving certificate (PEM)")
     serve.add_argument("--tls-key-file", metavar="FILE", help="serving certificate's private key (PEM)")
-    serve.add_argument("--self-signed", metavar="DIR",
-                       help="development: create (or reuse) a CA and a certificate for localhost, 127.0.0.1 and ::1 in DIR")
+    serve.add_argument(
+        "--self-signed",
+        metavar="DIR",
+        help="development: create (or reuse) a CA and a certificate for localhost, 127.0.0.1 and ::1 in DIR",
+    )
     serve.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config, else ~/.kube/config)")
-    serve.add_argument("--no-cluster", action="store_true",
-                       help="do not use the Kubernetes API: caches stay empty, policies see an empty cluster, "
-                            "no shared record is written")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                       help="the least severe JSON log lines written to stderr, gunicorn's included "
-                            "(default: %(default)s)")
+    serve.add_argument(
+        "--no-cluster",
+        action="store_true",
+        help="do not use the Kubernetes API: caches stay empty, policies see an empty cluster, no shared record is written",
+    )
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="the least severe JSON log lines written to stderr, gunicorn's included (default: %(default)s)",
+    )
 
-    audit = sub.add_parser("audit", help="run the policies over manifests and/or the live cluster",
-                           description="Report what dra-guard would refuse or patch; with --cluster also the control plane's DRA tuning "
-                                       "(kube-controller-manager QPS/Burst, served resource.k8s.io versions, old kubelets) "
-                                       "and the driver pods a drain would have to leave last. Exit 0 when clean (advisory "
-                                       "findings alone do not fail), 1 when enforce mode would refuse or patch "
-                                       "something, 2 on usage or input errors and when the Kubernetes API cannot be reached or refuses. "
-                                       "A finding a live exception of the config covers (key exceptions) is reported as skip and "
-                                       "does not fail; an expired one is reported (check exception-expired) and skips nothing.",
-                           epilog=AUDIT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    audit.add_argument("-f", "--filename", dest="paths", action="append", default=[], metavar="PATH",
-                       help="file or folder of YAML/JSON manifests, or - for standard input (repeatable; multi-document "
-                            "files and List kinds; documents without kind and unrendered Helm templates are skipped "
-                            "with a note)")
-    audit.add_argument("--cluster", action="store_true",
-                       help="include the live cluster's objects, and judge the files against them")
-    audit.add_argument("--scope", choices=["all", "files"], default="all",
-                       help="with --cluster and -f: all (default) reports everything; files reports only the findings "
-                            "about the files' objects or that the files introduce (a pull-request check)")
+    audit = sub.add_parser(
+        "audit",
+        help="run the policies over manifests and/or the live cluster",
+        description="Report what dra-guard would refuse or patch; with --cluster also the control plane's DRA tuning "
+        "(kube-controller-manager QPS/Burst, served resource.k8s.io versions, old kubelets) "
+        "and the driver pods a drain would have to leave last. Exit 0 when clean (advisory "
+        "findings alone do not fail), 1 when enforce mode would refuse or patch "
+        "something, 2 on usage or input errors and when the Kubernetes API cannot be reached or refuses. "
+        "A finding a live exception of the config covers (key exceptions) is reported as skip and "
+        "does not fail; an expired one is reported (check exception-expired) and skips nothing.",
+        epilog=AUDIT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    audit.add_argument(
+        "-f",
+        "--filename",
+        dest="paths",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="file or folder of YAML/JSON manifests, or - for standard input (repeatable; multi-document "
+        "files and List kinds; documents without kind and unrendered Helm templates are skipped "
+        "with a note)",
+    )
+    audit.add_argument(
+        "--cluster", action="store_true", help="include the live cluster's objects, and judge the files against them"
+    )
+    audit.add_argument(
+        "--scope",
+        choices=["all", "files"],
+        default="all",
+        help="with --cluster and -f: all (default) reports everything; files reports only the findings "
+        "about the files' objects or that the files introduce (a pull-request check)",
+    )
     audit.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
     audit.add_argument("--context", metavar="NAME", help="kubeconfig context for --cluster (default: the current one)")
-    audit.add_argument("--request-timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
-                       help="--cluster: seconds each API request may take (default: %(default)g)")
-    audit.add_argument("--qps", type=float, default=10.0, help="--cluster: API requests per second at most (default: %(default)s)")
+    audit.add_argument(
+        "--request-timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="--cluster: seconds each API request may take (default: %(default)g)",
+    )
+    audit.add_argument(
+        "--qps", type=float, default=10.0, help="--cluster: API requests per second at most (default: %(default)s)"
+    )
     audit.add_argument("--burst", type=int, default=20, help="--cluster: requests allowed in a burst (default: %(default)s)")
-    audit.add_argument("--config", metavar="FILE",
-                       help="the YAML config file `serve` reads (default: a DraGuardConfiguration among the manifests, "
-                            "else with --cluster the installed release's ConfigMap, else the built-in defaults; the "
-                            "one used is named on stderr)")
-    audit.add_argument("--release-namespace", metavar="NS",
-                       help="--cluster: the namespace of the dra-guard release whose configuration to use "
-                            "(default: the only one installed)")
-    audit.add_argument("--no-installed-config", action="store_true",
-                       help="--cluster: use the built-in defaults instead of the installed release's configuration")
-    audit.add_argument("-o", "--output", choices=["table", "json", "yaml", "sarif", "junit", "policyreport", "openreports"],
-                       default="table",
-                       help="table (default), json or yaml (an AuditResult: apiVersion dra-guard.io/v1alpha1, summary, findings), sarif (SARIF 2.1.0 for code-scanning "
-                            "UIs), junit (JUnit XML for CI test reports), policyreport (wgpolicyk8s.io/v1alpha2 "
-                            "ClusterPolicyReport/PolicyReports as YAML), openreports (openreports.io/v1alpha1 "
-                            "ClusterReport/Reports as YAML); in both, a result names an object (apiVersion, uid) only "
-                            "when it was read, and a message over 1024 characters is cut at a word with the whole "
-                            "text in properties.message")
-    audit.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (neither the lines in pipes nor the bar on a terminal)")
-    audit.add_argument("--suggest-values", action="store_true",
-                       help="instead of the report, print the Helm values (YAML under config:) that clear the driver "
-                            "findings: refused ResourceSlice writers to rbac.extraDriverSubjects, undeclared drivers "
-                            "to drivers.declared (the exit code stays the audit's)")
+    audit.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the YAML config file `serve` reads (default: a DraGuardConfiguration among the manifests, "
+        "else with --cluster the installed release's ConfigMap, else the built-in defaults; the "
+        "one used is named on stderr)",
+    )
+    audit.add_argument(
+        "--release-namespace",
+        metavar="NS",
+        help="--cluster: the namespace of the dra-guard release whose configuration to use (default: the only one installed)",
+    )
+    audit.add_argument(
+        "--no-installed-config",
+        action="store_true",
+        help="--cluster: use the built-in defaults instead of the installed release's configuration",
+    )
+    audit.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json", "yaml", "sarif", "junit", "policyreport", "openreports"],
+        default="table",
+        help="table (default), json or yaml (an AuditResult: apiVersion dra-guard.io/v1alpha1, summary, findings), sarif (SARIF 2.1.0 for code-scanning "
+        "UIs), junit (JUnit XML for CI test reports), policyreport (wgpolicyk8s.io/v1alpha2 "
+        "ClusterPolicyReport/PolicyReports as YAML), openreports (openreports.io/v1alpha1 "
+        "ClusterReport/Reports as YAML); in both, a result names an object (apiVersion, uid) only "
+        "when it was read, and a message over 1024 characters is cut at a word with the whole "
+        "text in properties.message",
+    )
+    audit.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress on stderr (neither the lines in pipes nor the bar on a terminal)"
+    )
+    audit.add_argument(
+        "--suggest-values",
+        action="store_true",
+        help="instead of the report, print the Helm values (YAML under config:) that clear the driver "
+        "findings: refused ResourceSlice writers to rbac.extraDriverSubjects, undeclared drivers "
+        "to drivers.declared (the exit code stays the audit's)",
+    )
 
-    drain = sub.add_parser("drain-plan", help="what a drain of NODE must wait for (DRA drivers last)",
-                           description="List NODE's DRA driver pods and, for each, its drivers (and how each name "
-                                       "was learned: the DaemonSet's spec, label, a selector, or the node's "
-                                       "ResourceSlices when the spec names none), the ResourceClaims still "
-                                       "allocated to them there and the pods holding them: the order a drain "
-                                       "must take (the source page: drain the DRA driver as late as possible). "
-                                       "A driver pod with another Ready pod of its DaemonSet on the node "
-                                       "(surge rollout) can go. Exit 0 when every driver pod can be evicted now, 1 "
-                                       "when some must wait, 2 on errors (a node that does not exist, an API that cannot be reached or "
-                                       "refuses: one line naming the server and the cause).",
-                           epilog=DRAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    drain = sub.add_parser(
+        "drain-plan",
+        help="what a drain of NODE must wait for (DRA drivers last)",
+        description="List NODE's DRA driver pods and, for each, its drivers (and how each name "
+        "was learned: the DaemonSet's spec, label, a selector, or the node's "
+        "ResourceSlices when the spec names none), the ResourceClaims still "
+        "allocated to them there and the pods holding them: the order a drain "
+        "must take (the source page: drain the DRA driver as late as possible). "
+        "A driver pod with another Ready pod of its DaemonSet on the node "
+        "(surge rollout) can go. Exit 0 when every driver pod can be evicted now, 1 "
+        "when some must wait, 2 on errors (a node that does not exist, an API that cannot be reached or "
+        "refuses: one line naming the server and the cause).",
+        epilog=DRAIN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     drain.add_argument("node", metavar="NODE", help="the node's name, as in `kubectl get nodes`")
     drain.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
     drain.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
     drain.add_argument("--config", metavar="FILE", help="the YAML config file `serve` reads (driver detection)")
-    drain.add_argument("--request-timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
-                       help="seconds each API request may take (default: %(default)g)")
-    drain.add_argument("-o", "--output", choices=["text", "json"], default="text",
-                       help="text (default; wrapped to the width of a terminal) or json")
+    drain.add_argument(
+        "--request-timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds each API request may take (default: %(default)g)",
+    )
+    drain.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="text (default; wrapped to the width of a terminal) or json",
+    )
 
-    certs_p = sub.add_parser("certs", help="certificate helpers",
-                             description="Write a CA and a serving certificate (generate), or check one (inspect).",
-                             epilog=CERTS_GENERATE_EXAMPLES + CERTS_INSPECT_EXAMPLES.replace("examples:\n", ""),
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    certs_p = sub.add_parser(
+        "certs",
+        help="certificate helpers",
+        description="Write a CA and a serving certificate (generate), or check one (inspect).",
+        epilog=CERTS_GENERATE_EXAMPLES + CERTS_INSPECT_EXAMPLES.replace("examples:\n", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     certs_sub = certs_p.add_subparsers(dest="certs_command", metavar="ACTION")
-    gen = certs_sub.add_parser("generate", help="write a CA and a serving certificate for a Service",
-                               description="Write ca.crt, ca.key, tls.crt and tls.key to --out: a new CA and a serving "
-                                           "certificate for the Service's DNS names (SERVICE, SERVICE.NAMESPACE, "
-                                           "SERVICE.NAMESPACE.svc, SERVICE.NAMESPACE.svc.cluster.local), plus --dns/--ip.",
-                               epilog=CERTS_GENERATE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gen = certs_sub.add_parser(
+        "generate",
+        help="write a CA and a serving certificate for a Service",
+        description="Write ca.crt, ca.key, tls.crt and tls.key to --out: a new CA and a serving "
+        "certificate for the Service's DNS names (SERVICE, SERVICE.NAMESPACE, "
+        "SERVICE.NAMESPACE.svc, SERVICE.NAMESPACE.svc.cluster.local), plus --dns/--ip.",
+        epilog=CERTS_GENERATE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     gen.add_argument("--service", required=True, help="the webhook Service name")
     gen.add_argument("--namespace", required=True, help="the Service's namespace")
     gen.add_argument("--out", required=True, metavar="DIR", help="folder for ca.crt, ca.key, tls.crt, tls.key")
@@ -236,13 +313,16 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
     gen.add_argument("--ip", action="append", default=[], metavar="IP", help="extra IP SAN (repeatable)")
     gen.add_argument("--force", action="store_true", help="replace a CA already in --out (breaks caBundles that trust it)")
     insp = certs_sub.add_parser(
-        "inspect", help="show a serving certificate's names and expiry, and whether the cluster's caBundles trust it",
+        "inspect",
+        help="show a serving certificate's names and expiry, and whether the cluster's caBundles trust it",
         description="Print subject, SANs, validity and issuer of a serving certificate (--cert-file, or the one "
-                    "dra-guard serves at --url), and with --cluster whether every webhook of dra-guard's "
-                    "Validating/MutatingWebhookConfiguration (names from --config) has a caBundle that verifies it. "
-                    "Exit 0 when all is well, 1 when a caBundle does not match or the certificate is due for renewal, "
-                    "2 on errors.",
-        epilog=CERTS_INSPECT_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "dra-guard serves at --url), and with --cluster whether every webhook of dra-guard's "
+        "Validating/MutatingWebhookConfiguration (names from --config) has a caBundle that verifies it. "
+        "Exit 0 when all is well, 1 when a caBundle does not match or the certificate is due for renewal, "
+        "2 on errors.",
+        epilog=CERTS_INSPECT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     insp.add_argument("--cert-file", metavar="FILE", help="PEM serving certificate")
     insp.add_argument("--url", metavar="HOST:PORT", help="fetch the certificate a running server presents instead")
     insp.add_argument("--config", metavar="FILE", help="the config file (webhook configuration names, renewal share)")
@@ -250,89 +330,150 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
     insp.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
     insp.add_argument("--context", metavar="NAME", help="kubeconfig context for --cluster")
 
-    hook = sub.add_parser("hook", help="the Helm chart's hooks (pre-delete, helm test), run in dra-guard's image",
-                          description="What the chart's hook pods run. Each flag defaults to the environment "
-                                      "variable named in its help, which the chart sets.",
-                          epilog=HOOK_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    hook = sub.add_parser(
+        "hook",
+        help="the Helm chart's hooks (pre-delete, helm test), run in dra-guard's image",
+        description="What the chart's hook pods run. Each flag defaults to the environment "
+        "variable named in its help, which the chart sets.",
+        epilog=HOOK_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     hook_sub = hook.add_subparsers(dest="hook_command", metavar="ACTION")
     pre = hook_sub.add_parser(
-        "pre-delete", help="delete dra-guard's webhook configurations before the rest of the release goes, then its reports",
+        "pre-delete",
+        help="delete dra-guard's webhook configurations before the rest of the release goes, then its reports",
         description="Delete the ValidatingWebhookConfiguration and MutatingWebhookConfiguration NAME (already "
-                    "absent counts as done), so an uninstall never leaves a fail-closed webhook pointing at "
-                    "nothing. Exit 0 when both are gone; 2 with one line naming the server and the cause "
-                    "when the caller may not delete them (401/403) or other API and network errors last past "
-                    "--retry-seconds. With --delete-reports, then dra-guard's reports (as `dra-guard cleanup`); a "
-                    "failure there is printed and leaves the exit code alone.")
-    pre.add_argument("--webhook-configuration", metavar="NAME", default=os.environ.get("WEBHOOK_CONFIGURATION", ""),
-                     help="name of both configurations ($WEBHOOK_CONFIGURATION)")
+        "absent counts as done), so an uninstall never leaves a fail-closed webhook pointing at "
+        "nothing. Exit 0 when both are gone; 2 with one line naming the server and the cause "
+        "when the caller may not delete them (401/403) or other API and network errors last past "
+        "--retry-seconds. With --delete-reports, then dra-guard's reports (as `dra-guard cleanup`); a "
+        "failure there is printed and leaves the exit code alone.",
+    )
+    pre.add_argument(
+        "--webhook-configuration",
+        metavar="NAME",
+        default=os.environ.get("WEBHOOK_CONFIGURATION", ""),
+        help="name of both configurations ($WEBHOOK_CONFIGURATION)",
+    )
     pre.add_argument("--retry-seconds", type=float, default=60.0, help="retry transient errors this long (default: 60)")
-    pre.add_argument("--delete-reports", action="store_true", default=os.environ.get("DELETE_REPORTS", "") == "true",
-                     help="then delete dra-guard's reports, as `dra-guard cleanup` ($DELETE_REPORTS=true); a failure "
-                          "there is printed and does not change the exit code")
-    pre.add_argument("--request-timeout", type=positive_seconds, default=10.0, metavar="SECONDS",
-                     help="seconds each API request may take (default: 10)")
+    pre.add_argument(
+        "--delete-reports",
+        action="store_true",
+        default=os.environ.get("DELETE_REPORTS", "") == "true",
+        help="then delete dra-guard's reports, as `dra-guard cleanup` ($DELETE_REPORTS=true); a failure "
+        "there is printed and does not change the exit code",
+    )
+    pre.add_argument(
+        "--request-timeout",
+        type=positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds each API request may take (default: 10)",
+    )
     pre.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config)")
     test = hook_sub.add_parser(
-        "test", help="helm test: a dry-run ClusterRoleBinding the RBAC guard must refuse (enforce) or warn about",
+        "test",
+        help="helm test: a dry-run ClusterRoleBinding the RBAC guard must refuse (enforce) or warn about",
         description="Create, as a server-side dry run (nothing is stored), a ClusterRoleBinding that gives a "
-                    "made-up group a ClusterRole with write on resourceslices. enforce: passes only if "
-                    "rbac.dra-guard.io denied it; warn: only if it was allowed with a dra-guard warning; audit: if "
-                    "the apiserver got an answer. 'failed calling webhook' always fails. Exit 0 passed, 1 failed, 2 when "
-                    "the apiserver cannot be reached or refuses the hook itself (one line naming the server and "
-                    "the cause: the test then says nothing about dra-guard).")
-    test.add_argument("--rbac-mode", choices=["enforce", "warn", "audit"], default=os.environ.get("RBAC_MODE", "enforce"),
-                      help="the rbac policy's mode ($RBAC_MODE, default enforce)")
-    test.add_argument("--failure-policy", default=os.environ.get("FAILURE_POLICY", "Fail"),
-                      help="the RBAC webhook's failurePolicy ($FAILURE_POLICY, default Fail)")
-    test.add_argument("--slice-writer-role", default=os.environ.get("SLICE_WRITER_ROLE", ""),
-                      help="a ClusterRole with write on resourceslices ($SLICE_WRITER_ROLE)")
-    test.add_argument("--test-group", default=os.environ.get("TEST_GROUP", "dra-guard-helm-test:made-up-group"),
-                      help="the made-up group to bind ($TEST_GROUP)")
-    test.add_argument("--binding-name", default=os.environ.get("BINDING_NAME", ""),
-                      help="name of the dry-run ClusterRoleBinding ($BINDING_NAME)")
-    test.add_argument("--request-timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
-                      help="seconds the dry run may take (default: 30)")
+        "made-up group a ClusterRole with write on resourceslices. enforce: passes only if "
+        "rbac.dra-guard.io denied it; warn: only if it was allowed with a dra-guard warning; audit: if "
+        "the apiserver got an answer. 'failed calling webhook' always fails. Exit 0 passed, 1 failed, 2 when "
+        "the apiserver cannot be reached or refuses the hook itself (one line naming the server and "
+        "the cause: the test then says nothing about dra-guard).",
+    )
+    test.add_argument(
+        "--rbac-mode",
+        choices=["enforce", "warn", "audit"],
+        default=os.environ.get("RBAC_MODE", "enforce"),
+        help="the rbac policy's mode ($RBAC_MODE, default enforce)",
+    )
+    test.add_argument(
+        "--failure-policy",
+        default=os.environ.get("FAILURE_POLICY", "Fail"),
+        help="the RBAC webhook's failurePolicy ($FAILURE_POLICY, default Fail)",
+    )
+    test.add_argument(
+        "--slice-writer-role",
+        default=os.environ.get("SLICE_WRITER_ROLE", ""),
+        help="a ClusterRole with write on resourceslices ($SLICE_WRITER_ROLE)",
+    )
+    test.add_argument(
+        "--test-group",
+        default=os.environ.get("TEST_GROUP", "dra-guard-helm-test:made-up-group"),
+        help="the made-up group to bind ($TEST_GROUP)",
+    )
+    test.add_argument(
+        "--binding-name",
+        default=os.environ.get("BINDING_NAME", ""),
+        help="name of the dry-run ClusterRoleBinding ($BINDING_NAME)",
+    )
+    test.add_argument(
+        "--request-timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds the dry run may take (default: 30)",
+    )
     test.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config)")
 
-    cfg = sub.add_parser("config", help="check a config file, or print its JSON schema",
-                         description="`config validate FILE` checks a dra-guard config file as `serve` would load it "
-                                     "(exit 0 valid, 2 with the offending key named); `config schema` prints the "
-                                     "file's JSON schema (generated from the declared keys).",
-                         epilog=CONFIG_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cfg = sub.add_parser(
+        "config",
+        help="check a config file, or print its JSON schema",
+        description="`config validate FILE` checks a dra-guard config file as `serve` would load it "
+        "(exit 0 valid, 2 with the offending key named); `config schema` prints the "
+        "file's JSON schema (generated from the declared keys).",
+        epilog=CONFIG_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     cfg_sub = cfg.add_subparsers(dest="config_command", metavar="ACTION")
-    validate = cfg_sub.add_parser("validate", help="check a config file (exit 0 valid, 2 invalid)",
-                                  description="Check FILE as `serve` would load it. Every error is reported at once, "
-                                              "one line each, naming the file and the key (an unknown key with the "
-                                              "closest known one); exit 0 valid, 2 invalid.",
-                                  epilog=CONFIG_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    validate = cfg_sub.add_parser(
+        "validate",
+        help="check a config file (exit 0 valid, 2 invalid)",
+        description="Check FILE as `serve` would load it. Every error is reported at once, "
+        "one line each, naming the file and the key (an unknown key with the "
+        "closest known one); exit 0 valid, 2 invalid.",
+        epilog=CONFIG_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     validate.add_argument("file", metavar="FILE", help="the YAML config file")
-    schema = cfg_sub.add_parser("schema", help="print the config file's JSON schema",
-                                description="Print the config file's JSON schema (draft-07), generated from the "
-                                            "declared keys.",
-                                epilog=CONFIG_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    schema = cfg_sub.add_parser(
+        "schema",
+        help="print the config file's JSON schema",
+        description="Print the config file's JSON schema (draft-07), generated from the declared keys.",
+        epilog=CONFIG_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     schema.add_argument("--chart", action="store_true", help="the subtree of the chart's values.schema.json (config:)")
 
     clean = sub.add_parser(
-        "cleanup", help="delete the reports dra-guard wrote (PolicyReports, openreports.io Reports)",
+        "cleanup",
+        help="delete the reports dra-guard wrote (PolicyReports, openreports.io Reports)",
         description="Delete every report dra-guard wrote (label app.kubernetes.io/managed-by=dra-guard): "
-                    "wgpolicyk8s.io ClusterPolicyReports and PolicyReports and openreports.io ClusterReports and "
-                    "Reports, of each report API the cluster serves; one line per report, then a count. The "
-                    "chart's reports name its ClusterRole as their owner and the garbage collector deletes them "
-                    "on `helm uninstall`; run this for those without an owner (written outside the chart, or "
-                    "left by `helm uninstall --cascade orphan`). The chart's pre-delete hook runs the same code "
-                    "when preDelete.enabled. Exit 0 done (nothing to delete included), 2 when the API cannot be "
-                    "reached or refuses (one line naming the server and the cause).")
+        "wgpolicyk8s.io ClusterPolicyReports and PolicyReports and openreports.io ClusterReports and "
+        "Reports, of each report API the cluster serves; one line per report, then a count. The "
+        "chart's reports name its ClusterRole as their owner and the garbage collector deletes them "
+        "on `helm uninstall`; run this for those without an owner (written outside the chart, or "
+        "left by `helm uninstall --cascade orphan`). The chart's pre-delete hook runs the same code "
+        "when preDelete.enabled. Exit 0 done (nothing to delete included), 2 when the API cannot be "
+        "reached or refuses (one line naming the server and the cause).",
+    )
     clean.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
     clean.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
     clean.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
-    clean.add_argument("--request-timeout", type=positive_seconds, default=30.0, metavar="SECONDS",
-                       help="seconds each API request may take (default: %(default)g)")
+    clean.add_argument(
+        "--request-timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds each API request may take (default: %(default)g)",
+    )
 
-    comp = sub.add_parser("completion", help="print shell completion code (bash, zsh, fish)",
-                          description="Print the code that makes your shell complete dra-guard's commands and "
-                                      "flags.",
-                          epilog=COMPLETION_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    comp = sub.add_parser(
+        "completion",
+        help="print shell completion code (bash, zsh, fish)",
+        description="Print the code that makes your shell complete dra-guard's commands and flags.",
+        epilog=COMPLETION_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     comp.add_argument("shell", choices=["bash", "zsh", "fish"], help="your shell")
     return parser
-
-

@@ -4,6 +4,7 @@ A mistyped command or flag gets "did you mean" (difflib's closest match), and a 
 unknown flag is reported by that subcommand's parser, with its usage, instead of by the
 top-level one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ from typing import Any
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """"; did you mean 'X'?" for the closest of `choices` to `word` (difflib, ratio >= 0.6), else ""."""
+    """ "; did you mean 'X'?" for the closest of `choices` to `word` (difflib, ratio >= 0.6), else ""."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 

@@ -4,6 +4,7 @@ Both depend on the stream being a TTY (``isatty()``); in pipes and files the out
 what the renderers return (scripts and CI logs parse it), and there is no progress display.
 No colour is used anywhere, so there is nothing for NO_COLOR or a --no-color flag to turn off.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,16 @@ def wrap(text: str, width: int) -> str:
             out.append(line)
             continue
         indent = line[: len(line) - len(body)]
-        out.append(textwrap.fill(body, width=width, initial_indent=indent, subsequent_indent=indent + "  ",
-                                 break_long_words=False, break_on_hyphens=False))
+        out.append(
+            textwrap.fill(
+                body,
+                width=width,
+                initial_indent=indent,
+                subsequent_indent=indent + "  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
     return "\n".join(out)
 
 
@@ -86,8 +95,15 @@ class Progress:
 
         # color_system=None: no colour (nothing for NO_COLOR to turn off)
         console = Console(file=stream, color_system=None, highlight=False)
-        self._progress = RichProgress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                      console=console, transient=True, redirect_stdout=False, redirect_stderr=True)
+        self._progress = RichProgress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=True,
+        )
         self._task = self._progress.add_task(f"dra-guard audit: {description}", total=None)
         self._delay = delay
         self._lock = threading.Lock()
@@ -112,8 +128,7 @@ class Progress:
             self._timer.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._timer.cancel()
         with self._lock:
             self._closed = True

@@ -139,6 +139,7 @@ Example (all defaults shown)::
                                   #   subjects: {groups: [gpu-ops]}, resources: [resourceslices], reason: ...,
                                   #   owner: team-gpu, expires: "2026-12-31T00:00:00Z"}] (docs/policies/exceptions.md)
 """
+
 from __future__ import annotations
 
 from webhook.config.declare import ConfigError
@@ -173,10 +174,35 @@ from webhook.config.types import (
 )
 
 __all__ = [
-    "CONFIG_API_VERSION", "CONFIG_KIND", "DEFAULT_FAILURE_MODES", "ESCALATION_CHECKS", "EXCEPTABLE", "FAILURE_MODES",
-    "KUBE_SYSTEM_CONTROLLERS", "MODES",
-    "NEVER_PRIVILEGED_GROUPS", "NEVER_PRIVILEGED_GROUP_PREFIXES", "NEVER_PRIVILEGED_USERS", "POLICY_NAMES",
-    "AuditConfig", "CertificatesConfig", "ClusterConfig", "Config", "ConfigError", "DeclaredDriver", "DetectionConfig",
-    "DriverSelector", "EvictionConfig", "FailureMode", "Mode", "PolicyConfig", "PolicyException", "ProbeConfig",
-    "RbacConfig", "ServerConfig", "SubjectSet", "from_mapping", "load_config",
+    "CONFIG_API_VERSION",
+    "CONFIG_KIND",
+    "DEFAULT_FAILURE_MODES",
+    "ESCALATION_CHECKS",
+    "EXCEPTABLE",
+    "FAILURE_MODES",
+    "KUBE_SYSTEM_CONTROLLERS",
+    "MODES",
+    "NEVER_PRIVILEGED_GROUPS",
+    "NEVER_PRIVILEGED_GROUP_PREFIXES",
+    "NEVER_PRIVILEGED_USERS",
+    "POLICY_NAMES",
+    "AuditConfig",
+    "CertificatesConfig",
+    "ClusterConfig",
+    "Config",
+    "ConfigError",
+    "DeclaredDriver",
+    "DetectionConfig",
+    "DriverSelector",
+    "EvictionConfig",
+    "FailureMode",
+    "Mode",
+    "PolicyConfig",
+    "PolicyException",
+    "ProbeConfig",
+    "RbacConfig",
+    "ServerConfig",
+    "SubjectSet",
+    "from_mapping",
+    "load_config",
 ]

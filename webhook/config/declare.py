@@ -7,6 +7,7 @@ frozenset[str] / tuple[str, ...] lists, Mapping[str, str], datetime (an RFC 3339
 nested dataclass section, a tuple of dataclass sections, a Mapping of named sections). webhook.config.load reads a file by walking these
 declarations and webhook.config.schema writes the JSON schema from the same ones.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,8 +20,9 @@ from typing import Any, Final, Literal
 #: the dataclasses.field metadata entry that holds a field's Key
 METADATA: Final = "dra_guard_key"
 
-Kind = Literal["bool", "int", "number", "str", "choice", "strings", "sorted_strings", "section", "sections",
-               "string_map", "family", "time"]
+Kind = Literal[
+    "bool", "int", "number", "str", "choice", "strings", "sorted_strings", "section", "sections", "string_map", "family", "time"
+]
 
 
 class ConfigError(ValueError):
@@ -69,15 +71,46 @@ class Key:
     chart: bool = True
 
 
-def key(name: str, *, help: str, lo: int | float | None = None, hi: int | float | None = None,
-        lo_exclusive: bool = False, choices: tuple[str, ...] = (), min_length: int = 0, required: bool = False,
-        pattern: str = "", pattern_help: str = "", ip: bool = False, below: str = "",
-        names: tuple[str, ...] = (), inherit: str = "", per_name: Mapping[str, str] | None = None,
-        chart: bool = True) -> dict[str, Key]:
+def key(
+    name: str,
+    *,
+    help: str,
+    lo: int | float | None = None,
+    hi: int | float | None = None,
+    lo_exclusive: bool = False,
+    choices: tuple[str, ...] = (),
+    min_length: int = 0,
+    required: bool = False,
+    pattern: str = "",
+    pattern_help: str = "",
+    ip: bool = False,
+    below: str = "",
+    names: tuple[str, ...] = (),
+    inherit: str = "",
+    per_name: Mapping[str, str] | None = None,
+    chart: bool = True,
+) -> dict[str, Key]:
     """The ``metadata`` of a dataclasses.field declaring config key `name` (see Key for the arguments)."""
-    return {METADATA: Key(name=name, help=help, lo=lo, hi=hi, lo_exclusive=lo_exclusive, choices=choices,
-                          min_length=min_length, required=required, pattern=pattern, pattern_help=pattern_help,
-                          ip=ip, below=below, names=names, inherit=inherit, per_name=per_name, chart=chart)}
+    return {
+        METADATA: Key(
+            name=name,
+            help=help,
+            lo=lo,
+            hi=hi,
+            lo_exclusive=lo_exclusive,
+            choices=choices,
+            min_length=min_length,
+            required=required,
+            pattern=pattern,
+            pattern_help=pattern_help,
+            ip=ip,
+            below=below,
+            names=names,
+            inherit=inherit,
+            per_name=per_name,
+            chart=chart,
+        )
+    }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ What may be excepted (EXCEPTABLE) and why nothing else:
   take the driver off a node whose claims still need it, the failure the guard exists for.
 Names are exact: a pattern would also cover objects created later by whoever may name them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,30 +43,55 @@ class PolicyException:
     that roleRef, those subjects, those resources) are not enforced until `expires` (aware UTC
     datetime); audits report them as skip, and as findings (exception-expired) once it expired."""
 
-    policy: str = dataclasses.field(metadata=key(
-        "policy", required=True, choices=("rbac", "probes", "eviction"),
-        help="the policy whose findings are excepted: rbac or probes (eviction is refused: never excepted)"))
-    kind: str = dataclasses.field(metadata=key(
-        "kind", required=True, choices=("ClusterRoleBinding", "RoleBinding", "DaemonSet"),
-        help="the object's kind: ClusterRoleBinding or RoleBinding (rbac), DaemonSet (probes)"))
-    name: str = dataclasses.field(metadata=key(
-        "name", required=True, min_length=1, help="the object's exact name (no patterns)"))
-    reason: str = dataclasses.field(metadata=key(
-        "reason", required=True, min_length=1, help="why it is excepted (shown in warnings and reports)"))
-    owner: str = dataclasses.field(metadata=key(
-        "owner", required=True, min_length=1, help="who answers for it (a person or team)"))
-    expires: datetime.datetime = dataclasses.field(metadata=key(
-        "expires", required=True,
-        help=f"when it stops applying: an RFC 3339 date-time with a time zone, at most {MAX_DAYS} days ahead"))
-    namespace: str = dataclasses.field(default="", metadata=key(
-        "namespace", help="the object's namespace (RoleBinding, DaemonSet; none for a ClusterRoleBinding)"))
-    role_ref: str = dataclasses.field(default="", metadata=key(
-        "roleRef", help="rbac: the name of the role the binding refers to (required)"))
-    subjects: SubjectSet = dataclasses.field(default=SubjectSet(), metadata=key(
-        "subjects", help="rbac: the exact subjects the binding may give them to (required; no wildcards)"))
-    resources: frozenset[str] = dataclasses.field(default=frozenset(), metadata=key(
-        "resources", help="rbac: the DRA resources and escalation powers it may grant, as findings name them "
-                          "(e.g. resourceslices; required)"))
+    policy: str = dataclasses.field(
+        metadata=key(
+            "policy",
+            required=True,
+            choices=("rbac", "probes", "eviction"),
+            help="the policy whose findings are excepted: rbac or probes (eviction is refused: never excepted)",
+        )
+    )
+    kind: str = dataclasses.field(
+        metadata=key(
+            "kind",
+            required=True,
+            choices=("ClusterRoleBinding", "RoleBinding", "DaemonSet"),
+            help="the object's kind: ClusterRoleBinding or RoleBinding (rbac), DaemonSet (probes)",
+        )
+    )
+    name: str = dataclasses.field(metadata=key("name", required=True, min_length=1, help="the object's exact name (no patterns)"))
+    reason: str = dataclasses.field(
+        metadata=key("reason", required=True, min_length=1, help="why it is excepted (shown in warnings and reports)")
+    )
+    owner: str = dataclasses.field(
+        metadata=key("owner", required=True, min_length=1, help="who answers for it (a person or team)")
+    )
+    expires: datetime.datetime = dataclasses.field(
+        metadata=key(
+            "expires",
+            required=True,
+            help=f"when it stops applying: an RFC 3339 date-time with a time zone, at most {MAX_DAYS} days ahead",
+        )
+    )
+    namespace: str = dataclasses.field(
+        default="",
+        metadata=key("namespace", help="the object's namespace (RoleBinding, DaemonSet; none for a ClusterRoleBinding)"),
+    )
+    role_ref: str = dataclasses.field(
+        default="", metadata=key("roleRef", help="rbac: the name of the role the binding refers to (required)")
+    )
+    subjects: SubjectSet = dataclasses.field(
+        default=SubjectSet(),
+        metadata=key("subjects", help="rbac: the exact subjects the binding may give them to (required; no wildcards)"),
+    )
+    resources: frozenset[str] = dataclasses.field(
+        default=frozenset(),
+        metadata=key(
+            "resources",
+            help="rbac: the DRA resources and escalation powers it may grant, as findings name them "
+            "(e.g. resourceslices; required)",
+        ),
+    )
 
     @property
     def ref(self) -> str:

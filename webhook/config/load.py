@@ -6,6 +6,7 @@ a key in error is read as its default and the walk goes on, so one ConfigError c
 of the document (ConfigError.problems, in the order of the file's keys), as `config validate` and
 start-up report them.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -161,15 +162,22 @@ def _read_value(entry: Entry, r: _Reader, name: str, default: Any, read: Mapping
     if entry.kind == "section":
         return cls(**_read_section(cls, r.sub(name), instance_values(default), notes))
     if entry.kind == "sections":
-        return tuple(cls(**_read_section(cls, _Reader(raw, f"{path}[{i}]", r.errors), class_defaults(cls), notes))
-                     for i, raw in enumerate(r.take(name, list, list(default))))
+        return tuple(
+            cls(**_read_section(cls, _Reader(raw, f"{path}[{i}]", r.errors), class_defaults(cls), notes))
+            for i, raw in enumerate(r.take(name, list, list(default)))
+        )
     family = r.sub(name)
     members = {}
     for member in declared.names:
         # a member's default: the enclosing section's value (inherit), the per-name one, else the field's own
-        member_defaults = {**class_defaults(cls),
-                           **{e.attr: read[e.key.inherit] if e.key.inherit else (e.key.per_name or {})[member]
-                              for e in entries(cls) if e.key.inherit or e.key.per_name is not None}}
+        member_defaults = {
+            **class_defaults(cls),
+            **{
+                e.attr: read[e.key.inherit] if e.key.inherit else (e.key.per_name or {})[member]
+                for e in entries(cls)
+                if e.key.inherit or e.key.per_name is not None
+            },
+        }
         members[member] = cls(**_read_section(cls, family.sub(member), member_defaults, notes))
     family.done()
     return members
@@ -200,9 +208,11 @@ def _exception(values: dict[str, Any], reader: _Reader, notes: list[str]) -> Non
     """The cross-checks of one exceptions[] entry (webhook.config.exceptions says why each)."""
     policy, kind = values["policy"], values["kind"]
     if policy not in EXCEPTABLE:
-        raise ConfigError(f"{reader.key('policy')}: the {policy} policy is never excepted (an exception would let "
-                          f"anyone allowed to evict pods drain a DRA driver its claims still need); one of "
-                          f"{', '.join(EXCEPTABLE)}")
+        raise ConfigError(
+            f"{reader.key('policy')}: the {policy} policy is never excepted (an exception would let "
+            f"anyone allowed to evict pods drain a DRA driver its claims still need); one of "
+            f"{', '.join(EXCEPTABLE)}"
+        )
     kinds = EXCEPTABLE[policy][0]
     if kind not in kinds:
         raise ConfigError(f"{reader.key('kind')}: a {policy} exception names a {' or '.join(kinds)}; got {kind}")
@@ -216,12 +226,17 @@ def _exception(values: dict[str, Any], reader: _Reader, notes: list[str]) -> Non
     if kind == "DaemonSet" and not re.search(DNS_SUBDOMAIN, values["name"]):
         raise ConfigError(f"{reader.key('name')}: {values['name']!r} must be a DaemonSet name (DNS subdomain)")
     subjects: SubjectSet = values["subjects"]
-    pins = {"roleRef": values["role_ref"], "subjects": subjects.users | subjects.groups | subjects.service_accounts,
-            "resources": values["resources"]}
+    pins = {
+        "roleRef": values["role_ref"],
+        "subjects": subjects.users | subjects.groups | subjects.service_accounts,
+        "resources": values["resources"],
+    }
     for pin, value in pins.items():
         if policy == "rbac" and not value:
-            raise ConfigError(f"{reader.key(pin)}: required for an rbac exception: it says exactly what the "
-                              f"binding may grant, so whoever may write the binding cannot widen it")
+            raise ConfigError(
+                f"{reader.key(pin)}: required for an rbac exception: it says exactly what the "
+                f"binding may grant, so whoever may write the binding cannot widen it"
+            )
         if policy != "rbac" and value:
             raise ConfigError(f"{reader.key(pin)}: only rbac exceptions take {pin}; drop it")
     wild = sorted(e for e in subjects.service_accounts if e.endswith(":*"))
@@ -232,14 +247,19 @@ def _exception(values: dict[str, Any], reader: _Reader, notes: list[str]) -> Non
         raise ConfigError(f"{never[0]}: an exception cannot give it anything")
     horizon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=MAX_DAYS)
     if values["expires"] > horizon:
-        raise ConfigError(f"{reader.key('expires')}: {values['expires'].isoformat()} is more than {MAX_DAYS} days "
-                          f"ahead; exceptions are reviewed at least once a year")
+        raise ConfigError(
+            f"{reader.key('expires')}: {values['expires'].isoformat()} is more than {MAX_DAYS} days "
+            f"ahead; exceptions are reviewed at least once a year"
+        )
 
 
 #: per section class, what runs after its keys are read and before unknown keys are reported:
 #: (values by attribute, which it may rewrite, the section's reader, the "ignored" notes to append to)
 _AFTER: dict[type, Callable[[dict[str, Any], _Reader, list[str]], None]] = {
-    SubjectSet: _subjects, RbacConfig: _extra_subjects, PolicyException: _exception}
+    SubjectSet: _subjects,
+    RbacConfig: _extra_subjects,
+    PolicyException: _exception,
+}
 
 
 def _read_section(cls: type[Any], reader: _Reader, defaults: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -250,8 +270,10 @@ def _read_section(cls: type[Any], reader: _Reader, defaults: Mapping[str, Any], 
     values: dict[str, Any] = {}
     read: dict[str, Any] = {}
     errors_before = len(reader.errors)
-    groups = {group: reader.sub(group) for group in dict.fromkeys(
-        e.key.name.split(".", 1)[0] for e in entries(cls) if "." in e.key.name)}
+    groups = {
+        group: reader.sub(group)
+        for group in dict.fromkeys(e.key.name.split(".", 1)[0] for e in entries(cls) if "." in e.key.name)
+    }
     for entry in entries(cls):
         r, name = reader, entry.key.name
         if "." in name:
@@ -300,14 +322,18 @@ def from_mapping(data: Any) -> Config:
     for i, declared in enumerate(config.detection.declared):
         if own and declared.namespace == own:
             # its namespace is never sent to dra-guard: nothing dra-guard needs to start may wait on itself
-            errors.append(f"drivers.declared[{i}].namespace: {own} is dra-guard's own namespace, which is never "
-                          f"sent to dra-guard; install the driver in a namespace of its own")
+            errors.append(
+                f"drivers.declared[{i}].namespace: {own} is dra-guard's own namespace, which is never "
+                f"sent to dra-guard; install the driver in a namespace of its own"
+            )
     seen: dict[tuple[str, str, str, str], int] = {}
     for i, exception in enumerate(config.exceptions):
         where = (exception.policy, exception.kind, exception.namespace, exception.name)
         if where in seen:
-            errors.append(f"exceptions[{i}]: {exception.ref} is already excepted by exceptions[{seen[where]}]; "
-                          f"keep one entry per object and policy")
+            errors.append(
+                f"exceptions[{i}]: {exception.ref} is already excepted by exceptions[{seen[where]}]; "
+                f"keep one entry per object and policy"
+            )
         seen[where] = i
     if errors:
         raise ConfigError(*errors)

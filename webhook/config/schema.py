@@ -5,6 +5,7 @@ subtree the Helm chart's values.schema.json holds under ``properties.config`` (w
 the chart sets itself: apiVersion, kind, certificates); ``--write [FILE]`` rewrites that subtree of
 charts/dra-guard/values.schema.json (or FILE) in place, the rest of the file unchanged.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,9 +82,11 @@ def _value(entry: Entry, *, chart: bool, member: str = "") -> dict[str, Any]:
         elif kind == "sections":
             node = {"type": "array", "items": section(entry.section, chart=chart)}
         else:
-            node = {"type": "object",
-                    "properties": {name: section(entry.section, chart=chart, member=name) for name in declared.names},
-                    "additionalProperties": False}
+            node = {
+                "type": "object",
+                "properties": {name: section(entry.section, chart=chart, member=name) for name in declared.names},
+                "additionalProperties": False,
+            }
     text = declared.help
     if member and declared.per_name is not None:
         text = f"{text} (default {declared.per_name[member]})"
@@ -101,8 +104,9 @@ def section(cls: type[Any], *, chart: bool = False, member: str = "", descriptio
         group, _, name = entry.key.name.rpartition(".")
         target = properties
         if group:
-            nested = properties.setdefault(group, {"type": "object", "properties": {}, "additionalProperties": False,
-                                                   "description": group_help(cls, group)})
+            nested = properties.setdefault(
+                group, {"type": "object", "properties": {}, "additionalProperties": False, "description": group_help(cls, group)}
+            )
             target = nested["properties"]
         target[name] = _value(entry, chart=chart, member=member)
     node: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
@@ -140,8 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line: print the schema (or the chart's subtree), or --write it into the chart."""
     parser = argparse.ArgumentParser(prog="python -m webhook.config.schema", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--chart", action="store_true", help="print the chart's properties.config subtree")
-    parser.add_argument("--write", nargs="?", const=str(CHART_SCHEMA), metavar="FILE",
-                        help=f"rewrite properties.config of FILE (default {CHART_SCHEMA})")
+    parser.add_argument(
+        "--write",
+        nargs="?",
+        const=str(CHART_SCHEMA),
+        metavar="FILE",
+        help=f"rewrite properties.config of FILE (default {CHART_SCHEMA})",
+    )
     args = parser.parse_args(argv)
     if args.write:
         changed = write_chart_schema(pathlib.Path(args.write))

@@ -7,6 +7,7 @@ served by the apiserver itself (``spec.service`` null, the built-in "Local" APIS
 Source: Kubernetes "Configure the Aggregation Layer" (APIService spec.service: null means the
 group/version is served by kube-apiserver itself).
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,7 @@ def names(resource_version: str) -> list[str]:
     return [*BASE_API_SERVICES, *([f"{resource_version}.{RESOURCE_GROUP}"] if resource_version else [])]
 
 
-def redirected(client: kubernetes.client.ApiClient, api_services: Sequence[str], *,
-               timeout_seconds: float) -> list[str]:
+def redirected(client: kubernetes.client.ApiClient, api_services: Sequence[str], *, timeout_seconds: float) -> list[str]:
     """One line per APIService of `api_services` whose spec.service is set ("APIService
     v1.resource.k8s.io is served by Service ns/name, not by the kube-apiserver"); [] when all are
     local. An APIService that does not exist is not a redirect. Sets dra_guard_api_redirected{apiservice}.
@@ -52,8 +52,7 @@ def redirected(client: kubernetes.client.ApiClient, api_services: Sequence[str],
         service = obj.spec.service if obj.spec is not None else None
         metrics.API_REDIRECTED.labels(apiservice=name).set(1 if service is not None else 0)
         if service is not None:
-            out.append(f"APIService {name} is served by Service {service.namespace}/{service.name}, "
-                       f"not by the kube-apiserver")
+            out.append(f"APIService {name} is served by Service {service.namespace}/{service.name}, not by the kube-apiserver")
     return out
 
 
@@ -62,8 +61,7 @@ class ApiServiceCheck:
     cluster.apiCheckIntervalSeconds in a daemon thread (start()). `problems` holds redirected()'s
     lines; an API error keeps the last verdict (logged). With client None nothing is checked."""
 
-    def __init__(self, client: kubernetes.client.ApiClient | None, config: Config, *,
-                 version: Callable[[], str]) -> None:
+    def __init__(self, client: kubernetes.client.ApiClient | None, config: Config, *, version: Callable[[], str]) -> None:
         self.client, self.config, self.version = client, config, version
         self.problems: list[str] = []
         self._stop = threading.Event()
@@ -73,14 +71,14 @@ class ApiServiceCheck:
         if self.client is None:
             return
         try:
-            found = redirected(self.client, names(self.version()),
-                               timeout_seconds=self.config.cluster.request_timeout_seconds)
+            found = redirected(self.client, names(self.version()), timeout_seconds=self.config.cluster.request_timeout_seconds)
         except API_ERRORS + (OSError,) as exc:  # urllib3's errors are OSErrors
             log.warning("cannot check the APIServices dra-guard reads", extra={"error": str(exc)[:300]})
             return
         if found != self.problems:
-            (log.error if found else log.info)("APIServices of the groups dra-guard reads",
-                                              extra={"redirected": found, "ready": not found})
+            (log.error if found else log.info)(
+                "APIServices of the groups dra-guard reads", extra={"redirected": found, "ready": not found}
+            )
         self.problems = found
 
     def start(self) -> None:

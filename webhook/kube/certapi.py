@@ -1,5 +1,6 @@
 """KubeCertApi: the certs.selfmanaged.CertApi port over the Kubernetes API (Secrets, Leases,
 webhook configurations' caBundles)."""
+
 from __future__ import annotations
 
 import base64
@@ -57,19 +58,29 @@ class KubeCertApi:
         return {"data": data, "resourceVersion": obj["metadata"].get("resourceVersion", "")}
 
     def _secret_body(self, name: str, data: Mapping[str, bytes], resource_version: str = "") -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": name, "namespace": self.namespace,
-                                "labels": dict(MANAGED_BY_LABEL)}
+        meta: dict[str, Any] = {"name": name, "namespace": self.namespace, "labels": dict(MANAGED_BY_LABEL)}
         if resource_version:
             meta["resourceVersion"] = resource_version
-        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta,
-                "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": meta,
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
 
     def create_secret(self, name: str, data: Mapping[str, bytes]) -> None:
         self._call("create", "secrets", self.core.create_namespaced_secret, self.namespace, self._secret_body(name, data))
 
     def update_secret(self, name: str, data: Mapping[str, bytes], resource_version: str) -> None:
-        self._call("update", "secrets", self.core.replace_namespaced_secret, name, self.namespace,
-                   self._secret_body(name, data, resource_version))
+        self._call(
+            "update",
+            "secrets",
+            self.core.replace_namespaced_secret,
+            name,
+            self.namespace,
+            self._secret_body(name, data, resource_version),
+        )
 
     def get_lease(self, name: str) -> dict[str, Any] | None:
         lease: dict[str, Any] | None = self._call("get", "leases", self.coordination.read_namespaced_lease, name, self.namespace)
@@ -83,20 +94,28 @@ class KubeCertApi:
     def create_lease(self, lease: Mapping[str, Any]) -> None:
         """Create a Lease (coordination.k8s.io/v1 dict: metadata, spec) in the namespace, labelled
         app.kubernetes.io/managed-by=dra-guard; raises certs.selfmanaged.Conflict on 409."""
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **lease,
-                "metadata": {**self._lease_metadata(lease["metadata"]), "namespace": self.namespace}}
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            **lease,
+            "metadata": {**self._lease_metadata(lease["metadata"]), "namespace": self.namespace},
+        }
         self._call("create", "leases", self.coordination.create_namespaced_lease, self.namespace, body)
 
     def update_lease(self, lease: Mapping[str, Any]) -> None:
         """Replace a Lease (with its resourceVersion), keeping the managed-by label; Conflict on 409."""
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **lease,
-                "metadata": self._lease_metadata(lease["metadata"])}
-        self._call("update", "leases", self.coordination.replace_namespaced_lease, lease["metadata"]["name"],
-                   self.namespace, body)
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            **lease,
+            "metadata": self._lease_metadata(lease["metadata"]),
+        }
+        self._call(
+            "update", "leases", self.coordination.replace_namespaced_lease, lease["metadata"]["name"], self.namespace, body
+        )
 
     def list_leases(self, label_selector: str) -> list[dict[str, Any]]:
-        out = self._call("list", "leases", self.coordination.list_namespaced_lease, self.namespace,
-                         label_selector=label_selector)
+        out = self._call("list", "leases", self.coordination.list_namespaced_lease, self.namespace, label_selector=label_selector)
         return list((out or {}).get("items") or [])
 
     def delete_lease(self, name: str) -> None:
@@ -104,10 +123,16 @@ class KubeCertApi:
 
     def _config_api(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any], str]:
         if kind == "validating":
-            return (self.admission.read_validating_webhook_configuration,
-                    self.admission.patch_validating_webhook_configuration, "validatingwebhookconfigurations")
-        return (self.admission.read_mutating_webhook_configuration,
-                self.admission.patch_mutating_webhook_configuration, "mutatingwebhookconfigurations")
+            return (
+                self.admission.read_validating_webhook_configuration,
+                self.admission.patch_validating_webhook_configuration,
+                "validatingwebhookconfigurations",
+            )
+        return (
+            self.admission.read_mutating_webhook_configuration,
+            self.admission.patch_mutating_webhook_configuration,
+            "mutatingwebhookconfigurations",
+        )
 
     def webhook_ca_bundles(self, kind: str, name: str) -> list[bytes] | None:
         read, _, resource = self._config_api(kind)

@@ -3,6 +3,7 @@
 Every request dra-guard makes to the API is counted by count() in
 ``dra_guard_kube_api_requests_total{verb,resource}``.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,17 @@ from kubernetes.client.rest import ApiException
 from webhook import metrics
 from webhook.kube.errors import ClusterError, calling, cause
 
-__all__ = ["API_ERRORS", "RESOURCE_GROUP", "RESOURCE_VERSIONS", "ClusterError", "api_client", "count",
-           "describe_error", "served_resource_versions", "server_of"]
+__all__ = [
+    "API_ERRORS",
+    "RESOURCE_GROUP",
+    "RESOURCE_VERSIONS",
+    "ClusterError",
+    "api_client",
+    "count",
+    "describe_error",
+    "served_resource_versions",
+    "server_of",
+]
 
 RESOURCE_GROUP = "resource.k8s.io"
 RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first
@@ -34,16 +44,19 @@ def api_client(kubeconfig: str | None, *, timeout_seconds: float, context: str |
             kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
         elif os.environ.get("KUBECONFIG"):
             # passed explicitly: the library reads $KUBECONFIG once at import; a ':'-list is merged
-            kubernetes.config.load_kube_config(config_file=os.environ["KUBECONFIG"], context=context,
-                                               client_configuration=configuration)
+            kubernetes.config.load_kube_config(
+                config_file=os.environ["KUBECONFIG"], context=context, client_configuration=configuration
+            )
         elif os.environ.get("KUBERNETES_SERVICE_HOST") and not context:
             kubernetes.config.load_incluster_config(client_configuration=configuration)
         else:
             default = pathlib.Path.home() / ".kube" / "config"
             if not default.exists():
-                raise ClusterError("no --kubeconfig given, no $KUBECONFIG, not running in a cluster, and "
-                                   "~/.kube/config does not exist; pass --kubeconfig FILE (serve: or --no-cluster to "
-                                   "run without the Kubernetes API)")
+                raise ClusterError(
+                    "no --kubeconfig given, no $KUBECONFIG, not running in a cluster, and "
+                    "~/.kube/config does not exist; pass --kubeconfig FILE (serve: or --no-cluster to "
+                    "run without the Kubernetes API)"
+                )
             kubernetes.config.load_kube_config(config_file=str(default), context=context, client_configuration=configuration)
     except ClusterError:
         raise

@@ -13,6 +13,7 @@ violation (deduplicated per process until it goes away) is reported within the w
 A finding a live exception of the config covers (webhook.policies.exceptions) is none of these.
 The periodic audit and its PolicyReports list the same findings at their next run.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -74,8 +75,7 @@ class RbacDrift:
         """`findings` without those a live exception of the config covers: admission let them
         through on purpose (an expired exception covers nothing: those are reported)."""
         now = datetime.datetime.now(datetime.UTC)
-        return [f for f in findings
-                if (e := exceptions.covering(f, self.config.exceptions)) is None or not e.live(now)]
+        return [f for f in findings if (e := exceptions.covering(f, self.config.exceptions)) is None or not e.live(now)]
 
     def _forget(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
@@ -88,10 +88,19 @@ class RbacDrift:
                 return
             self._seen.add(key)
         remediate = self.config.rbac.drift_remediation and self.client is not None
-        log.warning("RBAC violation admission let through", extra={
-            "kind": f.kind, "namespace": f.namespace, "object": f.name, "check": f.check,
-            "subject": f.details.get("subject"), "resources": f.details.get("resources"),
-            "remediate": remediate, "detail": f.message})
+        log.warning(
+            "RBAC violation admission let through",
+            extra={
+                "kind": f.kind,
+                "namespace": f.namespace,
+                "object": f.name,
+                "check": f.check,
+                "subject": f.details.get("subject"),
+                "resources": f.details.get("resources"),
+                "remediate": remediate,
+                "detail": f.message,
+            },
+        )
         metrics.RBAC_DRIFT.labels(kind=f.kind, action="reported").inc()
         if self.client is None:
             return
@@ -104,14 +113,24 @@ class RbacDrift:
         namespace = f.namespace or "default"
         now = datetime.datetime.now(datetime.UTC)
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"generateName": f"{f.name}.dra-guard.", "namespace": namespace},
-            "involvedObject": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": f.kind, "name": f.name,
-                               **({"namespace": f.namespace} if f.namespace else {})},
-            "reason": "RbacViolation", "type": "Warning",
+            "involvedObject": {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": f.kind,
+                "name": f.name,
+                **({"namespace": f.namespace} if f.namespace else {}),
+            },
+            "reason": "RbacViolation",
+            "type": "Warning",
             "message": (("Deleted by dra-guard (rbac.driftRemediation): " if remediated else "") + f.message)[:1024],
-            "source": {"component": "dra-guard"}, "reportingComponent": "dra-guard", "reportingInstance": "dra-guard",
-            "firstTimestamp": now.isoformat(), "lastTimestamp": now.isoformat(), "count": 1,
+            "source": {"component": "dra-guard"},
+            "reportingComponent": "dra-guard",
+            "reportingInstance": "dra-guard",
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
         }
         count("create", "events")
         try:

@@ -3,6 +3,7 @@
 Importable without loading the `kubernetes` package (the CLI's error handling imports it at start):
 the exception types are imported only when a failure is translated.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -114,8 +115,7 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
             continue
         seen.add(id(link))
         yield link
-        todo += [e for e in (getattr(link, "reason", None), link.__cause__, link.__context__)
-                 if isinstance(e, BaseException)]
+        todo += [e for e in (getattr(link, "reason", None), link.__cause__, link.__context__) if isinstance(e, BaseException)]
 
 
 def _strip(exc: BaseException) -> str:

@@ -15,6 +15,7 @@ write on resourceslices, which the RBAC guard exists to refuse:
   dra-guard answered; nothing else is visible to a client in audit mode).
 A "failed calling webhook" error (dra-guard unreachable, bad caBundle) always fails the test.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,13 @@ RETRY_SECONDS = 60  # pre-delete: transient errors are retried for this long
 REQUEST_TIMEOUT = 10.0  # seconds per API request of a hook
 
 
-def delete_webhook_configurations(client: kubernetes.client.ApiClient, name: str, *,
-                                  retry_seconds: float = RETRY_SECONDS,
-                                  timeout_seconds: float = REQUEST_TIMEOUT) -> None:
+def delete_webhook_configurations(
+    client: kubernetes.client.ApiClient,
+    name: str,
+    *,
+    retry_seconds: float = RETRY_SECONDS,
+    timeout_seconds: float = REQUEST_TIMEOUT,
+) -> None:
     """Delete the Validating- and MutatingWebhookConfiguration called `name` (admissionregistration.k8s.io/v1).
 
     Prints one line per configuration ("deleted ..." or "... already absent") on stdout; each
@@ -45,8 +50,10 @@ def delete_webhook_configurations(client: kubernetes.client.ApiClient, name: str
     last beyond `retry_seconds` (seconds).
     """
     api = kubernetes.client.AdmissionregistrationV1Api(client)
-    pending = [("validatingwebhookconfiguration", api.delete_validating_webhook_configuration),
-               ("mutatingwebhookconfiguration", api.delete_mutating_webhook_configuration)]
+    pending = [
+        ("validatingwebhookconfiguration", api.delete_validating_webhook_configuration),
+        ("mutatingwebhookconfiguration", api.delete_mutating_webhook_configuration),
+    ]
     deadline = time.monotonic() + retry_seconds
     while pending:
         kind, delete = pending[0]
@@ -61,8 +68,7 @@ def delete_webhook_configurations(client: kubernetes.client.ApiClient, name: str
                 pending.pop(0)
                 continue
             if (isinstance(exc, ApiException) and exc.status in (401, 403)) or time.monotonic() > deadline:
-                raise api_failure(f"delete {kind} {name}", server_of(client), exc,
-                                  timeout_seconds=timeout_seconds) from exc
+                raise api_failure(f"delete {kind} {name}", server_of(client), exc, timeout_seconds=timeout_seconds) from exc
             time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
 
 
@@ -82,10 +88,13 @@ def delete_reports(client: kubernetes.client.ApiClient, *, timeout_seconds: floa
 def refused_binding(name: str, role: str, group: str) -> dict[str, Any]:
     """The ClusterRoleBinding (rbac.authorization.k8s.io/v1 dict) the RBAC guard must refuse:
     Group `group` bound to ClusterRole `role`."""
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": name, "labels": {"app.kubernetes.io/component": "helm-test"}},
-            "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
-            "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": "rbac.authorization.k8s.io"}}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/component": "helm-test"}},
+        "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": "rbac.authorization.k8s.io"},
+    }
 
 
 def judge_test(mode: str, failure_policy: str, status: int, body: str, warnings: str) -> tuple[bool, str]:
@@ -108,8 +117,9 @@ def judge_test(mode: str, failure_policy: str, status: int, body: str, warnings:
     return True, "allowed in audit mode: the apiserver got an answer" + note
 
 
-def dry_run_binding(client: kubernetes.client.ApiClient, binding: dict[str, Any], *,
-                    timeout_seconds: float = 30.0) -> tuple[int, str, str]:
+def dry_run_binding(
+    client: kubernetes.client.ApiClient, binding: dict[str, Any], *, timeout_seconds: float = 30.0
+) -> tuple[int, str, str]:
     """Create `binding` with dryRun=All: (HTTP status, the error message or body, Warning header).
 
     An admission webhook's answer (allowed, or denied with any status) is returned to be judged.
@@ -121,8 +131,7 @@ def dry_run_binding(client: kubernetes.client.ApiClient, binding: dict[str, Any]
     count("create", "clusterrolebindings")
     action = "create clusterrolebindings (dry run)"
     try:
-        resp = api.create_cluster_role_binding(binding, dry_run="All", _preload_content=False,
-                                               _request_timeout=timeout_seconds)
+        resp = api.create_cluster_role_binding(binding, dry_run="All", _preload_content=False, _request_timeout=timeout_seconds)
         return int(resp.status), resp.data.decode(), str(resp.headers.get("Warning", ""))
     except ApiException as exc:
         raw = exc.body or ""

@@ -3,6 +3,7 @@
 ``kubernetes.watch.Watch`` streams the events; the informer relists when the watch expires (HTTP
 410 "resource version too old") and backs off on errors.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -72,9 +73,10 @@ def _on_gc(phase: str, info: dict[str, Any]) -> None:
     seconds = time.perf_counter() - _GC_STARTED[0]
     metrics.GC_PAUSES.labels(generation=str(info.get("generation"))).observe(seconds)
     if seconds > 0.1:
-        log.warning("a garbage collection paused the worker", extra={"generation": info.get("generation"),
-                                                                     "seconds": round(seconds, 3),
-                                                                     "collected": info.get("collected")})
+        log.warning(
+            "a garbage collection paused the worker",
+            extra={"generation": info.get("generation"), "seconds": round(seconds, 3), "collected": info.get("collected")},
+        )
 
 
 def release_free_memory() -> None:
@@ -110,8 +112,15 @@ class Informer:
     on_event(type, object): called for each ADDED / MODIFIED / DELETED watch event (plain dict).
     """
 
-    def __init__(self, *, name: str, list_func: Callable[..., Any], on_replace: Callable[[Iterable[dict[str, Any]]], None],
-                 on_event: Callable[[str, dict[str, Any]], None], timeout_seconds: float) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        list_func: Callable[..., Any],
+        on_replace: Callable[[Iterable[dict[str, Any]]], None],
+        on_event: Callable[[str, dict[str, Any]], None],
+        timeout_seconds: float,
+    ) -> None:
         self.name = name
         self._list = list_func
         self._on_replace = on_replace
@@ -150,8 +159,7 @@ class Informer:
                 large = self.listed and self.objects >= SERIAL_RELIST_OBJECTS
                 with RELIST_SLOT if large else contextlib.nullcontext():
                     started = time.monotonic()
-                    pages = Pages(self._list, resource=self.name, timeout_seconds=max(self._timeout, 10),
-                                  after_page=settle_page)
+                    pages = Pages(self._list, resource=self.name, timeout_seconds=max(self._timeout, 10), after_page=settle_page)
                     self._on_replace(pages)  # consumes the pages as they come
                     release_free_memory()
                 if pages.resource_version is None:
@@ -195,9 +203,14 @@ class Informer:
             count("watch", self.name)
             self.last_sync = time.monotonic()
             try:
-                for event in self._watch.stream(self._list, resource_version=rv, timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                                                allow_watch_bookmarks=True, deserialize=False,
-                                                _request_timeout=WATCH_TIMEOUT_SECONDS + 30):
+                for event in self._watch.stream(
+                    self._list,
+                    resource_version=rv,
+                    timeout_seconds=WATCH_TIMEOUT_SECONDS,
+                    allow_watch_bookmarks=True,
+                    deserialize=False,
+                    _request_timeout=WATCH_TIMEOUT_SECONDS + 30,
+                ):
                     kind, obj = event.get("type"), event.get("object") or {}
                     if kind == "ERROR":
                         raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("message")))
@@ -211,4 +224,3 @@ class Informer:
                 # kubernetes.watch with deserialize=False reads event["raw_object"] on ERROR events
                 # (a 410 "too old resource version", usually): relist
                 raise ApiException(status=410, reason="watch error event") from exc
-

@@ -1,4 +1,5 @@
 """The one-shot reads of `dra-guard audit --cluster` and `dra-guard drain-plan NODE`."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,14 @@ from webhook.model.slim import audit_view
 from webhook.policies import admin_access
 
 
-def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, served_versions: list[str] | None = None,
-                         limiter: RateLimiter | None = None, timeout_seconds: float = 30.0) -> list[dict[str, Any]]:
+def stream_audit_cluster(
+    client: kubernetes.client.ApiClient,
+    facts: Facts,
+    *,
+    served_versions: list[str] | None = None,
+    limiter: RateLimiter | None = None,
+    timeout_seconds: float = 30.0,
+) -> list[dict[str, Any]]:
     """What `dra-guard audit --cluster` and the in-server periodic audit judge, without holding the
     large kinds twice (issue 19: the audit of a 5,000-node cluster within 1 GiB).
 
@@ -42,27 +49,36 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
     def dra(plural: str) -> Any:
         def lister(**kwargs: Any) -> Any:
             return custom.list_cluster_custom_object(RESOURCE_GROUP, version, plural, **kwargs)
+
         return lister
 
     def system(list_func: Any) -> Any:
         def lister(**kwargs: Any) -> Any:
             return list_func("kube-system", **kwargs)
+
         return lister
 
     def stream(list_func: Any, resource: str, into: Any) -> None:
         with listing(resource, server, timeout_seconds=timeout_seconds):
-            into(Pages(list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter,
-                       after_page=settle_page))
+            into(Pages(list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter, after_page=settle_page))
 
     def whole(list_func: Any, resource: str, kind: str) -> list[dict[str, Any]]:
-        return list_all(list_func, resource=resource, kind=kind, limiter=limiter, view=audit_view,
-                        timeout_seconds=timeout_seconds, server=server)
+        return list_all(
+            list_func,
+            resource=resource,
+            kind=kind,
+            limiter=limiter,
+            view=audit_view,
+            timeout_seconds=timeout_seconds,
+            server=server,
+        )
 
     stream(rbac_api.list_cluster_role, "clusterroles", facts.rbac.replace_roles)
     stream(rbac_api.list_role_for_all_namespaces, "roles", lambda p: facts.rbac.replace_roles(p, namespaced=True))
     stream(rbac_api.list_cluster_role_binding, "clusterrolebindings", facts.rbac.replace_bindings)
-    stream(rbac_api.list_role_binding_for_all_namespaces, "rolebindings",
-           lambda p: facts.rbac.replace_bindings(p, namespaced=True))
+    stream(
+        rbac_api.list_role_binding_for_all_namespaces, "rolebindings", lambda p: facts.rbac.replace_bindings(p, namespaced=True)
+    )
     read_missing_roles(client, facts, limiter=limiter, timeout_seconds=timeout_seconds)
     out = whole(apps_api.list_daemon_set_for_all_namespaces, "daemonsets", "DaemonSet")
     facts.claims.replace_daemonsets(out)
@@ -73,8 +89,13 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
     facts.claims.nodes.replace(nodes)  # before the claims: the ones placed by node labels
     out += whole(system(core_api.list_namespaced_config_map), "configmaps", "ConfigMap")
     # DRA admin access: the labelled Namespaces, and the claims and templates that ask for it
-    out += list_all(core_api.list_namespace, resource="namespaces", kind="Namespace", limiter=limiter,
-                    view=lambda o: o if admin_access.labelled(o) else None)
+    out += list_all(
+        core_api.list_namespace,
+        resource="namespaces",
+        kind="Namespace",
+        limiter=limiter,
+        view=lambda o: o if admin_access.labelled(o) else None,
+    )
     if version:
         slices = whole(dra("resourceslices"), "resourceslices", "ResourceSlice")
         out += slices
@@ -85,21 +106,29 @@ def stream_audit_cluster(client: kubernetes.client.ApiClient, facts: Facts, *, s
             def tap() -> Any:
                 for claim in items:
                     if admin_access.claim_requests_admin_access(claim):
-                        admin_claims.append({"kind": "ResourceClaim", "metadata": claim.get("metadata"),
-                                             "spec": claim.get("spec")})
+                        admin_claims.append(
+                            {"kind": "ResourceClaim", "metadata": claim.get("metadata"), "spec": claim.get("spec")}
+                        )
                     yield claim
+
             facts.claims.replace_claims(tap())
 
         stream(dra("resourceclaims"), "resourceclaims", claims_into)
         out += admin_claims
-        out += list_all(dra("resourceclaimtemplates"), resource="resourceclaimtemplates", kind="ResourceClaimTemplate",
-                        limiter=limiter, view=lambda o: o if admin_access.claim_requests_admin_access(o) else None)
+        out += list_all(
+            dra("resourceclaimtemplates"),
+            resource="resourceclaimtemplates",
+            kind="ResourceClaimTemplate",
+            limiter=limiter,
+            view=lambda o: o if admin_access.claim_requests_admin_access(o) else None,
+        )
     out += [{"kind": "ClusterRoleBinding", **b} for b in facts.rbac.bindings()]
     return out
 
 
-def read_missing_roles(client: kubernetes.client.ApiClient, facts: Facts, *, limiter: RateLimiter | None = None,
-                       timeout_seconds: float = 30.0) -> list[tuple[str, str]]:
+def read_missing_roles(
+    client: kubernetes.client.ApiClient, facts: Facts, *, limiter: RateLimiter | None = None, timeout_seconds: float = 30.0
+) -> list[tuple[str, str]]:
     """Read once, from the API, each role a binding in facts.rbac refers to that facts.rbac lacks,
     and add those found to facts.rbac: the roles were listed before the bindings, so a role created
     after its binding (the usual order of `kubectl apply` of a folder) is missing from the listing
@@ -122,11 +151,13 @@ def read_missing_roles(client: kubernetes.client.ApiClient, facts: Facts, *, lim
         count("list", resource)
         with calling(server, f"list {resource}", timeout_seconds=timeout_seconds):
             if namespace:
-                resp = rbac_api.list_namespaced_role(namespace, field_selector=f"metadata.name={name}",
-                                                     _preload_content=False, _request_timeout=timeout_seconds)
+                resp = rbac_api.list_namespaced_role(
+                    namespace, field_selector=f"metadata.name={name}", _preload_content=False, _request_timeout=timeout_seconds
+                )
             else:
-                resp = rbac_api.list_cluster_role(field_selector=f"metadata.name={name}", _preload_content=False,
-                                                  _request_timeout=timeout_seconds)
+                resp = rbac_api.list_cluster_role(
+                    field_selector=f"metadata.name={name}", _preload_content=False, _request_timeout=timeout_seconds
+                )
             items = json.loads(resp.data).get("items") or []
         if items:
             facts.rbac.upsert_role(dict(items[0], kind="Role" if namespace else "ClusterRole"))
@@ -135,8 +166,7 @@ def read_missing_roles(client: kubernetes.client.ApiClient, facts: Facts, *, lim
     return missing
 
 
-def list_drain_objects(client: kubernetes.client.ApiClient, node: str, *,
-                       timeout_seconds: float = 30.0) -> list[dict[str, Any]]:
+def list_drain_objects(client: kubernetes.client.ApiClient, node: str, *, timeout_seconds: float = 30.0) -> list[dict[str, Any]]:
     """What `dra-guard drain-plan NODE` needs: the Node (its labels: claims of devices selected by
     node labels), RBAC (driver detection), DaemonSets, the node's Pods (field selector
     spec.nodeName), the node's ResourceSlices (field selector spec.nodeName: which drivers serve
@@ -166,8 +196,9 @@ def list_drain_objects(client: kubernetes.client.ApiClient, node: str, *,
         return custom.list_cluster_custom_object(RESOURCE_GROUP, versions[0], "resourceclaims", **kwargs)
 
     def node_slices(**kwargs: Any) -> Any:
-        return custom.list_cluster_custom_object(RESOURCE_GROUP, versions[0], "resourceslices",
-                                                 field_selector=f"spec.nodeName={node}", **kwargs)
+        return custom.list_cluster_custom_object(
+            RESOURCE_GROUP, versions[0], "resourceslices", field_selector=f"spec.nodeName={node}", **kwargs
+        )
 
     def node_pods(**kwargs: Any) -> Any:
         return core_api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", **kwargs)
@@ -175,20 +206,24 @@ def list_drain_objects(client: kubernetes.client.ApiClient, node: str, *,
     def every(list_func: Any, resource: str, kind: str) -> list[dict[str, Any]]:
         return list_all(list_func, resource=resource, kind=kind, timeout_seconds=timeout_seconds, server=server)
 
-    return ([node_object] + every(rbac_api.list_cluster_role, "clusterroles", "ClusterRole")
-            + every(rbac_api.list_cluster_role_binding, "clusterrolebindings", "ClusterRoleBinding")
-            + every(apps_api.list_daemon_set_for_all_namespaces, "daemonsets", "DaemonSet")
-            + every(node_pods, "pods", "Pod")
-            + every(node_slices, "resourceslices", "ResourceSlice")
-            + every(claims, "resourceclaims", "ResourceClaim"))
+    return (
+        [node_object]
+        + every(rbac_api.list_cluster_role, "clusterroles", "ClusterRole")
+        + every(rbac_api.list_cluster_role_binding, "clusterrolebindings", "ClusterRoleBinding")
+        + every(apps_api.list_daemon_set_for_all_namespaces, "daemonsets", "DaemonSet")
+        + every(node_pods, "pods", "Pod")
+        + every(node_slices, "resourceslices", "ResourceSlice")
+        + every(claims, "resourceclaims", "ResourceClaim")
+    )
 
 
 #: the labels the chart puts on its ConfigMap (templates/_helpers.tpl "dra-guard.labels")
 INSTALLED_CONFIG_SELECTOR = "app.kubernetes.io/name=dra-guard,app.kubernetes.io/managed-by=Helm"
 
 
-def installed_config(client: kubernetes.client.ApiClient, *, namespace: str | None = None,
-                     timeout_seconds: float = 10.0) -> tuple[str, str] | None:
+def installed_config(
+    client: kubernetes.client.ApiClient, *, namespace: str | None = None, timeout_seconds: float = 10.0
+) -> tuple[str, str] | None:
     """The configuration of the dra-guard release installed in the cluster: (config.yaml text,
     "ConfigMap <namespace>/<name>"), from the chart's ConfigMap (label selector
     INSTALLED_CONFIG_SELECTOR, key config.yaml), in `namespace` or in any namespace. None when no
@@ -199,11 +234,13 @@ def installed_config(client: kubernetes.client.ApiClient, *, namespace: str | No
     try:
         with calling(server_of(client), f"{what} (the installed dra-guard configuration)", timeout_seconds=timeout_seconds):
             if namespace:
-                listed = core.list_namespaced_config_map(namespace, label_selector=INSTALLED_CONFIG_SELECTOR,
-                                                         _preload_content=False, _request_timeout=timeout_seconds)
+                listed = core.list_namespaced_config_map(
+                    namespace, label_selector=INSTALLED_CONFIG_SELECTOR, _preload_content=False, _request_timeout=timeout_seconds
+                )
             else:
-                listed = core.list_config_map_for_all_namespaces(label_selector=INSTALLED_CONFIG_SELECTOR,
-                                                                 _preload_content=False, _request_timeout=timeout_seconds)
+                listed = core.list_config_map_for_all_namespaces(
+                    label_selector=INSTALLED_CONFIG_SELECTOR, _preload_content=False, _request_timeout=timeout_seconds
+                )
             found = [i for i in json.loads(listed.data).get("items") or [] if "config.yaml" in (i.get("data") or {})]
     except ClusterError as exc:
         if isinstance(exc.__cause__, ApiException) and exc.__cause__.status == 403:

@@ -1,5 +1,6 @@
 """One-shot paged LISTs with a client-side rate limit (client-go's QPS/Burst): what the informers
 stream into their indexes and what `audit --cluster` and `drain-plan` read."""
+
 from __future__ import annotations
 
 import contextlib
@@ -57,9 +58,16 @@ class Pages:
     webhook.kube.informer.settle_page).
     """
 
-    def __init__(self, list_func: Callable[..., Any], *, resource: str, timeout_seconds: float,
-                 limiter: RateLimiter | None = None, deadline: float | None = None,
-                 after_page: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        list_func: Callable[..., Any],
+        *,
+        resource: str,
+        timeout_seconds: float,
+        limiter: RateLimiter | None = None,
+        deadline: float | None = None,
+        after_page: Callable[[], None] | None = None,
+    ) -> None:
         self._list = list_func
         self._after_page = after_page
         self.resource = resource
@@ -83,8 +91,7 @@ class Pages:
                     return
                 timeout = min(timeout, max(left, 0.001))
             count("list", self.resource)
-            kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False,
-                                      "_request_timeout": timeout}
+            kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False, "_request_timeout": timeout}
             if cont:
                 kwargs["_continue"] = cont
             page = json.loads(self._list(**kwargs).data)
@@ -102,8 +109,9 @@ class Pages:
                 return
 
 
-def list_pages(list_func: Callable[..., Any], *, resource: str, timeout_seconds: float,
-               limiter: RateLimiter | None = None) -> tuple[list[dict[str, Any]], str]:
+def list_pages(
+    list_func: Callable[..., Any], *, resource: str, timeout_seconds: float, limiter: RateLimiter | None = None
+) -> tuple[list[dict[str, Any]], str]:
     """LIST one resource in pages of LIST_PAGE_SIZE: (every item as a plain dict, the list's
     resourceVersion). See Pages for a consumer that should not hold them all."""
     pages = Pages(list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter)
@@ -111,10 +119,16 @@ def list_pages(list_func: Callable[..., Any], *, resource: str, timeout_seconds:
     return items, pages.resource_version or ""
 
 
-def list_all(list_func: Callable[..., Any], *, resource: str, kind: str, timeout_seconds: float = 30.0,
-             limiter: RateLimiter | None = None,
-             view: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
-             server: str = "") -> list[dict[str, Any]]:
+def list_all(
+    list_func: Callable[..., Any],
+    *,
+    resource: str,
+    kind: str,
+    timeout_seconds: float = 30.0,
+    limiter: RateLimiter | None = None,
+    view: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+    server: str = "",
+) -> list[dict[str, Any]]:
     """Every object of one resource as plain dicts with `kind` set (list items carry none), for
     audits: the pages with a client-side rate limit. view: applied to each object as its page
     arrives (None drops it), so only what it keeps is held (e.g. webhook.model.slim.audit_view).

@@ -29,6 +29,7 @@ driver DaemonSets x live nodes: each carries an ownerReference to its Node (uid 
 cache), so the garbage collector deletes it with the Node (autoscaled nodes come and go; their
 Leases go with them). Labelled app.kubernetes.io/managed-by=dra-guard (docs/operations/uninstall.md).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -104,8 +105,12 @@ class KubeLeases:
         return self._call("get", self.api.read_namespaced_lease, name, self.namespace, timeout=timeout)
 
     def replace(self, lease: Mapping[str, Any], *, timeout: float) -> dict[str, Any]:
-        return self._call("update", self.api.replace_namespaced_lease, lease["metadata"]["name"], self.namespace,
-                          lease, timeout=timeout) or {}
+        return (
+            self._call(
+                "update", self.api.replace_namespaced_lease, lease["metadata"]["name"], self.namespace, lease, timeout=timeout
+            )
+            or {}
+        )
 
 
 def micro_time(t: datetime.datetime) -> str:
@@ -121,29 +126,51 @@ class LeaseRecords:
     take (cluster.requestTimeoutSeconds). now: wall clock (Lease times are wall-clock times).
     """
 
-    def __init__(self, api: LeaseApi, index: ClaimIndex, *, namespace: str, timeout_seconds: float,
-                 now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)) -> None:
+    def __init__(
+        self,
+        api: LeaseApi,
+        index: ClaimIndex,
+        *,
+        namespace: str,
+        timeout_seconds: float,
+        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
         self.api = api
         self.index = index
         self.namespace = namespace
         self.timeout = timeout_seconds
         self.now = now
 
-    def lease(self, record: LeaveRecord, now: datetime.datetime, *, resource_version: str = "",
-              acquired: str = "") -> dict[str, Any]:
+    def lease(
+        self, record: LeaveRecord, now: datetime.datetime, *, resource_version: str = "", acquired: str = ""
+    ) -> dict[str, Any]:
         """The Lease dict for `record` renewed at `now` (acquired: an earlier acquireTime to keep)."""
         meta: dict[str, Any] = {
-            "name": record.name, "namespace": self.namespace, "labels": {**MANAGED_BY_LABEL, **RECORD_LABEL},
-            "annotations": {"dra-guard.io/daemonset": record.daemonset, "dra-guard.io/node": record.node,
-                            "dra-guard.io/peer": record.peer}}
+            "name": record.name,
+            "namespace": self.namespace,
+            "labels": {**MANAGED_BY_LABEL, **RECORD_LABEL},
+            "annotations": {
+                "dra-guard.io/daemonset": record.daemonset,
+                "dra-guard.io/node": record.node,
+                "dra-guard.io/peer": record.peer,
+            },
+        }
         node_uid = self.index.nodes.uid(record.node)
         if node_uid:  # garbage-collected with its Node (see the module docstring)
             meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Node", "name": record.node, "uid": node_uid}]
         if resource_version:
             meta["resourceVersion"] = resource_version
-        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
-                "spec": {"holderIdentity": record.holder, "leaseDurationSeconds": record.seconds,
-                         "acquireTime": acquired or micro_time(now), "renewTime": micro_time(now)}}
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": {
+                "holderIdentity": record.holder,
+                "leaseDurationSeconds": record.seconds,
+                "acquireTime": acquired or micro_time(now),
+                "renewTime": micro_time(now),
+            },
+        }
 
     def live(self, namespace: str, name: str, uid: str) -> bool:
         """Whether pod namespace/name (uid, if given) is in this replica's cache, not Terminating nor finished."""
@@ -162,6 +189,7 @@ class LeaseRecords:
     def own(self, record: LeaveRecord, deadline: float) -> tuple[str, str]:
         """Write `record`'s Lease before `deadline` (time.monotonic()); (result, why) as in the
         module docstring. Never raises for an API failure (that is "error", why naming it)."""
+
         def left() -> float:
             remaining = deadline - time.monotonic()
             if remaining < MIN_WRITE_SECONDS:
@@ -183,8 +211,10 @@ class LeaseRecords:
                 if verdict == "held":
                     return self._done(record, "conflict", f"{where} names {spec.get('holderIdentity')} as leaving")
                 acquired = str(spec.get("acquireTime") or "") if verdict == "same" else ""
-                written = self.api.replace(self.lease(record, now, resource_version=str(meta.get("resourceVersion") or ""),
-                                                      acquired=acquired), timeout=left())
+                written = self.api.replace(
+                    self.lease(record, now, resource_version=str(meta.get("resourceVersion") or ""), acquired=acquired),
+                    timeout=left(),
+                )
                 result = "renewed" if verdict == "same" else "taken_over"
                 why = "" if verdict == "same" else f"from {spec.get('holderIdentity') or 'no holder'}"
             if not self.peer_stays(record):
@@ -211,8 +241,13 @@ class LeaseRecords:
 
     def _done(self, record: LeaveRecord, result: str, why: str) -> tuple[str, str]:
         metrics.EVICTION_RECORDS.labels(result=result).inc()
-        fields = {"pod": f"{record.namespace}/{record.pod}", "node": record.node, "lease": record.name,
-                  "result": result, "why": why}
+        fields = {
+            "pod": f"{record.namespace}/{record.pod}",
+            "node": record.node,
+            "lease": record.name,
+            "result": result,
+            "why": why,
+        }
         if result in ("conflict", "error"):
             self.index.leaving.settle(record.namespace, record.pod)  # not allowed: nobody's leaving here
             (log.warning if result == "error" else log.info)("shared record not owned", extra=fields)

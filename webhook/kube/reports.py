@@ -3,6 +3,7 @@ wgpolicyk8s.io/v1alpha2 ClusterPolicyReport/PolicyReports or openreports.io/v1al
 ClusterReport/Reports; and delete_reports(), what `dra-guard cleanup` and the chart's pre-delete
 hook run to remove them all; ReportOwner, the ClusterRole the reports name as their owner, so that the
 Kubernetes garbage collector deletes them with it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,9 @@ class ReportApi:
 
 #: the report APIs by group (the keys of webhook.audit.reports.FORMATS)
 REPORT_APIS = {
-    "wgpolicyk8s.io": ReportApi("wgpolicyk8s.io", "v1alpha2", "policyreports", "PolicyReport",
-                                "clusterpolicyreports", "ClusterPolicyReport"),
+    "wgpolicyk8s.io": ReportApi(
+        "wgpolicyk8s.io", "v1alpha2", "policyreports", "PolicyReport", "clusterpolicyreports", "ClusterPolicyReport"
+    ),
     "openreports.io": ReportApi("openreports.io", "v1alpha1", "reports", "Report", "clusterreports", "ClusterReport"),
 }
 
@@ -59,8 +61,14 @@ def owner_reference(name: str, uid: str) -> dict[str, Any]:
     controller false (no controller manages a report) and blockOwnerDeletion false (setting it true
     needs delete permission on the owner, else 422; and the owner's deletion never waits for the
     reports)."""
-    return {"apiVersion": OWNER_API_VERSION, "kind": OWNER_KIND, "name": name, "uid": uid,
-            "controller": False, "blockOwnerDeletion": False}
+    return {
+        "apiVersion": OWNER_API_VERSION,
+        "kind": OWNER_KIND,
+        "name": name,
+        "uid": uid,
+        "controller": False,
+        "blockOwnerDeletion": False,
+    }
 
 
 def merged_owner_references(new: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -142,8 +150,9 @@ class ReportWriter:
     """Writes dra-guard's reports of one API (REPORT_APIS key `group`), replacing its previous ones
     (the namespaced reports of namespaces without results any more are deleted)."""
 
-    def __init__(self, client: kubernetes.client.ApiClient, group: str = "wgpolicyk8s.io", *,
-                 timeout_seconds: float = 10.0) -> None:
+    def __init__(
+        self, client: kubernetes.client.ApiClient, group: str = "wgpolicyk8s.io", *, timeout_seconds: float = 10.0
+    ) -> None:
         self.client = client
         self.api = REPORT_APIS[group]
         self.custom = kubernetes.client.CustomObjectsApi(client)
@@ -172,27 +181,35 @@ class ReportWriter:
             namespace, name = meta.get("namespace"), meta["name"]
             if namespace:
                 keep.add(namespace)
-                current = self._call("get", api.plural, self.custom.get_namespaced_custom_object,
-                                     namespace, api.plural, name)
+                current = self._call("get", api.plural, self.custom.get_namespaced_custom_object, namespace, api.plural, name)
                 if current is None:
-                    self._call("create", api.plural, self.custom.create_namespaced_custom_object,
-                               namespace, api.plural, report)
+                    self._call("create", api.plural, self.custom.create_namespaced_custom_object, namespace, api.plural, report)
                 else:
-                    self._call("update", api.plural, self.custom.replace_namespaced_custom_object,
-                               namespace, api.plural, name, updated(report, current))
+                    self._call(
+                        "update",
+                        api.plural,
+                        self.custom.replace_namespaced_custom_object,
+                        namespace,
+                        api.plural,
+                        name,
+                        updated(report, current),
+                    )
             else:
-                current = self._call("get", api.cluster_plural, self.custom.get_cluster_custom_object,
-                                     api.cluster_plural, name)
+                current = self._call("get", api.cluster_plural, self.custom.get_cluster_custom_object, api.cluster_plural, name)
                 if current is None:
-                    self._call("create", api.cluster_plural, self.custom.create_cluster_custom_object,
-                               api.cluster_plural, report)
+                    self._call("create", api.cluster_plural, self.custom.create_cluster_custom_object, api.cluster_plural, report)
                 else:
-                    self._call("update", api.cluster_plural, self.custom.replace_cluster_custom_object,
-                               api.cluster_plural, name, updated(report, current))
+                    self._call(
+                        "update",
+                        api.cluster_plural,
+                        self.custom.replace_cluster_custom_object,
+                        api.cluster_plural,
+                        name,
+                        updated(report, current),
+                    )
         for _, namespace, name in self.listed(cluster=False):
             if namespace not in keep:
-                self._call("delete", api.plural, self.custom.delete_namespaced_custom_object,
-                           namespace, api.plural, name)
+                self._call("delete", api.plural, self.custom.delete_namespaced_custom_object, namespace, api.plural, name)
 
     def listed(self, *, cluster: bool = True) -> list[tuple[str, str, str]]:
         """(kind, namespace, name) of dra-guard's reports of this API (label MANAGED_BY): the
@@ -200,8 +217,7 @@ class ReportWriter:
         api, out = self.api, []
         kinds = ((api.cluster_plural, api.cluster_kind),) if cluster else ()
         for plural, kind in (*kinds, (api.plural, api.kind)):
-            listed = self._call("list", plural, self.custom.list_cluster_custom_object, plural,
-                                label_selector=MANAGED_BY) or {}
+            listed = self._call("list", plural, self.custom.list_cluster_custom_object, plural, label_selector=MANAGED_BY) or {}
             for item in listed.get("items") or []:
                 meta = item.get("metadata") or {}
                 out.append((kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
@@ -211,10 +227,13 @@ class ReportWriter:
         """Delete one report of this API; False when it was already gone."""
         api = self.api
         if kind == api.cluster_kind:
-            return self._call("delete", api.cluster_plural, self.custom.delete_cluster_custom_object,
-                              api.cluster_plural, name) is not None
-        return self._call("delete", api.plural, self.custom.delete_namespaced_custom_object,
-                          namespace, api.plural, name) is not None
+            return (
+                self._call("delete", api.cluster_plural, self.custom.delete_cluster_custom_object, api.cluster_plural, name)
+                is not None
+            )
+        return (
+            self._call("delete", api.plural, self.custom.delete_namespaced_custom_object, namespace, api.plural, name) is not None
+        )
 
     def delete_all(self) -> list[tuple[str, str, str]]:
         """Delete every report of this API that dra-guard wrote; (kind, namespace, name) of those deleted."""
@@ -235,8 +254,13 @@ def updated(report: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
     return {**report, "metadata": meta}
 
 
-def delete_reports(client: kubernetes.client.ApiClient, *, dry_run: bool = False, timeout_seconds: float = 10.0,
-                   report: Callable[[str], None] | None = None) -> list[tuple[str, str, str, str]]:
+def delete_reports(
+    client: kubernetes.client.ApiClient,
+    *,
+    dry_run: bool = False,
+    timeout_seconds: float = 10.0,
+    report: Callable[[str], None] | None = None,
+) -> list[tuple[str, str, str, str]]:
     """Delete every report dra-guard wrote (label MANAGED_BY), of each report API the cluster serves.
 
     Returns (group, kind, namespace, name) of each report deleted (dry_run: of each that would be).

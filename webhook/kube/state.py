@@ -5,6 +5,7 @@ Admission requests read its indexes only; in steady state they never cause an AP
 bounded reads the RBAC guard may ask for (a ClusterRole missing from the cache, the
 ClusterRoleBindings before a ClusterRole with DRA write is judged) are here too.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,14 +36,17 @@ log = logging.getLogger("dra_guard.cluster")
 MIN_READ_SHARE = 0.25
 
 
-def events(upsert: Callable[[Mapping[str, Any]], None],
-           delete: Callable[[str, str], None]) -> Callable[[str, Mapping[str, Any]], None]:
+def events(
+    upsert: Callable[[Mapping[str, Any]], None], delete: Callable[[str, str], None]
+) -> Callable[[str, Mapping[str, Any]], None]:
     """A watch-event handler: DELETED deletes (namespace, name), anything else upserts the object."""
+
     def on_event(kind: str, obj: Mapping[str, Any]) -> None:
         if kind == "DELETED":
             delete(*ClusterState._name(obj))
         else:
             upsert(obj)
+
     return on_event
 
 
@@ -82,30 +86,71 @@ class ClusterState:
         apps_api = kubernetes.client.AppsV1Api(client)
         core_api = kubernetes.client.CoreV1Api(client)
         self.informers = [
-            Informer(name="clusterroles", list_func=rbac_api.list_cluster_role, on_replace=self._roles_replaced,
-                     on_event=self._role_event, timeout_seconds=timeout),
-            Informer(name="clusterrolebindings", list_func=rbac_api.list_cluster_role_binding,
-                     on_replace=self._bindings_replaced, on_event=self._binding_event, timeout_seconds=timeout),
+            Informer(
+                name="clusterroles",
+                list_func=rbac_api.list_cluster_role,
+                on_replace=self._roles_replaced,
+                on_event=self._role_event,
+                timeout_seconds=timeout,
+            ),
+            Informer(
+                name="clusterrolebindings",
+                list_func=rbac_api.list_cluster_role_binding,
+                on_replace=self._bindings_replaced,
+                on_event=self._binding_event,
+                timeout_seconds=timeout,
+            ),
             # Roles and RoleBindings (slimmed): namespaced powers in the sensitive namespaces (issue 16)
-            Informer(name="roles", list_func=rbac_api.list_role_for_all_namespaces,
-                     on_replace=lambda items: self.rbac.replace_roles(items, namespaced=True),
-                     on_event=self._role_event, timeout_seconds=timeout),
-            Informer(name="rolebindings", list_func=rbac_api.list_role_binding_for_all_namespaces,
-                     on_replace=lambda items: self.rbac.replace_bindings(items, namespaced=True),
-                     on_event=self._binding_event, timeout_seconds=timeout),
-            Informer(name="daemonsets", list_func=apps_api.list_daemon_set_for_all_namespaces,
-                     on_replace=self._daemonsets_replaced, on_event=self._daemonset_event, timeout_seconds=timeout),
-            Informer(name="pods", list_func=core_api.list_pod_for_all_namespaces, on_replace=self.claims.replace_pods,
-                     on_event=events(self.claims.upsert_pod, self.claims.delete_pod), timeout_seconds=timeout),
-            Informer(name="resourceclaims", list_func=self._list_claims, on_replace=self.claims.replace_claims,
-                     on_event=events(self.claims.upsert_claim, self.claims.delete_claim), timeout_seconds=timeout),
-            Informer(name="resourceslices", list_func=self._list_slices, on_replace=self.claims.slices.replace,
-                     on_event=events(self.claims.slices.upsert, lambda ns, name: self.claims.slices.delete(name)),
-                     timeout_seconds=timeout),
+            Informer(
+                name="roles",
+                list_func=rbac_api.list_role_for_all_namespaces,
+                on_replace=lambda items: self.rbac.replace_roles(items, namespaced=True),
+                on_event=self._role_event,
+                timeout_seconds=timeout,
+            ),
+            Informer(
+                name="rolebindings",
+                list_func=rbac_api.list_role_binding_for_all_namespaces,
+                on_replace=lambda items: self.rbac.replace_bindings(items, namespaced=True),
+                on_event=self._binding_event,
+                timeout_seconds=timeout,
+            ),
+            Informer(
+                name="daemonsets",
+                list_func=apps_api.list_daemon_set_for_all_namespaces,
+                on_replace=self._daemonsets_replaced,
+                on_event=self._daemonset_event,
+                timeout_seconds=timeout,
+            ),
+            Informer(
+                name="pods",
+                list_func=core_api.list_pod_for_all_namespaces,
+                on_replace=self.claims.replace_pods,
+                on_event=events(self.claims.upsert_pod, self.claims.delete_pod),
+                timeout_seconds=timeout,
+            ),
+            Informer(
+                name="resourceclaims",
+                list_func=self._list_claims,
+                on_replace=self.claims.replace_claims,
+                on_event=events(self.claims.upsert_claim, self.claims.delete_claim),
+                timeout_seconds=timeout,
+            ),
+            Informer(
+                name="resourceslices",
+                list_func=self._list_slices,
+                on_replace=self.claims.slices.replace,
+                on_event=events(self.claims.slices.upsert, lambda ns, name: self.claims.slices.delete(name)),
+                timeout_seconds=timeout,
+            ),
             # Nodes (name and labels kept): which nodes a claim's allocation selects by label
-            Informer(name="nodes", list_func=core_api.list_node, on_replace=self.claims.nodes.replace,
-                     on_event=events(self.claims.nodes.upsert, lambda ns, name: self.claims.nodes.delete(name)),
-                     timeout_seconds=timeout),
+            Informer(
+                name="nodes",
+                list_func=core_api.list_node,
+                on_replace=self.claims.nodes.replace,
+                on_event=events(self.claims.nodes.upsert, lambda ns, name: self.claims.nodes.delete(name)),
+                timeout_seconds=timeout,
+            ),
         ]
 
     def fetch_cluster_role(self, name: str) -> dict[str, Any] | None:
@@ -121,8 +166,10 @@ class ClusterState:
         count("list", "clusterroles")
         try:
             resp = kubernetes.client.RbacAuthorizationV1Api(self.client).list_cluster_role(
-                field_selector=f"metadata.name={name}", _preload_content=False,
-                _request_timeout=self.config.cluster.request_timeout_seconds)
+                field_selector=f"metadata.name={name}",
+                _preload_content=False,
+                _request_timeout=self.config.cluster.request_timeout_seconds,
+            )
             items = json.loads(resp.data).get("items") or []
         except ApiException as exc:
             metrics.KUBE_API_ERRORS.labels(resource="clusterroles").inc()
@@ -167,7 +214,8 @@ class ClusterState:
             return self._bindings_from_cache("another read of them took the whole budget", budget)
         try:
             if self._bindings_read_from >= asked or (
-                    time.monotonic() - self._bindings_read_from < self.config.cluster.binding_refresh_interval_seconds):
+                time.monotonic() - self._bindings_read_from < self.config.cluster.binding_refresh_interval_seconds
+            ):
                 metrics.BINDING_REFRESHES.labels(outcome="shared").inc()
                 return None
             if deadline - time.monotonic() < MIN_READ_SHARE * budget:
@@ -176,8 +224,9 @@ class ClusterState:
                 return self._bindings_from_cache("a concurrent read took the budget", budget)
             started = time.monotonic()
             api = kubernetes.client.RbacAuthorizationV1Api(self.client)
-            pages = Pages(api.list_cluster_role_binding, resource="clusterrolebindings", timeout_seconds=budget,
-                          deadline=deadline)
+            pages = Pages(
+                api.list_cluster_role_binding, resource="clusterrolebindings", timeout_seconds=budget, deadline=deadline
+            )
             try:
                 for binding in pages:
                     self.rbac.upsert_binding(binding)
@@ -189,8 +238,9 @@ class ClusterState:
                     raise ClusterError(f"reading ClusterRoleBindings failed: {detail}") from exc
                 pages.truncated = True  # the page in flight when the budget ran out
             if pages.truncated:
-                return self._bindings_from_cache("the API read did not finish in time", budget, read=pages.count,
-                                                 seconds=time.monotonic() - started)
+                return self._bindings_from_cache(
+                    "the API read did not finish in time", budget, read=pages.count, seconds=time.monotonic() - started
+                )
             self._bindings_read_from = started
             metrics.BINDING_REFRESHES.labels(outcome="read").inc()
             return None
@@ -198,15 +248,18 @@ class ClusterState:
             self._refresh_lock.release()
 
     @staticmethod
-    def _bindings_from_cache(why: str, budget: float, *, read: int | None = None,
-                             seconds: float | None = None) -> str:
+    def _bindings_from_cache(why: str, budget: float, *, read: int | None = None, seconds: float | None = None) -> str:
         """Count and log a partial binding read (refresh_bindings); the note for the review's warning."""
         metrics.BINDING_REFRESHES.labels(outcome="partial").inc()
-        log.warning(f"ClusterRoleBindings judged from the cache: {why}",
-                    extra={"objects": read, "seconds": round(seconds if seconds is not None else budget, 3)})
+        log.warning(
+            f"ClusterRoleBindings judged from the cache: {why}",
+            extra={"objects": read, "seconds": round(seconds if seconds is not None else budget, 3)},
+        )
         counted = "" if read is None else f"; {read} read"
-        return (f"ClusterRoleBindings judged from the watch cache: reading them from the API did not "
-                f"finish within cluster.requestTimeoutSeconds ({budget:g} s{counted})")
+        return (
+            f"ClusterRoleBindings judged from the watch cache: reading them from the API did not "
+            f"finish within cluster.requestTimeoutSeconds ({budget:g} s{counted})"
+        )
 
     def service_account_writes_slices(self, namespace: str, name: str) -> bool:
         """Whether RBAC lets ServiceAccount namespace/name write ResourceSlices (a DRA driver sign)."""
@@ -242,16 +295,25 @@ class ClusterState:
         log line "undeclared DRA driver" once per DaemonSet (with the Helm value that declares it)
         and dra_guard_undeclared_drivers{daemonset_namespace,daemonset} 1 while it stays undeclared."""
         with self._undeclared_lock:
-            found = set(drivers.undeclared(self.claims.daemonset_drivers(), self.config.detection,
-                                           guard_namespace=self.config.rbac.guard_namespace))
+            found = set(
+                drivers.undeclared(
+                    self.claims.daemonset_drivers(), self.config.detection, guard_namespace=self.config.rbac.guard_namespace
+                )
+            )
             if found == self._undeclared:
                 return
             value = declared_value(self.config.detection, sorted(found))
             for namespace, name in sorted(found - self._undeclared):
                 metrics.UNDECLARED_DRIVERS.labels(daemonset_namespace=namespace, daemonset=name).set(1)
-                log.warning("undeclared DRA driver", extra={
-                    "namespace": namespace, "daemonset": name, "helm": value,
-                    "why": "its pods' evictions are not sent to dra-guard (not in drivers.declared)"})
+                log.warning(
+                    "undeclared DRA driver",
+                    extra={
+                        "namespace": namespace,
+                        "daemonset": name,
+                        "helm": value,
+                        "why": "its pods' evictions are not sent to dra-guard (not in drivers.declared)",
+                    },
+                )
             for namespace, name in self._undeclared - found:
                 metrics.UNDECLARED_DRIVERS.remove(namespace, name)
             self._undeclared = found

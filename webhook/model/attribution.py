@@ -17,6 +17,7 @@ resource.k8s.io v1 ResourceSlice ``spec.driver``/``spec.nodeName`` say which dri
 - Seamless upgrade: while another Ready, not Terminating pod of the same DaemonSet runs on the node
   (a surge rollout, maxSurge 1), evicting this one is allowed; the last one is held.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,8 +69,7 @@ def served_names(index: ClaimIndex, pod: PodInfo, driver: Driver) -> list[tuple[
     from_slices = index.slices.drivers_on(pod.node)
     rest = sorted((from_slices | index.claim_drivers_on(pod.node)) - accounted)
     for name in rest:
-        how = (f"ResourceSlice on node {pod.node}" if name in from_slices
-               else f"ResourceClaim allocated on node {pod.node}")
+        how = f"ResourceSlice on node {pod.node}" if name in from_slices else f"ResourceClaim allocated on node {pod.node}"
         how += ", named by no other driver pod there"
         if len(unnamed) > 1:
             how += f" (ambiguous: driver pods of {len(unnamed)} DaemonSets there do not name all theirs; each is held)"
@@ -78,13 +78,19 @@ def served_names(index: ClaimIndex, pod: PodInfo, driver: Driver) -> list[tuple[
 
 
 def ready_peer(index: ClaimIndex, pod: PodInfo, *, leaving: frozenset[tuple[str, str]] = frozenset()) -> str:
-    """"namespace/name" of another Ready, running, not Terminating pod of pod's DaemonSet on its
+    """ "namespace/name" of another Ready, running, not Terminating pod of pod's DaemonSet on its
     node, or "". `leaving`: (namespace, name) of pods whose own eviction was just allowed
     (webhook.model.leaving): no one's peer."""
     for other, _ in index.driver_pods_on(pod.node):
-        if (other.daemonset == pod.daemonset and other.namespace == pod.namespace and other.name != pod.name
-                and other.ready and not other.terminating and not other.finished
-                and (other.namespace, other.name) not in leaving):
+        if (
+            other.daemonset == pod.daemonset
+            and other.namespace == pod.namespace
+            and other.name != pod.name
+            and other.ready
+            and not other.terminating
+            and not other.finished
+            and (other.namespace, other.name) not in leaving
+        ):
             return f"{other.namespace}/{other.name}"
     return ""
 
@@ -92,8 +98,7 @@ def ready_peer(index: ClaimIndex, pod: PodInfo, *, leaving: frozenset[tuple[str,
 def need(index: ClaimIndex, pod: PodInfo, driver: Driver) -> Need:
     """The Need of driver pod `pod` (of DaemonSet driver `driver`): dict lookups in the index, no I/O."""
     if not pod.node:
-        return Need(pod=pod, driver=driver, names=tuple(zip(driver.names, driver.learned, strict=False)),
-                    holds=(), peer="")
+        return Need(pod=pod, driver=driver, names=tuple(zip(driver.names, driver.learned, strict=False)), holds=(), peer="")
     names = served_names(index, pod, driver)
     holds = tuple((name, h) for name, _ in names for h in index.holds(name, pod.node))
     peer = ready_peer(index, pod) if holds else ""

@@ -16,6 +16,7 @@ Offline (`dra-guard audit -f` on files that do not define them) the known bootst
 taken as the apiserver stores them (stored_role): every cluster has them, so a binding of
 `cluster-admin` or `edit` is judged by their defaults rather than left unresolved.
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,13 +34,18 @@ def _agg(label: str) -> dict[str, Any]:
 
 _WRITE: Final = ["create", "delete", "deletecollection", "patch", "update"]
 _EDIT_RULES: Final = [
-    {"apiGroups": [""], "resources": ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"],
-     "verbs": _WRITE},
-    {"apiGroups": [""], "resources": ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets",
-                                      "services/proxy"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"], "verbs": _WRITE},
+    {
+        "apiGroups": [""],
+        "resources": ["pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets", "services/proxy"],
+        "verbs": ["get", "list", "watch"],
+    },
     {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
-    {"apiGroups": [""], "resources": ["configmaps", "secrets", "services", "replicationcontrollers",
-                                      "serviceaccounts", "serviceaccounts/token"], "verbs": _WRITE},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps", "secrets", "services", "replicationcontrollers", "serviceaccounts", "serviceaccounts/token"],
+        "verbs": _WRITE,
+    },
     {"apiGroups": ["apps"], "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"], "verbs": _WRITE},
     {"apiGroups": ["batch"], "resources": ["cronjobs", "jobs"], "verbs": _WRITE},
 ]
@@ -49,8 +55,9 @@ DEFAULTS: Final[Mapping[str, Mapping[str, Any]]] = {
     "edit": {"aggregationRule": _agg("aggregate-to-edit")},
     "view": {"aggregationRule": _agg("aggregate-to-view")},
     "system:aggregate-to-edit": {"rules": _EDIT_RULES},
-    "system:aggregate-to-admin": {"rules": [
-        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "roles"], "verbs": _WRITE}]},
+    "system:aggregate-to-admin": {
+        "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "roles"], "verbs": _WRITE}]
+    },
 }
 
 
@@ -73,9 +80,12 @@ def stored_role(name: str) -> dict[str, Any] | None:
     if found is None:
         return None
     labels = {"kubernetes.io/bootstrapping": "rbac-defaults", **LABELS.get(name, {})}
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": name, "labels": labels, "annotations": {AUTOUPDATE: "true"}},
-            **copy.deepcopy(dict(found))}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": labels, "annotations": {AUTOUPDATE: "true"}},
+        **copy.deepcopy(dict(found)),
+    }
 
 
 def _defaults(role: Mapping[str, Any]) -> Mapping[str, Any] | None:

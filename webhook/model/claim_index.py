@@ -2,6 +2,7 @@
 the drain order reads. webhook.kube fills it from watches; `dra-guard drain-plan` and `audit` fill one from
 lists (webhook.model.facts). Thread-safe; lookups never do I/O.
 """
+
 from __future__ import annotations
 
 import threading
@@ -40,8 +41,9 @@ class ClaimIndex:
     (namespace, name), its DaemonSet by (namespace, name), and claims by (driver, node).
     """
 
-    def __init__(self, detection: DetectionConfig | None = None,
-                 can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False) -> None:
+    def __init__(
+        self, detection: DetectionConfig | None = None, can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False
+    ) -> None:
         self._lock = threading.RLock()
         self._detection = detection or DetectionConfig()
         self._can_write = can_write_slices
@@ -65,8 +67,13 @@ class ClaimIndex:
         """counts() under the cache names of dra_guard_cache_objects (daemonsets, pods,
         resourceclaims, resourceslices, nodes)."""
         c = self.counts()
-        return {"daemonsets": c["daemonsets"], "pods": c["pods"], "resourceclaims": c["claims"],
-                "resourceslices": c["resourceslices"], "nodes": c["nodes"]}
+        return {
+            "daemonsets": c["daemonsets"],
+            "pods": c["pods"],
+            "resourceclaims": c["claims"],
+            "resourceslices": c["resourceslices"],
+            "nodes": c["nodes"],
+        }
 
     # -- pods
     def upsert_pod(self, pod: Mapping[str, Any]) -> None:
@@ -161,8 +168,9 @@ class ClaimIndex:
         held up by an RBAC watch event (issue 19). A DaemonSet replaced meanwhile keeps its newer verdict."""
         with self._lock:
             daemonsets = dict(self._daemonsets)
-        verdicts = {key: drivers.detect(ds, config=self._detection, can_write_slices=self._can_write)
-                    for key, ds in daemonsets.items()}
+        verdicts = {
+            key: drivers.detect(ds, config=self._detection, can_write_slices=self._can_write) for key, ds in daemonsets.items()
+        }
         with self._lock:
             for key, verdict in verdicts.items():
                 if self._daemonsets.get(key) is daemonsets[key]:
@@ -208,8 +216,14 @@ class ClaimIndex:
             if info is not None:
                 fresh._put_claim(key, info)
         with self._lock:
-            old = (self._claims, self._by_driver_node, self._slots, self._anywhere_by_pod, self._claim_drivers_by_node,
-                   self._everywhere)
+            old = (
+                self._claims,
+                self._by_driver_node,
+                self._slots,
+                self._anywhere_by_pod,
+                self._claim_drivers_by_node,
+                self._everywhere,
+            )
             self._claims, self._by_driver_node, self._slots = fresh._claims, fresh._by_driver_node, fresh._slots
             self._anywhere_by_pod, self._claim_drivers_by_node = fresh._anywhere_by_pod, fresh._claim_drivers_by_node
             self._everywhere, self._by_labels = fresh._everywhere, fresh._by_labels
@@ -343,7 +357,11 @@ class ClaimIndex:
     def counts(self) -> dict[str, int]:
         """Sizes of the index (pods kept, DaemonSets, drivers, allocated claims)."""
         with self._lock:
-            return {"pods": len(self._pods), "daemonsets": len(self._daemonsets),
-                    "drivers": sum(1 for d in self._drivers.values() if d is not None), "claims": len(self._claims),
-                    "resourceslices": len(self.slices), "nodes": len(self.nodes)}
-
+            return {
+                "pods": len(self._pods),
+                "daemonsets": len(self._daemonsets),
+                "drivers": sum(1 for d in self._drivers.values() if d is not None),
+                "claims": len(self._claims),
+                "resourceslices": len(self.slices),
+                "nodes": len(self.nodes),
+            }

@@ -9,6 +9,7 @@ nodes; absent for devices usable anywhere) and ``status.reservedFor[]`` (Resourc
 ``{resourceClaimName, requestMappings[]: {containerName, resourceName, requestName}}``: the claim
 the scheduler made for the pod's DRA-backed extended resources, KEP-5004). Pure.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,22 +45,33 @@ class PodInfo:
     name: str
     uid: str
     node: str
-    finished: bool      # phase Succeeded or Failed
-    terminating: bool   # metadata.deletionTimestamp set
-    daemonset: str      # owning DaemonSet name ("" if none)
+    finished: bool  # phase Succeeded or Failed
+    terminating: bool  # metadata.deletionTimestamp set
+    daemonset: str  # owning DaemonSet name ("" if none)
     ready: bool = False  # status.conditions Ready is True
 
 
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     """Slim a core/v1 Pod dict into a PodInfo."""
     meta, spec, status = as_map(pod.get("metadata")), as_map(pod.get("spec")), as_map(pod.get("status"))
-    owner = next((as_str(o.get("name")) for o in map(as_map, as_list(meta.get("ownerReferences")))
-                  if o.get("kind") == "DaemonSet" and o.get("controller")), "")
-    return PodInfo(namespace=_name(meta.get("namespace")), name=as_str(meta.get("name")), uid=as_str(meta.get("uid")),
-                   node=_name(spec.get("nodeName")), finished=as_str(status.get("phase")) in ("Succeeded", "Failed"),
-                   terminating=bool(meta.get("deletionTimestamp")), daemonset=_name(owner),
-                   ready=any(c.get("type") == "Ready" and c.get("status") == "True"
-                             for c in map(as_map, as_list(status.get("conditions")))))
+    owner = next(
+        (
+            as_str(o.get("name"))
+            for o in map(as_map, as_list(meta.get("ownerReferences")))
+            if o.get("kind") == "DaemonSet" and o.get("controller")
+        ),
+        "",
+    )
+    return PodInfo(
+        namespace=_name(meta.get("namespace")),
+        name=as_str(meta.get("name")),
+        uid=as_str(meta.get("uid")),
+        node=_name(spec.get("nodeName")),
+        finished=as_str(status.get("phase")) in ("Succeeded", "Failed"),
+        terminating=bool(meta.get("deletionTimestamp")),
+        daemonset=_name(owner),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in map(as_map, as_list(status.get("conditions")))),
+    )
 
 
 def pod_is_relevant(pod: Mapping[str, Any]) -> bool:
@@ -71,8 +83,11 @@ def pod_is_relevant(pod: Mapping[str, Any]) -> bool:
     """
     meta, spec = as_map(pod.get("metadata")), as_map(pod.get("spec"))
     extended = as_map(as_map(pod.get("status")).get("extendedResourceClaimStatus"))
-    return bool(as_list(spec.get("resourceClaims"))) or bool(as_str(extended.get("resourceClaimName"))) or any(
-        o.get("kind") == "DaemonSet" for o in map(as_map, as_list(meta.get("ownerReferences"))))
+    return (
+        bool(as_list(spec.get("resourceClaims")))
+        or bool(as_str(extended.get("resourceClaimName")))
+        or any(o.get("kind") == "DaemonSet" for o in map(as_map, as_list(meta.get("ownerReferences"))))
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,11 +100,11 @@ class ClaimInfo:
 
     namespace: str
     name: str
-    drivers: frozenset[str]            # allocation.devices.results[].driver
-    nodes: frozenset[str]              # nodes allocation.nodeSelector names (empty: not limited by name)
+    drivers: frozenset[str]  # allocation.devices.results[].driver
+    nodes: frozenset[str]  # nodes allocation.nodeSelector names (empty: not limited by name)
     reserved_for: tuple[tuple[str, str], ...]  # (pod name, pod uid) of reservedFor entries for pods
-    selector: Selector = ()            # allocation.nodeSelector when it selects by labels
-    others: tuple[str, ...] = ()       # "namespace/name (resource.group)" of reservedFor entries not pods
+    selector: Selector = ()  # allocation.nodeSelector when it selects by labels
+    others: tuple[str, ...] = ()  # "namespace/name (resource.group)" of reservedFor entries not pods
 
 
 def _is_pod(ref: Mapping[str, Any]) -> bool:
@@ -117,9 +132,15 @@ def claim_info(claim: Mapping[str, Any]) -> ClaimInfo | None:
     others = tuple(_consumer(namespace, r) for r in refs if not _is_pod(r))
     selector = read_selector(allocation.get("nodeSelector"))
     nodes = named_nodes(selector)
-    return ClaimInfo(namespace=namespace, name=as_str(meta.get("name")), drivers=driver_names,
-                     nodes=shared(nodes or frozenset()), reserved_for=reserved,
-                     selector=selector if nodes is None else (), others=others)
+    return ClaimInfo(
+        namespace=namespace,
+        name=as_str(meta.get("name")),
+        drivers=driver_names,
+        nodes=shared(nodes or frozenset()),
+        reserved_for=reserved,
+        selector=selector if nodes is None else (),
+        others=others,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,13 +148,11 @@ class Hold:
     """A claim that still needs driver D on node N, and what holds it: pods ("namespace/name") and
     consumers that are not pods ("namespace/name (resource.group)")."""
 
-    claim: str   # namespace/name
+    claim: str  # namespace/name
     pods: tuple[str, ...]
-
 
 
 def claim_entry(claim: Mapping[str, Any]) -> tuple[tuple[str, str], ClaimInfo | None]:
     """A ResourceClaim dict as ((namespace, name), its ClaimInfo, None when unallocated)."""
     meta = as_map(claim.get("metadata"))
     return (as_str(meta.get("namespace")), as_str(meta.get("name"))), claim_info(claim)
-

@@ -24,6 +24,7 @@ Names, per plugin container: every ``--driver-name`` argument and ``DRIVER_NAME`
 is ``complete=False``: the ClaimIndex then attributes it the node's drivers (from ResourceSlices)
 that no other driver pod on the node accounts for.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -95,8 +96,7 @@ def host_paths(spec: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _mounted_paths(container: Mapping[str, Any], volumes: Mapping[str, str]) -> set[str]:
-    return {volumes[m["name"]] for m in map(_map, _list(container.get("volumeMounts")))
-            if _str(m.get("name")) in volumes}
+    return {volumes[m["name"]] for m in map(_map, _list(container.get("volumeMounts"))) if _str(m.get("name")) in volumes}
 
 
 def kubelet_roots(paths: set[str], config: DetectionConfig) -> set[str]:
@@ -141,7 +141,7 @@ def _names_from_paths(paths: set[str], roots: set[str]) -> list[str]:
     for path in sorted(paths):
         for root in roots:
             if path.startswith(root + "/plugins/"):
-                out.append(path[len(root) + len("/plugins/"):].split("/")[0])
+                out.append(path[len(root) + len("/plugins/") :].split("/")[0])
     return list(dict.fromkeys(out))
 
 
@@ -161,8 +161,9 @@ def plugin_containers(daemonset: Mapping[str, Any], config: DetectionConfig | No
     return registering or tuple(i for i, paths in enumerate(mounted) if any(is_plugins(p, roots) for p in paths))
 
 
-def spec_names(daemonset: Mapping[str, Any], containers: tuple[int, ...],
-               config: DetectionConfig | None = None) -> tuple[list[tuple[str, str]], bool]:
+def spec_names(
+    daemonset: Mapping[str, Any], containers: tuple[int, ...], config: DetectionConfig | None = None
+) -> tuple[list[tuple[str, str]], bool]:
     """([(name, how learned)], complete) from the pod template: per plugin container its arguments
     and environment, else a <root>/plugins/<name> folder it mounts; complete when every plugin
     container (every container when none is one) gave a name."""
@@ -176,8 +177,9 @@ def spec_names(daemonset: Mapping[str, Any], containers: tuple[int, ...],
         c = all_containers[i]
         cname = _str(c.get("name")) or f"#{i}"
         names = [(n, f"container {cname} --driver-name/DRIVER_NAME") for n in names_from_container(c)]
-        names = names or [(n, f"container {cname} mounts plugins/{n}")
-                          for n in _names_from_paths(_mounted_paths(c, volumes), roots)]
+        names = names or [
+            (n, f"container {cname} mounts plugins/{n}") for n in _names_from_paths(_mounted_paths(c, volumes), roots)
+        ]
         if not names:
             complete = False
         for n, how in names:
@@ -189,10 +191,17 @@ def spec_names(daemonset: Mapping[str, Any], containers: tuple[int, ...],
     return list(found.items()), complete and bool(found)
 
 
-def _make(names: list[tuple[str, str]], complete: bool, evidence: str, containers: tuple[int, ...],
-          protects: bool = True) -> Driver:
-    return Driver(names=tuple(n for n, _ in names), learned=tuple(h for _, h in names), complete=complete,
-                  evidence=evidence, plugin_containers=containers, protects=protects)
+def _make(
+    names: list[tuple[str, str]], complete: bool, evidence: str, containers: tuple[int, ...], protects: bool = True
+) -> Driver:
+    return Driver(
+        names=tuple(n for n, _ in names),
+        learned=tuple(h for _, h in names),
+        complete=complete,
+        evidence=evidence,
+        plugin_containers=containers,
+        protects=protects,
+    )
 
 
 def matching_selector(daemonset: Mapping[str, Any], config: DetectionConfig) -> DriverSelector | None:
@@ -200,12 +209,15 @@ def matching_selector(daemonset: Mapping[str, Any], config: DetectionConfig) -> 
     matchLabels its labels include, or None."""
     meta = _map(daemonset.get("metadata"))
     namespace, labels = _str(meta.get("namespace")), _map(meta.get("labels"))
-    return next((s for s in config.selectors if s.namespace == namespace
-                 and all(labels.get(k) == v for k, v in s.match_labels.items())), None)
+    return next(
+        (s for s in config.selectors if s.namespace == namespace and all(labels.get(k) == v for k, v in s.match_labels.items())),
+        None,
+    )
 
 
-def detect(daemonset: Mapping[str, Any], *, config: DetectionConfig,
-           can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False) -> Driver | None:
+def detect(
+    daemonset: Mapping[str, Any], *, config: DetectionConfig, can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False
+) -> Driver | None:
     """Whether an apps/v1 DaemonSet dict is a DRA driver, and which; None when it is not.
 
     can_write_slices(namespace, serviceAccountName) tells whether RBAC lets that ServiceAccount
@@ -224,8 +236,13 @@ def detect(daemonset: Mapping[str, Any], *, config: DetectionConfig,
     label_names = [(n, f"label/annotation {DRIVER_KEY}") for n in explicit]
     declared = config.is_declared(namespace, _str(meta.get("name")))
     if explicit and (selector is not None or writes or declared):
-        trust = (f"selector in namespace {namespace}" if selector is not None else
-                 f"ServiceAccount {namespace}/{sa} may write ResourceSlices" if writes else DECLARED)
+        trust = (
+            f"selector in namespace {namespace}"
+            if selector is not None
+            else f"ServiceAccount {namespace}/{sa} may write ResourceSlices"
+            if writes
+            else DECLARED
+        )
         return _make(label_names, True, f"{DRIVER_KEY}={','.join(explicit)}, trusted: {trust}", containers)
     if selector is not None:
         names = [(n, f"selector in namespace {namespace}") for n in selector.names]
@@ -249,17 +266,25 @@ def detect(daemonset: Mapping[str, Any], *, config: DetectionConfig,
             names, complete = (label_names, True) if label_names else spec_names(daemonset, containers, config)
             return _make(names, complete, sign, containers)
     if explicit:
-        return _make(label_names, True, f"{DRIVER_KEY}={','.join(explicit)} (not trusted for eviction protection: "
-                     f"its ServiceAccount may not write ResourceSlices and no selector matches)", containers,
-                     protects=False)
+        return _make(
+            label_names,
+            True,
+            f"{DRIVER_KEY}={','.join(explicit)} (not trusted for eviction protection: "
+            f"its ServiceAccount may not write ResourceSlices and no selector matches)",
+            containers,
+            protects=False,
+        )
     return None
 
 
-def undeclared(found: Iterable[tuple[str, str, Driver | None]], detection: DetectionConfig,
-               *, guard_namespace: str) -> list[tuple[str, str]]:
+def undeclared(
+    found: Iterable[tuple[str, str, Driver | None]], detection: DetectionConfig, *, guard_namespace: str
+) -> list[tuple[str, str]]:
     """The (namespace, name) of recognised DRA driver DaemonSets missing from drivers.declared,
     sorted. found: (namespace, name, detect()'s verdict) of DaemonSets. A driver whose identity is
     not trusted (Driver.protects False) and dra-guard's own namespace are left out."""
-    return sorted((ns, name) for ns, name, driver in found
-                  if driver is not None and driver.protects and ns != guard_namespace
-                  and not detection.is_declared(ns, name))
+    return sorted(
+        (ns, name)
+        for ns, name, driver in found
+        if driver is not None and driver.protects and ns != guard_namespace and not detection.is_declared(ns, name)
+    )

@@ -5,6 +5,7 @@ Online, webhook.kube.state.ClusterState implements it from watches (and may make
 API reads the RBAC guard asks for). Offline, build_facts() makes one from listed objects or
 manifest files: no API, every cache counts as synced.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping

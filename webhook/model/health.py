@@ -8,6 +8,7 @@ unknown: probes.assumeDefaultPort would put a probe on a port nobody serves and 
 Keyed by the container image's repository name (its last path segment: any registry or mirror,
 tag or digest), since the pod spec names the driver nowhere else.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

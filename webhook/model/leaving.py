@@ -25,6 +25,7 @@ than the asking pod refuses, which is stricter than "excluded from the peers" (a
 DaemonSet on the node, which a maxSurge of 1 never makes, waits too) and needs no second record.
 Thread-safe; no I/O.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -108,9 +109,16 @@ def record_name(namespace: str, daemonset: str, node: str) -> str:
 
 def record_for(pod: PodInfo, peer: str, *, ttl: float = TTL_SECONDS) -> LeaveRecord:
     """The LeaveRecord for driver pod `pod` leaving on the strength of `peer` ("namespace/name")."""
-    return LeaveRecord(name=record_name(pod.namespace, pod.daemonset, pod.node), namespace=pod.namespace,
-                       pod=pod.name, uid=pod.uid, daemonset=f"{pod.namespace}/{pod.daemonset}", node=pod.node,
-                       peer=peer, seconds=max(1, round(ttl)))
+    return LeaveRecord(
+        name=record_name(pod.namespace, pod.daemonset, pod.node),
+        namespace=pod.namespace,
+        pod=pod.name,
+        uid=pod.uid,
+        daemonset=f"{pod.namespace}/{pod.daemonset}",
+        node=pod.node,
+        peer=peer,
+        seconds=max(1, round(ttl)),
+    )
 
 
 def parse_time(value: Any) -> datetime.datetime | None:
@@ -124,8 +132,9 @@ def parse_time(value: Any) -> datetime.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
 
 
-def judge(spec: Mapping[str, Any], record: LeaveRecord, *, now: datetime.datetime,
-          live: Callable[[str, str, str], bool]) -> Verdict:
+def judge(
+    spec: Mapping[str, Any], record: LeaveRecord, *, now: datetime.datetime, live: Callable[[str, str, str], bool]
+) -> Verdict:
     """What an existing record's Lease `spec` (coordination.k8s.io/v1 LeaseSpec dict) means for
     `record`'s pod, at `now` (aware datetime; replicas' clocks agree to well under a TTL).
 

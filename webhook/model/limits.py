@@ -6,6 +6,7 @@ cost seconds of a worker's CPU. Counting is cheap (list lengths), so an object o
 judged: the policy's failure mode answers at once (webhook.admission.NotJudged). The limits are far
 above real objects: the apiserver's own aggregated ClusterRoles have tens of rules.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -44,12 +45,13 @@ def over_limit(request: Mapping[str, Any], limits: ServerConfig) -> str | None:
         obj = as_map(request.get(field))
         if not obj:
             continue
-        counts = (("rules", len(as_list(obj.get("rules"))), limits.max_rules, "maxRules"),
-                  ("subjects", len(as_list(obj.get("subjects"))), limits.max_subjects, "maxSubjects"),
-                  ("aggregationRule label values", _selector_values(obj), limits.max_selector_values, "maxSelectorValues"),
-                  ("containers", _containers(obj), limits.max_containers, "maxContainers"))
+        counts = (
+            ("rules", len(as_list(obj.get("rules"))), limits.max_rules, "maxRules"),
+            ("subjects", len(as_list(obj.get("subjects"))), limits.max_subjects, "maxSubjects"),
+            ("aggregationRule label values", _selector_values(obj), limits.max_selector_values, "maxSelectorValues"),
+            ("containers", _containers(obj), limits.max_containers, "maxContainers"),
+        )
         for what, count, most, key in counts:
             if count > most:
-                return (f"request.{field} has {count} {what}; dra-guard judges at most {most} "
-                        f"(server.limits.{key})")
+                return f"request.{field} has {count} {what}; dra-guard judges at most {most} (server.limits.{key})"
     return None

@@ -7,6 +7,7 @@ ResourceSlice's ``spec.nodeSelector`` (or a device's, with perDeviceNodeSelectio
 ``status.allocation.nodeSelector`` for devices usable from several nodes. NodeIndex keeps of each
 Node only its name and labels. Thread-safe; no I/O.
 """
+
 from __future__ import annotations
 
 import threading
@@ -25,10 +26,16 @@ def read_selector(node_selector: Any) -> Selector:
     """The terms of a core/v1 NodeSelector dict; () when absent or unreadable."""
     terms = []
     for term in map(as_map, as_list(as_map(node_selector).get("nodeSelectorTerms"))):
-        reqs = [(as_str(r.get("key")), as_str(r.get("operator")),
-                 tuple(v for v in as_list(r.get("values")) if isinstance(v, str)), field)
-                for field, group in ((False, "matchExpressions"), (True, "matchFields"))
-                for r in map(as_map, as_list(term.get(group)))]
+        reqs = [
+            (
+                as_str(r.get("key")),
+                as_str(r.get("operator")),
+                tuple(v for v in as_list(r.get("values")) if isinstance(v, str)),
+                field,
+            )
+            for field, group in ((False, "matchExpressions"), (True, "matchFields"))
+            for r in map(as_map, as_list(term.get(group)))
+        ]
         terms.append(tuple(reqs))
     return tuple(terms)
 
@@ -121,6 +128,7 @@ class NodeIndex:
             name, labels = self._entry(obj)
             uids[name] = as_str(as_map(obj.get("metadata")).get("uid"))
             return name, labels
+
         fresh = dict(map(entry, items))
         with self._lock:
             self._labels, self._uids = fresh, uids

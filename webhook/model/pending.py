@@ -8,6 +8,7 @@ sees the other (and refuses, or both do). A refused review drops its record; an 
 until the watch delivers the object (settle) or `ttl` seconds pass. Across replicas the watch
 re-judging (webhook.kube.drift) reports what slipped through. Thread-safe; no I/O.
 """
+
 from __future__ import annotations
 
 import threading

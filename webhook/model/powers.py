@@ -13,6 +13,7 @@ A power is returned as a webhook.model.rbac.Grant whose `resource` names the pow
 the sensitive namespaces only: those whose ServiceAccounts hold DRA write).
 Pure: plain dicts in, Grants out.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -26,13 +27,25 @@ from webhook.model.readers import as_list, as_map, strings
 CHECKS: Final = ESCALATION_CHECKS
 
 ADMISSION_GROUP: Final = "admissionregistration.k8s.io"
-ADMISSION_RESOURCES: Final = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations",
-                              "validatingadmissionpolicies", "validatingadmissionpolicybindings",
-                              "mutatingadmissionpolicies", "mutatingadmissionpolicybindings")
+ADMISSION_RESOURCES: Final = (
+    "validatingwebhookconfigurations",
+    "mutatingwebhookconfigurations",
+    "validatingadmissionpolicies",
+    "validatingadmissionpolicybindings",
+    "mutatingadmissionpolicies",
+    "mutatingadmissionpolicybindings",
+)
 RBAC_GROUP: Final = "rbac.authorization.k8s.io"
 #: workload controllers: write on them runs pods as any ServiceAccount of the namespace
-WORKLOADS: Final = (("apps", "deployments"), ("apps", "daemonsets"), ("apps", "statefulsets"),
-                    ("apps", "replicasets"), ("batch", "jobs"), ("batch", "cronjobs"), ("", "replicationcontrollers"))
+WORKLOADS: Final = (
+    ("apps", "deployments"),
+    ("apps", "daemonsets"),
+    ("apps", "statefulsets"),
+    ("apps", "replicasets"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+    ("", "replicationcontrollers"),
+)
 WORKLOAD_VERBS: Final = frozenset({"create", "update", "patch"})
 #: (group, resource, verbs, power name): namespaced powers that let a user act as a ServiceAccount
 #: of the namespace (or read what stands for one)
@@ -65,17 +78,23 @@ NAMESPACE_POWER_NAMES: Final = frozenset(p[3] for p in NAMESPACE_POWERS + GUARD_
 #: An APIService with spec.service makes the aggregator proxy a whole group/version (e.g.
 #: v1.resource.k8s.io) to a Service of one's own; FlowSchemas and PriorityLevelConfigurations can
 #: throttle dra-guard's watches (API Priority and Fairness) until its caches go stale.
-API_ROUTING: Final = (("apiregistration.k8s.io", "apiservices", "apiservices"),
-                      ("flowcontrol.apiserver.k8s.io", "flowschemas", "flowschemas"),
-                      ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations", "prioritylevelconfigurations"))
+API_ROUTING: Final = (
+    ("apiregistration.k8s.io", "apiservices", "apiservices"),
+    ("flowcontrol.apiserver.k8s.io", "flowschemas", "flowschemas"),
+    ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations", "prioritylevelconfigurations"),
+)
 #: kubelet client certificates: create on these CSR subresources is what the controller manager's
 #: csrapproving controller checks before it auto-approves a CSR for system:node:<any name> (the Node
 #: authorizer and NodeRestriction then let that identity write the node's ResourceSlices)
 NODE_CLIENT_CSRS: Final = ("certificatesigningrequests/nodeclient", "certificatesigningrequests/selfnodeclient")
 
 #: impersonation: (group, resource, namespaced)
-IMPERSONATE: Final = (("", "users", False), ("", "groups", False), ("", "serviceaccounts", True),
-                      ("authentication.k8s.io", "uids", False))
+IMPERSONATE: Final = (
+    ("", "users", False),
+    ("", "groups", False),
+    ("", "serviceaccounts", True),
+    ("authentication.k8s.io", "uids", False),
+)
 
 
 def _group_ok(groups: list[str], group: str) -> bool:
@@ -96,10 +115,16 @@ def _verbs(verbs: list[str], wanted: Iterable[str]) -> list[str]:
     return ["*"] if "*" in verbs else sorted(set(verbs) & set(wanted))
 
 
-def power_grants(rules: Any, *, role: str, write_verbs: frozenset[str], checks: frozenset[str],
-                 guard_names: frozenset[str] = frozenset(),
-                 privileged_name: Callable[[str, str], bool] = lambda kind, name: True,
-                 role_grants: Callable[[str], bool] = lambda name: False) -> list[Grant]:
+def power_grants(
+    rules: Any,
+    *,
+    role: str,
+    write_verbs: frozenset[str],
+    checks: frozenset[str],
+    guard_names: frozenset[str] = frozenset(),
+    privileged_name: Callable[[str, str], bool] = lambda kind, name: True,
+    role_grants: Callable[[str], bool] = lambda name: False,
+) -> list[Grant]:
     """The escalation powers in a list of PolicyRules (rbac.authorization.k8s.io/v1 dicts).
 
     checks: which families to look for (CHECKS). guard_names: dra-guard's own ClusterRole and
@@ -120,8 +145,16 @@ def power_grants(rules: Any, *, role: str, write_verbs: frozenset[str], checks: 
         if not groups or not resources or not verbs:
             continue
 
-        def add(group: str, resource: str, wanted: Iterable[str], power: str, namespaced: bool,
-                groups: list[str] = groups, resources: list[str] = resources, verbs: list[str] = verbs) -> None:
+        def add(
+            group: str,
+            resource: str,
+            wanted: Iterable[str],
+            power: str,
+            namespaced: bool,
+            groups: list[str] = groups,
+            resources: list[str] = resources,
+            verbs: list[str] = verbs,
+        ) -> None:
             if _group_ok(groups, group) and resource_ok(resources, resource):
                 out.update(Grant(resource=power, verb=v, role=role, namespaced=namespaced) for v in _verbs(verbs, wanted))
 
@@ -133,8 +166,10 @@ def power_grants(rules: Any, *, role: str, write_verbs: frozenset[str], checks: 
                 kind = {"users": "User", "groups": "Group", "serviceaccounts": "ServiceAccount"}.get(resource, "")
                 if names and kind and not any(privileged_name(kind, n) for n in names):
                     continue
-                out.update(Grant(resource=f"impersonate:{resource}", verb=v, role=role, namespaced=namespaced)
-                           for v in (["*"] if "*" in imp else imp))
+                out.update(
+                    Grant(resource=f"impersonate:{resource}", verb=v, role=role, namespaced=namespaced)
+                    for v in (["*"] if "*" in imp else imp)
+                )
         if "admission" in checks:
             for resource in ADMISSION_RESOURCES:
                 add(ADMISSION_GROUP, resource, write_verbs, resource, False)
@@ -146,8 +181,13 @@ def power_grants(rules: Any, *, role: str, write_verbs: frozenset[str], checks: 
                 add(RBAC_GROUP, resource, ("bind", "escalate"), f"{resource}:bind-escalate", False)
         if "nodes-csr" in checks:
             add("", "nodes/proxy", ("get", "create"), "nodes/proxy", False)
-            add("certificates.k8s.io", "certificatesigningrequests/approval", ("update", "patch"),
-                "certificatesigningrequests/approval", False)
+            add(
+                "certificates.k8s.io",
+                "certificatesigningrequests/approval",
+                ("update", "patch"),
+                "certificatesigningrequests/approval",
+                False,
+            )
             for resource in NODE_CLIENT_CSRS:
                 add("certificates.k8s.io", resource, ("create",), resource, False)
         if "api-routing" in checks:

@@ -8,6 +8,7 @@ clusterroleaggregation). A *protected grant* is a PolicyRule whose apiGroups mat
 write verb (or "*"). resourceNames narrows a grant but is still a grant; nonResourceURLs rules grant
 nothing here.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,7 +59,6 @@ def protected_grants(rules: Any, config: RbacConfig, *, role: str) -> list[Grant
     return sorted(grants)
 
 
-
 LabelMatcher = Callable[[Mapping[str, str]], bool]
 
 
@@ -77,8 +77,9 @@ def compile_selector(selector: Any) -> LabelMatcher:
     for expr in as_list(selector.get("matchExpressions")):
         expr = as_map(expr)
         op = as_str(expr.get("operator"))
-        checks.append((as_str(expr.get("key")), op, frozenset(strings(expr.get("values"))) if op in ("In", "NotIn")
-                       else frozenset()))
+        checks.append(
+            (as_str(expr.get("key")), op, frozenset(strings(expr.get("values"))) if op in ("In", "NotIn") else frozenset())
+        )
 
     def matches(labels: Mapping[str, str]) -> bool:
         for key, value in exact:
@@ -123,7 +124,6 @@ def aggregates(aggregator: Mapping[str, Any], labels: Mapping[str, str]) -> bool
     """Whether ClusterRole dict `aggregator` has an aggregationRule selecting a role with `labels`."""
     matcher = aggregation_matcher(aggregator)
     return matcher is not None and matcher(labels)
-
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,7 @@ webhook.kube keeps one up to date from watches; `dra-guard audit` and `drain-pla
 manifest files or lists (webhook.model.facts). Thread-safe; lookups never do I/O.
 Objects are keyed (namespace, name): namespace "" for the cluster-scoped kinds.
 """
+
 from __future__ import annotations
 
 import threading
@@ -65,8 +66,12 @@ class RbacIndex:
         roles, bindings = list(self._roles), list(self._bindings)
         namespaced_roles = sum(1 for namespace, _ in roles if namespace)
         namespaced_bindings = sum(1 for namespace, _ in bindings if namespace)
-        return {"clusterroles": len(roles) - namespaced_roles, "roles": namespaced_roles,
-                "clusterrolebindings": len(bindings) - namespaced_bindings, "rolebindings": namespaced_bindings}
+        return {
+            "clusterroles": len(roles) - namespaced_roles,
+            "roles": namespaced_roles,
+            "clusterrolebindings": len(bindings) - namespaced_bindings,
+            "rolebindings": namespaced_bindings,
+        }
 
     def _changed(self) -> None:
         """Drop memoised answers after any RBAC change (caller holds the lock)."""
@@ -257,10 +262,17 @@ class RbacIndex:
         name, namespaced = name_of(role), bool(namespace_of(role))
         rules = as_list(role.get("rules")) + default_rules(role)
         grants = set() if namespaced else set(protected_grants(rules, config, role=name))
-        grants |= set(power_grants(
-            rules, role=name, write_verbs=config.write_verbs, checks=config.escalation_checks,
-            guard_names=config.guard_names, privileged_name=lambda kind, n: privileged(kind, n, config),
-            role_grants=self._role_has_grants(config)))
+        grants |= set(
+            power_grants(
+                rules,
+                role=name,
+                write_verbs=config.write_verbs,
+                checks=config.escalation_checks,
+                guard_names=config.guard_names,
+                privileged_name=lambda kind, n: privileged(kind, n, config),
+                role_grants=self._role_has_grants(config),
+            )
+        )
         return {g for g in grants if g.namespaced} if namespaced else grants
 
     def _role_has_grants(self, config: RbacConfig) -> Any:
@@ -269,6 +281,7 @@ class RbacIndex:
             if role is None or ("", name) in self._visiting:
                 return False
             return bool(self.effective_grants(role, config))
+
         return has
 
     def effective_grants(self, role: Mapping[str, Any], config: RbacConfig) -> tuple[Grant, ...]:
@@ -313,8 +326,12 @@ class RbacIndex:
         with self._lock:
             if key in self._sa_memo:
                 return self._sa_memo[key]
-            reaches = [("sa", f"{namespace}/{name}"), ("group", "system:serviceaccounts"),
-                       ("group", f"system:serviceaccounts:{namespace}"), ("group", "system:authenticated")]
+            reaches = [
+                ("sa", f"{namespace}/{name}"),
+                ("group", "system:serviceaccounts"),
+                ("group", f"system:serviceaccounts:{namespace}"),
+                ("group", "system:authenticated"),
+            ]
             candidates = set().union(*(self._sa_reach.get(r, ()) for r in reaches))
             result = False
             for bkey in sorted(candidates):

@@ -2,6 +2,7 @@
 files): a wrong type reads as empty, never raises. Plus the short form of a message that kubectl
 shows as a warning.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

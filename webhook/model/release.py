@@ -6,6 +6,7 @@ the GIL held: at the envelope the swap of a relist stalled every review for 30 t
 over many bytecodes and the interpreter switches threads between them (every
 sys.getswitchinterval() seconds). Pure; no I/O.
 """
+
 from __future__ import annotations
 
 from typing import Any

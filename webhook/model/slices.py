@@ -7,6 +7,7 @@ with ``nodeName`` set; the kubelet deletes them ~30 s after the driver unregiste
 nothing about which driver pod runs on a node and are not kept. Only (driver, node, pool) is kept
 of each slice: memory follows the number of slices, not their devices. Thread-safe; no I/O.
 """
+
 from __future__ import annotations
 
 import threading

@@ -4,6 +4,7 @@ Slimmed copies: no managedFields, no annotations but those dra-guard reads (kube
 last-applied-configuration is a copy of the whole object), and the repeated short strings of
 rules and subjects ("get", "pods", "apps", "Group") interned. Pure.
 """
+
 from __future__ import annotations
 
 import sys
@@ -45,8 +46,12 @@ def slim_role(obj: Mapping[str, Any]) -> dict[str, Any]:
     annotations, rules and aggregationRule, strings interned."""
     ns = namespace_of(obj)
     return {
-        "metadata": {"name": name_of(obj), "labels": compact(dict(labels_of(obj))), "annotations": _kept_annotations(obj),
-                     **({"namespace": ns} if ns else {})},
+        "metadata": {
+            "name": name_of(obj),
+            "labels": compact(dict(labels_of(obj))),
+            "annotations": _kept_annotations(obj),
+            **({"namespace": ns} if ns else {}),
+        },
         "rules": compact(as_list(obj.get("rules"))),
         **({"aggregationRule": compact(obj["aggregationRule"])} if isinstance(obj.get("aggregationRule"), Mapping) else {}),
     }
@@ -58,8 +63,12 @@ def slim_binding(obj: Mapping[str, Any]) -> dict[str, Any]:
     ns = namespace_of(obj)
     uid = as_map(obj.get("metadata")).get("uid")
     return {
-        "metadata": {"name": name_of(obj), "annotations": _kept_annotations(obj), **({"namespace": ns} if ns else {}),
-                     **({"uid": uid} if isinstance(uid, str) and uid else {})},
+        "metadata": {
+            "name": name_of(obj),
+            "annotations": _kept_annotations(obj),
+            **({"namespace": ns} if ns else {}),
+            **({"uid": uid} if isinstance(uid, str) and uid else {}),
+        },
         "roleRef": compact(dict(as_map(obj.get("roleRef")))),
         "subjects": compact(as_list(obj.get("subjects"))),
     }
@@ -88,19 +97,30 @@ def audit_view(obj: dict[str, Any]) -> dict[str, Any] | None:
             return None
         spec, status = as_map(obj.get("spec")), as_map(obj.get("status"))
         keep = ("name", "namespace", "uid", "ownerReferences", "deletionTimestamp")
-        return {"kind": kind, "metadata": {k: meta[k] for k in keep if k in meta},
-                "spec": {k: spec[k] for k in ("nodeName", "resourceClaims") if k in spec},
-                "status": {k: status[k] for k in ("phase", "conditions", "extendedResourceClaimStatus") if k in status}}
+        return {
+            "kind": kind,
+            "metadata": {k: meta[k] for k in keep if k in meta},
+            "spec": {k: spec[k] for k in ("nodeName", "resourceClaims") if k in spec},
+            "status": {k: status[k] for k in ("phase", "conditions", "extendedResourceClaimStatus") if k in status},
+        }
     if kind == "ResourceClaim":
         return {"kind": kind, "apiVersion": obj.get("apiVersion"), "metadata": meta, "status": obj.get("status") or {}}
     if kind == "ResourceSlice":
         spec = as_map(obj.get("spec"))
-        meta["managedFields"] = [{"apiVersion": e.get("apiVersion"), "manager": e.get("manager")}
-                                 for e in map(as_map, as_list(managed))]
-        return {"kind": kind, "apiVersion": obj.get("apiVersion"), "metadata": meta,
-                "spec": {k: spec[k] for k in ("driver", "nodeName", "pool") if k in spec}}
+        meta["managedFields"] = [
+            {"apiVersion": e.get("apiVersion"), "manager": e.get("manager")} for e in map(as_map, as_list(managed))
+        ]
+        return {
+            "kind": kind,
+            "apiVersion": obj.get("apiVersion"),
+            "metadata": meta,
+            "spec": {k: spec[k] for k in ("driver", "nodeName", "pool") if k in spec},
+        }
     if kind == "Node":
         node_info = as_map(as_map(obj.get("status")).get("nodeInfo"))
-        return {"kind": kind, "metadata": {k: meta[k] for k in ("name", "labels") if k in meta},
-                "status": {"nodeInfo": dict(node_info)}}
+        return {
+            "kind": kind,
+            "metadata": {k: meta[k] for k in ("name", "labels") if k in meta},
+            "status": {"nodeInfo": dict(node_info)},
+        }
     return {**obj, "metadata": meta}

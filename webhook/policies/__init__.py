@@ -8,6 +8,7 @@ review, audit), and routes, audit wiring, CLI help and the chart's webhook paths
 The decision says what *enforce* mode would answer; applying the configured mode (enforce / warn
 / audit) is the job of webhook.admission.
 """
+
 from __future__ import annotations
 
 from webhook.policies.decision import ALLOW, Decision, Finding

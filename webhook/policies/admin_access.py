@@ -13,6 +13,7 @@ by anyone but rbac.adminSubjects is refused (403). Removing it, or any other cha
 The chart sends only such label changes by non-admins (matchConditions), to the RBAC guard's path.
 Pure: request dicts and object dicts in, Decisions and Findings out.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
@@ -45,13 +46,21 @@ def review(request: Mapping[str, Any], *, requester_is_admin: bool) -> Decision:
         return ALLOW
     name = name_of(obj) if isinstance(obj, Mapping) else as_str(request.get("name"))
     user = as_str(as_map(request.get("userInfo")).get("username"))
-    return Decision(findings=(Finding(
-        policy=POLICY, kind="Namespace", name=name, check="admin-access-label",
-        message=f"{user or 'this user'} may not set {LABEL}=\"true\" on Namespace {name}: ResourceClaims there could "
+    return Decision(
+        findings=(
+            Finding(
+                policy=POLICY,
+                kind="Namespace",
+                name=name,
+                check="admin-access-label",
+                message=f'{user or "this user"} may not set {LABEL}="true" on Namespace {name}: ResourceClaims there could '
                 f"ask for adminAccess to every device their requests select, devices in use by others included. "
                 f"Only cluster admins (rbac.adminSubjects) set it; ask one, or request devices without adminAccess.",
-        summary=short(f"dra-guard: only cluster admins may set {LABEL} on Namespace {name}"),
-        details={"label": LABEL}),))
+                summary=short(f"dra-guard: only cluster admins may set {LABEL} on Namespace {name}"),
+                details={"label": LABEL},
+            ),
+        )
+    )
 
 
 def claim_requests_admin_access(claim: Mapping[str, Any]) -> bool:
@@ -73,8 +82,11 @@ def _grants_claim_create(rules: Any) -> bool:
     for rule in as_list(rules):
         rule = as_map(rule)
         groups, resources, verbs = strings(rule.get("apiGroups")), strings(rule.get("resources")), strings(rule.get("verbs"))
-        if ("*" in groups or RESOURCE_GROUP in groups) and ("*" in verbs or "create" in verbs) and (
-                resource_ok(resources, "resourceclaims") or resource_ok(resources, "resourceclaimtemplates")):
+        if (
+            ("*" in groups or RESOURCE_GROUP in groups)
+            and ("*" in verbs or "create" in verbs)
+            and (resource_ok(resources, "resourceclaims") or resource_ok(resources, "resourceclaimtemplates"))
+        ):
             return True
     return False
 
@@ -103,22 +115,32 @@ def audit(index: RbacIndex, objects: Mapping[str, list[dict[str, Any]]]) -> Iter
     for space in spaces:
         who = who_may_create_claims(index, space)
         yield Finding(
-            policy=POLICY, kind="Namespace", name=space, check="admin-access-namespace", enforced=False,
-            message=f"Namespace {space} carries {LABEL}=\"true\": its ResourceClaims may use any device with adminAccess, "
-                    f"devices in use by others included. Who may create ResourceClaims there: "
-                    f"{', '.join(who) if who else 'nobody but what RBAC gives cluster admins'}. Remove the label unless "
-                    f"an admin decided it (only rbac.adminSubjects may set it through dra-guard).",
+            policy=POLICY,
+            kind="Namespace",
+            name=space,
+            check="admin-access-namespace",
+            enforced=False,
+            message=f'Namespace {space} carries {LABEL}="true": its ResourceClaims may use any device with adminAccess, '
+            f"devices in use by others included. Who may create ResourceClaims there: "
+            f"{', '.join(who) if who else 'nobody but what RBAC gives cluster admins'}. Remove the label unless "
+            f"an admin decided it (only rbac.adminSubjects may set it through dra-guard).",
             summary=short(f"dra-guard: Namespace {space} allows DRA adminAccess"),
-            details={"label": LABEL, "mayCreateClaims": who})
+            details={"label": LABEL, "mayCreateClaims": who},
+        )
     for kind in ("ResourceClaim", "ResourceClaimTemplate"):
         for claim in objects.get(kind, []):
             if claim_requests_admin_access(claim):
                 ns, name = namespace_of(claim), name_of(claim)
                 yield Finding(
-                    policy=POLICY, kind=kind, namespace=ns, name=name, check="admin-access-claim", enforced=False,
+                    policy=POLICY,
+                    kind=kind,
+                    namespace=ns,
+                    name=name,
+                    check="admin-access-claim",
+                    enforced=False,
                     message=f"{kind} {ns}/{name} asks for adminAccess: it may use every device its requests select, "
-                            f"devices in use by others included (Namespace {ns} "
-                            f"{'is' if ns in spaces else 'is not'} labelled {LABEL}=\"true\").",
+                    f"devices in use by others included (Namespace {ns} "
+                    f'{"is" if ns in spaces else "is not"} labelled {LABEL}="true").',
                     summary=short(f"dra-guard: {kind} {ns}/{name} uses DRA adminAccess"),
-                    details={"label": LABEL})
-
+                    details={"label": LABEL},
+                )

@@ -5,6 +5,7 @@ audit) is the job of webhook.admission. An allow may depend on a shared record t
 must own first (Decision.record; webhook.serve.app writes it through webhook.kube.records, then
 Decision.settle gives the final answer).
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -28,6 +28,7 @@ Scope: the chart sends dra-guard only the evictions of the pods of the drivers d
 hung or down (the apiserver refuses them). A driver dra-guard recognises that is not declared is
 unguarded: audit_objects() reports it (check ``undeclared-driver``) with the value to set.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,15 +51,17 @@ POLICY = "eviction"
 
 # --------------------------------------------------------------------------- the decision
 
+
 def describe_holds(holds: list[Hold], limit: int) -> str:
-    """"ns/claim -> pod ns/p, ..." for at most `limit` claims, then "and N more"."""
+    """ "ns/claim -> pod ns/p, ..." for at most `limit` claims, then "and N more"."""
     parts = [f"{h.claim} -> pod {', '.join(h.pods)}" for h in holds[:limit]]
     more = f" and {len(holds) - limit} more" if len(holds) > limit else ""
     return "; ".join(parts) + more
 
 
-def review(request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionConfig,
-           synced: tuple[bool, str] = (True, "")) -> Decision:
+def review(
+    request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionConfig, synced: tuple[bool, str] = (True, "")
+) -> Decision:
     """Judge an AdmissionReview request for CREATE of pods/eviction (policy/v1 or v1beta1 Eviction),
     or, when config.guard_deletes, DELETE of a pod.
 
@@ -86,48 +89,84 @@ def review(request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionCon
     namespace, name = as_str(request.get("namespace")), as_str(request.get("name"))
     ok, why = synced
     if not ok:
-        return Decision(findings=(Finding(
-            policy=POLICY, kind="Pod", namespace=namespace, name=name, code=429, reason="TooManyRequests",
-            check="cache-not-ready",
-            message=f"dra-guard cannot tell yet whether pod {namespace}/{name} is a DRA driver still needed on its "
+        return Decision(
+            findings=(
+                Finding(
+                    policy=POLICY,
+                    kind="Pod",
+                    namespace=namespace,
+                    name=name,
+                    code=429,
+                    reason="TooManyRequests",
+                    check="cache-not-ready",
+                    message=f"dra-guard cannot tell yet whether pod {namespace}/{name} is a DRA driver still needed on its "
                     f"node ({why}); retry the eviction shortly.",
-            summary=short(f"dra-guard: caches not ready ({why}); retry")),))
+                    summary=short(f"dra-guard: caches not ready ({why}); retry"),
+                ),
+            )
+        )
     found = index.driver_of_pod(namespace, name)
     if found is None:
         return ALLOW
     pod, driver = found
     if not driver.protects:
-        return Decision(warnings=(short(f"dra-guard: pod not protected from eviction: {drivers.DRIVER_KEY} on "
-                                        f"DaemonSet {pod.daemonset} is trusted only when its ServiceAccount may write "
-                                        f"ResourceSlices or a drivers.selectors entry matches"),))
+        return Decision(
+            warnings=(
+                short(
+                    f"dra-guard: pod not protected from eviction: {drivers.DRIVER_KEY} on "
+                    f"DaemonSet {pod.daemonset} is trusted only when its ServiceAccount may write "
+                    f"ResourceSlices or a drivers.selectors entry matches"
+                ),
+            )
+        )
     if not pod.node:
         return ALLOW
     needed = attribution.need(index, pod, driver)
     if not needed.names:
-        return Decision(warnings=(short(f"dra-guard: cannot tell the driver name of DaemonSet {pod.daemonset} and no "
-                                        f"unclaimed driver publishes ResourceSlices on {pod.node}; set the "
-                                        f"{drivers.DRIVER_KEY} annotation"),))
+        return Decision(
+            warnings=(
+                short(
+                    f"dra-guard: cannot tell the driver name of DaemonSet {pod.daemonset} and no "
+                    f"unclaimed driver publishes ResourceSlices on {pod.node}; set the "
+                    f"{drivers.DRIVER_KEY} annotation"
+                ),
+            )
+        )
     if not needed.holds:
         return ALLOW
     holds = list(dict.fromkeys(h for _, h in needed.holds))
     names = ",".join(needed.held_names)
     learned = {n: how for n, how in needed.names if n in needed.held_names}
     verb = "evict" if operation == "CREATE" else "delete"
-    message = (f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) is still needed on node {pod.node}: "
-               f"{len(holds)} ResourceClaim(s) allocated to it there are still reserved by pods that have not finished: "
-               f"{describe_holds(holds, config.max_listed_claims)}. Drain the DRA driver last: {verb} those pods "
-               f"first; this {'eviction' if verb == 'evict' else 'deletion'} can be retried once their claims are released.")
+    message = (
+        f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) is still needed on node {pod.node}: "
+        f"{len(holds)} ResourceClaim(s) allocated to it there are still reserved by pods that have not finished: "
+        f"{describe_holds(holds, config.max_listed_claims)}. Drain the DRA driver last: {verb} those pods "
+        f"first; this {'eviction' if verb == 'evict' else 'deletion'} can be retried once their claims are released."
+    )
     learned_from = ""
     if any(how.startswith(("ResourceSlice", "ResourceClaim")) for how in learned.values()):
         learned_from = " (Driver name learned from: " + "; ".join(f"{n}: {h}" for n, h in learned.items()) + ".)"
 
     def refusal(note: str = "") -> Finding:
         return Finding(
-            policy=POLICY, kind="Pod", namespace=namespace, name=name, code=429, reason="TooManyRequests",
-            check="driver-still-needed", message=message + note + learned_from,
+            policy=POLICY,
+            kind="Pod",
+            namespace=namespace,
+            name=name,
+            code=429,
+            reason="TooManyRequests",
+            check="driver-still-needed",
+            message=message + note + learned_from,
             summary=short(f"dra-guard: driver pod {name} still needed on {pod.node} by {len(holds)} claim(s)"),
-            details={"driver": names, "drivers": list(needed.held_names), "learned": learned, "node": pod.node,
-                     "claims": [h.claim for h in holds]})
+            details={
+                "driver": names,
+                "drivers": list(needed.held_names),
+                "learned": learned,
+                "node": pod.node,
+                "claims": [h.claim for h in holds],
+            },
+        )
 
     if not needed.peer:
         return Decision(findings=(refusal(),))
@@ -138,30 +177,43 @@ def review(request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionCon
         if peer and request.get("dryRun") is not True:
             index.leaving.add(namespace, name)
     if not peer:
-        return Decision(findings=(refusal(f" (Its Ready peer {needed.peer} of the same DaemonSet was allowed to leave a "
-                                          f"moment ago: one pod of a surge pair goes at a time.)"),))
-    warning = short(f"dra-guard: seamless upgrade: Ready pod {peer} of the same DaemonSet serves driver {names} on "
-                    f"{pod.node}, so {name} may go")
+        return Decision(
+            findings=(
+                refusal(
+                    f" (Its Ready peer {needed.peer} of the same DaemonSet was allowed to leave a "
+                    f"moment ago: one pod of a surge pair goes at a time.)"
+                ),
+            )
+        )
+    warning = short(
+        f"dra-guard: seamless upgrade: Ready pod {peer} of the same DaemonSet serves driver {names} on "
+        f"{pod.node}, so {name} may go"
+    )
     if request.get("dryRun") is True:
         return Decision(warnings=(warning,))  # a dry run writes no record
     # across replicas: allowed only once this replica owns the shared record of (DaemonSet, node)
     lease = record_for(pod, peer, ttl=index.leaving.ttl)
-    conflict = refusal(f" (A pod of the same DaemonSet on {pod.node} was allowed to leave a moment ago: one pod of a "
-                       f"surge pair goes at a time.)")
-    failed = dataclasses.replace(refusal(), check="leave-record-failed", message=(
-        f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) may leave node {pod.node} while "
-        f"{len(holds)} ResourceClaim(s) there still need the driver only once dra-guard has recorded it as leaving "
-        f"(then its Ready peer {peer} stays: one pod of a surge pair goes at a time), and the record could not be "
-        f"written; retry the {'eviction' if verb == 'evict' else 'deletion'} shortly."),
-        summary=short(f"dra-guard: driver pod {name} may go once recorded as leaving; record failed, retry"))
+    conflict = refusal(
+        f" (A pod of the same DaemonSet on {pod.node} was allowed to leave a moment ago: one pod of a surge pair goes at a time.)"
+    )
+    failed = dataclasses.replace(
+        refusal(),
+        check="leave-record-failed",
+        message=(
+            f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) may leave node {pod.node} while "
+            f"{len(holds)} ResourceClaim(s) there still need the driver only once dra-guard has recorded it as leaving "
+            f"(then its Ready peer {peer} stays: one pod of a surge pair goes at a time), and the record could not be "
+            f"written; retry the {'eviction' if verb == 'evict' else 'deletion'} shortly."
+        ),
+        summary=short(f"dra-guard: driver pod {name} may go once recorded as leaving; record failed, retry"),
+    )
     return Decision(warnings=(warning,), record=Record(lease=lease, conflict=conflict, failed=failed))
 
 
 def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
     """review() over the claim index, refusing with 429 while the caches are older than
     eviction.maxCacheAgeSeconds. (The registry's `review`; its `account` counts the final answer.)"""
-    return review(request, index=facts.claims, config=config.eviction,
-                  synced=facts.fresh(config.eviction.max_cache_age_seconds))
+    return review(request, index=facts.claims, config=config.eviction, synced=facts.fresh(config.eviction.max_cache_age_seconds))
 
 
 def account(request: Mapping[str, Any], decision: Decision, facts: Facts, *, mode: str) -> None:
@@ -189,6 +241,7 @@ def account(request: Mapping[str, Any], decision: Decision, facts: Facts, *, mod
 
 # --------------------------------------------------------------------------- undeclared drivers
 
+
 def declared_value(detection: DetectionConfig, extra: Iterable[tuple[str, str]]) -> str:
     """The Helm flag that declares every driver of drivers.declared plus `extra` ((namespace, name)
     pairs): ``--set-json 'config.drivers.declared=[{"namespace":...,"name":...}, ...]'``.
@@ -201,12 +254,18 @@ def declared_value(detection: DetectionConfig, extra: Iterable[tuple[str, str]])
 def undeclared_finding(namespace: str, name: str, *, value: str) -> Finding:
     """The advisory finding for an undeclared driver DaemonSet; `value` from declared_value()."""
     return Finding(
-        policy=POLICY, kind="DaemonSet", namespace=namespace, name=name, check="undeclared-driver", enforced=False,
+        policy=POLICY,
+        kind="DaemonSet",
+        namespace=namespace,
+        name=name,
+        check="undeclared-driver",
+        enforced=False,
         message=f"DaemonSet {namespace}/{name} is a DRA driver that is not in drivers.declared: evictions of its pods "
-                f"are not sent to dra-guard, so nothing keeps it on a node whose claims still need it. Declare it "
-                f"(config file: drivers.declared: [{{namespace: {namespace}, name: {name}}}]; Helm: {value}).",
+        f"are not sent to dra-guard, so nothing keeps it on a node whose claims still need it. Declare it "
+        f"(config file: drivers.declared: [{{namespace: {namespace}, name: {name}}}]; Helm: {value}).",
         summary=short(f"dra-guard: driver DaemonSet {namespace}/{name} not in drivers.declared; its evictions are unguarded"),
-        details={"namespace": namespace, "name": name, "helm": value})
+        details={"namespace": namespace, "name": name, "helm": value},
+    )
 
 
 def audit_objects(facts: Facts, config: Config, objects: Mapping[str, list[dict[str, Any]]]) -> Iterator[Finding]:
@@ -215,8 +274,13 @@ def audit_objects(facts: Facts, config: Config, objects: Mapping[str, list[dict[
     found = []
     for ds in objects.get("DaemonSet", []):
         meta = as_map(ds.get("metadata"))
-        found.append((as_str(meta.get("namespace")), name_of(ds),
-                      drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices)))
+        found.append(
+            (
+                as_str(meta.get("namespace")),
+                name_of(ds),
+                drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices),
+            )
+        )
     missing = drivers.undeclared(found, config.detection, guard_namespace=config.rbac.guard_namespace)
     value = declared_value(config.detection, missing)
     for namespace, name in missing:

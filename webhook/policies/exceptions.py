@@ -9,6 +9,7 @@ subject, roleRef and resources are among those the exception names. Then:
 - the exception expired: the finding stands (refused, reported as before) and says the exception
   expired; audits add one finding `exception-expired` per expired exception that covers one.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,7 +37,11 @@ def covers(exception: PolicyException, finding: Finding) -> bool:
     """Whether `exception` is about `finding` (live or not; see the module docstring)."""
     kinds, checks = EXCEPTABLE.get(exception.policy, ((), frozenset()))
     if (finding.policy, finding.kind, finding.namespace, finding.name) != (
-            exception.policy, exception.kind, exception.namespace, exception.name):
+        exception.policy,
+        exception.kind,
+        exception.namespace,
+        exception.name,
+    ):
         return False
     if finding.kind not in kinds or (checks is not None and finding.check not in checks):
         return False
@@ -44,9 +49,13 @@ def covers(exception: PolicyException, finding: Finding) -> bool:
         return True
     subject = Subject.parse(str(finding.details.get("subject", "")))
     resources = finding.details.get("resources") or ()
-    return (subject is not None and finding.details.get("roleRef") == exception.role_ref
-            and exception.subjects.contains(kind=subject.kind, name=subject.name, namespace=subject.namespace)
-            and bool(resources) and set(resources) <= exception.resources)
+    return (
+        subject is not None
+        and finding.details.get("roleRef") == exception.role_ref
+        and exception.subjects.contains(kind=subject.kind, name=subject.name, namespace=subject.namespace)
+        and bool(resources)
+        and set(resources) <= exception.resources
+    )
 
 
 def covering(finding: Finding, exceptions: Sequence[PolicyException]) -> PolicyException | None:
@@ -59,32 +68,44 @@ def skip(finding: Finding, exception: PolicyException) -> Finding:
     message, summary (the kubectl warning) and `exception` field."""
     expires = _stamp(exception.expires)
     return dataclasses.replace(
-        finding, enforced=False, fixed_by_patch=False,
+        finding,
+        enforced=False,
+        fixed_by_patch=False,
         exception={"ref": exception.ref, "reason": exception.reason, "owner": exception.owner, "expires": expires},
         message=f"{finding.message} Skipped: exception {exception.ref} (owner {exception.owner}, expires {expires}): "
-                f"{exception.reason}",
-        summary=short(f"dra-guard: allowed by exception {exception.ref} (owner {exception.owner}, expires {expires})"))
+        f"{exception.reason}",
+        summary=short(f"dra-guard: allowed by exception {exception.ref} (owner {exception.owner}, expires {expires})"),
+    )
 
 
 def _expired_note(finding: Finding, exception: PolicyException) -> Finding:
-    return dataclasses.replace(finding, message=f"{finding.message} The exception {exception.ref} (owner "
-                                                f"{exception.owner}) expired at {_stamp(exception.expires)}.")
+    return dataclasses.replace(
+        finding,
+        message=f"{finding.message} The exception {exception.ref} (owner "
+        f"{exception.owner}) expired at {_stamp(exception.expires)}.",
+    )
 
 
 def expired_finding(exception: PolicyException) -> Finding:
     """The advisory finding for an expired exception that still covers a finding."""
     return Finding(
-        policy=exception.policy, kind=exception.kind, namespace=exception.namespace, name=exception.name,
-        check=EXPIRED_CHECK, enforced=False,
+        policy=exception.policy,
+        kind=exception.kind,
+        namespace=exception.namespace,
+        name=exception.name,
+        check=EXPIRED_CHECK,
+        enforced=False,
         message=f"The exception {exception.ref} (owner {exception.owner}: {exception.reason}) expired at "
-                f"{_stamp(exception.expires)} and no longer skips the findings of this object: fix the object, or "
-                f"renew the exception (a new expires in dra-guard's config, key exceptions) or remove it.",
+        f"{_stamp(exception.expires)} and no longer skips the findings of this object: fix the object, or "
+        f"renew the exception (a new expires in dra-guard's config, key exceptions) or remove it.",
         summary=short(f"dra-guard: exception {exception.ref} expired at {_stamp(exception.expires)}"),
-        details={"owner": exception.owner, "expires": _stamp(exception.expires)})
+        details={"owner": exception.owner, "expires": _stamp(exception.expires)},
+    )
 
 
-def admit(decision: Decision, exceptions: Sequence[PolicyException], *,
-          now: datetime.datetime) -> tuple[Decision, list[PolicyException], list[PolicyException]]:
+def admit(
+    decision: Decision, exceptions: Sequence[PolicyException], *, now: datetime.datetime
+) -> tuple[Decision, list[PolicyException], list[PolicyException]]:
     """An admission Decision with the exceptions applied at `now` (an aware datetime): (the
     decision, the live exceptions that skipped a finding, the expired ones that covered one).
     Skipped findings are no longer enforced and their patch is dropped (kept while a finding it
@@ -108,12 +129,19 @@ def admit(decision: Decision, exceptions: Sequence[PolicyException], *,
         return dataclasses.replace(decision, findings=tuple(findings)), used, expired
     patch = decision.patch if any(f.fixed_by_patch for f in findings) else ()
     annotation = " | ".join(f"{e.ref} owner={e.owner} expires={_stamp(e.expires)}: {e.reason}" for e in used)
-    return dataclasses.replace(decision, findings=tuple(findings), patch=patch, audit_annotations={
-        **decision.audit_annotations, "exception": annotation[:4000]}), used, expired
+    return (
+        dataclasses.replace(
+            decision,
+            findings=tuple(findings),
+            patch=patch,
+            audit_annotations={**decision.audit_annotations, "exception": annotation[:4000]},
+        ),
+        used,
+        expired,
+    )
 
 
-def apply(results: Iterable[Result], exceptions: Sequence[PolicyException], *,
-          now: datetime.datetime) -> list[Result]:
+def apply(results: Iterable[Result], exceptions: Sequence[PolicyException], *, now: datetime.datetime) -> list[Result]:
     """Audit results with the exceptions applied at `now`: covered by a live exception, a finding
     is skipped (Finding.skipped); by an expired one, it stands with a note, and one
     `exception-expired` finding per such exception follows it (in its policy's mode)."""

@@ -23,6 +23,7 @@ By default a startupProbe on the same gRPC endpoint comes with the liveness prob
 NVIDIA replaced its liveness-only probe for that reason; a container's own startupProbe is never
 touched.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,8 +60,9 @@ def _port(value: Any) -> int | None:
     return None if port > 65535 else max(port, 0)
 
 
-def health_port(container: Mapping[str, Any], *, annotation: str, config: ProbeConfig,
-                assume: bool | None = None) -> tuple[int | None, str]:
+def health_port(
+    container: Mapping[str, Any], *, annotation: str, config: ProbeConfig, assume: bool | None = None
+) -> tuple[int | None, str]:
     """(port, where it came from) of a container's gRPC health service, (None, "") when unknown;
     port 0 when a source says "no health service" (a value of 0 or below, or "<ENV> unset" for a
     driver that is off without it): then no probe is added, even with assumeDefaultPort.
@@ -112,10 +114,17 @@ def assume_default_port(daemonset: Mapping[str, Any], *, detection: DetectionCon
 def grpc_probe(port: int, config: ProbeConfig, *, startup: bool = False) -> dict[str, Any]:
     """A core/v1 Probe dict with a gRPC handler on `port` for the configured service."""
     if startup:
-        return {"grpc": {"port": port, "service": config.service},
-                "periodSeconds": config.startup_period_seconds, "failureThreshold": config.startup_failure_threshold}
-    return {"grpc": {"port": port, "service": config.service}, "periodSeconds": config.period_seconds,
-            "timeoutSeconds": config.timeout_seconds, "failureThreshold": config.failure_threshold}
+        return {
+            "grpc": {"port": port, "service": config.service},
+            "periodSeconds": config.startup_period_seconds,
+            "failureThreshold": config.startup_failure_threshold,
+        }
+    return {
+        "grpc": {"port": port, "service": config.service},
+        "periodSeconds": config.period_seconds,
+        "timeoutSeconds": config.timeout_seconds,
+        "failureThreshold": config.failure_threshold,
+    }
 
 
 def _ref(daemonset: Mapping[str, Any]) -> tuple[str, str]:
@@ -123,11 +132,22 @@ def _ref(daemonset: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
-def _finding(daemonset: Mapping[str, Any], check: str, message: str, summary: str, *, fixed_by_patch: bool = False,
-             **details: Any) -> Finding:
+def _finding(
+    daemonset: Mapping[str, Any], check: str, message: str, summary: str, *, fixed_by_patch: bool = False, **details: Any
+) -> Finding:
     ns, name = _ref(daemonset)
-    return Finding(policy=POLICY, kind="DaemonSet", namespace=ns, name=name, message=message, summary=short(summary),
-                   enforced=False, check=check, fixed_by_patch=fixed_by_patch, details=details)
+    return Finding(
+        policy=POLICY,
+        kind="DaemonSet",
+        namespace=ns,
+        name=name,
+        message=message,
+        summary=short(summary),
+        enforced=False,
+        check=check,
+        fixed_by_patch=fixed_by_patch,
+        details=details,
+    )
 
 
 def _surge(strategy: Mapping[str, Any]) -> int | None:
@@ -164,19 +184,29 @@ def upgrade_findings(daemonset: Mapping[str, Any]) -> list[Finding]:
         return []
     ns, name = _ref(daemonset)
     if _supports_seamless_upgrade(spec) and surge == 0:
-        return [_finding(daemonset, "seamless-upgrade",
-                         f"DaemonSet {ns}/{name} runs a DRA driver that supports seamless upgrade (POD_UID from "
-                         f"metadata.uid) but its updateStrategy has maxSurge 0, so every upgrade leaves a gap in which "
-                         f"pods cannot start and claims cannot be cleaned up. Set updateStrategy.rollingUpdate "
-                         f"maxSurge: 1, maxUnavailable: 0.",
-                         f"dra-guard: DaemonSet {name} supports seamless upgrade: set maxSurge: 1, maxUnavailable: 0")]
+        return [
+            _finding(
+                daemonset,
+                "seamless-upgrade",
+                f"DaemonSet {ns}/{name} runs a DRA driver that supports seamless upgrade (POD_UID from "
+                f"metadata.uid) but its updateStrategy has maxSurge 0, so every upgrade leaves a gap in which "
+                f"pods cannot start and claims cannot be cleaned up. Set updateStrategy.rollingUpdate "
+                f"maxSurge: 1, maxUnavailable: 0.",
+                f"dra-guard: DaemonSet {name} supports seamless upgrade: set maxSurge: 1, maxUnavailable: 0",
+            )
+        ]
     if not _supports_seamless_upgrade(spec) and surge > 0:
-        return [_finding(daemonset, "seamless-upgrade",
-                         f"DaemonSet {ns}/{name} runs a DRA driver without seamless-upgrade support (no POD_UID from "
-                         f"metadata.uid) but its updateStrategy has maxSurge > 0: two driver pods on one node will "
-                         f"fight over one kubelet plugin socket. Set maxSurge: 0, or use a driver version that "
-                         f"supports seamless upgrade (kubelet >= 1.33).",
-                         f"dra-guard: DaemonSet {name}: maxSurge > 0 without seamless upgrade; two driver pods will fight over one socket")]
+        return [
+            _finding(
+                daemonset,
+                "seamless-upgrade",
+                f"DaemonSet {ns}/{name} runs a DRA driver without seamless-upgrade support (no POD_UID from "
+                f"metadata.uid) but its updateStrategy has maxSurge > 0: two driver pods on one node will "
+                f"fight over one kubelet plugin socket. Set maxSurge: 0, or use a driver version that "
+                f"supports seamless upgrade (kubelet >= 1.33).",
+                f"dra-guard: DaemonSet {name}: maxSurge > 0 without seamless upgrade; two driver pods will fight over one socket",
+            )
+        ]
     return []
 
 
@@ -221,8 +251,9 @@ def container_name(container: Mapping[str, Any], index: int) -> str:
     return name if isinstance(name, str) and name else f"#{index}"
 
 
-def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config: ProbeConfig,
-             assume: bool | None = None) -> tuple[dict[str, Any], list[Finding]]:
+def evaluate(
+    daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config: ProbeConfig, assume: bool | None = None
+) -> tuple[dict[str, Any], list[Finding]]:
     """The DaemonSet with probes added (a modified copy) and the findings about it; `assume`:
     assumeDefaultPort for it (None: probes.assumeDefaultPort)."""
     modified = _copy_for_patch(daemonset)
@@ -239,51 +270,80 @@ def evaluate(daemonset: Mapping[str, Any], *, driver: drivers_mod.Driver, config
         cname = container_name(container, i)
         port, source = health_port(container, annotation=annotation, config=config, assume=assume)
         if port is None:
-            findings.append(_finding(
-                daemonset, "no-healthcheck-port",
-                f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe, "
-                f"and dra-guard cannot tell its gRPC health port, so a hung driver will not be restarted. Declare the "
-                f"port: annotation {PORT_ANNOTATION}: \"<port>\", a containerPort named healthcheck, or "
-                f"--healthcheck-port=<port>; or add a livenessProbe yourself.",
-                f"dra-guard: driver container {cname} has no livenessProbe and no known health port; see {PORT_ANNOTATION}",
-                container=cname))
+            findings.append(
+                _finding(
+                    daemonset,
+                    "no-healthcheck-port",
+                    f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe, "
+                    f"and dra-guard cannot tell its gRPC health port, so a hung driver will not be restarted. Declare the "
+                    f'port: annotation {PORT_ANNOTATION}: "<port>", a containerPort named healthcheck, or '
+                    f"--healthcheck-port=<port>; or add a livenessProbe yourself.",
+                    f"dra-guard: driver container {cname} has no livenessProbe and no known health port; see {PORT_ANNOTATION}",
+                    container=cname,
+                )
+            )
             continue
         if port == 0:
             off = health.off_by_omission(container) if source.endswith(UNSET) else None
-            why = (f"{source}: {off[0]} runs no health service without it, so probes.assumeDefaultPort is never "
-                   f"applied to it" if off else f"{source} is 0 or below")
-            findings.append(_finding(
-                daemonset, "healthcheck-disabled",
-                f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) whose health service "
-                f"is switched off ({why}), so dra-guard adds no probe and a hung driver will not "
-                f"be restarted. Give it a health port to have a gRPC liveness probe added.",
-                f"dra-guard: driver container {cname} has its health service off ({source}); no probe added",
-                container=cname))
+            why = (
+                f"{source}: {off[0]} runs no health service without it, so probes.assumeDefaultPort is never applied to it"
+                if off
+                else f"{source} is 0 or below"
+            )
+            findings.append(
+                _finding(
+                    daemonset,
+                    "healthcheck-disabled",
+                    f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) whose health service "
+                    f"is switched off ({why}), so dra-guard adds no probe and a hung driver will not "
+                    f"be restarted. Give it a health port to have a gRPC liveness probe added.",
+                    f"dra-guard: driver container {cname} has its health service off ({source}); no probe added",
+                    container=cname,
+                )
+            )
             continue
         container["livenessProbe"] = grpc_probe(port, config)
         startup = config.startup_probe and "startupProbe" not in container
         if startup:
             container["startupProbe"] = grpc_probe(port, config, startup=True)
         added[cname] = f"grpc:{port}"
-        findings.append(_finding(
-            daemonset, "missing-liveness-probe",
-            f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe; "
-            f"dra-guard adds grpc port {port} service {config.service} (port from {source})"
-            + (f", after a startupProbe on the same endpoint ({config.startup_period_seconds * config.startup_failure_threshold} s "
-               f"budget)" if startup else "") + ".",
-            f"dra-guard would add a gRPC livenessProbe (port {port}) to driver container {cname}",
-            fixed_by_patch=True, container=cname, port=port))
+        findings.append(
+            _finding(
+                daemonset,
+                "missing-liveness-probe",
+                f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe; "
+                f"dra-guard adds grpc port {port} service {config.service} (port from {source})"
+                + (
+                    f", after a startupProbe on the same endpoint ({config.startup_period_seconds * config.startup_failure_threshold} s "
+                    f"budget)"
+                    if startup
+                    else ""
+                )
+                + ".",
+                f"dra-guard would add a gRPC livenessProbe (port {port}) to driver container {cname}",
+                fixed_by_patch=True,
+                container=cname,
+                port=port,
+            )
+        )
     metadata = daemonset.get("metadata")
     if added and isinstance(metadata, Mapping) and isinstance(metadata.get("annotations", {}), Mapping):
         # one key per container: a container added later gets a new key (an `add`), nothing is replaced;
         # odd metadata (not a map, annotations null) is left alone rather than replaced
-        modified["metadata"]["annotations"] = {**annotations_in, **{ADDED_PREFIX + c: v for c, v in added.items()
-                                                                    if ADDED_PREFIX + c not in annotations_in}}
+        modified["metadata"]["annotations"] = {
+            **annotations_in,
+            **{ADDED_PREFIX + c: v for c, v in added.items() if ADDED_PREFIX + c not in annotations_in},
+        }
     return modified, findings + upgrade_findings(daemonset)
 
 
-def review(request: Mapping[str, Any], *, detection: DetectionConfig, config: ProbeConfig,
-           can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False) -> Decision:
+def review(
+    request: Mapping[str, Any],
+    *,
+    detection: DetectionConfig,
+    config: ProbeConfig,
+    can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False,
+) -> Decision:
     """Judge one AdmissionReview request for an apps/v1 DaemonSet (CREATE or UPDATE).
 
     Returns a Decision whose patch adds the missing probes (only `add` operations), with advisory
@@ -298,18 +358,30 @@ def review(request: Mapping[str, Any], *, detection: DetectionConfig, config: Pr
     driver = drivers_mod.detect(obj, config=detection, can_write_slices=can_write_slices)
     if driver is None:
         return ALLOW
-    modified, findings = evaluate(obj, driver=driver, config=config,
-                                  assume=assume_default_port(obj, detection=detection, config=config))
+    modified, findings = evaluate(
+        obj, driver=driver, config=config, assume=assume_default_port(obj, detection=detection, config=config)
+    )
     old = request.get("oldObject")
-    if (operation == "UPDATE" and isinstance(old, Mapping)
-            and _map(_map(old.get("spec")).get("template")) == _map(_map(obj.get("spec")).get("template"))):
+    if (
+        operation == "UPDATE"
+        and isinstance(old, Mapping)
+        and _map(_map(old.get("spec")).get("template")) == _map(_map(obj.get("spec")).get("template"))
+    ):
         # adding a probe now would change the pod template and roll every driver pod on every node
-        findings = [dataclasses.replace(
-            f, fixed_by_patch=False,
-            message=f.message.replace("dra-guard adds", "dra-guard will add it at the next change of the pod template,") ,
-            summary=short(f"dra-guard: driver container {f.details.get('container')} has no livenessProbe; "
-                          f"added at the next pod template change")) if f.check == "missing-liveness-probe" else f
-            for f in findings]
+        findings = [
+            dataclasses.replace(
+                f,
+                fixed_by_patch=False,
+                message=f.message.replace("dra-guard adds", "dra-guard will add it at the next change of the pod template,"),
+                summary=short(
+                    f"dra-guard: driver container {f.details.get('container')} has no livenessProbe; "
+                    f"added at the next pod template change"
+                ),
+            )
+            if f.check == "missing-liveness-probe"
+            else f
+            for f in findings
+        ]
         return Decision(findings=tuple(findings))
     patch = _patch(obj, modified)
     if any(op["op"] != "add" for op in patch):
@@ -319,8 +391,13 @@ def review(request: Mapping[str, Any], *, detection: DetectionConfig, config: Pr
     return Decision(findings=tuple(findings), patch=patch)
 
 
-def audit(daemonset: Mapping[str, Any], *, detection: DetectionConfig, config: ProbeConfig,
-          can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False) -> list[Finding]:
+def audit(
+    daemonset: Mapping[str, Any],
+    *,
+    detection: DetectionConfig,
+    config: ProbeConfig,
+    can_write_slices: Callable[[str, str], bool] = lambda ns, sa: False,
+) -> list[Finding]:
     """Findings for one existing DaemonSet dict: driver containers without a liveness probe, and
     update-strategy findings. Empty for DaemonSets that are not DRA drivers or opted out."""
     if str(_map(_map(daemonset.get("metadata")).get("annotations")).get(OPT_OUT, "")).lower() == "off":
@@ -328,19 +405,20 @@ def audit(daemonset: Mapping[str, Any], *, detection: DetectionConfig, config: P
     driver = drivers_mod.detect(daemonset, config=detection, can_write_slices=can_write_slices)
     if driver is None:
         return []
-    return evaluate(daemonset, driver=driver, config=config,
-                    assume=assume_default_port(daemonset, detection=detection, config=config))[1]
+    return evaluate(
+        daemonset, driver=driver, config=config, assume=assume_default_port(daemonset, detection=detection, config=config)
+    )[1]
 
 
 def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
     """review() with the configured detection and probe settings; RBAC from Facts tells which
     ServiceAccounts may write ResourceSlices. (The registry's `review`.)"""
-    return review(request, detection=config.detection, config=config.probes,
-                  can_write_slices=facts.service_account_writes_slices)
+    return review(request, detection=config.detection, config=config.probes, can_write_slices=facts.service_account_writes_slices)
 
 
 def audit_objects(facts: Facts, config: Config, objects: Mapping[str, list[dict[str, Any]]]) -> Iterator[Finding]:
     """audit() of every DaemonSet among `objects` (kind -> object dicts). (The registry's `audit`.)"""
     for daemonset in objects.get("DaemonSet", []):
-        yield from audit(daemonset, detection=config.detection, config=config.probes,
-                         can_write_slices=facts.service_account_writes_slices)
+        yield from audit(
+            daemonset, detection=config.detection, config=config.probes, can_write_slices=facts.service_account_writes_slices
+        )

@@ -15,6 +15,7 @@ written by cluster admins only (removing one rule would blind its caches).
 Decisions only: plain dicts and the RbacIndex (webhook.model.rbac_index) in, Decisions and
 Findings out; no I/O of its own (the two API reads it may ask for come as callables from Facts).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,18 @@ from webhook.policies import admin_access
 from webhook.policies.decision import ALLOW, Decision, Finding, short
 from webhook.policies.rbac_violations import POLICY, Violation, binding_violations, finding
 
-__all__ = ["POLICY", "RbacIndex", "Violation", "admit", "audit", "audit_objects", "binding_violations",
-           "bindings_reaching", "judge_binding", "review"]
+__all__ = [
+    "POLICY",
+    "RbacIndex",
+    "Violation",
+    "admit",
+    "audit",
+    "audit_objects",
+    "binding_violations",
+    "bindings_reaching",
+    "judge_binding",
+    "review",
+]
 
 
 def _break_glass(obj: Mapping[str, Any]) -> str | None:
@@ -40,6 +51,7 @@ def _break_glass(obj: Mapping[str, Any]) -> str | None:
 
 
 # --------------------------------------------------------------------------- admission review
+
 
 @dataclasses.dataclass(frozen=True)
 class _Requester:
@@ -55,10 +67,15 @@ class _Requester:
         return admins.contains_requester(username=self.username, groups=self.groups)
 
 
-def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
-           fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None,
-           refresh_bindings: Callable[[], str | None] | None = None,
-           synced: tuple[bool, str] = (True, "")) -> Decision:
+def review(
+    request: Mapping[str, Any],
+    *,
+    index: RbacIndex,
+    config: RbacConfig,
+    fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None,
+    refresh_bindings: Callable[[], str | None] | None = None,
+    synced: tuple[bool, str] = (True, ""),
+) -> Decision:
     """Judge one AdmissionReview request (the `request` dict of admission.k8s.io/v1 or v1beta1).
 
     Handles ClusterRoleBinding, RoleBinding, ClusterRole and Role CREATE/UPDATE, and DELETE of
@@ -88,21 +105,40 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
     requester = _Requester.from_request(request)
     own = _guards_own(kind, as_str(request.get("name")) or name_of(obj), namespace, config)
     if own is not None and not requester.is_admin(config.admin_subjects):
-        return Decision(findings=(Finding(
-            policy=POLICY, kind=kind, name=name_of(obj), namespace=namespace, check="guard-own-rbac",
-            message=f"{own} belongs to dra-guard: only cluster admins (rbac.adminSubjects) may {operation.lower()} it; "
+        return Decision(
+            findings=(
+                Finding(
+                    policy=POLICY,
+                    kind=kind,
+                    name=name_of(obj),
+                    namespace=namespace,
+                    check="guard-own-rbac",
+                    message=f"{own} belongs to dra-guard: only cluster admins (rbac.adminSubjects) may {operation.lower()} it; "
                     f"a changed rule would blind dra-guard's caches or grant its powers. Change it with "
                     f"`helm upgrade` as a cluster admin.",
-            summary=short(f"dra-guard: only cluster admins may change {own}")),))
+                    summary=short(f"dra-guard: only cluster admins may change {own}"),
+                ),
+            )
+        )
     if operation == "DELETE" or (kind in ("Role", "RoleBinding") and namespace not in config.sensitive):
         return ALLOW  # the common case for namespaced RBAC: no power of it matters outside the sensitive namespaces
     ok, why = synced
     if not ok and kind in ("ClusterRoleBinding", "ClusterRole", "RoleBinding", "Role"):
-        return Decision(findings=(Finding(
-            policy=POLICY, kind=kind, name=name_of(obj), check="cache-not-synced", code=503, reason="ServiceUnavailable",
-            message=f"dra-guard cannot judge this {kind} now: its RBAC caches are not in sync with the apiserver "
+        return Decision(
+            findings=(
+                Finding(
+                    policy=POLICY,
+                    kind=kind,
+                    name=name_of(obj),
+                    check="cache-not-synced",
+                    code=503,
+                    reason="ServiceUnavailable",
+                    message=f"dra-guard cannot judge this {kind} now: its RBAC caches are not in sync with the apiserver "
                     f"({why}); it does not decide on stale data. Retry in a few seconds.",
-            summary=short(f"dra-guard: RBAC caches not synced ({why}); not judged")),))
+                    summary=short(f"dra-guard: RBAC caches not synced ({why}); not judged"),
+                ),
+            )
+        )
     if kind not in ("ClusterRoleBinding", "RoleBinding", "ClusterRole", "Role"):
         return ALLOW
     # path 9: recorded before judging, so that of two concurrent reviews of a role and a binding of
@@ -114,8 +150,7 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
         if kind in ("ClusterRoleBinding", "RoleBinding"):
             decision = _review_binding(obj, old, index=index, config=config, requester=requester, fetch_role=fetch_role)
         else:
-            decision = _review_role(obj, old, index=index, config=config, requester=requester,
-                                    refresh_bindings=refresh_bindings)
+            decision = _review_role(obj, old, index=index, config=config, requester=requester, refresh_bindings=refresh_bindings)
     except BaseException:
         index.pending.drop(obj)
         raise
@@ -125,7 +160,7 @@ def review(request: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
 
 
 def _guards_own(kind: str, name: str, namespace: str, config: RbacConfig) -> str | None:
-    """"<kind> <name>" when the object is dra-guard's own RBAC (its ClusterRole/ClusterRoleBinding,
+    """ "<kind> <name>" when the object is dra-guard's own RBAC (its ClusterRole/ClusterRoleBinding,
     or a Role/RoleBinding in its namespace), else None."""
     if "guard-rbac" not in config.escalation_checks:
         return None
@@ -149,34 +184,58 @@ def _split_new(new: list[Violation], old: list[Violation]) -> tuple[list[Violati
     return added, kept
 
 
-def _decide(kind: str, name: str, obj: Mapping[str, Any], added: list[Violation], kept: list[Violation],
-            *, config: RbacConfig, requester: _Requester, warnings: list[str]) -> Decision:
+def _decide(
+    kind: str,
+    name: str,
+    obj: Mapping[str, Any],
+    added: list[Violation],
+    kept: list[Violation],
+    *,
+    config: RbacConfig,
+    requester: _Requester,
+    warnings: list[str],
+) -> Decision:
     namespace = namespace_of(obj)
     ref = f"{kind} {namespace + '/' if namespace else ''}{name}"
     for v in kept:
-        warnings.append(short(f"dra-guard: {ref} already grants {v.subject} "
-                              f"{', '.join(sorted({g.resource for g in v.grants}))}; allowed, please fix"))
+        warnings.append(
+            short(
+                f"dra-guard: {ref} already grants {v.subject} "
+                f"{', '.join(sorted({g.resource for g in v.grants}))}; allowed, please fix"
+            )
+        )
     if not added:
         return Decision(warnings=tuple(warnings))
     reason = _break_glass(obj)
     if reason is not None:
         if requester.is_admin(config.admin_subjects):
             warnings.append(short(f"dra-guard: break-glass {BREAK_GLASS_ANNOTATION} honoured for {ref}"))
-            return Decision(warnings=tuple(warnings),
-                            audit_annotations={"break-glass": short(f"{requester.username}: {reason}", 250)})
-        findings = tuple(dataclasses.replace(
-            finding(v, config, kind=kind, name=name, namespace=namespace),
-            message=finding(v, config, kind=kind, name=name, namespace=namespace).message
-            + f" The annotation {BREAK_GLASS_ANNOTATION} is honoured only when a cluster admin makes the request.")
-            for v in added)
+            return Decision(
+                warnings=tuple(warnings), audit_annotations={"break-glass": short(f"{requester.username}: {reason}", 250)}
+            )
+        findings = tuple(
+            dataclasses.replace(
+                finding(v, config, kind=kind, name=name, namespace=namespace),
+                message=finding(v, config, kind=kind, name=name, namespace=namespace).message
+                + f" The annotation {BREAK_GLASS_ANNOTATION} is honoured only when a cluster admin makes the request.",
+            )
+            for v in added
+        )
         return Decision(findings=findings, warnings=tuple(warnings))
-    return Decision(findings=tuple(finding(v, config, kind=kind, name=name, namespace=namespace) for v in added),
-                    warnings=tuple(warnings))
+    return Decision(
+        findings=tuple(finding(v, config, kind=kind, name=name, namespace=namespace) for v in added), warnings=tuple(warnings)
+    )
 
 
-def _review_binding(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index: RbacIndex,
-                    config: RbacConfig, requester: _Requester,
-                    fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None) -> Decision:
+def _review_binding(
+    obj: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    *,
+    index: RbacIndex,
+    config: RbacConfig,
+    requester: _Requester,
+    fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None,
+) -> Decision:
     """A ClusterRoleBinding, or a RoleBinding (which matters only in a sensitive namespace)."""
     name, namespace = name_of(obj), namespace_of(obj)
     kind = "RoleBinding" if namespace else "ClusterRoleBinding"
@@ -192,8 +251,14 @@ def _review_binding(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, in
         role = fetch_role(role_name)
     pending = index.pending.role(role_name, role_ns)  # an UPDATE of the role allowed a moment ago
     if role is None and pending is None:
-        return Decision(warnings=(short(f"dra-guard: {role_kind} {role_name} does not exist yet; "
-                                        f"it will be checked against {kind} {name} when it is created"),))
+        return Decision(
+            warnings=(
+                short(
+                    f"dra-guard: {role_kind} {role_name} does not exist yet; "
+                    f"it will be checked against {kind} {name} when it is created"
+                ),
+            )
+        )
     grants = tuple(sorted({g for r in (role, pending) if r is not None for g in index.effective_grants(r, config)}))
     new = binding_violations(obj, grants, config, via=role_name)
     old_v = binding_violations(old, grants, config, via=role_name) if old is not None else []
@@ -201,8 +266,7 @@ def _review_binding(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, in
     return _decide(kind, name, obj, added, kept, config=config, requester=requester, warnings=[])
 
 
-def _role_violations(role: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig,
-                     requester: _Requester) -> list[Violation]:
+def _role_violations(role: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig, requester: _Requester) -> list[Violation]:
     """Violations created by a ClusterRole or Role through every binding that reaches it: bindings
     of the role itself and of every role that aggregates it; RoleBindings in sensitive namespaces."""
     name, namespace = name_of(role), namespace_of(role)
@@ -223,16 +287,21 @@ def _role_violations(role: Mapping[str, Any], *, index: RbacIndex, config: RbacC
     return out
 
 
-def _review_role(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index: RbacIndex,
-                 config: RbacConfig, requester: _Requester,
-                 refresh_bindings: Callable[[], str | None] | None = None) -> Decision:
+def _review_role(
+    obj: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    *,
+    index: RbacIndex,
+    config: RbacConfig,
+    requester: _Requester,
+    refresh_bindings: Callable[[], str | None] | None = None,
+) -> Decision:
     name, namespace = name_of(obj), namespace_of(obj)
     kind = "Role" if namespace else "ClusterRole"
     if namespace and namespace not in config.sensitive:
         return ALLOW
     warnings: list[str] = []
-    if refresh_bindings is not None and not namespace and any(
-            not g.namespaced for g in index.effective_grants(obj, config)):
+    if refresh_bindings is not None and not namespace and any(not g.namespaced for g in index.effective_grants(obj, config)):
         # A role that grants DRA write or a cluster-scoped power: a binding created a moment ago may
         # not have reached the watch yet, so the bindings are read from the API once before judging
         # (rare: such roles are few). Roles with only namespaced powers (workload or Service write:
@@ -243,19 +312,30 @@ def _review_role(obj: Mapping[str, Any], old: Mapping[str, Any] | None, *, index
     new = _role_violations(obj, index=index, config=config, requester=requester)
     old_v = _role_violations(old, index=index, config=config, requester=requester) if old is not None else []
     added, kept = _split_new(new, old_v)
-    if (added and old is not None and isinstance(obj.get("aggregationRule"), Mapping)
-            and obj.get("aggregationRule") == old.get("aggregationRule") and labels_of(obj) == labels_of(old)
-            and requester.username in config.aggregation_controller_users):
+    if (
+        added
+        and old is not None
+        and isinstance(obj.get("aggregationRule"), Mapping)
+        and obj.get("aggregationRule") == old.get("aggregationRule")
+        and labels_of(obj) == labels_of(old)
+        and requester.username in config.aggregation_controller_users
+    ):
         # The aggregation controller copying members' rules into an aggregating role: the member
         # role is where enforcement bites; refusing here would only wedge the controller. Anyone
         # else adding rules or labels to an aggregating role is judged like any other change.
-        warnings.extend(short(f"dra-guard: aggregated rules of ClusterRole {name} give {v.subject} "
-                              f"{', '.join(sorted({g.resource for g in v.grants}))}") for v in added)
+        warnings.extend(
+            short(
+                f"dra-guard: aggregated rules of ClusterRole {name} give {v.subject} "
+                f"{', '.join(sorted({g.resource for g in v.grants}))}"
+            )
+            for v in added
+        )
         return Decision(warnings=tuple(warnings))
     return _decide(kind, name, obj, added, kept, config=config, requester=requester, warnings=warnings)
 
 
 # --------------------------------------------------------------------------- audit
+
 
 def judge_binding(index: RbacIndex, config: RbacConfig, binding: Mapping[str, Any]) -> list[Finding]:
     """Findings of one ClusterRoleBinding or RoleBinding dict as it stands in `index`: the grants of
@@ -269,12 +349,15 @@ def judge_binding(index: RbacIndex, config: RbacConfig, binding: Mapping[str, An
     if role is None:
         return []
     kind = "RoleBinding" if namespace else "ClusterRoleBinding"
-    return [finding(v, config, kind=kind, name=name_of(binding), namespace=namespace)
-            for v in binding_violations(binding, index.effective_grants(role, config), config, via=name_of(role))]
+    return [
+        finding(v, config, kind=kind, name=name_of(binding), namespace=namespace)
+        for v in binding_violations(binding, index.effective_grants(role, config), config, via=name_of(role))
+    ]
 
 
-def bindings_reaching(index: RbacIndex, config: RbacConfig, role: Mapping[str, Any], *,
-                      via: str | None = None) -> list[Mapping[str, Any]]:
+def bindings_reaching(
+    index: RbacIndex, config: RbacConfig, role: Mapping[str, Any], *, via: str | None = None
+) -> list[Mapping[str, Any]]:
     """The cached bindings a change of ClusterRole or Role dict `role` can affect: its own bindings,
     those of every role aggregating it, and RoleBindings of them in sensitive namespaces. `via`:
     only the bindings of that one role (`role` itself or one of its aggregators)."""
@@ -282,8 +365,11 @@ def bindings_reaching(index: RbacIndex, config: RbacConfig, role: Mapping[str, A
     if namespace:
         return index.role_bindings_of(name, namespace) if namespace in config.sensitive else []
     vias = [via] if via is not None else [name, *index.aggregators_of(labels_of(role), exclude=name)]
-    return [b for v in vias
-            for b in [*index.bindings_of(v), *(rb for rb in index.role_bindings_of(v) if namespace_of(rb) in config.sensitive)]]
+    return [
+        b
+        for v in vias
+        for b in [*index.bindings_of(v), *(rb for rb in index.role_bindings_of(v) if namespace_of(rb) in config.sensitive)]
+    ]
 
 
 def audit(index: RbacIndex, config: RbacConfig) -> Iterator[Finding]:
@@ -299,11 +385,18 @@ def audit(index: RbacIndex, config: RbacConfig) -> Iterator[Finding]:
 
 # --------------------------------------------------------------------------- registry entry points
 
+
 def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
     """review() over Facts: the RBAC caches, their two bounded API reads, and whether the
     ClusterRole/ClusterRoleBinding caches are in sync. (The registry's `review`.)"""
-    return review(request, index=facts.rbac, config=config.rbac, fetch_role=facts.fetch_cluster_role,
-                  refresh_bindings=facts.refresh_bindings, synced=facts.synced(("clusterroles", "clusterrolebindings", "roles", "rolebindings")))
+    return review(
+        request,
+        index=facts.rbac,
+        config=config.rbac,
+        fetch_role=facts.fetch_cluster_role,
+        refresh_bindings=facts.refresh_bindings,
+        synced=facts.synced(("clusterroles", "clusterrolebindings", "roles", "rolebindings")),
+    )
 
 
 def audit_objects(facts: Facts, config: Config, objects: Mapping[str, list[dict[str, Any]]]) -> Iterator[Finding]:

@@ -11,6 +11,7 @@ everyone else none. A ClusterRoleBinding grants everything its role holds; a
 RoleBinding only the namespaced powers, and only in a sensitive namespace (RbacConfig.sensitive)
 do they matter; ConfigMap and Service write only in dra-guard's own namespace.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,7 @@ def may_hold(subject: Subject, grant: Grant, config: RbacConfig, *, namespace: s
         return True  # dra-guard itself (self mode: patch on its own webhook configurations)
     if config.driver_subjects.contains(**kw):
         own = subject.kind == "ServiceAccount" and bool(namespace) and namespace == subject.namespace
-        return grant.resource in config.driver_resources or (
-            own and grant.namespaced and grant.resource in NAMESPACE_POWER_NAMES)
+        return grant.resource in config.driver_resources or (own and grant.namespaced and grant.resource in NAMESPACE_POWER_NAMES)
     return False
 
 
@@ -71,7 +71,7 @@ class Violation:
 
     @property
     def binding_ref(self) -> str:
-        """"RoleBinding ns/name" or "ClusterRoleBinding name"."""
+        """ "RoleBinding ns/name" or "ClusterRoleBinding name"."""
         return f"{self.binding_kind} {self.namespace + '/' if self.namespace else ''}{self.binding}"
 
     def keys(self) -> set[tuple[str, str, Subject, str, str]]:
@@ -79,8 +79,7 @@ class Violation:
         return {(self.namespace, self.binding, self.subject, g.resource, g.verb) for g in self.grants}
 
 
-def binding_violations(binding: Mapping[str, Any], grants: Iterable[Grant], config: RbacConfig, *,
-                       via: str) -> list[Violation]:
+def binding_violations(binding: Mapping[str, Any], grants: Iterable[Grant], config: RbacConfig, *, via: str) -> list[Violation]:
     """Violations of one ClusterRoleBinding or RoleBinding dict given the grants of its roleRef."""
     ns = namespace_of(binding)
     grants = tuple(g for g in grants if reaches(g, ns, config))
@@ -90,8 +89,16 @@ def binding_violations(binding: Mapping[str, Any], grants: Iterable[Grant], conf
     for subject in subjects_of(binding):
         bad = tuple(g for g in grants if not may_hold(subject, g, config, namespace=ns))
         if bad:
-            out.append(Violation(binding=name_of(binding), subject=subject, grants=bad, via=via, namespace=ns,
-                                 via_kind=as_str(as_map(binding.get("roleRef")).get("kind")) or "ClusterRole"))
+            out.append(
+                Violation(
+                    binding=name_of(binding),
+                    subject=subject,
+                    grants=bad,
+                    via=via,
+                    namespace=ns,
+                    via_kind=as_str(as_map(binding.get("roleRef")).get("kind")) or "ClusterRole",
+                )
+            )
     return out
 
 
@@ -106,29 +113,39 @@ def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str])
     """
     s = v.subject
     is_driver = config.driver_subjects.contains(kind=s.kind, name=s.name, namespace=s.namespace)
-    driver_held = {g.resource for g in v.grants
-                   if g.resource in config.driver_resources or (g.namespaced and g.resource in NAMESPACE_POWER_NAMES)}
+    driver_held = {
+        g.resource
+        for g in v.grants
+        if g.resource in config.driver_resources or (g.namespaced and g.resource in NAMESPACE_POWER_NAMES)
+    }
     admin_dra = [r for r in dra if r not in config.driver_resources]
     admin_powers = [p for p in powers if p not in driver_held]
     # the Helm values named are the extra lists: a --set of adminSubjects itself drops its defaults
     admins = "add the subject to rbac.adminSubjects in dra-guard's config (Helm value config.rbac.extraAdminSubjects)"
     widened = ", ".join(sorted(config.driver_resources | set(admin_dra)))
-    widen = (f"add {', '.join(admin_dra)} to rbac.driverResources (drivers may then write "
-             f"{'it' if len(admin_dra) == 1 else 'them'}; Helm value config.rbac.driverResources: [{widened}])")
+    widen = (
+        f"add {', '.join(admin_dra)} to rbac.driverResources (drivers may then write "
+        f"{'it' if len(admin_dra) == 1 else 'them'}; Helm value config.rbac.driverResources: [{widened}])"
+    )
     writes_driver_resource = any(r in config.driver_resources for r in dra)
     if admin_powers or (not is_driver and not writes_driver_resource):
         held = admin_powers or admin_dra or powers
         fix = admins + (f" ({', '.join(admin_dra)} alone: {widen})" if is_driver and admin_dra else "")
         return f"only cluster admins may hold {', '.join(held)}", fix
     if is_driver:
-        return (f"only cluster admins may write {', '.join(admin_dra)}; DRA drivers (rbac.driverSubjects, which "
-                f"{s} is one of) may write {', '.join(sorted(config.driver_resources))}"), widen
+        return (
+            f"only cluster admins may write {', '.join(admin_dra)}; DRA drivers (rbac.driverSubjects, which "
+            f"{s} is one of) may write {', '.join(sorted(config.driver_resources))}"
+        ), widen
     who = f"only cluster admins and DRA drivers may write {', '.join(r for r in dra if r not in admin_dra)}"
     if admin_dra:
         who += f", only cluster admins {', '.join(admin_dra)}"
-    fix = ("if it is a DRA driver, add the subject to rbac.driverSubjects in dra-guard's config (Helm value "
-           "config.rbac.extraDriverSubjects)" + (f" and {widen}" if admin_dra else "")
-           + "; else to rbac.adminSubjects (Helm value config.rbac.extraAdminSubjects)")
+    fix = (
+        "if it is a DRA driver, add the subject to rbac.driverSubjects in dra-guard's config (Helm value "
+        "config.rbac.extraDriverSubjects)"
+        + (f" and {widen}" if admin_dra else "")
+        + "; else to rbac.adminSubjects (Helm value config.rbac.extraAdminSubjects)"
+    )
     return who, fix
 
 
@@ -145,12 +162,16 @@ def describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
         parts.append(f"write ({verb_text}) on {', '.join(dra)} ({config.api_group})")
     if powers:
         where = f" in namespace {v.namespace}" if v.namespace else ""
-        parts.append(f"escalation powers{where}: {', '.join(powers)} (each lets the holder act as, or switch off, "
-                     f"an identity that holds DRA write)")
+        parts.append(
+            f"escalation powers{where}: {', '.join(powers)} (each lets the holder act as, or switch off, "
+            f"an identity that holds DRA write)"
+        )
     who, fix = _remedy(v, config, dra, powers)
-    message = (f"{v.binding_ref} grants {'; and '.join(parts)} to {v.subject} via {via}; {who}. "
-               f"Bind a narrower role (ResourceClaims and ResourceClaimTemplates are enough for workloads), "
-               f"or {fix}.")
+    message = (
+        f"{v.binding_ref} grants {'; and '.join(parts)} to {v.subject} via {via}; {who}. "
+        f"Bind a narrower role (ResourceClaims and ResourceClaimTemplates are enough for workloads), "
+        f"or {fix}."
+    )
     what = ", ".join(dra + powers)
     summary = short(f"dra-guard: {v.subject} would get {what} via {v.binding_ref}")
     return message, summary
@@ -162,8 +183,20 @@ def finding(v: Violation, config: RbacConfig, *, kind: str, name: str, namespace
     if kind in ("ClusterRole", "Role"):
         message = f"{kind} {namespace + '/' if namespace else ''}{name}: " + message
     return Finding(
-        policy=POLICY, kind=kind, name=name, namespace=namespace, message=message, summary=summary, check="rbac-write",
-        details={"binding": v.binding, "bindingNamespace": v.namespace, "subject": str(v.subject), "roleRef": v.via,
-                 "resources": sorted({g.resource for g in v.grants}), "verbs": sorted({g.verb for g in v.grants}),
-                 "roles": sorted({g.role for g in v.grants})},
+        policy=POLICY,
+        kind=kind,
+        name=name,
+        namespace=namespace,
+        message=message,
+        summary=summary,
+        check="rbac-write",
+        details={
+            "binding": v.binding,
+            "bindingNamespace": v.namespace,
+            "subject": str(v.subject),
+            "roleRef": v.via,
+            "resources": sorted({g.resource for g in v.grants}),
+            "verbs": sorted({g.verb for g in v.grants}),
+            "roles": sorted({g.role for g in v.grants}),
+        },
     )

@@ -10,6 +10,7 @@ Adding a policy: a module in webhook/policies with ``admit`` (and ``audit_object
 here, its config dataclass and keys (webhook/config), its webhook in the chart
 (templates/webhooks.yaml, values), README and docs/policies/. docs/architecture.md has the list.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,6 +31,8 @@ MONITORING = PAGE + "#monitor-and-tune-components-for-higher-load-especially-in-
 Review = Callable[[Mapping[str, Any], Facts, Config], Decision]
 #: Facts + Config + objects by kind -> Findings about objects that already exist
 Audit = Callable[[Facts, Config, Mapping[str, list[dict[str, Any]]]], Iterable[Finding]]
+
+
 #: request dict + the final Decision (after any shared record) + Facts -> nothing (its metrics)
 class Account(Protocol):
     """Counts a policy's own metrics of its final answer: (the request, the final Decision, the
@@ -73,16 +76,35 @@ class Policy:
 
 
 POLICIES: tuple[Policy, ...] = (
-    Policy(name="rbac", path="/validate/rbac", mutating=False, review=rbac.admit, audit=rbac.audit_objects,
-           title="RBAC guard: only admins and DRA drivers get write on DeviceClasses and ResourceSlices",
-           source=PAGE + "#separate-permissions-to-dra-related-apis"),
-    Policy(name="probes", path="/mutate/daemonsets", mutating=True, review=probes.admit, audit=probes.audit_objects,
-           title="driver liveness probes: a gRPC livenessProbe for DRA driver DaemonSets that lack one",
-           source=PAGE + "#confirm-your-dra-driver-exposes-a-liveness-probe-and-utilize-it"),
-    Policy(name="eviction", path="/validate/evictions", mutating=False, review=eviction.admit, audit=eviction.audit_objects, first=True,
-           account=eviction.account,
-           title="drain order: 429 for evicting a DRA driver pod whose claims are still reserved on its node",
-           source=PAGE + "#when-draining-a-node-drain-the-dra-driver-as-late-as-possible"),
+    Policy(
+        name="rbac",
+        path="/validate/rbac",
+        mutating=False,
+        review=rbac.admit,
+        audit=rbac.audit_objects,
+        title="RBAC guard: only admins and DRA drivers get write on DeviceClasses and ResourceSlices",
+        source=PAGE + "#separate-permissions-to-dra-related-apis",
+    ),
+    Policy(
+        name="probes",
+        path="/mutate/daemonsets",
+        mutating=True,
+        review=probes.admit,
+        audit=probes.audit_objects,
+        title="driver liveness probes: a gRPC livenessProbe for DRA driver DaemonSets that lack one",
+        source=PAGE + "#confirm-your-dra-driver-exposes-a-liveness-probe-and-utilize-it",
+    ),
+    Policy(
+        name="eviction",
+        path="/validate/evictions",
+        mutating=False,
+        review=eviction.admit,
+        audit=eviction.audit_objects,
+        first=True,
+        account=eviction.account,
+        title="drain order: 429 for evicting a DRA driver pod whose claims are still reserved on its node",
+        source=PAGE + "#when-draining-a-node-drain-the-dra-driver-as-late-as-possible",
+    ),
 )
 
 

@@ -19,6 +19,7 @@ A decision whose allow depends on a shared record (Decision.record: a driver pod
 strength of its Ready peer) is settled here, inside the review's deadline, by the `records`
 writer (webhook.kube.records) before it is answered; then the policy's `account` counts it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -76,6 +77,7 @@ class Readiness:
 def policy_routes(config: Config, facts: Facts) -> dict[str, tuple[str, Callable[[Mapping[str, Any]], Decision]]]:
     """URL path -> (policy name, request -> Decision) for every policy in the registry, the config's
     exceptions applied (webhook.policies.exceptions) at the time of the review."""
+
     def bind(name: str, review: Review) -> Callable[[Mapping[str, Any]], Decision]:
         def evaluate(req: Mapping[str, Any]) -> Decision:
             decision = review(req, facts, config)
@@ -87,15 +89,29 @@ def policy_routes(config: Config, facts: Facts) -> dict[str, tuple[str, Callable
             if expired:
                 metrics.EXCEPTION_MATCHES.labels(policy=name, state="expired").inc()
             for e in expired:
-                log.warning("exception expired", extra={"policy": name, "exception": e.ref, "owner": e.owner,
-                                                        "expires": e.expires.isoformat(), "uid": req.get("uid")})
+                log.warning(
+                    "exception expired",
+                    extra={
+                        "policy": name,
+                        "exception": e.ref,
+                        "owner": e.owner,
+                        "expires": e.expires.isoformat(),
+                        "uid": req.get("uid"),
+                    },
+                )
             obj = req.get("object")
-            if name == "rbac" and excepted.allowed and not decision.allowed and req.get("dryRun") is not True \
-                    and isinstance(obj, Mapping):
+            if (
+                name == "rbac"
+                and excepted.allowed
+                and not decision.allowed
+                and req.get("dryRun") is not True
+                and isinstance(obj, Mapping)
+            ):
                 # the RBAC guard dropped the object it refused from its pending record; allowed after
                 # all, it goes back, so a concurrent review of its role sees it (webhook.model.pending)
                 facts.rbac.pending.add(obj)
             return excepted
+
         return evaluate
 
     return {p.path: (p.name, bind(p.name, p.review)) for p in POLICIES}
@@ -111,8 +127,7 @@ def settled(decision: Decision, request: Mapping[str, Any], *, records: Recorder
     return decision.settle(*records(decision.record.lease, deadline))
 
 
-def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = None,
-               records: Recorder | None = None) -> Flask:
+def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = None, records: Recorder | None = None) -> Flask:
     """Build the Flask app serving the admission endpoints of the registry for `config` over `cluster`'s facts
     (webhook.kube.state.ClusterState when serving). records: the shared-record writer (None: none
     is written, e.g. --no-cluster; each replica then guards surge pairs on its own)."""
@@ -172,8 +187,9 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
             review = read_review(path, peek=True)
             if isinstance(review, Response):
                 return review
-            return jsonify(admission.overload_answer(review, policy=policy, settings=settings, first=is_first,
-                                                     cause=cause, why=why))
+            return jsonify(
+                admission.overload_answer(review, policy=policy, settings=settings, first=is_first, cause=cause, why=why)
+            )
 
         def answer(deadline: float) -> Response:
             if time.monotonic() >= deadline:  # it waited (accept queue, worker queue) past its deadline
@@ -207,8 +223,10 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
 
             def judged(req: Mapping[str, Any]) -> Decision:
                 return lane.judge(final, req, deadline, deadline_key=budget_key)
-            return jsonify(admission.respond(review, policy=policy, evaluate=judged, settings=settings,
-                                             first=is_first, limits=limits))
+
+            return jsonify(
+                admission.respond(review, policy=policy, evaluate=judged, settings=settings, first=is_first, limits=limits)
+            )
 
         view.__name__ = f"review_{policy}"
         view.lane = lane  # type: ignore[attr-defined]  # for tests and debugging: the lane it enters
@@ -228,8 +246,13 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
         review = read_review(NOOP_PATH)
         if isinstance(review, Response):
             return review
-        return jsonify({"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
-                        "response": {"uid": review["request"]["uid"], "allowed": True}})
+        return jsonify(
+            {
+                "apiVersion": review["apiVersion"],
+                "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"], "allowed": True},
+            }
+        )
 
     app.add_url_rule(NOOP_PATH, view_func=noop, methods=["POST"])
 

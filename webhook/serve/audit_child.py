@@ -14,6 +14,7 @@ code); the child writes (Cluster)PolicyReports itself and prints one JSON line o
 "reportOwnerProblem": why the reports carry no owner or ""},
 or {"error": "..."} with exit status 3 on an API error. Its log lines go to the inherited stderr.
 """
+
 from __future__ import annotations
 
 import collections
@@ -104,13 +105,14 @@ def write_reports(client: Any, result: audit.Audit, report_format: str, owner_na
             try:
                 writer.delete_all()
             except kube_client.API_ERRORS as exc:  # 403 from an older chart's RBAC: never worth losing the reports written
-                log.warning("cannot delete dra-guard's reports of a report API not chosen",
-                            extra={"group": group, "error": kube_client.describe_error(exc)[:300]})
+                log.warning(
+                    "cannot delete dra-guard's reports of a report API not chosen",
+                    extra={"group": group, "error": kube_client.describe_error(exc)[:300]},
+                )
             continue
         reference = owner.reference()
         problem = owner.problem if reference is None else ""
-        reports = audit.policy_reports(result.findings, refs=result.refs, judged=result.judged, api=group,
-                                       owner=reference)
+        reports = audit.policy_reports(result.findings, refs=result.refs, judged=result.judged, api=group, owner=reference)
         cluster_kind = REPORT_APIS[group].cluster_kind
         if not any(r["kind"] == cluster_kind for r in reports):  # an empty one says the audit ran
             reports.insert(0, audit.empty_cluster_report(group, owner=reference))
@@ -138,13 +140,20 @@ def audit_cluster(client: Any, config: Config) -> dict[str, Any]:
     owner_problem = ""
     if config.audit.policy_reports:
         owner_problem = write_reports(client, result, config.audit.report_format, config.audit.report_owner_cluster_role)
-    return {"counts": [[p, m, n] for (p, m), n in sorted(counts.items())], "findings": len(result.findings),
-            "adminAccessNamespaces": sum(1 for f, _ in result.findings if f.check == "admin-access-namespace"),
-            "excepted": {"active": sum(1 for f, _ in result.findings if f.skipped),
-                         "expired": sum(1 for f, _ in result.findings if f.check == EXPIRED_CHECK)},
-            "objects": len(objects), "seconds": round(time.monotonic() - started, 3),
-            "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1), "pid": os.getpid(),
-            "reportOwnerProblem": owner_problem}
+    return {
+        "counts": [[p, m, n] for (p, m), n in sorted(counts.items())],
+        "findings": len(result.findings),
+        "adminAccessNamespaces": sum(1 for f, _ in result.findings if f.check == "admin-access-namespace"),
+        "excepted": {
+            "active": sum(1 for f, _ in result.findings if f.skipped),
+            "expired": sum(1 for f, _ in result.findings if f.check == EXPIRED_CHECK),
+        },
+        "objects": len(objects),
+        "seconds": round(time.monotonic() - started, 3),
+        "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "pid": os.getpid(),
+        "reportOwnerProblem": owner_problem,
+    }
 
 
 def _lower_priority() -> None:
@@ -184,13 +193,11 @@ def main() -> int:
     return 0
 
 
-def run_in_child(request: AuditRequest, *, timeout_seconds: float,
-                 started: Callable[[int], None] | None = None) -> AuditSummary:
+def run_in_child(request: AuditRequest, *, timeout_seconds: float, started: Callable[[int], None] | None = None) -> AuditSummary:
     """Run one audit in a new `python -m webhook.serve.audit_child` process and wait for it at most
     `timeout_seconds` (then it is killed); started(pid) is called once it runs. Raises
     AuditChildError with the child's reason."""
-    child = subprocess.Popen([sys.executable, "-m", "webhook.serve.audit_child"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, "-m", "webhook.serve.audit_child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     if started is not None:
         started(child.pid)
     try:
@@ -207,12 +214,17 @@ def run_in_child(request: AuditRequest, *, timeout_seconds: float,
     if child.returncode != 0 or "counts" not in answer:
         reason = answer.get("error") or f"exit status {child.returncode}, no summary (its log lines say why)"
         raise AuditChildError(f"the audit process failed: {reason}")
-    return AuditSummary(counts={(p, m): int(n) for p, m, n in answer["counts"]}, findings=int(answer["findings"]),
-                        admin_access_namespaces=int(answer.get("adminAccessNamespaces", 0)),
-                        objects=int(answer["objects"]), seconds=float(answer["seconds"]),
-                        peak_rss_mib=float(answer["peakRssMiB"]), pid=int(answer["pid"]),
-                        excepted={str(k): int(v) for k, v in answer.get("excepted", {}).items()},
-                        report_owner_problem=str(answer.get("reportOwnerProblem") or ""))
+    return AuditSummary(
+        counts={(p, m): int(n) for p, m, n in answer["counts"]},
+        findings=int(answer["findings"]),
+        admin_access_namespaces=int(answer.get("adminAccessNamespaces", 0)),
+        objects=int(answer["objects"]),
+        seconds=float(answer["seconds"]),
+        peak_rss_mib=float(answer["peakRssMiB"]),
+        pid=int(answer["pid"]),
+        excepted={str(k): int(v) for k, v in answer.get("excepted", {}).items()},
+        report_owner_problem=str(answer.get("reportOwnerProblem") or ""),
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Whether this worker is draining (SIGTERM): /readyz fails while requests are still served
 (webhook.serve.app Readiness). Set by the worker of either engine."""
+
 from __future__ import annotations
 
 import threading

@@ -17,6 +17,7 @@ gunicorn's gthread worker serves requests with `server.threads` threads from one
   answer goes out and a judgment not yet started is dropped. (A started judgment cannot be
   interrupted in Python; server.limits keep it short.)
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -78,11 +79,18 @@ class Lane:
         """Give the slot back."""
         self._free.release()
 
-    def judge(self, evaluate: Callable[[Mapping[str, Any]], Decision], request: Mapping[str, Any],
-              deadline: float, *, deadline_key: str = "server.reviewDeadlineSeconds") -> Decision:
+    def judge(
+        self,
+        evaluate: Callable[[Mapping[str, Any]], Decision],
+        request: Mapping[str, Any],
+        deadline: float,
+        *,
+        deadline_key: str = "server.reviewDeadlineSeconds",
+    ) -> Decision:
         """evaluate(request) in the lane's threads; raises NotJudged (cause "deadline") when it has not
         finished by `deadline` (time.monotonic()), or when its turn came only after it. deadline_key: the
         config key that set the deadline, named in the message."""
+
         def run() -> Decision:
             if time.monotonic() >= deadline:
                 raise NotJudged("its deadline passed before it was judged", cause="deadline")
@@ -127,8 +135,9 @@ class Shedder:
         review = admission.peek_review(body)
         if review is None:
             return None
-        answer = admission.overload_answer(review, policy=self.policy, settings=self.settings, first=self.first,
-                                           cause=cause, why=why)
+        answer = admission.overload_answer(
+            review, policy=self.policy, settings=self.settings, first=self.first, cause=cause, why=why
+        )
         metrics.REVIEW_AGE.labels(policy=self.policy).observe(time.monotonic() - arrival)
         return json.dumps(answer).encode()
 
@@ -138,7 +147,11 @@ def shedders(config: Config) -> dict[str, Shedder]:
     out = {}
     for p in POLICIES:
         settings = config.policy(p.name)
-        out[p.path] = Shedder(policy=p.name, settings=settings, first=p.first,
-                              budget=settings.review_deadline_seconds or config.server.review_deadline_seconds,
-                              budget_key=settings.deadline_key(p.name))
+        out[p.path] = Shedder(
+            policy=p.name,
+            settings=settings,
+            first=p.first,
+            budget=settings.review_deadline_seconds or config.server.review_deadline_seconds,
+            budget_key=settings.deadline_key(p.name),
+        )
     return out

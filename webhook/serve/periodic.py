@@ -6,6 +6,7 @@ dra-guard's ClusterPolicyReport and PolicyReports (replacing its previous ones).
 The worker keeps the Lease and the gauges; the audit itself runs in a process of its own
 (webhook.serve.audit_child), so its CPU and memory never stall the reviews (issue 19).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -32,8 +33,16 @@ Synced = Callable[[], tuple[bool, str]]
 class PeriodicAudit:
     """One replica's periodic audit. run_once() audits if this replica holds the audit Lease."""
 
-    def __init__(self, client: Any, config: Config, *, identity: str, kubeconfig: str | None = None,
-                 synced: Synced | None = None, log_level: str = "info") -> None:
+    def __init__(
+        self,
+        client: Any,
+        config: Config,
+        *,
+        identity: str,
+        kubeconfig: str | None = None,
+        synced: Synced | None = None,
+        log_level: str = "info",
+    ) -> None:
         """client: the worker's ApiClient (the Lease); kubeconfig: what the audit process loads
         (None: in-cluster or $KUBECONFIG, as the worker); synced: the worker's caches' synced()
         (webhook.kube.state.ClusterState): the first audit waits for them, so a starting replica
@@ -41,8 +50,12 @@ class PeriodicAudit:
         self.config = config
         self.identity = identity
         self.synced = synced
-        self.request = AuditRequest(config=config, kubeconfig=kubeconfig,
-                                    request_timeout_seconds=config.cluster.request_timeout_seconds, log_level=log_level)
+        self.request = AuditRequest(
+            config=config,
+            kubeconfig=kubeconfig,
+            request_timeout_seconds=config.cluster.request_timeout_seconds,
+            log_level=log_level,
+        )
         self.lease_api = KubeCertApi(client, config.certificates.namespace)
         self.lease_name = f"{config.certificates.lease_name}-audit"
         #: the report owner problem last logged: each is logged once, not every interval
@@ -57,27 +70,42 @@ class PeriodicAudit:
         """Audit the live cluster now, in a process of its own, if this replica holds the Lease;
         its summary, or None. Raises AuditChildError or kube_client.API_ERRORS."""
         now = datetime.datetime.now(datetime.UTC)
-        if not hold_lease(self.lease_api, self.lease_name, identity=self.identity, now=now,
-                          duration_seconds=self.lease_seconds()):
+        if not hold_lease(
+            self.lease_api, self.lease_name, identity=self.identity, now=now, duration_seconds=self.lease_seconds()
+        ):
             return None
-        summary = run_in_child(self.request, timeout_seconds=self.lease_seconds(), started=lambda pid: log.info(
-            "periodic audit started", extra={"auditPid": pid, "timeoutSeconds": self.lease_seconds()}))
+        summary = run_in_child(
+            self.request,
+            timeout_seconds=self.lease_seconds(),
+            started=lambda pid: log.info(
+                "periodic audit started", extra={"auditPid": pid, "timeoutSeconds": self.lease_seconds()}
+            ),
+        )
         metrics.AUDIT_VIOLATIONS.clear()
         for (policy, mode), n in summary.counts.items():
             metrics.AUDIT_VIOLATIONS.labels(policy=policy, mode=mode).set(n)
         for state in ("active", "expired"):
             metrics.AUDIT_EXCEPTED.labels(state=state).set(summary.excepted.get(state, 0))
         if summary.excepted.get("expired"):
-            log.warning("periodic audit: expired exceptions still cover findings (reported as exception-expired)",
-                        extra={"expiredExceptions": summary.excepted["expired"]})
+            log.warning(
+                "periodic audit: expired exceptions still cover findings (reported as exception-expired)",
+                extra={"expiredExceptions": summary.excepted["expired"]},
+            )
         self.log_owner_problem(summary.report_owner_problem)
         metrics.AUDIT_LAST_RUN.set(now.timestamp())
         metrics.ADMIN_ACCESS_NAMESPACES.set(summary.admin_access_namespaces)
         metrics.AUDIT_LAST_SECONDS.set(summary.seconds)
         metrics.AUDIT_PEAK_RSS.set(summary.peak_rss_mib * 2**20)
-        log.info("periodic audit done", extra={
-            "findings": summary.findings, "objects": summary.objects, "seconds": summary.seconds,
-            "auditPid": summary.pid, "auditPeakRssMiB": summary.peak_rss_mib})
+        log.info(
+            "periodic audit done",
+            extra={
+                "findings": summary.findings,
+                "objects": summary.objects,
+                "seconds": summary.seconds,
+                "auditPid": summary.pid,
+                "auditPeakRssMiB": summary.peak_rss_mib,
+            },
+        )
         return summary
 
     def log_owner_problem(self, problem: str) -> None:
@@ -85,8 +113,11 @@ class PeriodicAudit:
         audit.reportOwnerClusterRole): not again while the same problem lasts, and once more when
         it changes; "" (the reports have their owner again) resets it."""
         if problem and problem != self.owner_problem_logged:
-            log.warning("periodic audit: its reports carry no owner, so nothing deletes them when dra-guard is "
-                        "uninstalled (`dra-guard cleanup` does)", extra={"reason": problem[:300]})
+            log.warning(
+                "periodic audit: its reports carry no owner, so nothing deletes them when dra-guard is "
+                "uninstalled (`dra-guard cleanup` does)",
+                extra={"reason": problem[:300]},
+            )
         self.owner_problem_logged = problem
 
     def loop(self, stop: threading.Event) -> None:
@@ -101,8 +132,10 @@ class PeriodicAudit:
             except SKIPPED as exc:  # one line, no traceback
                 metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
                 reason = str(exc) if isinstance(exc, AuditChildError) else kube_client.describe_error(exc)
-                log.warning("periodic audit skipped; retrying next interval",
-                            extra={"error": reason[:300], "leaseNamespace": self.config.certificates.namespace})
+                log.warning(
+                    "periodic audit skipped; retrying next interval",
+                    extra={"error": reason[:300], "leaseNamespace": self.config.certificates.namespace},
+                )
             except Exception:
                 metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
                 log.exception("periodic audit failed; retrying next interval")

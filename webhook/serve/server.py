@@ -20,6 +20,7 @@ webhook.serve.audit_child). With a cluster, the eviction guard's shared records 
 certificates.namespace, else $POD_NAMESPACE, else dra-guard: webhook.kube.records) are written
 on the admission path, for driver pods leaving on the strength of a Ready peer only.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -90,9 +91,10 @@ def self_managed_reconciler(config: Config, kubeconfig: str | None, *, identity:
     from certs.selfmanaged import Reconciler
 
     client = api_client(kubeconfig, timeout_seconds=config.cluster.request_timeout_seconds)
-    reconciler = Reconciler(KubeCertApi(client, config.certificates.namespace), config.certificates,
-                            identity=identity)
-    reconciler.on_bundle = lambda bundle: metrics.CERT_EXPIRY.labels(cert="ca").set(bundle.ca.cert.not_valid_after_utc.timestamp())
+    reconciler = Reconciler(KubeCertApi(client, config.certificates.namespace), config.certificates, identity=identity)
+    reconciler.on_bundle = lambda bundle: metrics.CERT_EXPIRY.labels(cert="ca").set(
+        bundle.ca.cert.not_valid_after_utc.timestamp()
+    )
     reconciler.on_drift = webhook_drift_metrics
     return reconciler
 
@@ -119,6 +121,7 @@ def cache_sizes(state: ClusterState, max_age_seconds: float = 1.0) -> Callable[[
             memo["sizes"], memo["at"] = state.sizes(), now
         sizes: dict[str, int] = memo["sizes"]
         return sizes
+
     return read
 
 
@@ -149,9 +152,11 @@ def certificate_status(cert_file: pathlib.Path, key_file: pathlib.Path) -> tuple
         return False, str(exc)
     now = datetime.datetime.now(datetime.UTC)
     if not pair.cert.not_valid_before_utc <= now <= pair.cert.not_valid_after_utc:
-        return False, f"{cert_file}: certificate is not valid now (valid {pair.cert.not_valid_before_utc} to {pair.cert.not_valid_after_utc})"
+        return (
+            False,
+            f"{cert_file}: certificate is not valid now (valid {pair.cert.not_valid_before_utc} to {pair.cert.not_valid_after_utc})",
+        )
     return True, ""
-
 
 
 _RELOADERS: dict[int, ReloadingContext] = {}
@@ -167,13 +172,17 @@ def reloader(options: ServeOptions) -> ReloadingContext:
         def loaded(cert: Any) -> None:
             metrics.CERT_EXPIRY.labels(cert="serving").set(cert.not_valid_after_utc.timestamp())
             if certs.needs_renewal(cert, share=share):
-                log.warning("serving certificate is inside its renewal window",
-                            extra={"notAfter": cert.not_valid_after_utc.isoformat()})
+                log.warning(
+                    "serving certificate is inside its renewal window", extra={"notAfter": cert.not_valid_after_utc.isoformat()}
+                )
 
-        found = _RELOADERS[pid] = ReloadingContext(options.cert_file, options.key_file, on_load=loaded,
-                                                    interval_seconds=options.config.certificates.reload_interval_seconds,
-                                                    client_ca_file=pathlib.Path(options.config.server.client_ca_file)
-                                                    if options.config.server.client_ca_file else None)
+        found = _RELOADERS[pid] = ReloadingContext(
+            options.cert_file,
+            options.key_file,
+            on_load=loaded,
+            interval_seconds=options.config.certificates.reload_interval_seconds,
+            client_ca_file=pathlib.Path(options.config.server.client_ca_file) if options.config.server.client_ca_file else None,
+        )
     return found
 
 
@@ -188,11 +197,16 @@ def front_worker(options: ServeOptions, *, graceful_timeout: float) -> type[fron
         return reloader(o).open_context() if probe_port and port == probe_port else reloader(o).context()
 
     settings = front.FrontSettings(
-        context_for=context_for, first_paths=frozenset(p.path for p in POLICIES if p.first),
+        context_for=context_for,
+        first_paths=frozenset(p.path for p in POLICIES if p.first),
         shedders=shedders(o.config),
-        threads=o.config.server.threads, max_connections=o.config.server.threads + front.KEEPALIVE_CONNECTIONS,
-        max_request_bytes=o.config.server.max_request_bytes, drop_after_seconds=o.config.server.drop_after_seconds,
-        shutdown_delay_seconds=float(o.config.server.shutdown_delay_seconds), graceful_timeout_seconds=graceful_timeout)
+        threads=o.config.server.threads,
+        max_connections=o.config.server.threads + front.KEEPALIVE_CONNECTIONS,
+        max_request_bytes=o.config.server.max_request_bytes,
+        drop_after_seconds=o.config.server.drop_after_seconds,
+        shutdown_delay_seconds=float(o.config.server.shutdown_delay_seconds),
+        graceful_timeout_seconds=graceful_timeout,
+    )
     return type("DraGuardFrontWorker", (front.FrontWorker,), {"settings": settings})
 
 
@@ -219,8 +233,11 @@ class DraGuardServer(BaseApplication):
             # server.clientCAFile: the admission port asks for a client certificate; server.probePort
             # (if set) does not, and serves only /healthz, /readyz and /metrics (create_app)
             "ssl_context": lambda conf, default_factory: sockets.TimeoutWrapping(
-                reloader(o).context(), sockets.CLIENT_SOCKET_TIMEOUT, probe_port=probe_port,
-                open_context=reloader(o).open_context()),
+                reloader(o).context(),
+                sockets.CLIENT_SOCKET_TIMEOUT,
+                probe_port=probe_port,
+                open_context=reloader(o).open_context(),
+            ),
             "timeout": 30,
             "graceful_timeout": GRACEFUL_TIMEOUT,
             "keepalive": 75,
@@ -236,13 +253,16 @@ class DraGuardServer(BaseApplication):
             "loglevel": o.log_level,
             # gunicorn's own lines (start, workers, errors) as JSON too, like dra-guard's
             "logconfig_dict": {
-                "version": 1, "disable_existing_loggers": False,
+                "version": 1,
+                "disable_existing_loggers": False,
                 "formatters": {"json": {"()": "webhook.logs.JsonFormatter"}},
                 "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
                 "root": {"level": "WARNING", "handlers": ["json"]},
-                "loggers": {"gunicorn.error": {"level": o.log_level.upper(), "handlers": ["json"], "propagate": False},
-                            # no access log: one line per review at 1,000 reviews/s is noise; findings are logged
-                            "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": False}},
+                "loggers": {
+                    "gunicorn.error": {"level": o.log_level.upper(), "handlers": ["json"], "propagate": False},
+                    # no access log: one line per review at 1,000 reviews/s is noise; findings are logged
+                    "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": False},
+                },
             },
             "proc_name": "dra-guard",
             # no gunicornc control socket: it would live in $HOME (read-only in the chart's pod) and
@@ -272,22 +292,38 @@ class DraGuardServer(BaseApplication):
         if client is not None and o.config.audit.interval_seconds > 0:
             from webhook.serve.periodic import PeriodicAudit
 
-            periodic = PeriodicAudit(client, resolve_namespace(o.config), identity=f"{identity(o.port)}-{os.getpid()}",
-                                     kubeconfig=o.kubeconfig, synced=state.synced, log_level=o.log_level)
-            threading.Thread(target=periodic.loop, name="periodic-audit", daemon=True,
-                             kwargs={"stop": threading.Event()}).start()
+            periodic = PeriodicAudit(
+                client,
+                resolve_namespace(o.config),
+                identity=f"{identity(o.port)}-{os.getpid()}",
+                kubeconfig=o.kubeconfig,
+                synced=state.synced,
+                log_level=o.log_level,
+            )
+            threading.Thread(target=periodic.loop, name="periodic-audit", daemon=True, kwargs={"stop": threading.Event()}).start()
         if o.config.certificates.mode == "self" and not o.no_cluster:
             reconciler = self_managed_reconciler(o.config, o.kubeconfig, identity=identity(o.port))
-            threading.Thread(target=run_reconciler, name="cert-reconciler", daemon=True, kwargs={
-                "reconciler": reconciler, "interval_seconds": o.config.certificates.check_interval_seconds,
-                "stop": threading.Event()}).start()
+            threading.Thread(
+                target=run_reconciler,
+                name="cert-reconciler",
+                daemon=True,
+                kwargs={
+                    "reconciler": reconciler,
+                    "interval_seconds": o.config.certificates.check_interval_seconds,
+                    "stop": threading.Event(),
+                },
+            ).start()
         readiness = Readiness(cluster=state, certificate=lambda: reloader(o).status(), draining=DRAINING.is_set)
         records = None
         if client is not None:
             # the shared records of driver pods leaving on the strength of a peer (webhook.kube.records)
             namespace = resolve_namespace(o.config).certificates.namespace
-            records = LeaseRecords(KubeLeases(client, namespace), state.claims, namespace=namespace,
-                                   timeout_seconds=o.config.cluster.request_timeout_seconds).own
+            records = LeaseRecords(
+                KubeLeases(client, namespace),
+                state.claims,
+                namespace=namespace,
+                timeout_seconds=o.config.cluster.request_timeout_seconds,
+            ).own
         log.info("worker ready to serve", extra={"port": o.port, "cluster": not o.no_cluster})
         return create_app(config=o.config, cluster=state, readiness=readiness, records=records)
 
@@ -295,6 +331,7 @@ class DraGuardServer(BaseApplication):
 def watch_exceptions(config: Config) -> None:
     """Publish dra_guard_exceptions{state} (counted at each scrape: an exception expires while the
     server runs) and log each exception that has already expired, once per worker start."""
+
     def count(live: bool) -> int:
         now = datetime.datetime.now(datetime.UTC)
         return sum(1 for e in config.exceptions if e.live(now) == live)
@@ -304,8 +341,10 @@ def watch_exceptions(config: Config) -> None:
     now = datetime.datetime.now(datetime.UTC)
     for e in config.exceptions:
         if not e.live(now):
-            log.warning("exception expired", extra={"exception": e.ref, "owner": e.owner, "expires": e.expires.isoformat(),
-                                                    "reason": e.reason})
+            log.warning(
+                "exception expired",
+                extra={"exception": e.ref, "owner": e.owner, "expires": e.expires.isoformat(), "reason": e.reason},
+            )
 
 
 #: glibc mallopt() parameter M_ARENA_MAX (malloc.h)

@@ -3,6 +3,7 @@ worker around them): the TLS socket bounds against stalling and trickling client
 TCP_INFO tells about a connection's wait in the kernel and a listener's accept queue (issue 21).
 Timeouts (seconds) and why: docs/reliability.md.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -16,15 +17,15 @@ import time
 from typing import Any
 
 CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake, a read or a write (webhook timeouts are 3 s)
-REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
+REQUEST_READ_LIMIT = 5.0  # seconds from the first byte of a request to its last (trickling clients)
 #: bytes waiting on a connection that are more than a TLS alert record (close_notify: 24 bytes in TLS 1.3,
 #: 31 in TLS 1.2 with AES-GCM), i.e. a request, not a client closing its connection
 REQUEST_BYTES = 32
 
 
 # Linux struct tcp_info (linux/tcp.h): 8 one-byte fields, then 32-bit ones; byte offsets of two
-_TCPI_UNACKED = 8 + 4 * 4            # on a listening socket: connections in its accept queue
-_TCPI_LAST_DATA_RECV = 8 + 4 * 11    # ms since the connection last received data
+_TCPI_UNACKED = 8 + 4 * 4  # on a listening socket: connections in its accept queue
+_TCPI_LAST_DATA_RECV = 8 + 4 * 11  # ms since the connection last received data
 
 
 def _tcp_info_u32(sock: Any, offset: int) -> int | None:
@@ -266,4 +267,3 @@ class TimeoutWrapping:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.context, name)
-

@@ -4,6 +4,7 @@ tests/http first: DrainingThreadWorker overrides gthread internals (handle, fini
 _keepalive_after, _DEFER, pending_conns, murder_keepalived, wait_for_and_dispatch_events, TConn
 fields, the parser's unreader, gunicorn.sock.ssl_wrap_socket, gunicorn.http.get_parser).
 Timeouts (seconds) and why: docs/reliability.md."""
+
 from __future__ import annotations
 
 import errno
@@ -37,8 +38,8 @@ from webhook.serve.sockets import (
 
 log = logging.getLogger("dra_guard.server")
 
-SHUTDOWN_DELAY = [5.0]        # seconds; set from server.shutdownDelaySeconds before the workers fork
-DROP_AFTER = [3.0]            # seconds; set from server.dropAfterSeconds: older queued requests are dropped
+SHUTDOWN_DELAY = [5.0]  # seconds; set from server.shutdownDelaySeconds before the workers fork
+DROP_AFTER = [3.0]  # seconds; set from server.dropAfterSeconds: older queued requests are dropped
 MAX_REQUEST_BYTES = [8 << 20]  # bytes; set from server.maxRequestBytes: no more is gathered (the app refuses it)
 KEEPALIVE_CONNECTIONS = 250  # idle keep-alive connections per worker: far above what apiservers, probes and Prometheus hold
 FIRST_BYTE_WAIT = 0.01  # seconds a new connection may hold a pool thread before its first byte (then: the poller)
@@ -60,8 +61,10 @@ def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None
     over 100 headers: 431, a malformed header: 400, a crash outside the app: 500). sock: the client
     socket; never raises on a gone client. Installed by DrainingThreadWorker.init_process."""
     body = json.dumps({"error": f"{reason}: {mesg}" if mesg else reason}).encode()
-    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode("latin-1")
     util.write_nonblock(sock, head + body)
 
 
@@ -282,13 +285,22 @@ class DrainingThreadWorker(ThreadWorker):
         now = time.monotonic()
         # first: no TLS handshake RECLAIM_HANDSHAKE_AGE after connecting (a TLS client needs one round
         # trip); then pending ones idle RECLAIM_MIN_IDLE (they wait CLIENT_SOCKET_TIMEOUT at most)
-        silent = [c for c in self.pending_conns
-                  if not c.initialized and c.__dict__.get("connected_at", now) < now - RECLAIM_HANDSHAKE_AGE]
-        pending = [c for c in self.pending_conns if c.timeout - CLIENT_SOCKET_TIMEOUT < now - RECLAIM_MIN_IDLE
-                   and c not in silent]
+        silent = [
+            c
+            for c in self.pending_conns
+            if not c.initialized and c.__dict__.get("connected_at", now) < now - RECLAIM_HANDSHAKE_AGE
+        ]
+        pending = [
+            c for c in self.pending_conns if c.timeout - CLIENT_SOCKET_TIMEOUT < now - RECLAIM_MIN_IDLE and c not in silent
+        ]
         # kept alive: never one holding a request; never-used ones idle 0.25 s before used ones idle 1 s
-        kept = [c for c in self.keepalived_conns if not holds_a_request(c.sock) and c.timeout - self.cfg.keepalive
-                < now - (RECLAIM_HANDSHAKE_AGE if c.__dict__.get("no_request_yet") else RECLAIM_MIN_IDLE)]
+        kept = [
+            c
+            for c in self.keepalived_conns
+            if not holds_a_request(c.sock)
+            and c.timeout - self.cfg.keepalive
+            < now - (RECLAIM_HANDSHAKE_AGE if c.__dict__.get("no_request_yet") else RECLAIM_MIN_IDLE)
+        ]
         kept.sort(key=lambda c: not c.__dict__.get("no_request_yet"))  # stable: longest idle first in each
         chosen = [(self.pending_conns, c) for c in silent + pending] + [(self.keepalived_conns, c) for c in kept]
         for queue, conn in chosen[:waiting]:

@@ -16,6 +16,7 @@ server.shutdownDelaySeconds more, then the listeners close, idle connections are
 in flight complete (with Connection: close) and the worker exits once none is left or after
 gunicorn's graceful_timeout.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -91,16 +92,26 @@ class FrontWorker(Worker):
         s = self.settings
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        executors = {name: concurrent.futures.ThreadPoolExecutor(max_workers=s.threads, thread_name_prefix=f"front-{name}")
-                     for name in ("first", "others")}
+        executors = {
+            name: concurrent.futures.ThreadPoolExecutor(max_workers=s.threads, thread_name_prefix=f"front-{name}")
+            for name in ("first", "others")
+        }
 
         def lane_of(path: str) -> str:
             return "first" if path in s.first_paths else "others"
 
         table = ConnectionTable(s.max_connections)
-        front = Front(app=self.wsgi, table=table, executors=executors, lane_of=lane_of, threads=s.threads,
-                      shedders=s.shedders, max_request_bytes=s.max_request_bytes, drop_after=s.drop_after_seconds,
-                      multiprocess=self.cfg.workers > 1)
+        front = Front(
+            app=self.wsgi,
+            table=table,
+            executors=executors,
+            lane_of=lane_of,
+            threads=s.threads,
+            shedders=s.shedders,
+            max_request_bytes=s.max_request_bytes,
+            drop_after=s.drop_after_seconds,
+            multiprocess=self.cfg.workers > 1,
+        )
         # the loop's own sockets: duplicates of gunicorn's listeners (closed on drain, gunicorn's stay)
         sockets = [socket.socket(fileno=os.dup(listener.fileno())) for listener in self.sockets]
         listeners = Listeners(front, sockets, s.context_for)

@@ -15,6 +15,7 @@ Longest idle first within each; never a connection whose request is being judged
 A reclaimed connection counts against the limit until it is really closed, so the worker never
 holds more sockets than the limit (plus its own files).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,19 +37,19 @@ class State(enum.Enum):
     """Where a connection is in its life (the reclaim order reads it)."""
 
     HANDSHAKE = "handshake"  # accepted, TLS handshake not done
-    NEW = "new"              # handshake done, no request yet
-    READING = "reading"      # a request's bytes are arriving
-    BUSY = "busy"            # its request is being judged or its answer written
-    IDLE = "idle"            # kept alive after an answer
+    NEW = "new"  # handshake done, no request yet
+    READING = "reading"  # a request's bytes are arriving
+    BUSY = "busy"  # its request is being judged or its answer written
+    IDLE = "idle"  # kept alive after an answer
 
 
 class Held(Protocol):
     """What the table needs of a connection (webhook.serve.front.connection.Connection)."""
 
     state: State
-    since: float    # time.monotonic() when it entered its state, or of its last byte while READING
+    since: float  # time.monotonic() when it entered its state, or of its last byte while READING
     closing: bool
-    pending: int    # bytes of the request arriving (READING)
+    pending: int  # bytes of the request arriving (READING)
 
     def close_now(self) -> None:
         """Close at once (no answer, no TLS close_notify); the table hears of it by release()."""
@@ -113,8 +114,12 @@ class ConnectionTable:
         def idle(state: State, seconds: float) -> list[Held]:
             return sorted((c for c in open_ if c.state is state and c.since < now - seconds), key=lambda c: c.since)
 
-        chosen = (idle(State.HANDSHAKE, RECLAIM_HANDSHAKE_AGE) + idle(State.READING, RECLAIM_MIN_IDLE)
-                  + idle(State.NEW, RECLAIM_HANDSHAKE_AGE) + idle(State.IDLE, RECLAIM_MIN_IDLE))[:count]
+        chosen = (
+            idle(State.HANDSHAKE, RECLAIM_HANDSHAKE_AGE)
+            + idle(State.READING, RECLAIM_MIN_IDLE)
+            + idle(State.NEW, RECLAIM_HANDSHAKE_AGE)
+            + idle(State.IDLE, RECLAIM_MIN_IDLE)
+        )[:count]
         for conn in chosen:
             conn.close_now()
         metrics.CONNECTIONS_RECLAIMED.inc(len(chosen))

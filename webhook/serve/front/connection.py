@@ -13,6 +13,7 @@ Limits (seconds unless said; why: docs/reliability.md "Settings"):
                       transfer coding (501, h11's answer); malformed framing (400, h11's)
 Every protocol error is answered with a JSON body {"error": "..."} and the connection is closed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,11 +35,11 @@ from webhook.serve.sockets import waited_in_kernel
 log = logging.getLogger("dra_guard.server")
 
 CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake or the reading of its answer
-REQUEST_READ_LIMIT = 5.0     # seconds from the first byte of a request to its last (trickling clients)
-KEEPALIVE = 75.0             # seconds a kept-alive connection waits for its next request
-MAX_TARGET_BYTES = 8190      # a longer request target is answered 414 (gunicorn's limit_request_line)
-MAX_HEADERS = 100            # more header fields are answered 431 (gunicorn's limit_request_fields)
-MAX_HEAD_BYTES = 64 * 1024   # a longer request head is answered 431 before it is complete
+REQUEST_READ_LIMIT = 5.0  # seconds from the first byte of a request to its last (trickling clients)
+KEEPALIVE = 75.0  # seconds a kept-alive connection waits for its next request
+MAX_TARGET_BYTES = 8190  # a longer request target is answered 414 (gunicorn's limit_request_line)
+MAX_HEADERS = 100  # more header fields are answered 431 (gunicorn's limit_request_fields)
+MAX_HEAD_BYTES = 64 * 1024  # a longer request head is answered 431 before it is complete
 INCOMPLETE_SMALL = 64 * 1024  # bytes of an incomplete request any connection may keep
 INCOMPLETE_BUDGET_SHARE = 4  # incomplete requests above INCOMPLETE_SMALL: this many maxRequestBytes in all
 #: reviews queued or running per executor thread; more get the overload answer on the loop at once (a
@@ -63,9 +64,19 @@ class Front:
     `threads` threads and at most MAX_QUEUED_PER_THREAD x threads requests queued or running),
     the overload answers of the admission paths, the limits."""
 
-    def __init__(self, *, app: wsgi.WsgiApp, table: ConnectionTable, executors: Mapping[str, Executor],
-                 lane_of: Callable[[str], str], threads: int, shedders: Mapping[str, Shedding],
-                 max_request_bytes: int, drop_after: float, multiprocess: bool) -> None:
+    def __init__(
+        self,
+        *,
+        app: wsgi.WsgiApp,
+        table: ConnectionTable,
+        executors: Mapping[str, Executor],
+        lane_of: Callable[[str], str],
+        threads: int,
+        shedders: Mapping[str, Shedding],
+        max_request_bytes: int,
+        drop_after: float,
+        multiprocess: bool,
+    ) -> None:
         self.app = app
         self.table = table
         self.executors = executors
@@ -90,8 +101,10 @@ class ProtocolError(Exception):
 def error_bytes(status: int, reason: str, detail: str) -> bytes:
     """A whole HTTP/1.1 answer with {"error": "<reason>: <detail>"} that closes the connection."""
     body = json.dumps({"error": f"{reason}: {detail}"}).encode()
-    return (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
+    return (
+        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode("latin-1") + body
 
 
 class Connection(asyncio.Protocol):
@@ -138,9 +151,12 @@ class Connection(asyncio.Protocol):
             self.since = now
             self.pending += len(data)
         if self.transport is not None and (
-                self.pending > self.front.max_request_bytes + 2 * MAX_HEAD_BYTES
-                or (self.pending > INCOMPLETE_SMALL and self.front.table.incomplete_bytes()
-                    > INCOMPLETE_BUDGET_SHARE * self.front.max_request_bytes)):
+            self.pending > self.front.max_request_bytes + 2 * MAX_HEAD_BYTES
+            or (
+                self.pending > INCOMPLETE_SMALL
+                and self.front.table.incomplete_bytes() > INCOMPLETE_BUDGET_SHARE * self.front.max_request_bytes
+            )
+        ):
             # more than one request can hold, or the worker's budget for incomplete requests is
             # spent: read on once it is answered, or once others are (TCP flow control holds the
             # client meanwhile; REQUEST_READ_LIMIT still runs)
@@ -261,8 +277,9 @@ class Connection(asyncio.Protocol):
             raise ProtocolError(411, "Length Required", "send the body with a Content-Length (no Transfer-Encoding)")
         length = int(dict(event.headers).get(b"content-length", b"0"))
         if length > self.front.max_request_bytes:
-            raise ProtocolError(413, "Content Too Large",
-                                f"body is larger than server.maxRequestBytes ({self.front.max_request_bytes} bytes)")
+            raise ProtocolError(
+                413, "Content Too Large", f"body is larger than server.maxRequestBytes ({self.front.max_request_bytes} bytes)"
+            )
         body: list[bytes] = []
         while True:
             part = await self._event()
@@ -284,12 +301,14 @@ class Connection(asyncio.Protocol):
         lane = self.front.lane_of(path)
         answer = self._shed(path, lane, body) if request.method == b"POST" else None
         if answer is None:
-            env = wsgi.environ(request, body, server=self.server, client=self.client, arrival=self._started,
-                               multiprocess=self.front.multiprocess)
+            env = wsgi.environ(
+                request, body, server=self.server, client=self.client, arrival=self._started, multiprocess=self.front.multiprocess
+            )
             self.front.queued[lane] += 1
             try:
                 answer = await asyncio.get_running_loop().run_in_executor(
-                    self.front.executors[lane], lambda: wsgi.call(self.front.app, env, drop_after=self.front.drop_after))
+                    self.front.executors[lane], lambda: wsgi.call(self.front.app, env, drop_after=self.front.drop_after)
+                )
             finally:
                 self.front.queued[lane] -= 1
         if answer is None or self._lost:
@@ -328,8 +347,9 @@ class Connection(asyncio.Protocol):
         data = shedder.answer(body, arrival=self._started, cause=cause, why=why)
         if data is None:
             return None
-        return wsgi.Answer(200, b"OK", [(b"Content-Type", b"application/json"),
-                                        (b"Content-Length", str(len(data)).encode())], data)
+        return wsgi.Answer(
+            200, b"OK", [(b"Content-Type", b"application/json"), (b"Content-Length", str(len(data)).encode())], data
+        )
 
     def _refuse(self, status: int, reason: str, detail: str) -> None:
         """Answer a protocol error (JSON) and close the connection (the answer is flushed first)."""

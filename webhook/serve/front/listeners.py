@@ -9,6 +9,7 @@ its handshake (its apiserver has given up: dra_guard_requests_dropped_total), on
 nothing for SILENT_LIMIT s is closed uncounted. Nothing is accepted past the connection limit:
 the table reclaims idle connections first (webhook.serve.front.capacity).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -84,8 +85,8 @@ class Listeners:
     async def _handshake(self, conn: Connection, sock: socket.socket, context: ssl.SSLContext) -> None:
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: conn, sock, ssl=context, ssl_handshake_timeout=CLIENT_SOCKET_TIMEOUT,
-                ssl_shutdown_timeout=CLOSE_LINGER)
+                lambda: conn, sock, ssl=context, ssl_handshake_timeout=CLIENT_SOCKET_TIMEOUT, ssl_shutdown_timeout=CLOSE_LINGER
+            )
         except asyncio.CancelledError:
             pass  # reclaimed at the connection limit, or the worker stops
         except (OSError, ssl.SSLError, EOFError) as exc:  # includes the handshake timeout

@@ -5,6 +5,7 @@ the app's deadlines (webhook.serve.lanes.arrived). A request that has already wa
 server.dropAfterSeconds when its thread takes it up is dropped unjudged: its apiserver has given
 up on it, and serving it would only delay the ones still waited for.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,8 +34,15 @@ class Answer:
     body: bytes
 
 
-def environ(request: h11.Request, body: bytes, *, server: tuple[str, int], client: tuple[str, int] | None,
-            arrival: float, multiprocess: bool) -> dict[str, Any]:
+def environ(
+    request: h11.Request,
+    body: bytes,
+    *,
+    server: tuple[str, int],
+    client: tuple[str, int] | None,
+    arrival: float,
+    multiprocess: bool,
+) -> dict[str, Any]:
     """The PEP 3333 environ of `request` (h11's parsed head) with its whole `body`. server: the
     listener's (host, port): SERVER_PORT tells the app which listener the request came to."""
     path, _, query = request.target.partition(b"?")
@@ -93,5 +101,6 @@ def call(app: WsgiApp, env: dict[str, Any], *, drop_after: float) -> Answer | No
             close()
     status, headers = started
     code, _, reason = status.partition(" ")
-    return Answer(int(code), reason.encode("latin-1"),
-                  [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers], b"".join(written))
+    return Answer(
+        int(code), reason.encode("latin-1"), [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers], b"".join(written)
+    )
