@@ -73,6 +73,18 @@ def test_ruff_fails_on_a_violation(tree):
     assert out.returncode != 0 and "F401" in out.stdout, out.stdout
 
 
+def test_the_code_is_formatted():
+    out = run("ruff", "format", "--check", ".")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_format_check_fails_on_unformatted_code(tree):
+    path = tree / "webhook" / "model" / "readers.py"
+    path.write_text(path.read_text() + "\nx = {  'a':1 }  # deliberate violation\n")
+    out = run("ruff", "format", "--check", "webhook", cwd=tree)
+    assert out.returncode != 0 and "readers.py" in out.stdout, out.stdout
+
+
 def test_mypy_strict_passes():
     out = run("mypy")
     assert out.returncode == 0, out.stdout + out.stderr
