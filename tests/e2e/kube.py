@@ -31,3 +31,14 @@ def evict(cp: Any, namespace: str, name: str, *, grace: int | None = None) -> An
     if grace is not None:
         body["deleteOptions"] = {"gracePeriodSeconds": grace}
     return cp.session("admin").post(f"{cp.url}/api/v1/namespaces/{namespace}/pods/{name}/eviction", json=body, timeout=10)
+
+
+#: dra-guard's requests on clocks of their own, never caused by a review: the APIService check
+#: (cluster.apiCheckIntervalSeconds) and the Lease writers (certificates, periodic audit, shared records)
+OWN_CLOCK_RESOURCES = ("apiservices", "leases")
+
+
+def review_caused(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The audit events (dra-guard's) a review could have caused: not watches (renewed by the
+    informers) nor requests on OWN_CLOCK_RESOURCES."""
+    return [ev for ev in events if ev["verb"] != "watch" and ev.get("objectRef", {}).get("resource") not in OWN_CLOCK_RESOURCES]
