@@ -33,6 +33,7 @@ from tests.http.clients import (
     metric,
     open_fds,
     read_response,
+    review_bytes,
     rss_kib,
     tls_context,
     worker_pid,
@@ -166,6 +167,29 @@ def _closed_by_server(tls: ssl.SSLSocket) -> bool:
         return True
 
 
+def flood(server, stop: threading.Event, rate: float = 1000, hold: float = 5.0) -> None:
+    """`rate` TCP connections a second to `server` that send nothing, each closed `hold` seconds
+    later, until `stop` is set."""
+    held: collections.deque = collections.deque()
+    due = time.monotonic()
+    try:
+        while not stop.is_set():
+            now = time.monotonic()
+            while held and held[0][0] < now - hold:
+                held.popleft()[1].close()
+            if now < due:
+                time.sleep(min(0.002, due - now))
+                continue
+            due += 1.0 / rate
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", server.port))
+            held.append((now, sock))
+    finally:
+        for _, sock in held:
+            sock.close()
+
+
 def test_a_flood_of_silent_connections_does_not_lock_out_a_client_that_was_idle(server):
     """Finding A2: 1,000 TCP connections per second that complete the TCP handshake and send
     nothing (no TLS; each closed 5 s later), for 10 s. Each one the worker accepts holds a slot
@@ -177,28 +201,7 @@ def test_a_flood_of_silent_connections_does_not_lock_out_a_client_that_was_idle(
     3 reviews at 800/s and at 1000/s, 0 of 4 at 300/s but 2.65-2.86 s). Each is an eviction
     allowed unjudged."""
     stop = threading.Event()
-
-    def flood(rate: float = 1000, hold: float = 5.0) -> None:
-        held: collections.deque = collections.deque()
-        due = time.monotonic()
-        try:
-            while not stop.is_set():
-                now = time.monotonic()
-                while held and held[0][0] < now - hold:
-                    held.popleft()[1].close()
-                if now < due:
-                    time.sleep(min(0.002, due - now))
-                    continue
-                due += 1.0 / rate
-                sock = socket.socket()
-                sock.setblocking(False)
-                sock.connect_ex(("127.0.0.1", server.port))
-                held.append((now, sock))
-        finally:
-            for _, sock in held:
-                sock.close()
-
-    attacker = threading.Thread(target=flood, daemon=True)
+    attacker = threading.Thread(target=flood, args=(server, stop), daemon=True)
     honest = HonestClient(server)
     honest.review("before")  # the kept-alive connection, from before the flood
     attacker.start()
@@ -211,6 +214,68 @@ def test_a_flood_of_silent_connections_does_not_lock_out_a_client_that_was_idle(
         f"{len(honest.failures)} of {len(honest.failures) + honest.answered} eviction reviews "
         f"not answered within {WEBHOOK_TIMEOUT} s: {honest.failures}"
     )
+
+
+def review_after_a_slow_handshake(server, uid: str, pause: float) -> float:
+    """One eviction review on a new connection whose client sends its last TLS handshake flight
+    (the Finished) `pause` seconds after the server's flight arrived, as a loaded client or one far
+    away does: the seconds from the TCP connect to the answer; fails the test when the server
+    closes the connection or the review is not judged."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = tls_context(server).wrap_bio(incoming, outgoing, server_hostname="localhost")
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=WEBHOOK_TIMEOUT * 2) as sock:
+
+        def receive() -> None:
+            data = sock.recv(65536)
+            assert data, f"closed by the server {time.monotonic() - started:.2f} s after connecting"
+            incoming.write(data)
+
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(outgoing.read())  # the ClientHello
+                receive()
+        time.sleep(pause)
+        tls.write(review_bytes(uid))
+        sock.sendall(outgoing.read())  # the Finished and the review
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _content_length(data):
+            try:
+                data += tls.read(65536)
+            except ssl.SSLWantReadError:
+                receive()
+    response = json.loads(data.split(b"\r\n\r\n", 1)[1])["response"]
+    assert response["uid"] == uid and response["allowed"] is True, response
+    return time.monotonic() - started
+
+
+def _content_length(data: bytes) -> int:
+    head = data.split(b"\r\n\r\n", 1)[0].lower()
+    for line in head.split(b"\r\n"):
+        if line.startswith(b"content-length:"):
+            return int(line.split(b":", 1)[1])
+    return 1 << 30
+
+
+def test_a_client_mid_handshake_is_not_reclaimed_as_silent_at_the_limit(server):
+    """At the connection limit, with silent connections waiting in the accept queue (the flood
+    above, 1,000 a second), a client whose TLS Finished comes 0.8 s after the server's flight (a
+    loaded client, a long round trip; the handshake bound is 2 s) is a client that talks: its
+    connection is not closed as one that never sent a ClientHello. Each such close is an eviction
+    review unanswered, i.e. let through unjudged (failurePolicy Ignore)."""
+    stop = threading.Event()
+    attacker = threading.Thread(target=flood, args=(server, stop), daemon=True)
+    attacker.start()
+    try:
+        time.sleep(1.5)  # the worker is at its limit and the accept queue holds silent connections
+        for i in range(3):
+            assert review_after_a_slow_handshake(server, f"slow-{i}", pause=0.8) < WEBHOOK_TIMEOUT
+    finally:
+        stop.set()
+        attacker.join(10)
 
 
 def test_bodies_that_decode_into_many_objects_do_not_outgrow_the_memory_limit(server):

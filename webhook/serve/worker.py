@@ -218,6 +218,9 @@ class DrainingThreadWorker(ThreadWorker):
         try:
             if not isinstance(conn.sock, ssl.SSLSocket):
                 conn.handshake_deadline = time.monotonic() + CLIENT_SOCKET_TIMEOUT
+                # called once its first bytes are there: a client that talks, not a silent one, for
+                # murder_keepalived's reclaim order (its next flight may be slow: a loaded client)
+                conn.greeted = True
                 conn.sock = gsock.ssl_wrap_socket(conn.sock, self.cfg)
             conn.sock.setblocking(False)
             while True:
@@ -283,13 +286,19 @@ class DrainingThreadWorker(ThreadWorker):
         if not waiting:
             return
         now = time.monotonic()
-        # first: no TLS handshake RECLAIM_HANDSHAKE_AGE after connecting (a TLS client needs one round
-        # trip); then pending ones idle RECLAIM_MIN_IDLE (they wait CLIENT_SOCKET_TIMEOUT at most)
-        silent = [
-            c
-            for c in self.pending_conns
-            if not c.initialized and c.__dict__.get("connected_at", now) < now - RECLAIM_HANDSHAKE_AGE
-        ]
+        # first: no ClientHello RECLAIM_HANDSHAKE_AGE after connecting (a TLS client sends it at once);
+        # then pending ones idle RECLAIM_MIN_IDLE, a handshake under way included (they wait
+        # CLIENT_SOCKET_TIMEOUT at most)
+        silent = sorted(
+            (
+                c
+                for c in self.pending_conns
+                if not c.initialized
+                and not c.__dict__.get("greeted")
+                and c.__dict__.get("connected_at", now) < now - RECLAIM_HANDSHAKE_AGE
+            ),
+            key=lambda c: c.__dict__.get("connected_at", now),
+        )
         pending = [
             c for c in self.pending_conns if c.timeout - CLIENT_SOCKET_TIMEOUT < now - RECLAIM_MIN_IDLE and c not in silent
         ]

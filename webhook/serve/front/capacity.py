@@ -5,8 +5,9 @@ connection costs ~25 KiB, so a connection storm cannot grow the worker's memory 
 more wait in the kernel's accept queue. At the limit, with connections waiting there, idle ones
 are closed to let them in, like nginx, in this order (dra_guard_idle_connections_reclaimed_total):
 
-1. no TLS handshake RECLAIM_HANDSHAKE_AGE s after connecting (a TLS client needs one round trip);
-2. a request started but no byte for RECLAIM_MIN_IDLE s (a trickling client);
+1. no ClientHello RECLAIM_HANDSHAKE_AGE s after connecting (a TLS client sends it at once);
+2. a request started, or a TLS handshake, but no byte for RECLAIM_MIN_IDLE s (a trickling client;
+   a handshake whose client answers slowly is a client that talks);
 3. a TLS handshake done and no request yet, idle RECLAIM_HANDSHAKE_AGE s (the apiserver dials one
    connection per review of a burst and keeps the ones it did not need);
 4. kept alive after an answer, idle RECLAIM_MIN_IDLE s (a busy client's may lag that much).
@@ -36,7 +37,8 @@ AT_LIMIT_TURN = 0.05  # seconds between reclaim rounds while at the connection l
 class State(enum.Enum):
     """Where a connection is in its life (the reclaim order reads it)."""
 
-    HANDSHAKE = "handshake"  # accepted, TLS handshake not done
+    HANDSHAKE = "handshake"  # accepted, no ClientHello yet
+    HELLO = "hello"  # its ClientHello arrived, TLS handshake not done
     NEW = "new"  # handshake done, no request yet
     READING = "reading"  # a request's bytes are arriving
     BUSY = "busy"  # its request is being judged or its answer written
@@ -116,7 +118,7 @@ class ConnectionTable:
 
         chosen = (
             idle(State.HANDSHAKE, RECLAIM_HANDSHAKE_AGE)
-            + idle(State.READING, RECLAIM_MIN_IDLE)
+            + sorted(idle(State.READING, RECLAIM_MIN_IDLE) + idle(State.HELLO, RECLAIM_MIN_IDLE), key=lambda c: c.since)
             + idle(State.NEW, RECLAIM_HANDSHAKE_AGE)
             + idle(State.IDLE, RECLAIM_MIN_IDLE)
         )[:count]

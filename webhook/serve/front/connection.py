@@ -197,6 +197,10 @@ class Connection(asyncio.Protocol):
         elif self.handshake is not None:
             self.handshake.cancel()
 
+    def hello(self) -> None:
+        """Its ClientHello arrived (the listener, before the TLS handshake): a client that talks."""
+        self._enter(State.HELLO)
+
     def _enter(self, state: State) -> None:
         self.state = state
         self.since = time.monotonic()

@@ -83,8 +83,12 @@ class Listeners:
         conn.handshake = asyncio.get_running_loop().create_task(self._handshake(conn, sock, self.context_for(server[1])))
 
     async def _handshake(self, conn: Connection, sock: socket.socket, context: ssl.SSLContext) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(
+            async with asyncio.timeout(CLIENT_SOCKET_TIMEOUT):
+                await _readable(sock)
+            conn.hello()  # from here its reclaim order is a talking client's (capacity module)
+            await loop.connect_accepted_socket(
                 lambda: conn, sock, ssl=context, ssl_handshake_timeout=CLIENT_SOCKET_TIMEOUT, ssl_shutdown_timeout=CLOSE_LINGER
             )
         except asyncio.CancelledError:
@@ -97,3 +101,19 @@ class Listeners:
                 if sock.fileno() != -1:
                     sock.close()
                 self.front.table.release(conn)
+
+
+async def _readable(sock: socket.socket) -> None:
+    """Until `sock` has bytes to read (a new connection's ClientHello) or its peer closed it."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
