@@ -14,11 +14,12 @@ import sys
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.chart import helm
 from webhook.config import from_mapping
 from webhook.kube.client import api_client
-from webhook.kube.lists import stream_audit_cluster
+from webhook.kube.lists import MAX_SINGLE_ROLE_READS, stream_audit_cluster
 from webhook.kube.pages import RateLimiter
 from webhook.model.facts import StaticFacts
 from webhook.serve.audit_child import audit_cluster
@@ -162,7 +163,17 @@ class CreatesRoleOnceRolesAreListed(RateLimiter):
         super().wait()
 
 
-def test_a_role_created_after_its_binding_was_listed_is_not_unresolved(control_plane):
+def clusterrole_lists() -> float:
+    """LIST requests for clusterroles this process has made (dra_guard_kube_api_requests_total)."""
+    value = REGISTRY.get_sample_value("dra_guard_kube_api_requests_total", {"verb": "list", "resource": "clusterroles"})
+    return value or 0.0
+
+
+@pytest.mark.parametrize("dangling", [1, MAX_SINGLE_ROLE_READS + 4], ids=["one-missing-role", "many-missing-roles"])
+def test_a_role_created_after_its_binding_was_listed_is_not_unresolved(control_plane, dangling):
+    """A role created after its binding was listed is read before the binding is called unresolved:
+    one LIST by name per missing role, or, past MAX_SINGLE_ROLE_READS missing roles (bindings left
+    behind by deleted roles), one more listing of the roles instead of a request per role."""
     cp = control_plane
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -181,7 +192,10 @@ def test_a_role_created_after_its_binding_was_listed_is_not_unresolved(control_p
                 "subjects": [{"kind": "Group", "name": "late", "apiGroup": "rbac.authorization.k8s.io"}],
                 "roleRef": {"kind": "ClusterRole", "name": ref, "apiGroup": "rbac.authorization.k8s.io"},
             }
-            for name, ref in (("e2e-late-binding", "e2e-late-role"), ("e2e-dangling-binding", "e2e-never-created"))
+            for name, ref in [
+                ("e2e-late-binding", "e2e-late-role"),
+                *((f"e2e-dangling-binding-{i}", f"e2e-never-created-{i}") for i in range(dangling)),
+            ]
         ],
     }
     cp.kubectl("admin", "delete", "clusterrole", "e2e-late-role", "--ignore-not-found")
@@ -193,13 +207,20 @@ def test_a_role_created_after_its_binding_was_listed_is_not_unresolved(control_p
         client = api_client(str(cp.kubeconfig("admin")), timeout_seconds=10)
         facts = StaticFacts(config)
         limiter = CreatesRoleOnceRolesAreListed(cp, facts, role)
+        lists_before = clusterrole_lists()
         objects = stream_audit_cluster(client, facts, limiter=limiter)
+        lists = clusterrole_lists() - lists_before
         assert limiter.created  # the role came after the roles' listing
         result = audit.audit(objects, config, online=True, facts=facts)
         by_name = {(f.name, f.check) for f, _ in result.findings}
         assert ("e2e-late-binding", "unresolved-roleref") not in by_name
         assert ("e2e-late-binding", "rbac-write") in by_name  # judged by the role read once
-        assert ("e2e-dangling-binding", "unresolved-roleref") in by_name  # read once, still absent
+        for i in range(dangling):  # read once, still absent
+            assert (f"e2e-dangling-binding-{i}", "unresolved-roleref") in by_name
+        if dangling <= MAX_SINGLE_ROLE_READS:
+            assert lists == 1 + 1 + dangling  # the listing (one page here), then one read per missing role
+        else:
+            assert lists == 2  # the listing, then the listing again: not a request per missing role
     finally:
         cp.kubectl("admin", "delete", "-f", "-", input=json.dumps(bindings), check=False)
         cp.kubectl("admin", "delete", "clusterrole", "e2e-late-role", "--ignore-not-found")

@@ -126,6 +126,11 @@ def stream_audit_cluster(
     return out
 
 
+#: missing roles read one by one at most; past this many (bindings left behind by deleted roles are
+#: common), one more listing of the roles costs fewer requests and a bounded time at any rate limit
+MAX_SINGLE_ROLE_READS = 16
+
+
 def read_missing_roles(
     client: kubernetes.client.ApiClient, facts: Facts, *, limiter: RateLimiter | None = None, timeout_seconds: float = 30.0
 ) -> list[tuple[str, str]]:
@@ -133,7 +138,8 @@ def read_missing_roles(
     and add those found to facts.rbac: the roles were listed before the bindings, so a role created
     after its binding (the usual order of `kubectl apply` of a folder) is missing from the listing
     while its binding is not; the audit would call the binding unresolved.
-    One LIST by field selector per missing role (dra-guard's RBAC allows list, not get), at
+    Up to MAX_SINGLE_ROLE_READS missing roles: one LIST by field selector each (dra-guard's RBAC
+    allows list, not get); more: the ClusterRoles and/or Roles listed again, page by page. Both at
     `limiter`'s rate. Returns the (namespace, name) of the roles still missing ("" namespace: a
     ClusterRole). Raises ClusterError ("cannot list clusterroles from <server>: <cause>")."""
     rbac_api = kubernetes.client.RbacAuthorizationV1Api(client)
@@ -143,6 +149,19 @@ def read_missing_roles(
         key = ref_key(binding)
         if key[1] and facts.rbac.role(key[1], key[0]) is None:
             wanted[key] = None
+    if len(wanted) > MAX_SINGLE_ROLE_READS:
+        listers = (
+            (False, rbac_api.list_cluster_role, "clusterroles"),
+            (True, rbac_api.list_role_for_all_namespaces, "roles"),
+        )
+        for namespaced, list_func, resource in listers:
+            if any(bool(namespace) == namespaced for namespace, _ in wanted):
+                with listing(resource, server, timeout_seconds=timeout_seconds):
+                    pages = Pages(
+                        list_func, resource=resource, timeout_seconds=timeout_seconds, limiter=limiter, after_page=settle_page
+                    )
+                    facts.rbac.replace_roles(pages, namespaced=namespaced)
+        return [(namespace, name) for namespace, name in wanted if facts.rbac.role(name, namespace) is None]
     missing = []
     for namespace, name in wanted:
         resource = "roles" if namespace else "clusterroles"
