@@ -302,8 +302,8 @@ class ClusterState:
             )
             if found == self._undeclared:
                 return
-            value = declared_value(self.config.detection, sorted(found))
             for namespace, name in sorted(found - self._undeclared):
+                value = declared_value(self.config.detection, [(namespace, name)])  # its own: not every driver's
                 metrics.UNDECLARED_DRIVERS.labels(daemonset_namespace=namespace, daemonset=name).set(1)
                 log.warning(
                     "undeclared DRA driver",

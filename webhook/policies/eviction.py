@@ -252,7 +252,9 @@ def declared_value(detection: DetectionConfig, extra: Iterable[tuple[str, str]])
 
 
 def undeclared_finding(namespace: str, name: str, *, value: str) -> Finding:
-    """The advisory finding for an undeclared driver DaemonSet; `value` from declared_value()."""
+    """The advisory finding for an undeclared driver DaemonSet; `value` from declared_value() for
+    this DaemonSet alone: a value naming every undeclared driver in every finding made an audit's
+    output grow with the square of the drivers (--suggest-values gives them all at once)."""
     return Finding(
         policy=POLICY,
         kind="DaemonSet",
@@ -262,7 +264,8 @@ def undeclared_finding(namespace: str, name: str, *, value: str) -> Finding:
         enforced=False,
         message=f"DaemonSet {namespace}/{name} is a DRA driver that is not in drivers.declared: evictions of its pods "
         f"are not sent to dra-guard, so nothing keeps it on a node whose claims still need it. Declare it "
-        f"(config file: drivers.declared: [{{namespace: {namespace}, name: {name}}}]; Helm: {value}).",
+        f"(config file: drivers.declared: [{{namespace: {namespace}, name: {name}}}]; Helm: {value}; every "
+        f"undeclared driver at once: dra-guard audit --suggest-values).",
         summary=short(f"dra-guard: driver DaemonSet {namespace}/{name} not in drivers.declared; its evictions are unguarded"),
         details={"namespace": namespace, "name": name, "helm": value},
     )
@@ -281,7 +284,5 @@ def audit_objects(facts: Facts, config: Config, objects: Mapping[str, list[dict[
                 drivers.detect(ds, config=config.detection, can_write_slices=facts.service_account_writes_slices),
             )
         )
-    missing = drivers.undeclared(found, config.detection, guard_namespace=config.rbac.guard_namespace)
-    value = declared_value(config.detection, missing)
-    for namespace, name in missing:
-        yield undeclared_finding(namespace, name, value=value)
+    for namespace, name in drivers.undeclared(found, config.detection, guard_namespace=config.rbac.guard_namespace):
+        yield undeclared_finding(namespace, name, value=declared_value(config.detection, [(namespace, name)]))
