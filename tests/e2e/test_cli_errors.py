@@ -11,15 +11,19 @@ server that accepts connections and never answers.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import pathlib
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 
 import pytest
 import yaml
@@ -150,8 +154,11 @@ def run(argv: list[str], *, limit: float) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-def command(name: str, endpoint: Endpoint, tmp_path: pathlib.Path, serving: pathlib.Path, *, short: bool) -> list[str]:
-    """The argv of command `name` against `endpoint`; short: each request may take TIMEOUT seconds."""
+def command(
+    name: str, endpoint: Endpoint, tmp_path: pathlib.Path, serving: pathlib.Path, *, short: bool, wait: bool = True
+) -> list[str]:
+    """The argv of command `name` against `endpoint`; short: each request may take TIMEOUT seconds;
+    wait False: `serve` does not retry a transient failure (cluster.startupWaitSeconds 0)."""
     kubeconfig = ["--kubeconfig", str(endpoint.kubeconfig)]
     timeout = ["--request-timeout", str(TIMEOUT)] if short else []
     if name == "audit":
@@ -172,7 +179,10 @@ def command(name: str, endpoint: Endpoint, tmp_path: pathlib.Path, serving: path
             *timeout,
         ]
     config = tmp_path / "config.yaml"
-    config.write_text(f"cluster:\n  requestTimeoutSeconds: {TIMEOUT}\n" if short else "{}\n")
+    cluster = {"requestTimeoutSeconds": TIMEOUT} if short else {}
+    if not wait:
+        cluster["startupWaitSeconds"] = 0
+    config.write_text(yaml.safe_dump({"cluster": cluster}))
     return [
         "serve",
         "--host",
@@ -203,13 +213,19 @@ def assert_one_line(result: subprocess.CompletedProcess[str], endpoint: Endpoint
     return line
 
 
+#: failures that may pass in a moment (an apiserver restarting): `serve` retries them at start-up
+#: for cluster.startupWaitSeconds (60 s by default; 0 here), the others end it at once
+TRANSIENT = {"refused", "timeout"}
+
+
 @pytest.mark.parametrize("name", ["audit", "drain-plan", "serve", "hook-pre-delete", "hook-test"])
 @pytest.mark.parametrize("kind", ["refused", "tls", "401", "403", "timeout"])
 def test_an_api_failure_is_one_line_naming_the_server_and_the_cause_with_exit_2(kind, name, endpoints, serving, tmp_path):
     endpoint = endpoints[kind]
     started = time.monotonic()
     result = run(
-        command(name, endpoint, tmp_path, serving, short=kind == "timeout"), limit=SERVE_LIMIT if name == "serve" else 60.0
+        command(name, endpoint, tmp_path, serving, short=kind == "timeout", wait=kind not in TRANSIENT),
+        limit=SERVE_LIMIT if name == "serve" else 60.0,
     )
     line = assert_one_line(result, endpoint)
     if kind == "timeout":  # the first request's timeout, not a default's
@@ -239,3 +255,74 @@ def test_drain_plan_of_a_node_that_does_not_exist_is_exit_2(control_plane, tmp_p
     result = run(["drain-plan", "no-such-node", "--kubeconfig", str(cp.kubeconfig("admin"))], limit=60)
     assert result.returncode == 2 and result.stdout == "", result
     assert result.stderr.splitlines() == [f"dra-guard: error: node no-such-node not found in {cp.url}"]
+
+
+def test_serve_waits_for_an_api_that_comes_up_within_startup_wait_seconds(control_plane, serving, tmp_path):
+    """An apiserver restarting while dra-guard starts (connection refused): `serve` says so in one
+    line per try on stderr and serves once the API answers, instead of exiting 2 into a pod's
+    crash-loop back-off (minutes down). The API here is a TCP relay to the real apiserver that
+    starts listening only after serve's first failed try."""
+    cp = control_plane
+    api = socket.socket()
+    api.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    api_port = free_port()
+    kubeconfig = variant(cp, "admin", tmp_path / "later", server=f"https://127.0.0.1:{api_port}")
+    argv = command("serve", Endpoint(kubeconfig, "", ""), tmp_path, serving, short=False)
+    port = int(argv[argv.index("--port") + 1])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webhook.cli", *argv], stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    stop = threading.Event()
+    try:
+        deadline = time.monotonic() + 20
+        while not any("not usable yet" in line for line in lines):
+            assert proc.poll() is None and time.monotonic() < deadline, lines
+            time.sleep(0.1)
+        assert "connection refused" in lines[0] and "cluster.startupWaitSeconds" in lines[0], lines
+        api.bind(("127.0.0.1", api_port))
+        api.listen(64)
+        upstream = urllib.parse.urlsplit(cp.url)
+        threading.Thread(target=relay, args=(api, (upstream.hostname, upstream.port), stop), daemon=True).start()
+        context = ssl.create_default_context(cafile=str(serving / "ca.crt"))
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, "".join(lines)
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=context, timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        api.close()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def relay(listener: socket.socket, upstream: tuple[str, int], stop: threading.Event) -> None:
+    """Accept on `listener` and copy bytes both ways to `upstream` until `stop` is set."""
+
+    def pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    while not stop.is_set():
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            return
+        server = socket.create_connection(upstream)
+        threading.Thread(target=pipe, args=(client, server), daemon=True).start()
+        threading.Thread(target=pipe, args=(server, client), daemon=True).start()

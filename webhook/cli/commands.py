@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from webhook.cli import terminal
 from webhook.config import load_config
+from webhook.kube.errors import until_reachable
 
 
 def say(kind: str, message: str) -> None:
@@ -32,6 +33,11 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     for line in config.ignored:
         print(f"dra-guard: warning: {line}", file=sys.stderr)
+    wait = config.cluster.startup_wait_seconds
+
+    def waiting(line: str) -> None:
+        print(f"dra-guard: the Kubernetes API is not usable yet: {line}", file=sys.stderr, flush=True)
+
     if args.self_signed:
         if config.certificates.mode == "self":
             return fail("--self-signed and certificates.mode self exclude each other (self mode keeps its CA in a Secret)")
@@ -54,7 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
         reconciler = server.self_managed_reconciler(
             config, args.kubeconfig, identity=server.identity(args.port or config.server.port)
         )
-        reconciler.reconcile()  # the serving files exist before gunicorn starts
+        until_reachable(reconciler.reconcile, seconds=wait, note=waiting)  # the serving files exist before gunicorn starts
         cert_file, key_file = reconciler.dir / "tls.crt", reconciler.dir / "tls.key"
     elif args.tls_cert_file and args.tls_key_file:
         cert_file, key_file = pathlib.Path(args.tls_cert_file), pathlib.Path(args.tls_key_file)
@@ -68,7 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
     if not args.no_cluster:
         # an API the caches cannot read is an error now, not a server that never becomes ready
-        server.check_cluster(config, args.kubeconfig)
+        until_reachable(lambda: server.check_cluster(config, args.kubeconfig), seconds=wait, note=waiting)
     server.run(
         server.ServeOptions(
             config=config,

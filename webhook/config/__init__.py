@@ -133,6 +133,7 @@ Example (all defaults shown)::
         maxContainers: 200
     cluster:
       requestTimeoutSeconds: 2
+      startupWaitSeconds: 60      # at start-up, retry an API restarting (refused, timeout, 429/5xx) this long
       apiCheckIntervalSeconds: 30   # APIServices of the groups it reads served by the apiserver (else not ready)
       bindingRefreshIntervalSeconds: 2   # at most one full ClusterRoleBinding read per this many seconds
     exceptions: []                # [{policy: rbac, kind: ClusterRoleBinding, name: gpu-ops, roleRef: slice-writer,

@@ -271,7 +271,10 @@ class ClusterConfig:
 
     request_timeout_seconds (cluster.requestTimeoutSeconds): the timeout of each LIST page of the
     caches, and the whole budget of the API reads an admission may make (ClusterState.fetch_cluster_role,
-    ClusterState.refresh_bindings); keep it below the RBAC webhook's timeoutSeconds (3)."""
+    ClusterState.refresh_bindings); keep it below the RBAC webhook's timeoutSeconds (3).
+    startup_wait_seconds (cluster.startupWaitSeconds): how long `serve` retries a transient API
+    failure at start-up (webhook.kube.errors.until_reachable) before it exits 2: without it, a pod
+    started during an apiserver restart crash-loops and its back-off keeps it down for minutes."""
 
     request_timeout_seconds: float = dataclasses.field(
         default=2.0,
@@ -281,6 +284,16 @@ class ClusterConfig:
             lo_exclusive=True,
             hi=30,
             help="seconds for each LIST page and for all API reads of one admission; below the RBAC webhook's timeout",
+        ),
+    )
+    startup_wait_seconds: float = dataclasses.field(
+        default=60.0,
+        metadata=key(
+            "startupWaitSeconds",
+            lo=0,
+            hi=3600,
+            help="at start-up, how long `serve` retries an API that is unreachable, times out or answers 429/5xx "
+            "(an apiserver restarting) before it exits 2; credentials, RBAC and TLS errors exit at once",
         ),
     )
     api_check_interval_seconds: float = dataclasses.field(

@@ -10,12 +10,22 @@ import contextlib
 import json
 import socket
 import ssl
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class ClusterError(RuntimeError):
     """The Kubernetes API could not be configured or reached, or refused a request; the message says
-    why in one line."""
+    why in one line. transient: the same request may succeed in a moment (the server unreachable,
+    closing connections, not answering in time, 429 or 5xx: an apiserver restarting or
+    overloaded), as opposed to credentials, RBAC, TLS verification or a resource not served."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 def cause(exc: BaseException, *, timeout_seconds: float | None = None) -> str:
@@ -62,7 +72,43 @@ def api_failure(action: str, server: str, exc: BaseException, *, timeout_seconds
     """ClusterError("cannot <action> from <server>: <cause>"), e.g. action "list clusterroles",
     server "https://127.0.0.1:6443" (see cause())."""
     where = f" from {server}" if server else ""
-    return ClusterError(f"cannot {action}{where}: {cause(exc, timeout_seconds=timeout_seconds)}")
+    return ClusterError(f"cannot {action}{where}: {cause(exc, timeout_seconds=timeout_seconds)}", transient=transient(exc))
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether an API request that raised `exc` may succeed if sent again in a moment: an HTTP
+    429 or 5xx answer, or a network failure other than TLS verification (refused, reset, closed,
+    timed out, a host name not resolved yet)."""
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
+
+    if isinstance(exc, ApiException):
+        status = getattr(exc, "status", None) or 0
+        return status == 429 or status >= 500
+    chain = list(_chain(exc))
+    if any(isinstance(link, ssl.SSLCertVerificationError) for link in chain):
+        return False
+    return any(isinstance(link, (OSError, HTTPError)) for link in chain)
+
+
+def until_reachable(attempt: Callable[[], T], *, seconds: float, note: Callable[[str], None]) -> T:
+    """attempt() until it returns, while it raises a transient ClusterError and `seconds` have not
+    passed since the first try (waits of 1, 2, 4, ... s, at most 10 s, never past the end); each
+    failure told to note() in one line. Raises the last ClusterError when the time is up, and any
+    other exception (a permanent ClusterError included) at once. seconds 0: one attempt."""
+    end = time.monotonic() + seconds
+    wait = 1.0
+    while True:
+        try:
+            return attempt()
+        except ClusterError as exc:
+            left = end - time.monotonic()
+            if not exc.transient or left <= 0:
+                raise
+            pause = min(wait, left, 10.0)
+            note(f"{exc}; trying again in {pause:.0f} s (for {left:.0f} s more: cluster.startupWaitSeconds)")
+            time.sleep(pause)
+            wait *= 2
 
 
 @contextlib.contextmanager
