@@ -17,7 +17,8 @@ error is JSON too (404, 405, 500): never an HTML page, never a traceback.
 
 A decision whose allow depends on a shared record (Decision.record: a driver pod leaving on the
 strength of its Ready peer) is settled here, inside the review's deadline, by the `records`
-writer (webhook.kube.records) before it is answered; then the policy's `account` counts it.
+writer (webhook.kube.records) before it is answered; then what the policy's `account` tallies of it
+is counted (webhook.admission.record_tally).
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
             def final(req: Mapping[str, Any]) -> Decision:
                 decision = settled(evaluate(req), req, records=records, deadline=deadline)
                 if account is not None:
-                    account(req, decision, cluster, mode=settings.mode)
+                    admission.record_tally(account(req, decision, cluster, mode=settings.mode))
                 return decision
 
             def judged(req: Mapping[str, Any]) -> Decision:
