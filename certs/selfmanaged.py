@@ -106,6 +106,11 @@ class CertApi(Protocol):
     def update_lease(self, lease: Mapping[str, Any]) -> None: ...
     def list_leases(self, label_selector: str) -> list[dict[str, Any]]: ...
     def delete_lease(self, name: str) -> None: ...
+    def hold_lease(self, name: str, *, identity: str, now: datetime.datetime, duration_seconds: int) -> bool:
+        """Take or renew the Lease `name` for `identity`; True when it holds it now (a Lease held by
+        another and not expired is left alone; webhook.kube.leases.hold_lease)."""
+        ...
+
     def webhook_ca_bundles(self, kind: str, name: str) -> list[bytes] | None: ...
     def set_webhook_ca_bundles(self, kind: str, name: str, bundle: bytes) -> None: ...
     def get_config_map(self, name: str) -> dict[str, str] | None: ...
@@ -181,33 +186,6 @@ class Bundle:
         return cls(ca=ca, trusted=trusted, serving=serving, resource_version=str(secret.get("resourceVersion", "")))
 
 
-def hold_lease(api: CertApi, name: str, *, identity: str, now: datetime.datetime, duration_seconds: int) -> bool:
-    """Take or renew the coordination.k8s.io Lease `name` for `identity`; True when it holds it now.
-
-    A Lease held by someone else and renewed within its leaseDurationSeconds is left alone; an
-    expired one is taken over. Concurrent takers are serialised by resourceVersion (409 = lost).
-    """
-    lease = api.get_lease(name)
-    spec = {"holderIdentity": identity, "leaseDurationSeconds": duration_seconds, "renewTime": _micro(now)}
-    try:
-        if lease is None:
-            api.create_lease({"metadata": {"name": name}, "spec": {**spec, "acquireTime": _micro(now)}})
-            return True
-        current = lease.get("spec") or {}
-        renewed = _parse_time(current.get("renewTime"))
-        expired = (
-            renewed is None
-            or renewed + datetime.timedelta(seconds=int(current.get("leaseDurationSeconds") or duration_seconds)) < now
-        )
-        if current.get("holderIdentity") not in (identity, None, "") and not expired:
-            return False
-        acquire = current.get("acquireTime") if current.get("holderIdentity") == identity else _micro(now)
-        api.update_lease({**lease, "spec": {**current, **spec, "acquireTime": acquire}})
-        return True
-    except Conflict:
-        return False
-
-
 class Reconciler:
     """One replica's view of `certificates.mode: self`; call reconcile() every checkIntervalSeconds.
 
@@ -270,8 +248,7 @@ class Reconciler:
 
     def holds_lease(self) -> bool:
         """Take or renew the writers' Lease; True when this replica may write now."""
-        return hold_lease(
-            self.api,
+        return self.api.hold_lease(
             self.config.lease_name,
             identity=self.identity,
             now=self.now(),

@@ -4,6 +4,7 @@ webhook configurations' caBundles)."""
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -12,6 +13,7 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 from certs.selfmanaged import Conflict
+from webhook.kube import leases
 from webhook.kube.client import count, server_of
 from webhook.kube.errors import api_failure
 
@@ -120,6 +122,10 @@ class KubeCertApi:
 
     def delete_lease(self, name: str) -> None:
         self._call("delete", "leases", self.coordination.delete_namespaced_lease, name, self.namespace)
+
+    def hold_lease(self, name: str, *, identity: str, now: datetime.datetime, duration_seconds: int) -> bool:
+        """Take or renew the Lease `name` for `identity` (webhook.kube.leases.hold_lease)."""
+        return leases.hold_lease(self, name, identity=identity, now=now, duration_seconds=duration_seconds)
 
     def _config_api(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any], str]:
         if kind == "validating":

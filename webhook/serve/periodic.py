@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from certs.selfmanaged import hold_lease
 from webhook import metrics
 from webhook.config import Config
 from webhook.kube import client as kube_client
@@ -70,9 +69,7 @@ class PeriodicAudit:
         """Audit the live cluster now, in a process of its own, if this replica holds the Lease;
         its summary, or None. Raises AuditChildError or kube_client.API_ERRORS."""
         now = datetime.datetime.now(datetime.UTC)
-        if not hold_lease(
-            self.lease_api, self.lease_name, identity=self.identity, now=now, duration_seconds=self.lease_seconds()
-        ):
+        if not self.lease_api.hold_lease(self.lease_name, identity=self.identity, now=now, duration_seconds=self.lease_seconds()):
             return None
         summary = run_in_child(
             self.request,
