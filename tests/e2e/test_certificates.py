@@ -18,6 +18,7 @@ import pytest
 from cryptography import x509
 
 import certs
+from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 
 NS = "dra-guard-certs"
@@ -383,14 +384,6 @@ def live_validating(cp):
     return json.loads(cp.kubectl("admin", "get", "validatingwebhookconfiguration", CONFIG_NAME, "-o", "json").stdout)
 
 
-def metric(proc, name, labels):
-    text = proc.session().get(f"{proc.url}/metrics", timeout=5).text
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def test_a_match_condition_added_to_skip_the_guard_is_reported_and_removed(control_plane, replicas):
     """Issue 16, path 5: a user who can write the ValidatingWebhookConfiguration adds a
     matchCondition that skips her own requests; a replica reports the drift and the Lease holder
@@ -398,7 +391,9 @@ def test_a_match_condition_added_to_skip_the_guard_is_reported_and_removed(contr
     cp = control_plane
     wanted = secret(cp)["ca-bundle.crt"]
     wait_for("the caBundle to be set", lambda: cluster_bundle(cp) == wanted, 3 * CHECK + 5)
-    before = sum(metric(p, "dra_guard_webhook_configuration_restores_total", {"kind": "validating"}) for p in replicas)
+    before = sum(
+        metric(scrape(p), "dra_guard_webhook_configuration_restores_total", kind="validating", default=0.0) for p in replicas
+    )
     skip = {"name": "skip-alice", "expression": "request.userInfo.username != 'alice'"}
     cp.kubectl(
         "admin",
@@ -419,7 +414,11 @@ def test_a_match_condition_added_to_skip_the_guard_is_reported_and_removed(contr
     wait_for(
         "a restore counted",
         lambda: (
-            sum(metric(p, "dra_guard_webhook_configuration_restores_total", {"kind": "validating"}) for p in replicas) > before
+            sum(
+                metric(scrape(p), "dra_guard_webhook_configuration_restores_total", kind="validating", default=0.0)
+                for p in replicas
+            )
+            > before
         ),
         10,
     )

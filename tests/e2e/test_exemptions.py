@@ -15,13 +15,13 @@ Each case is checked against a control that is sent, and against dra-guard's own
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import yaml
 
 from tests.builders import driver_daemonset
 from tests.e2e.guard import NAMESPACE, Guard
+from tests.scrape import metric, scrape
 
 SLICE_WRITER = json.dumps(
     {
@@ -47,12 +47,7 @@ def binding(name: str) -> str:
 
 def reviews(guard: Guard, policy: str) -> float:
     """Reviews dra-guard answered for `policy` so far (sum of dra_guard_admission_requests_total)."""
-    text = guard.proc.session().get(guard.url + "/metrics", timeout=5).text
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("dra_guard_admission_requests_total{") and re.search(rf'policy="{policy}"', line):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return metric(scrape(guard.proc), "dra_guard_admission_requests_total", policy=policy, default=0.0)
 
 
 @pytest.fixture(scope="module")

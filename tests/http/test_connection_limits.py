@@ -30,13 +30,13 @@ from tests.http.clients import (
     connect,
     get_healthz,
     judged_within,
-    metric,
     open_fds,
     read_response,
     rss_kib,
     tls_context,
     worker_pid,
 )
+from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 from webhook.serve.sockets import accept_queue
 
@@ -103,7 +103,7 @@ def _silent_connections_are_dropped(server) -> None:
 
 def handshakes(server) -> float:
     """dra_guard_tls_handshakes_total, read over a connection of its own (counted too)."""
-    return metric(server.session().get(server.url + "/metrics").text, "dra_guard_tls_handshakes_total")
+    return metric(scrape(server), "dra_guard_tls_handshakes_total")
 
 
 def test_every_new_connection_is_counted_as_a_tls_handshake_and_kept_alive_requests_are_not(server):
