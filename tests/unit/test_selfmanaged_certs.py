@@ -12,7 +12,9 @@ import pytest
 from cryptography import x509
 
 import certs
-from certs.selfmanaged import Conflict, Reconciler, fingerprint
+from certs.bundle import fingerprint
+from certs.ports import Conflict
+from certs.selfmanaged import Reconciler
 from webhook.config import from_mapping
 from webhook.kube import leases
 

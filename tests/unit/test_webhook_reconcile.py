@@ -12,7 +12,8 @@ import json
 import pytest
 
 from certs import webhookspec
-from certs.selfmanaged import Conflict, Reconciler
+from certs.ports import Conflict
+from certs.selfmanaged import Reconciler
 from tests.unit.test_selfmanaged_certs import Clock, FakeCertApi
 from webhook.config import from_mapping
 

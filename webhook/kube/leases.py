@@ -12,12 +12,12 @@ import datetime
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from certs.selfmanaged import Conflict
+from certs.ports import Conflict
 
 
 class LeaseCalls(Protocol):
     """The Lease calls hold_lease makes, in one namespace: coordination.k8s.io/v1 dicts; create and
-    update raise certs.selfmanaged.Conflict on 409; get returns None when there is none."""
+    update raise certs.ports.Conflict on 409; get returns None when there is none."""
 
     def get_lease(self, name: str) -> dict[str, Any] | None: ...
     def create_lease(self, lease: Mapping[str, Any]) -> None: ...
