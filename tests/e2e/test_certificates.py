@@ -69,7 +69,7 @@ rules:
     resources: [daemonsets]
     verbs: [list, watch]
   - apiGroups: [""]
-    resources: [pods]
+    resources: [pods, nodes]
     verbs: [list, watch]
   - apiGroups: [resource.k8s.io]
     resources: [resourceclaims, resourceslices]
