@@ -4,7 +4,7 @@ gauge dra_guard_violations{policy,mode} and, when the wgpolicyk8s.io/v1alpha2 CR
 dra-guard's ClusterPolicyReport and PolicyReports (replacing its previous ones).
 
 The worker keeps the Lease and the gauges; the audit itself runs in a process of its own
-(webhook.serve.audit_child), so its CPU and memory never stall the reviews (issue 19).
+(webhook.serve.audit_child), so its CPU and memory never stall the reviews.
 """
 
 from __future__ import annotations
