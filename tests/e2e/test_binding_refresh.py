@@ -1,5 +1,5 @@
 """The ClusterRoleBinding read before a ClusterRole with DeviceClass/ResourceSlice write is judged
-(webhook/cluster.py ClusterState.refresh_bindings) against the real apiserver: bounded as a whole
+(webhook/kube/state.py ClusterState.refresh_bindings) against the real apiserver: bounded as a whole
 by cluster.requestTimeoutSeconds (so a cluster with tens of thousands of bindings is not refused by
 the RBAC webhook's timeout), shared by concurrent reviews, and a failure when nothing answers."""
 

@@ -82,8 +82,8 @@ def test_slow_clients_on_the_probe_port_do_not_starve_reviews_from_the_apiserver
 
 
 def test_slow_request_bodies_do_not_hold_the_lane_of_rbac_and_daemonset_reviews(server):
-    """Finding A4: a review takes its lane's slot before its body is read (create_app: lane.enter,
-    then read_review), and a review that finds its lane full gets the overload answer after 0.1 s.
+    """Finding A4: a review takes its lane's slot before its body is read (PolicyRoute: lane.enter,
+    then Reader.review), and a review that finds its lane full gets the overload answer after 0.1 s.
     Six connections that send the headers of a POST /validate/rbac and then its body one byte per
     1.5 s (dialing again when cut off after 5 s) hold the six slots that RBAC and DaemonSet reviews
     share. Honest reviews sent meanwhile on a kept-alive connection (every 0.3 s for 8 s) got the

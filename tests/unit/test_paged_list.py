@@ -1,4 +1,4 @@
-"""Pages (webhook/cluster.py) and the indexes' replace_*: a relist is streamed page by page, and
+"""Pages (webhook/kube/pages.py) and the indexes' replace_*: a relist is streamed page by page, and
 a list that fails half-way leaves every index as it was (issue 9: peak RSS without losing atomicity)."""
 
 from __future__ import annotations
