@@ -1,6 +1,6 @@
-"""certificates.mode self against the real apiserver (issue 6 acceptance 2, 3 and 5): two replicas
+"""certificates.mode self against the real apiserver: two replicas
 share one Secret and CA, a stale caBundle is corrected, and the webhook keeps being called while
-the CA rotates. Issue 16, path 5: the webhook configurations are kept whole (a matchCondition
+the CA rotates. docs/threat-model.md, path 5: the webhook configurations are kept whole (a matchCondition
 added by someone who may write them is reported and removed), and the chart's webhooks read back
 from the real apiserver compare equal (its defaults are what certs.webhookspec assumes)."""
 
@@ -237,7 +237,7 @@ def replicas(control_plane, tmp_path_factory):
         for p in procs:
             p.stop()
         # its cluster-scoped RBAC too: write on webhook configurations (self mode) is an escalation
-        # power for the test's User dra-guard, which later cluster audits would report (issue 16)
+        # power for the test's User dra-guard, which later cluster audits would report
         cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "dra-guard-certs-e2e", "--ignore-not-found")
         cp.kubectl("admin", "delete", "namespace", NS, "--wait=false", check=False)
 
@@ -385,7 +385,7 @@ def live_validating(cp):
 
 
 def test_a_match_condition_added_to_skip_the_guard_is_reported_and_removed(control_plane, replicas):
-    """Issue 16, path 5: a user who can write the ValidatingWebhookConfiguration adds a
+    """docs/threat-model.md, path 5: a user who can write the ValidatingWebhookConfiguration adds a
     matchCondition that skips her own requests; a replica reports the drift and the Lease holder
     restores the chart's webhooks (caBundle kept) within a few reconcile rounds."""
     cp = control_plane

@@ -1,4 +1,4 @@
-"""`dra-guard audit --cluster` and the periodic in-server audit on the real control plane (issue 10)."""
+"""`dra-guard audit --cluster` and the periodic in-server audit on the real control plane."""
 
 from __future__ import annotations
 
@@ -187,8 +187,8 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
         reports = json.loads(cp.kubectl("admin", "get", "clusterpolicyreports", "-o", "json").stdout)["items"]
         assert [r["metadata"]["name"] for r in reports] == ["dra-guard"]  # replaced, never piled up
         # the audits (at least two: the finding came and went) ran in processes of their own, which
-        # have exited: the serving worker made no RBAC list beyond its informers' (issue 19: an audit
-        # in the worker held its GIL for seconds at the envelope, and its memory every interval)
+        # have exited: the serving worker made no RBAC list beyond its informers' (an audit
+        # in the worker would hold its GIL for seconds at the envelope, and its memory every interval)
         text = scrape(proc)
         for resource in ("clusterroles", "clusterrolebindings"):
             assert metric(text, "dra_guard_kube_api_requests_total", resource=resource, verb="list") <= 2, resource
@@ -255,7 +255,7 @@ def test_audit_of_5000_rbac_objects_is_fast_and_bounded(control_plane):
 
 
 def test_the_installed_release_configuration_is_used_by_default(control_plane, tmp_path):
-    """issue 18: `audit --cluster` judges with the installed release's configuration (its
+    """`audit --cluster` judges with the installed release's configuration (its
     ConfigMap, as the chart labels it) and says which one it used."""
     cp = control_plane
     ns = "e2e-installed-config"
@@ -308,7 +308,7 @@ def test_the_installed_release_configuration_is_used_by_default(control_plane, t
 
 
 def test_scope_files_judges_only_what_the_files_change(control_plane, tmp_path):
-    """issue 18: a pull-request check against the cluster fails for what the change adds, not for
+    """A pull-request check against the cluster fails for what the change adds, not for
     what the cluster already holds."""
     cp = control_plane
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)  # already in the cluster: not the PR's fault
@@ -422,7 +422,7 @@ ESCALATIONS = json.dumps(
 
 
 def test_escalation_paths_1_2_5_are_reported(control_plane):
-    """Issue 16: `dra-guard audit --cluster` reported none of paths 1, 2 and 5; stored here with no
+    """`dra-guard audit --cluster` reported none of paths 1, 2 and 5; stored here with no
     webhook registered, each is a finding naming the subject and the power."""
     cp = control_plane
     cp.kubectl("admin", "apply", "-f", "-", input=ESCALATIONS)

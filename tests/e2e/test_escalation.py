@@ -1,4 +1,4 @@
-"""Issue 16: every path to DRA write a non-admin RBAC manager had, on the real control plane.
+"""Every path to DRA write a non-admin RBAC manager had, on the real control plane.
 
 alice (tests/e2e/manifests/rbac-managers.yaml) holds bind/escalate and write on roles and bindings,
 nothing else. Each test tries one path of the issue as alice and expects dra-guard's refusal (the

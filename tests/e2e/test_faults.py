@@ -1,4 +1,4 @@
-"""API server faults while dra-guard runs (issue 8): a restart with etcd compacted meanwhile (the
+"""API server faults while dra-guard runs: a restart with etcd compacted meanwhile (the
 watches' resourceVersions are too old afterwards), readiness that tells the truth, no decision on
 stale caches, and an API call that hangs answered by the policy's fallback in time."""
 

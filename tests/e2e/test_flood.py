@@ -1,7 +1,8 @@
-"""Evictions first (issue 21, item 2): under a flood of heavy RBAC reviews, straight to dra-guard's
+"""Evictions first: under a flood of heavy RBAC reviews, straight to dra-guard's
 port and through the apiserver, the eviction of a DRA driver pod whose claim is still reserved is
-answered 429 every time, for 30 s. Before issue 21 ten clients sending 7 MB reviews made the
-eviction webhook time out within 3-4 s, and its failurePolicy Ignore let the eviction through (201).
+answered 429 every time, for 30 s. Without evictions first, ten clients sending 7 MB reviews make
+the eviction webhook time out within 3-4 s, and its failurePolicy Ignore lets the eviction through
+(201).
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def test_audit_mode_stores_silently_and_counts_the_finding(control_plane, guard)
 # ---------------------------------------------------------------- scenarios 3 and 4
 def test_member_role_aggregated_into_bound_edit_is_refused(control_plane, enforce):
     cp = control_plane
-    # issue 16: `edit` everywhere is itself refused now (pods, secrets and ServiceAccount
+    # `edit` everywhere is itself refused now (pods, secrets and ServiceAccount
     # impersonation in kube-system); the admin stores it with the break-glass annotation
     glass = {"dra-guard.io/allow-dra-write": "e2e: edit for devs, accepted"}
     out = apply(cp, "admin", binding_yaml("e2e-devs-edit", "edit", "devs", annotations=glass))
@@ -175,7 +175,7 @@ def test_fail_policy_with_dra_guard_down_and_break_glass(control_plane, guard):
         guard.register()
 
 
-# ---------------------------------------------------------------- scenario 6 and issue 2 acceptance 6
+# ---------------------------------------------------------------- scenario 6
 def _guard_requests(cp, since_ids):
     """dra-guard's requests (one entry per auditID, any stage) not among `since_ids`."""
     seen = {}
@@ -246,7 +246,7 @@ def test_cache_sync_time_is_a_metric_and_a_log_line(control_plane, enforce):
 
 
 def test_cache_sizes_are_exported_and_follow_the_cluster(control_plane, enforce):
-    """Issue 19, item 3: dra_guard_cache_objects{cache} says how many objects each cache holds, so
+    """dra_guard_cache_objects{cache} says how many objects each cache holds, so
     operators can alert before the memory limit; it equals what the apiserver lists and follows a
     create within the watch's delay."""
     cp = control_plane

@@ -1,5 +1,5 @@
 """Serving certificates through the real `dra-guard serve`: SANs, reload without restart, rotation
-of the serving certificate and of the CA under continuous load (issue 6 acceptance 1 and 4)."""
+of the serving certificate and of the CA under continuous load."""
 
 from __future__ import annotations
 

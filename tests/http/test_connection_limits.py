@@ -2,7 +2,7 @@
 once however it ends, silent and idle connections closed (reclaimed first at the limit) so that
 waiting ones get in, a connection's wait in the kernel's accept queue counted toward the drop of
 work its apiserver has given up on, and memory bounded for bodies that decode into many objects.
-Findings of the adversarial reviews are named in each test's docstring (A2, A3, F2-F4).
+Each test's docstring names its row of docs/reliability.md (A2, A3, F2-F4).
 
 The kernel-wait test stops the worker (SIGSTOP) while clients connect: only the kernel holds
 their ClientHellos. A review's own deadline (`server.reviewDeadlineSeconds`) counts from the

@@ -3,8 +3,8 @@ nothing, half a ClientHello, a request or a body a byte at a time (on the webhoo
 probe port), or nothing after their TLS handshake. An honest client (the apiserver's way: reuse a
 kept-alive connection, else dial) is answered within the webhook timeout meanwhile; for the
 eviction webhook (failurePolicy Ignore) a review left unanswered is an eviction let through
-unjudged. Findings of the adversarial reviews are named in each test's docstring (A1, A1b, A1c,
-A4, B2, B3, B3b, F1)."""
+unjudged. Each test's docstring names its row of docs/reliability.md (A1, A1b, A1c, A4, B2, B3,
+B3b, F1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""certificates.mode self keeps its webhook configurations whole (issue 16, path 5): the
+"""certificates.mode self keeps its webhook configurations whole (docs/threat-model.md, path 5): the
 comparison with the chart's webhooks (certs.webhookspec) and the Reconciler's restore, over an
 in-memory CertApi (pure logic). The apiserver's defaults are checked against the real apiserver in
 tests/e2e/test_certificates.py."""
