@@ -20,7 +20,7 @@ FROM ${BUILD_BASE} AS build
 ARG PIP_INDEX_URL
 ARG PIP_CERT
 # A development build names its commit in `dra-guard --version` ("0.2.0+g1234abc"): the build
-# context has no .git, so the builder passes it (hack/release leaves it empty for a release).
+# context has no .git, so the builder passes it (hack/release.py leaves it empty for a release).
 #   VCS_REF    the commit (hex digits), VCS_DIRTY  true when the work tree had changes not committed
 ARG VCS_REF=
 ARG VCS_DIRTY=false

@@ -24,188 +24,29 @@ moves every replica to the new webhooks at once), reports any difference (on_dri
 holder restores them (see certs.webhookspec). A configuration that was deleted is left deleted:
 deleting it is the documented break-glass.
 
-The Kubernetes calls go through a CertApi (webhook.kube.certapi.KubeCertApi in production), so this
-module holds the decisions only.
+The Kubernetes calls go through a CertApi (certs.ports; webhook.kube.certapi.KubeCertApi in
+production), so this module holds the decisions only: the Secret's contents are certs.bundle, what
+each replica serves is told through Leases of its own (certs.replicas), the webhooks' comparison
+with the chart's is certs.webhookspec.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import logging
 import pathlib
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 
 import certs
-from certs import webhookspec
+from certs import replicas, webhookspec
+from certs.bundle import Bundle, fingerprint, pem_certs
+from certs.ports import CertApi, CertSettings, Conflict
 
 log = logging.getLogger("dra_guard.certs")
-
-SERVING_LABEL = "dra-guard.io/serving-lease-of"
-SERVING_CA_ANNOTATION = "dra-guard.io/serving-ca"
-SERVING_SINCE_ANNOTATION = "dra-guard.io/serving-since"
-
-
-class CertSettings(Protocol):
-    """The settings the Reconciler reads (webhook.config.CertificatesConfig has them): the port
-    that keeps this package free of webhook/. Times in seconds, validity in days."""
-
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def service(self) -> str: ...
-    @property
-    def extra_dns_names(self) -> tuple[str, ...]: ...
-    @property
-    def extra_ip_addresses(self) -> tuple[str, ...]: ...
-    @property
-    def secret_name(self) -> str: ...
-    @property
-    def lease_name(self) -> str: ...
-    @property
-    def validating_webhook(self) -> str: ...
-    @property
-    def mutating_webhook(self) -> str: ...
-    @property
-    def dir(self) -> str: ...
-    @property
-    def ca_validity_days(self) -> int: ...
-    @property
-    def leaf_validity_days(self) -> int: ...
-    @property
-    def renew_after_share(self) -> float: ...
-    @property
-    def check_interval_seconds(self) -> int: ...
-    @property
-    def reload_interval_seconds(self) -> int: ...
-    @property
-    def webhooks_config_map(self) -> str: ...
-
-
-class Conflict(Exception):
-    """The object exists already (409 on create) or changed since it was read (409 on update)."""
-
-
-class CertApi(Protocol):
-    """The Kubernetes calls the reconciler needs, all in dra-guard's namespace unless noted.
-
-    Secrets: {"data": {key: bytes}, "resourceVersion": str}. Leases: {"spec": {...}, "metadata":
-    {...}} as coordination.k8s.io/v1 dicts. Raises Conflict on 409, other errors as they come.
-    """
-
-    def get_secret(self, name: str) -> dict[str, Any] | None: ...
-    def create_secret(self, name: str, data: Mapping[str, bytes]) -> None: ...
-    def update_secret(self, name: str, data: Mapping[str, bytes], resource_version: str) -> None: ...
-    def get_lease(self, name: str) -> dict[str, Any] | None: ...
-    def create_lease(self, lease: Mapping[str, Any]) -> None: ...
-    def update_lease(self, lease: Mapping[str, Any]) -> None: ...
-    def list_leases(self, label_selector: str) -> list[dict[str, Any]]: ...
-    def delete_lease(self, name: str) -> None: ...
-    def webhook_ca_bundles(self, kind: str, name: str) -> list[bytes] | None: ...
-    def set_webhook_ca_bundles(self, kind: str, name: str, bundle: bytes) -> None: ...
-    def get_config_map(self, name: str) -> dict[str, str] | None: ...
-    def webhook_configuration(self, kind: str, name: str) -> dict[str, Any] | None: ...
-    def replace_webhooks(self, kind: str, name: str, webhooks: list[dict[str, Any]], resource_version: str) -> None: ...
-
-
-def fingerprint(cert: x509.Certificate) -> str:
-    """SHA-256 of the certificate's DER, hex."""
-    return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
-
-
-def _pem_certs(data: bytes) -> list[x509.Certificate]:
-    try:
-        return x509.load_pem_x509_certificates(data) if data else []
-    except ValueError:
-        return []
-
-
-def _micro(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_time(value: Any) -> datetime.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-@dataclasses.dataclass
-class Bundle:
-    """The parsed Secret: current CA pair, trusted CAs (current first) and the serving pair."""
-
-    ca: certs.KeyPair
-    trusted: list[x509.Certificate]
-    serving: certs.KeyPair | None
-    resource_version: str = ""
-
-    def data(self) -> dict[str, bytes]:
-        """The Secret's data for this bundle."""
-        out = {"ca.crt": self.ca.cert_pem(), "ca.key": self.ca.key_pem(), "ca-bundle.crt": self.trust_pem()}
-        if self.serving is not None:
-            out["tls.crt"] = self.serving.cert_pem()
-            out["tls.key"] = self.serving.key_pem()
-        return out
-
-    def trust_pem(self) -> bytes:
-        """The PEM caBundle: every trusted CA, current first."""
-        return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in self.trusted)
-
-    @classmethod
-    def from_secret(cls, secret: Mapping[str, Any]) -> Bundle | None:
-        """Parse a Secret dict; None when the CA pair is missing or unreadable."""
-        data = secret.get("data") or {}
-        try:
-            ca_cert = x509.load_pem_x509_certificate(data.get("ca.crt", b""))
-            ca_key = serialization.load_pem_private_key(data.get("ca.key", b""), password=None)
-        except (ValueError, TypeError):
-            return None
-        ca = certs.KeyPair(cert=ca_cert, key=ca_key)  # type: ignore[arg-type]
-        trusted = _pem_certs(data.get("ca-bundle.crt", b"")) or [ca_cert]
-        if fingerprint(trusted[0]) != fingerprint(ca_cert):
-            trusted = [ca_cert] + [c for c in trusted if fingerprint(c) != fingerprint(ca_cert)]
-        serving = None
-        try:
-            key = serialization.load_pem_private_key(data.get("tls.key", b""), password=None)
-            serving = certs.KeyPair(cert=x509.load_pem_x509_certificate(data.get("tls.crt", b"")), key=key)  # type: ignore[arg-type]
-        except (ValueError, TypeError):
-            serving = None
-        return cls(ca=ca, trusted=trusted, serving=serving, resource_version=str(secret.get("resourceVersion", "")))
-
-
-def hold_lease(api: CertApi, name: str, *, identity: str, now: datetime.datetime, duration_seconds: int) -> bool:
-    """Take or renew the coordination.k8s.io Lease `name` for `identity`; True when it holds it now.
-
-    A Lease held by someone else and renewed within its leaseDurationSeconds is left alone; an
-    expired one is taken over. Concurrent takers are serialised by resourceVersion (409 = lost).
-    """
-    lease = api.get_lease(name)
-    spec = {"holderIdentity": identity, "leaseDurationSeconds": duration_seconds, "renewTime": _micro(now)}
-    try:
-        if lease is None:
-            api.create_lease({"metadata": {"name": name}, "spec": {**spec, "acquireTime": _micro(now)}})
-            return True
-        current = lease.get("spec") or {}
-        renewed = _parse_time(current.get("renewTime"))
-        expired = (
-            renewed is None
-            or renewed + datetime.timedelta(seconds=int(current.get("leaseDurationSeconds") or duration_seconds)) < now
-        )
-        if current.get("holderIdentity") not in (identity, None, "") and not expired:
-            return False
-        acquire = current.get("acquireTime") if current.get("holderIdentity") == identity else _micro(now)
-        api.update_lease({**lease, "spec": {**current, **spec, "acquireTime": acquire}})
-        return True
-    except Conflict:
-        return False
 
 
 class Reconciler:
@@ -270,8 +111,7 @@ class Reconciler:
 
     def holds_lease(self) -> bool:
         """Take or renew the writers' Lease; True when this replica may write now."""
-        return hold_lease(
-            self.api,
+        return self.api.hold_lease(
             self.config.lease_name,
             identity=self.identity,
             now=self.now(),
@@ -289,26 +129,18 @@ class Reconciler:
     def _all_webhooks_trust(self, ca: x509.Certificate) -> bool:
         for bundles in self._cluster_bundles():
             for raw in bundles:
-                if fingerprint(ca) not in {fingerprint(c) for c in _pem_certs(raw)}:
+                if fingerprint(ca) not in {fingerprint(c) for c in pem_certs(raw)}:
                     return False
         return True
 
     def _replicas_serve(self, ca: x509.Certificate) -> bool:
-        now = self.now()
-        want = fingerprint(ca)
-        settle = datetime.timedelta(seconds=self.config.reload_interval_seconds)
-        live = 0
-        for lease in self.api.list_leases(f"{SERVING_LABEL}={self.config.lease_name}"):
-            spec, meta = lease.get("spec") or {}, lease.get("metadata") or {}
-            renewed = _parse_time(spec.get("renewTime"))
-            if renewed is None or renewed + datetime.timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0)) < now:
-                continue
-            live += 1
-            annotations = meta.get("annotations") or {}
-            since = _parse_time(annotations.get(SERVING_SINCE_ANNOTATION))
-            if annotations.get(SERVING_CA_ANNOTATION) != want or since is None or since + settle > now:
-                return False
-        return live > 0
+        return replicas.all_serve(
+            self.api,
+            self.config.lease_name,
+            fingerprint(ca),
+            settle_seconds=self.config.reload_interval_seconds,
+            now=self.now(),
+        )
 
     # ------------------------------------------------------------------ the loop body
     def plan(self, bundle: Bundle) -> tuple[Bundle, str] | None:
@@ -446,41 +278,21 @@ class Reconciler:
                 certs.write_file(self.dir / name, files[name], private=name.endswith(".key"))
         fp = fingerprint(issuer) if issuer is not None else ""
         if fp != self._serving_fp:
-            self._serving_fp, self._serving_since = fp, _micro(self.now())
+            self._serving_fp, self._serving_since = fp, replicas.micro_time(self.now())
         return True
 
     def prune_serving_leases(self) -> None:
-        """Delete serving Leases of replicas gone for more than their lease duration (pod churn)."""
-        now = self.now()
-        for lease in self.api.list_leases(f"{SERVING_LABEL}={self.config.lease_name}"):
-            spec = lease.get("spec") or {}
-            renewed = _parse_time(spec.get("renewTime"))
-            if renewed is None or renewed + datetime.timedelta(seconds=2 * int(spec.get("leaseDurationSeconds") or 0)) < now:
-                self.api.delete_lease(str((lease.get("metadata") or {}).get("name")))
+        """Delete serving Leases of replicas gone for more than their lease duration (certs.replicas.prune)."""
+        replicas.prune(self.api, self.config.lease_name, now=self.now())
 
     def report_serving(self) -> None:
-        """Renew this replica's serving Lease with the fingerprint of the CA its leaf chains to."""
-        name = f"{self.config.lease_name}-serving-{self.identity}"[:253]
-        now = self.now()
-        body: dict[str, Any] = {
-            "metadata": {
-                "name": name,
-                "labels": {SERVING_LABEL: self.config.lease_name},
-                "annotations": {SERVING_CA_ANNOTATION: self._serving_fp, SERVING_SINCE_ANNOTATION: self._serving_since},
-            },
-            "spec": {
-                "holderIdentity": self.identity,
-                "renewTime": _micro(now),
-                "leaseDurationSeconds": 3 * self.config.check_interval_seconds,
-            },
-        }
-        try:
-            lease = self.api.get_lease(name)
-            if lease is None:
-                self.api.create_lease(body)
-            else:
-                self.api.update_lease(
-                    {**lease, "metadata": {**(lease.get("metadata") or {}), **body["metadata"]}, "spec": body["spec"]}
-                )
-        except Conflict:
-            pass
+        """Renew this replica's serving Lease with the fingerprint of the CA its leaf chains to (certs.replicas.report)."""
+        replicas.report(
+            self.api,
+            self.config.lease_name,
+            identity=self.identity,
+            fingerprint=self._serving_fp,
+            since=self._serving_since,
+            duration_seconds=3 * self.config.check_interval_seconds,
+            now=self.now(),
+        )

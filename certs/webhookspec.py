@@ -3,7 +3,7 @@
 In `certificates.mode: self` dra-guard may patch its own ValidatingWebhookConfiguration and
 MutatingWebhookConfiguration (it keeps their caBundle). Anyone else who can write them can add a
 matchCondition that skips their own requests, widen a namespaceSelector, turn a failurePolicy to
-Ignore or point a webhook elsewhere, and dra-guard stays ready (issue 16, path 5). So the chart
+Ignore or point a webhook elsewhere, and dra-guard stays ready (docs/threat-model.md, path 5). So the chart
 renders the webhooks it wants (ConfigMap key `webhooks.json`: {"validating": [webhook, ...],
 "mutating": [webhook, ...]}, each an admissionregistration.k8s.io/v1 webhook dict without
 caBundle) and the Reconciler compares them whole with the live objects and restores them.

@@ -19,7 +19,7 @@ from typing import Any
 
 from webhook import metrics
 from webhook.config import PolicyConfig
-from webhook.policies.decision import Decision, short
+from webhook.policies.decision import Decision, Tally, short
 from webhook.policies.registry import source_of
 
 log = logging.getLogger("dra_guard.admission")
@@ -208,6 +208,15 @@ def respond(
     metrics.ADMISSION_REQUESTS.labels(policy=policy, operation=operation, decision=outcome, mode=mode).inc()
     metrics.ADMISSION_DURATION.labels(policy=policy).observe(time.perf_counter() - started)
     return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
+
+
+def record_tally(tally: Tally) -> None:
+    """Count what a policy's final answer adds to its own metrics (the registry's `account`):
+    dra_guard_driver_evictions_total{driver,decision} and dra_guard_blocking_claims{node}."""
+    for driver, decision in tally.driver_evictions:
+        metrics.DRIVER_EVICTIONS.labels(driver=driver, decision=decision).inc()
+    for node, claims in tally.blocking_claims:
+        metrics.BLOCKING_CLAIMS.labels(node=node).set(claims)
 
 
 def _apply_mode(decision: Decision, *, mode: str, policy: str, response: dict[str, Any]) -> str:

@@ -221,7 +221,7 @@ ACCEPT_QUEUE = Gauge(
 GC_PAUSES = Histogram(
     "dra_guard_gc_pause_seconds",
     "Collections of Python's cyclic garbage collector in this worker, by generation, in seconds: "
-    "every thread waits while one runs (a cause of review latency with large caches, issue 19).",
+    "every thread waits while one runs (a cause of review latency with large caches).",
     ["generation"],
     buckets=(0.001, 0.005, 0.02, 0.1, 0.5, 2.0),
 )

@@ -6,7 +6,7 @@ was built from as a PEP 440 local version label, as setuptools-scm writes it: "0
 
 Where the commit comes from, first found wins:
 1. webhook/_commit.py, written by the Dockerfile's build stage from its VCS_REF build argument (the
-   image is built from sources without .git; hack/release leaves VCS_REF empty for a release);
+   image is built from sources without .git; hack/release.py leaves VCS_REF empty for a release);
 2. git, when this package is imported from a git checkout (an editable install: the folder above
    webhook/ holds .git and pyproject.toml; an installed wheel's site-packages never does).
 

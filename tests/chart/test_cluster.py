@@ -1,4 +1,4 @@
-"""The chart against the real control plane (acceptance 2 of issue 7).
+"""The chart against the real control plane.
 
 - Every object of every case in tests/chart/cases.py is accepted by the real kube-apiserver
   (`kubectl apply --dry-run=server`). The kinds whose CRDs are not installed here (ServiceMonitor,
@@ -216,9 +216,9 @@ def test_service_account_can_do_nothing_beyond_what_dra_guard_uses(control_plane
     grants = {r: v for r, v in grants.items() if v}
     assert all("*" not in r and "*" not in v for r, v in grants.items()), grants
     allowed_writes = {
-        "events": {"create"},  # issue 16: the Event of an RBAC violation a watch event shows
+        "events": {"create"},  # the Event of an RBAC violation a watch event shows
         "secrets": {"get", "create", "update"},
-        "configmaps": {"get"},  # self mode: its own ConfigMap's webhooks.json (issue 16, path 5)
+        "configmaps": {"get"},  # self mode: its own ConfigMap's webhooks.json (docs/threat-model.md, path 5)
         "leases.coordination.k8s.io": {"get", "list", "create", "update", "delete"},
         "validatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},
         "mutatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "patch"},

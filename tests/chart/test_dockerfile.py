@@ -201,7 +201,7 @@ def test_build_stage_gets_what_the_wheel_needs_and_dockerignore_keeps_it():
     packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     assert {p.rstrip("*") for p in packages} == {"webhook", "certs"}
     ignored = [line.strip() for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    for path in ("pyproject.toml", "README.md", "webhook/config.py", "certs/__init__.py"):
+    for path in ("pyproject.toml", "README.md", "webhook/config/__init__.py", "certs/__init__.py"):
         assert not any(fnmatch.fnmatch(path, pat) or path.startswith(pat.rstrip("/") + "/") for pat in ignored), path
     for path in (".git", "tests", ".venv", "charts"):
         assert path in ignored, path

@@ -1,4 +1,4 @@
-"""Install, upgrade, roll back and uninstall without dra-guard standing in its own way (issue 17),
+"""Install, upgrade, roll back and uninstall without dra-guard standing in its own way,
 with the real helm on the real control plane.
 
 - The admins of config.rbac.adminSubjects are left out of the RBAC webhook by matchConditions

@@ -1,4 +1,4 @@
-"""The chart's Prometheus rules checked by the real promtool (acceptance 4 of issue 7).
+"""The chart's Prometheus rules checked by the real promtool.
 
 The rules are charts/dra-guard/files/prometheus-rules.yaml rendered by `helm template` into the
 PrometheusRule; its spec (plain rule-file format) goes to `promtool check rules` as is, and to

@@ -2,7 +2,7 @@
 
 Every case of tests/chart/cases.py passes `helm lint --strict` and `helm template`; the rendered
 config validates with webhook.config.from_mapping; the schema refuses bad values with a message
-that names the key. (Acceptance 1 of issue 7.)
+that names the key.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def test_config_change_rolls_the_pods():
 
 
 def test_restart_without_a_gap():
-    """Issue 21, item 5: the settings that keep at least one replica answering through restarts,
+    """The settings that keep at least one replica answering through restarts,
     rollouts and drains (a single replica left the apiserver without an answer for 6-7 s per restart,
     and the eviction webhook's failurePolicy Ignore let driver evictions through meanwhile)."""
     objs = rendered("defaults")
@@ -219,7 +219,7 @@ def test_restart_without_a_gap():
 
 
 def test_review_deadline_and_drop_follow_the_webhooks_timeouts():
-    """Issue 21, item 1: every review is answered before its webhook's timeoutSeconds. The server's
+    """Every review is answered before its webhook's timeoutSeconds. The server's
     deadline is 0.5 s below the shortest enabled webhook timeout (a deadline of 2.5 s behind an
     eviction webhook of 2 s would let evictions through by failurePolicy Ignore); requests are
     dropped only once the longest timeout has passed (an RBAC webhook of 10 s still waits)."""
@@ -341,7 +341,7 @@ def test_self_mode_writes_to_a_memory_volume_and_renders_no_ca_bundle():
 
 
 def test_self_mode_keeps_the_configurations_whole_from_the_webhooks_it_rendered():
-    """Issue 16, path 5: the ConfigMap's webhooks.json is exactly the webhooks of the two
+    """docs/threat-model.md, path 5: the ConfigMap's webhooks.json is exactly the webhooks of the two
     configurations (so dra-guard restores what helm installed), the config names that ConfigMap,
     and the Role may read only it. Other modes render neither."""
     from certs import webhookspec
@@ -424,13 +424,13 @@ def test_webhooks_by_default():
         assert w["failurePolicy"] == policy and w["timeoutSeconds"] == 3
         assert w["sideEffects"] == "None" and w["admissionReviewVersions"] == ["v1"] and w["matchPolicy"] == "Equivalent"
         assert w["clientConfig"]["service"] == {"name": "dra-guard", "namespace": "dra-guard", "path": path, "port": 443}
-        # issue 15: drivers install in kube-system too; issue 16: the RBAC guard reviews every namespace
+        # drivers install in kube-system too; the RBAC guard reviews every namespace
         if name != "rbac.dra-guard.io":
             assert w["namespaceSelector"] == {
                 "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["dra-guard"]}]
             }
     rbac = hooks["rbac.dra-guard.io"]
-    # issue 16: Roles/RoleBindings in kube-system and dra-guard's own namespace are reviewed
+    # Roles/RoleBindings in kube-system and dra-guard's own namespace are reviewed
     assert "namespaceSelector" not in rbac or rbac["namespaceSelector"] == {}
     assert rbac["rules"] == [
         {
@@ -566,7 +566,7 @@ def test_switches():
     conditions = {c["name"]: c["expression"] for c in driver["matchConditions"]}
     assert conditions["not-daemonset-controller"].startswith("!(request.operation == 'DELETE' && request.userInfo.username in [")
     assert "system:serviceaccount:kube-system:daemon-set-controller" in conditions["not-daemonset-controller"]
-    # issue 16: the RBAC guard reviews kube-system and its own namespace; only excludedNamespaces stay out
+    # the RBAC guard reviews kube-system and its own namespace; only excludedNamespaces stay out
     assert hooks["rbac.dra-guard.io"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["gpu-operator"]
     assert find(objs, "MutatingWebhookConfiguration", "guard").get("webhooks") is None
     c = container(objs)

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from tests.chart import helm
+from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess, free_port
 
 MANIFESTS = pathlib.Path(__file__).resolve().parent / "manifests"
@@ -168,12 +169,7 @@ class Guard:
         """dra-guard's count of answered rbac reviews (every decision, every mode), from /metrics."""
         if self.proc is None:
             return 0.0
-        text = self.proc.session().get(self.url + "/metrics", timeout=10).text
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("dra_guard_admission_requests_total{") and 'policy="rbac"' in line
-        )
+        return metric(scrape(self.proc), "dra_guard_admission_requests_total", policy="rbac", default=0.0)
 
     def unregister(self) -> None:
         """Delete the webhook configuration (the documented break-glass)."""

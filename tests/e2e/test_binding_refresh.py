@@ -1,5 +1,5 @@
 """The ClusterRoleBinding read before a ClusterRole with DeviceClass/ResourceSlice write is judged
-(webhook/cluster.py ClusterState.refresh_bindings) against the real apiserver: bounded as a whole
+(webhook/kube/state.py ClusterState.refresh_bindings) against the real apiserver: bounded as a whole
 by cluster.requestTimeoutSeconds (so a cluster with tens of thousands of bindings is not refused by
 the RBAC webhook's timeout), shared by concurrent reviews, and a failure when nothing answers."""
 
@@ -113,8 +113,8 @@ def test_concurrent_reviews_share_one_read(control_plane, bindings):
 
 
 def test_a_burst_of_clusterrole_reviews_makes_one_full_read_per_interval(control_plane, bindings):
-    """Issue 21: each (forged) ClusterRole review with DRA write made dra-guard LIST every binding.
-    Now at most one full read per cluster.bindingRefreshIntervalSeconds; the rest are "recent"."""
+    """A burst of (forged) ClusterRole reviews with DRA write must not make dra-guard LIST every
+    binding for each: at most one full read per cluster.bindingRefreshIntervalSeconds; the rest are "recent"."""
     st = state(control_plane, 2.0)
     st.config = dataclasses.replace(
         st.config, cluster=dataclasses.replace(st.config.cluster, binding_refresh_interval_seconds=30.0)

@@ -1,6 +1,6 @@
-"""certificates.mode self against the real apiserver (issue 6 acceptance 2, 3 and 5): two replicas
+"""certificates.mode self against the real apiserver: two replicas
 share one Secret and CA, a stale caBundle is corrected, and the webhook keeps being called while
-the CA rotates. Issue 16, path 5: the webhook configurations are kept whole (a matchCondition
+the CA rotates. docs/threat-model.md, path 5: the webhook configurations are kept whole (a matchCondition
 added by someone who may write them is reported and removed), and the chart's webhooks read back
 from the real apiserver compare equal (its defaults are what certs.webhookspec assumes)."""
 
@@ -18,6 +18,7 @@ import pytest
 from cryptography import x509
 
 import certs
+from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 
 NS = "dra-guard-certs"
@@ -68,7 +69,7 @@ rules:
     resources: [daemonsets]
     verbs: [list, watch]
   - apiGroups: [""]
-    resources: [pods]
+    resources: [pods, nodes]
     verbs: [list, watch]
   - apiGroups: [resource.k8s.io]
     resources: [resourceclaims, resourceslices]
@@ -236,7 +237,7 @@ def replicas(control_plane, tmp_path_factory):
         for p in procs:
             p.stop()
         # its cluster-scoped RBAC too: write on webhook configurations (self mode) is an escalation
-        # power for the test's User dra-guard, which later cluster audits would report (issue 16)
+        # power for the test's User dra-guard, which later cluster audits would report
         cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "dra-guard-certs-e2e", "--ignore-not-found")
         cp.kubectl("admin", "delete", "namespace", NS, "--wait=false", check=False)
 
@@ -383,22 +384,16 @@ def live_validating(cp):
     return json.loads(cp.kubectl("admin", "get", "validatingwebhookconfiguration", CONFIG_NAME, "-o", "json").stdout)
 
 
-def metric(proc, name, labels):
-    text = proc.session().get(f"{proc.url}/metrics", timeout=5).text
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def test_a_match_condition_added_to_skip_the_guard_is_reported_and_removed(control_plane, replicas):
-    """Issue 16, path 5: a user who can write the ValidatingWebhookConfiguration adds a
+    """docs/threat-model.md, path 5: a user who can write the ValidatingWebhookConfiguration adds a
     matchCondition that skips her own requests; a replica reports the drift and the Lease holder
     restores the chart's webhooks (caBundle kept) within a few reconcile rounds."""
     cp = control_plane
     wanted = secret(cp)["ca-bundle.crt"]
     wait_for("the caBundle to be set", lambda: cluster_bundle(cp) == wanted, 3 * CHECK + 5)
-    before = sum(metric(p, "dra_guard_webhook_configuration_restores_total", {"kind": "validating"}) for p in replicas)
+    before = sum(
+        metric(scrape(p), "dra_guard_webhook_configuration_restores_total", kind="validating", default=0.0) for p in replicas
+    )
     skip = {"name": "skip-alice", "expression": "request.userInfo.username != 'alice'"}
     cp.kubectl(
         "admin",
@@ -419,7 +414,11 @@ def test_a_match_condition_added_to_skip_the_guard_is_reported_and_removed(contr
     wait_for(
         "a restore counted",
         lambda: (
-            sum(metric(p, "dra_guard_webhook_configuration_restores_total", {"kind": "validating"}) for p in replicas) > before
+            sum(
+                metric(scrape(p), "dra_guard_webhook_configuration_restores_total", kind="validating", default=0.0)
+                for p in replicas
+            )
+            > before
         ),
         10,
     )

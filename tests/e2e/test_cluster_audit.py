@@ -1,4 +1,4 @@
-"""`dra-guard audit --cluster` and the periodic in-server audit on the real control plane (issue 10)."""
+"""`dra-guard audit --cluster` and the periodic in-server audit on the real control plane."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.e2e.kube import wait_for
+from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 
 CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "dra-guard" / "files" / "policyreport-crds.yaml"
@@ -186,12 +187,11 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
         reports = json.loads(cp.kubectl("admin", "get", "clusterpolicyreports", "-o", "json").stdout)["items"]
         assert [r["metadata"]["name"] for r in reports] == ["dra-guard"]  # replaced, never piled up
         # the audits (at least two: the finding came and went) ran in processes of their own, which
-        # have exited: the serving worker made no RBAC list beyond its informers' (issue 19: an audit
-        # in the worker held its GIL for seconds at the envelope, and its memory every interval)
-        text = proc.session().get(proc.url + "/metrics").text
+        # have exited: the serving worker made no RBAC list beyond its informers' (an audit
+        # in the worker would hold its GIL for seconds at the envelope, and its memory every interval)
+        text = scrape(proc)
         for resource in ("clusterroles", "clusterrolebindings"):
-            found = re.search(r'dra_guard_kube_api_requests_total\{resource="' + resource + r'",verb="list"\} (\S+)', text)
-            assert found and float(found.group(1)) <= 2, (resource, found and found.group(0))
+            assert metric(text, "dra_guard_kube_api_requests_total", resource=resource, verb="list") <= 2, resource
 
         def audits_done() -> list[dict]:
             lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
@@ -199,15 +199,14 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
             return done if len(done) >= 2 else []
 
         audits = wait_for("two periodic audits done", audits_done, timeout=10)
-        text = proc.session().get(proc.url + "/metrics").text
+        text = scrape(proc)
         workers = {int(m) for m in re.findall(r"Booting worker with pid: (\d+)", proc.log())}
         assert len(audits) >= 2 and workers, proc.log()
         pids = {a["auditPid"] for a in audits}
         assert len(pids) == len(audits) and not pids & (workers | {proc.proc.pid})
         assert not any(pathlib.Path(f"/proc/{pid}").exists() for pid in pids)
         # what an operator alerts on: the audit process's memory counts in the container's limit
-        peak = re.search(r"^dra_guard_audit_process_peak_rss_bytes (\S+)$", text, re.M)
-        assert peak and 20 * 2**20 < float(peak.group(1)) < 2**30, peak and peak.group(0)
+        assert 20 * 2**20 < metric(text, "dra_guard_audit_process_peak_rss_bytes") < 2**30
         assert re.search(r"^dra_guard_audit_last_duration_seconds [0-9.]+(e[-+]?\d+)?$", text, re.M)
         deadline = time.monotonic() + 10
         while 'dra_guard_violations{mode="enforce",policy="rbac"}' in proc.session().get(proc.url + "/metrics").text:
@@ -256,7 +255,7 @@ def test_audit_of_5000_rbac_objects_is_fast_and_bounded(control_plane):
 
 
 def test_the_installed_release_configuration_is_used_by_default(control_plane, tmp_path):
-    """issue 18: `audit --cluster` judges with the installed release's configuration (its
+    """`audit --cluster` judges with the installed release's configuration (its
     ConfigMap, as the chart labels it) and says which one it used."""
     cp = control_plane
     ns = "e2e-installed-config"
@@ -309,7 +308,7 @@ def test_the_installed_release_configuration_is_used_by_default(control_plane, t
 
 
 def test_scope_files_judges_only_what_the_files_change(control_plane, tmp_path):
-    """issue 18: a pull-request check against the cluster fails for what the change adds, not for
+    """A pull-request check against the cluster fails for what the change adds, not for
     what the cluster already holds."""
     cp = control_plane
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)  # already in the cluster: not the PR's fault
@@ -423,7 +422,7 @@ ESCALATIONS = json.dumps(
 
 
 def test_escalation_paths_1_2_5_are_reported(control_plane):
-    """Issue 16: `dra-guard audit --cluster` reported none of paths 1, 2 and 5; stored here with no
+    """`dra-guard audit --cluster` reported none of paths 1, 2 and 5; stored here with no
     webhook registered, each is a finding naming the subject and the power."""
     cp = control_plane
     cp.kubectl("admin", "apply", "-f", "-", input=ESCALATIONS)

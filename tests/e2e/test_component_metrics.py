@@ -1,4 +1,4 @@
-"""Issue 20, proof 5(e): the chart's DRA alert and dashboard queries return series on metrics
+"""The chart's DRA alert and dashboard queries return series on metrics
 scraped from the real kubelet, kube-scheduler and kube-controller-manager.
 
 A real node (tests/e2e/node.py) runs the test DRA driver; two pods with a ResourceClaim each are

@@ -25,6 +25,7 @@ from tests.e2e import binaries
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED, Guard
 from tests.e2e.kube import evict, get_json, wait_for
+from tests.scrape import metric, scrape
 
 NODE = "e2e-dash-node"
 DRIVER = "dash.example.com"
@@ -141,20 +142,6 @@ def claim_reserved(cp) -> list:
     return [c for c in claims["items"] if (c.get("status") or {}).get("reservedFor")]
 
 
-def metric_text(g: Guard) -> str:
-    assert g.proc is not None
-    text: str = g.proc.session().get(g.url + "/metrics", timeout=10).text
-    return text
-
-
-def sample_value(g: Guard, name: str, **labels: str) -> float:
-    for family in text_string_to_metric_families(metric_text(g)):
-        for s in family.samples:
-            if s.name == name and labels.items() <= s.labels.items():
-                return float(s.value)
-    return 0.0
-
-
 def make_traffic(cp, g: Guard) -> None:
     """Drive every path the rows show: see the module docstring."""
     # probes: the declared driver gets its probe (a patch); the other is a driver without a health
@@ -226,12 +213,17 @@ def make_traffic(cp, g: Guard) -> None:
     assert out.returncode == 0, out.stderr
     wait_for(
         "the RBAC drift reported",
-        lambda: sample_value(g, "dra_guard_rbac_drift_violations_total", kind="ClusterRoleBinding", action="reported") > 0,
+        lambda: (
+            metric(
+                scrape(g.proc), "dra_guard_rbac_drift_violations_total", kind="ClusterRoleBinding", action="reported", default=0.0
+            )
+            > 0
+        ),
         timeout=30,
     )
     wait_for(
         "the undeclared driver reported",
-        lambda: sample_value(g, "dra_guard_undeclared_drivers", daemonset="e2e-dash-portless") == 1,
+        lambda: metric(scrape(g.proc), "dra_guard_undeclared_drivers", daemonset="e2e-dash-portless", default=0.0) == 1,
         timeout=30,
     )
 
@@ -269,7 +261,7 @@ def row_queries() -> dict[tuple[str, str], str]:
 
 def test_the_rows_queries_return_series_on_a_real_dra_guards_metrics(control_plane, guard_with_traffic, tmp_path):
     make_traffic(control_plane, guard_with_traffic)
-    series = input_series(metric_text(guard_with_traffic))
+    series = input_series(scrape(guard_with_traffic.proc))
     queries = row_queries()
     assert set(NOT_PRODUCED) <= set(queries), set(NOT_PRODUCED) - set(queries)
     checked = {key: q for key, q in queries.items() if key not in NOT_PRODUCED}

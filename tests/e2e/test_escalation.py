@@ -1,4 +1,4 @@
-"""Issue 16: every path to DRA write a non-admin RBAC manager had, on the real control plane.
+"""Every path to DRA write a non-admin RBAC manager had, on the real control plane.
 
 alice (tests/e2e/manifests/rbac-managers.yaml) holds bind/escalate and write on roles and bindings,
 nothing else. Each test tries one path of the issue as alice and expects dra-guard's refusal (the
@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.e2e.guard import NAMESPACE
+from tests.scrape import metric, scrape
 
 RBAC = "rbac.authorization.k8s.io"
 DENIED = 'admission webhook "rbac.dra-guard.io" denied the request'
@@ -343,12 +344,7 @@ def test_path8_device_taint_rule_write_is_refused(control_plane, guard):
 
 # ------------------------------------------------------------------ path 9: what admission cannot see
 def drift_reported(guard, kind):
-    text = guard.proc.session().get(guard.url + "/metrics", timeout=5).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("dra_guard_rbac_drift_violations_total{") and 'action="reported"' in line and f'kind="{kind}"' in line
-    )
+    return metric(scrape(guard.proc), "dra_guard_rbac_drift_violations_total", action="reported", kind=kind, default=0.0)
 
 
 def test_path9_role_created_by_an_unseen_writer_is_reported_within_30s(control_plane, guard):

@@ -1,4 +1,4 @@
-"""Escalation, round 2: the API around RBAC, node identities and DRA's own admin access, on a
+"""Escalation: the API around RBAC, node identities and DRA's own admin access, on a
 control plane configured like kubeadm's (Node authorizer, NodeRestriction, client CA, the
 controller manager signing CSRs with per-controller ServiceAccounts).
 

@@ -14,7 +14,8 @@ import time
 import yaml
 
 from tests.e2e.guard import DENIED
-from tests.e2e.test_rbac_guard import apply, binding_yaml, exists, metric, role_yaml
+from tests.e2e.test_rbac_guard import apply, binding_yaml, exists, role_yaml
+from tests.scrape import metric, scrape
 
 ROLE, BINDING = "e2e-exc-slice-writer", "e2e-exc-team-a"
 #: how long the exception lives: long enough for dra-guard to restart and answer three reviews
@@ -60,7 +61,7 @@ def test_a_binding_refused_without_an_exception_is_admitted_with_one_until_it_ex
             "Warning: dra-guard: allowed by exception rbac ClusterRoleBinding e2e-exc-team-a (owner team-e2e, expires"
         ) in admitted.stderr
         assert exists(cp, "clusterrolebinding", BINDING)
-        assert metric(guard, "dra_guard_exceptions", {"state": "active"}) == 1
+        assert metric(scrape(guard.proc), "dra_guard_exceptions", state="active", default=0.0) == 1
 
         # the exception names Group team-a: the same binding giving the role to team-b is refused
         widened = json.loads(binding_yaml(BINDING, ROLE, "team-a"))
@@ -95,8 +96,8 @@ def test_a_binding_refused_without_an_exception_is_admitted_with_one_until_it_ex
         again = apply(cp, "alice", binding_yaml(BINDING, ROLE, "team-a"))
         assert again.returncode != 0 and DENIED in again.stderr and "expired at" in again.stderr
         assert not exists(cp, "clusterrolebinding", BINDING)
-        assert metric(guard, "dra_guard_exceptions", {"state": "expired"}) == 1
-        assert metric(guard, "dra_guard_admission_excepted_total", {"policy": "rbac", "state": "expired"}) >= 1
+        assert metric(scrape(guard.proc), "dra_guard_exceptions", state="expired", default=0.0) == 1
+        assert metric(scrape(guard.proc), "dra_guard_admission_excepted_total", policy="rbac", state="expired", default=0.0) >= 1
     finally:
         cp.kubectl("admin", "delete", "clusterrolebinding", BINDING, "--ignore-not-found")
         guard.start(mode="enforce")

@@ -1,27 +1,27 @@
-"""What the chart's webhook configurations never send to dra-guard (issue 7, acceptance 3).
+"""What the chart's webhook configurations never send to dra-guard.
 
 dra-guard is registered with the configurations `helm template` renders for namespace "dra-guard"
 (tests/e2e/guard.py). Nothing dra-guard or the cluster needs to start may depend on it:
 - objects in dra-guard's own namespace never reach it (namespaceSelector): a DRA driver DaemonSet
   there gets no probe, an eviction there is not reviewed; kube-system's DaemonSets and evictions
-  do reach it (issue 15: some DRA drivers install there), with failurePolicy Ignore;
+  do reach it (some DRA drivers install there), with failurePolicy Ignore;
 - RBAC writes by the ClusterRole aggregation controller never reach it (matchConditions by user
   name; ClusterRoleBindings are cluster-scoped, where a namespaceSelector does nothing): a binding
-  dra-guard would refuse is stored. Since issue 16 any other kube-system ServiceAccount is reviewed;
-  since issue 17 the admins of config.rbac.adminSubjects are not sent (matchConditions).
+  dra-guard would refuse is stored. Any other kube-system ServiceAccount is reviewed; the admins
+  of config.rbac.adminSubjects are not sent (matchConditions).
 Each case is checked against a control that is sent, and against dra-guard's own /metrics.
 """
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import yaml
 
 from tests.builders import driver_daemonset
 from tests.e2e.guard import NAMESPACE, Guard
+from tests.scrape import metric, scrape
 
 SLICE_WRITER = json.dumps(
     {
@@ -47,12 +47,7 @@ def binding(name: str) -> str:
 
 def reviews(guard: Guard, policy: str) -> float:
     """Reviews dra-guard answered for `policy` so far (sum of dra_guard_admission_requests_total)."""
-    text = guard.proc.session().get(guard.url + "/metrics", timeout=5).text
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("dra_guard_admission_requests_total{") and re.search(rf'policy="{policy}"', line):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return metric(scrape(guard.proc), "dra_guard_admission_requests_total", policy=policy, default=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +124,7 @@ def test_rbac_write_by_the_aggregation_controller_is_never_sent(control_plane, g
     other_sa = "system:serviceaccount:kube-system:x"
     aggregator = "system:serviceaccount:kube-system:clusterrole-aggregation-controller"
     # both may manage RBAC like alice and are in no admin group: only the user name keeps the
-    # aggregation controller out of the RBAC webhook (since issue 16, not its namespace)
+    # aggregation controller out of the RBAC webhook (not its namespace)
     grant = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
@@ -142,7 +137,7 @@ def test_rbac_write_by_the_aggregation_controller_is_never_sent(control_plane, g
     refused = cp.kubectl("alice", "create", "-f", "-", input=binding("e2e-exempt-by-alice"), check=False)
     assert refused.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in refused.stderr
     try:
-        # issue 16: another kube-system ServiceAccount is reviewed (acting as one is no way around)
+        # another kube-system ServiceAccount is reviewed (acting as one is no way around)
         other = cp.kubectl(
             "admin",
             "create",
@@ -183,7 +178,7 @@ def test_rbac_write_by_the_aggregation_controller_is_never_sent(control_plane, g
 
 def test_rbac_write_by_an_admin_is_never_sent(control_plane, guard):
     """The admins of config.rbac.adminSubjects (system:masters here) are left out by the chart's
-    matchConditions: their writes are never reviewed (issue 17), a non-admin's still are."""
+    matchConditions: their writes are never reviewed, a non-admin's still are."""
     cp = control_plane
     before = reviews(guard, "rbac")
     try:

@@ -16,6 +16,7 @@ import pytest
 from bench import eviction_burst as burst
 from tests.e2e.guard import EVICTION_REFUSED, Guard
 from tests.e2e.kube import evict, wait_for
+from tests.scrape import metric, scrape
 
 #: how long the acceptance watches a hung or gone dra-guard
 WATCH_SECONDS = 30
@@ -115,12 +116,7 @@ def test_a_burst_of_1500_evictions_over_50_namespaces_never_evicts_the_held_driv
 
 
 def guard_reviews(guard) -> float:
-    text = guard.proc.session().get(guard.url + "/metrics", timeout=10).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("dra_guard_admission_requests_total{") and 'policy="eviction"' in line
-    )
+    return metric(scrape(guard.proc), "dra_guard_admission_requests_total", policy="eviction", default=0.0)
 
 
 def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(control_plane, scenario):

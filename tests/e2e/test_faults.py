@@ -1,4 +1,4 @@
-"""API server faults while dra-guard runs (issue 8): a restart with etcd compacted meanwhile (the
+"""API server faults while dra-guard runs: a restart with etcd compacted meanwhile (the
 watches' resourceVersions are too old afterwards), readiness that tells the truth, no decision on
 stale caches, and an API call that hangs answered by the policy's fallback in time."""
 
@@ -13,6 +13,7 @@ import time
 import requests
 
 from tests.builders import binding, review, subject
+from tests.scrape import metric, scrape
 
 
 def ready(guard) -> bool:
@@ -20,11 +21,6 @@ def ready(guard) -> bool:
         return guard.proc.session().get(guard.url + "/readyz", timeout=2).status_code == 200
     except requests.RequestException:
         return False
-
-
-def metric(guard, prefix):
-    text = guard.proc.session().get(guard.url + "/metrics", timeout=5).text
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 def compact_etcd(cp) -> None:
@@ -38,7 +34,9 @@ def compact_etcd(cp) -> None:
 def test_apiserver_restart_with_compaction_relists_and_is_ready_within_10_s(control_plane, guard):
     cp = control_plane
     assert ready(guard)
-    lists_before = metric(guard, 'dra_guard_kube_api_requests_total{resource="clusterroles",verb="list"}')
+    lists_before = metric(
+        scrape(guard.proc), 'dra_guard_kube_api_requests_total{resource="clusterroles",verb="list"}', default=0.0
+    )
     # writes, then compaction: the resourceVersions dra-guard watches from are gone afterwards
     for i in range(3):
         cp.kubectl("admin", "create", "clusterrole", f"e2e-fault-{i}", "--verb=get", "--resource=configmaps")
@@ -66,7 +64,10 @@ def test_apiserver_restart_with_compaction_relists_and_is_ready_within_10_s(cont
         watcher.join()
         cp.kubectl("admin", "delete", "clusterrole", "e2e-fault-0", "e2e-fault-1", "e2e-fault-2", check=False)
     assert seen_unready.is_set(), "/readyz never said the caches were out of sync while the apiserver was away"
-    assert metric(guard, 'dra_guard_kube_api_requests_total{resource="clusterroles",verb="list"}') > lists_before
+    assert (
+        metric(scrape(guard.proc), 'dra_guard_kube_api_requests_total{resource="clusterroles",verb="list"}', default=0.0)
+        > lists_before
+    )
     assert ready_after < 10
     print(f"\nready {ready_after:.1f} s after the apiserver came back")
     # and it judges again, from the relisted caches

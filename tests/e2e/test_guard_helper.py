@@ -1,8 +1,8 @@
 """The helper every e2e test relies on: Guard.wait_called() must wait for dra-guard's real answer.
 
-It used to match "dra-guard" anywhere in kubectl's output, and the probe's own name
-(dra-guard-probe) is echoed by the apiserver: it returned at once with no webhook registered
-(issue 21, item 7), so a test asserting a refusal right after registering raced the apiserver.
+Matching "dra-guard" anywhere in kubectl's output is not enough: the probe's own name
+(dra-guard-probe) is echoed by the apiserver, so such a wait returns at once with no webhook
+registered, and a test asserting a refusal right after registering races the apiserver.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 20, proofs 5(b), 5(c), 5(d): drain order and driver upgrades with a real kubelet and driver.
+"""Drain order and driver upgrades with a real kubelet and driver.
 
 A real node (tests/e2e/node.py) runs the test DRA driver (tests/dradriver) and consumer pods whose
 ResourceClaims the driver really prepares (a CDI spec file per claim, testdriver.cdi_file) and

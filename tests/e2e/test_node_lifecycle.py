@@ -1,4 +1,4 @@
-"""Issue 20, deliverable 1: the real node starts, runs a pod with a prepared claim, and leaves
+"""The real node starts, runs a pod with a prepared claim, and leaves
 nothing on the host after stop() — nor after its Python process is SIGKILLed and
 ``python -m tests.e2e.node down`` runs. One node per machine: a second lock holder waits."""
 

@@ -1,4 +1,4 @@
-"""Issue 20, proof 5(a): the gRPC probes dra-guard adds to a driver DaemonSet, executed by a real kubelet.
+"""The gRPC probes dra-guard adds to a driver DaemonSet, executed by a real kubelet.
 
 A real node (tests/e2e/node.py) runs the test DRA driver (tests/dradriver) from its DaemonSet;
 dra-guard (a real `dra-guard serve`, tests/e2e/guard.py) adds the liveness and startup probes at

@@ -1,11 +1,11 @@
-"""Parallel apiserver traffic (issue 21, item 3): 200 ClusterRoleBindings created at once through
+"""Parallel apiserver traffic: 200 ClusterRoleBindings created at once through
 the real apiserver, as GitOps tools do, are all judged by dra-guard in time, twice in a row (the
 second burst finds the apiserver's kept-alive connections from the first).
 
-Before issue 21, 18 to 21 of 50 got the 3 s webhook timeout and the fail-closed RBAC webhook
-answered HTTP 500. Then 200 still failed on a loaded machine (31 to 75 of 200): the apiserver dials
-a connection for every review of a burst that finds no idle one, and keeps the ones it no longer
-needs idle after their TLS handshake; each of those held a server thread for the 2 s socket
+What it catches: reviews that get the 3 s webhook timeout, which the fail-closed RBAC webhook
+answers HTTP 500 (18 to 21 of 50 without lanes and deadlines). The apiserver dials a connection
+for every review of a burst that finds no idle one, and keeps the ones it no longer needs idle
+after their TLS handshake; each of those must not hold a server thread for the 2 s socket
 timeout (tests/http/test_slow_clients.py::test_connections_idle_after_their_tls_handshake_*).
 
 The clients' own connections to the apiserver are opened before the burst (as a GitOps tool's

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tests.e2e.kube import OWN_CLOCK_RESOURCES
+from tests.scrape import metric, scrape
 
 
 @pytest.fixture
@@ -51,15 +52,6 @@ def apply(cp, user, doc, *args):
     return cp.kubectl(user, "apply", *args, "-f", "-", input=doc, check=False)
 
 
-def metric(guard, name, labels):
-    text = guard.proc.session().get(guard.url + "/metrics").text
-    want = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-    for line in text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[-1])
-    return 0.0
-
-
 # ---------------------------------------------------------------- scenarios 1 and 2
 def test_binding_with_slice_write_is_refused_and_not_stored(control_plane, enforce):
     cp = control_plane
@@ -96,20 +88,22 @@ def test_audit_mode_stores_silently_and_counts_the_finding(control_plane, guard)
     cp = control_plane
     guard.start(mode="audit")
     guard.wait_called()
-    before = metric(guard, "dra_guard_admission_violations_total", {"policy": "rbac", "mode": "audit"})
+    before = metric(scrape(guard.proc), "dra_guard_admission_violations_total", policy="rbac", mode="audit", default=0.0)
     apply(cp, "admin", role_yaml("e2e-slice-writer", ["resourceslices"], ["create", "patch"]))
     out = apply(cp, "alice", binding_yaml("e2e-audited", "e2e-slice-writer", "team-a"))
     assert out.returncode == 0, out.stderr
     assert "Warning" not in out.stderr
     assert exists(cp, "clusterrolebinding", "e2e-audited")
-    assert metric(guard, "dra_guard_admission_violations_total", {"policy": "rbac", "mode": "audit"}) == before + 1
+    assert (
+        metric(scrape(guard.proc), "dra_guard_admission_violations_total", policy="rbac", mode="audit", default=0.0) == before + 1
+    )
     cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-audited")
 
 
 # ---------------------------------------------------------------- scenarios 3 and 4
 def test_member_role_aggregated_into_bound_edit_is_refused(control_plane, enforce):
     cp = control_plane
-    # issue 16: `edit` everywhere is itself refused now (pods, secrets and ServiceAccount
+    # `edit` everywhere is itself refused now (pods, secrets and ServiceAccount
     # impersonation in kube-system); the admin stores it with the break-glass annotation
     glass = {"dra-guard.io/allow-dra-write": "e2e: edit for devs, accepted"}
     out = apply(cp, "admin", binding_yaml("e2e-devs-edit", "edit", "devs", annotations=glass))
@@ -181,7 +175,7 @@ def test_fail_policy_with_dra_guard_down_and_break_glass(control_plane, guard):
         guard.register()
 
 
-# ---------------------------------------------------------------- scenario 6 and issue 2 acceptance 6
+# ---------------------------------------------------------------- scenario 6
 def _guard_requests(cp, since_ids):
     """dra-guard's requests (one entry per auditID, any stage) not among `since_ids`."""
     seen = {}
@@ -198,7 +192,7 @@ def test_no_api_requests_per_review(control_plane, enforce):
     before_ids = {ev["auditID"] for ev in cp.audit_events("dra-guard", stage=None)}
     assert before_ids, "the audit log shows none of dra-guard's initial lists and watches"
     api_before = sum(
-        metric(enforce, "dra_guard_kube_api_requests_total", {"verb": v, "resource": r})
+        metric(scrape(enforce.proc), "dra_guard_kube_api_requests_total", verb=v, resource=r, default=0.0)
         for v in ("list", "watch")
         for r in ("clusterroles", "clusterrolebindings")
     )
@@ -226,7 +220,7 @@ def test_no_api_requests_per_review(control_plane, enforce):
     ]
     assert all(verb == "watch" for verb, _ in calls), calls  # at most a watch renewal, never a get/list per review
     api_after = sum(
-        metric(enforce, "dra_guard_kube_api_requests_total", {"verb": v, "resource": r})
+        metric(scrape(enforce.proc), "dra_guard_kube_api_requests_total", verb=v, resource=r, default=0.0)
         for v in ("list", "watch")
         for r in ("clusterroles", "clusterrolebindings")
     )
@@ -239,7 +233,7 @@ def test_cache_sync_time_is_a_metric_and_a_log_line(control_plane, enforce):
     its object count, so an admin can see how long a restart takes to become ready."""
     caches = ("clusterroles", "clusterrolebindings", "daemonsets", "pods", "resourceclaims", "resourceslices")
     for cache in caches:
-        assert 0 < metric(enforce, "dra_guard_cache_list_seconds", {"cache": cache}) < 30, cache
+        assert 0 < metric(scrape(enforce.proc), "dra_guard_cache_list_seconds", cache=cache, default=0.0) < 30, cache
     synced = [
         json.loads(line)
         for line in enforce.proc.log_file.read_text(errors="replace").splitlines()
@@ -252,21 +246,27 @@ def test_cache_sync_time_is_a_metric_and_a_log_line(control_plane, enforce):
 
 
 def test_cache_sizes_are_exported_and_follow_the_cluster(control_plane, enforce):
-    """Issue 19, item 3: dra_guard_cache_objects{cache} says how many objects each cache holds, so
+    """dra_guard_cache_objects{cache} says how many objects each cache holds, so
     operators can alert before the memory limit; it equals what the apiserver lists and follows a
     create within the watch's delay."""
     cp = control_plane
     listed = len(json.loads(cp.kubectl("admin", "get", "clusterroles", "-o", "json").stdout)["items"])
     deadline = time.monotonic() + 10
-    while metric(enforce, "dra_guard_cache_objects", {"cache": "clusterroles"}) != listed and time.monotonic() < deadline:
+    while (
+        metric(scrape(enforce.proc), "dra_guard_cache_objects", cache="clusterroles", default=0.0) != listed
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.2)
-    assert metric(enforce, "dra_guard_cache_objects", {"cache": "clusterroles"}) == listed
+    assert metric(scrape(enforce.proc), "dra_guard_cache_objects", cache="clusterroles", default=0.0) == listed
     assert apply(cp, "admin", role_yaml("e2e-size-probe", ["resourceclaims"], ["get"])).returncode == 0
     try:
         deadline = time.monotonic() + 10
-        while metric(enforce, "dra_guard_cache_objects", {"cache": "clusterroles"}) != listed + 1 and time.monotonic() < deadline:
+        while (
+            metric(scrape(enforce.proc), "dra_guard_cache_objects", cache="clusterroles", default=0.0) != listed + 1
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.2)
-        assert metric(enforce, "dra_guard_cache_objects", {"cache": "clusterroles"}) == listed + 1
+        assert metric(scrape(enforce.proc), "dra_guard_cache_objects", cache="clusterroles", default=0.0) == listed + 1
     finally:
         cp.kubectl("admin", "delete", "clusterrole", "e2e-size-probe", "--ignore-not-found")
     for cache in ("clusterrolebindings", "roles", "rolebindings", "daemonsets", "pods", "resourceclaims", "resourceslices"):

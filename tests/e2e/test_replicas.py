@@ -28,6 +28,7 @@ from tests.builders import driver_daemonset, eviction_request
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED, NAMESPACE, Guard, chart_namespaced_rbac, webhook_configurations
 from tests.e2e.kube import evict, wait_for
+from tests.scrape import metric, scrape
 from tests.serve import free_port
 
 NODE = "e2e-replicas"
@@ -254,14 +255,9 @@ def sees_peers(guard, pair: list[str]) -> bool:
     return True
 
 
-def counter(guard, name: str, match: str) -> float:
-    text = guard.proc.session().get(guard.url + "/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{") and match in line)
-
-
 def reviews(guard) -> float:
     """Eviction reviews this replica answered (every decision)."""
-    return counter(guard, "dra_guard_admission_requests_total", 'policy="eviction"')
+    return metric(scrape(guard.proc), "dra_guard_admission_requests_total", policy="eviction", default=0.0)
 
 
 def test_two_evictions_of_a_surge_pair_sent_together_to_two_replicas_never_both_leave_while_a_claim_is_held(
@@ -299,7 +295,7 @@ def test_two_evictions_of_a_surge_pair_sent_together_to_two_replicas_never_both_
             interval=0.1,
         )
     records = {
-        r: sum(counter(g, "dra_guard_eviction_records_total", f'result="{r}"') for g in guards)
+        r: sum(metric(scrape(g.proc), "dra_guard_eviction_records_total", result=r, default=0.0) for g in guards)
         for r in ("created", "taken_over", "conflict", "error")
     }
     print(
@@ -318,7 +314,7 @@ def test_a_record_that_cannot_be_written_refuses_in_enforce_mode_and_the_pair_go
     cp, guards = control_plane, replicas
     pair = wait_for("a Ready surge pair", lambda: pair_ready(cp, TRIALS), timeout=60, interval=0.2)
     wait_for("both replicas to see the pair as peers", lambda: all(sees_peers(g, pair) for g in guards), timeout=60, interval=0.2)
-    errors = sum(counter(g, "dra_guard_eviction_records_total", 'result="error"') for g in guards)
+    errors = sum(metric(scrape(g.proc), "dra_guard_eviction_records_total", result="error", default=0.0) for g in guards)
 
     def may_write_leases() -> bool:
         return (
@@ -336,7 +332,10 @@ def test_a_record_that_cannot_be_written_refuses_in_enforce_mode_and_the_pair_go
         message = r.json()["message"]
         assert message.startswith(EVICTION_REFUSED) and "the record could not be written" in message, message
         assert "403" in message, message
-        assert sum(counter(g, "dra_guard_eviction_records_total", 'result="error"') for g in guards) == errors + 1
+        assert (
+            sum(metric(scrape(g.proc), "dra_guard_eviction_records_total", result="error", default=0.0) for g in guards)
+            == errors + 1
+        )
     finally:
         cp.kubectl(
             "admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": chart_namespaced_rbac()})

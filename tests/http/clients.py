@@ -9,7 +9,6 @@ import json
 import os
 import pathlib
 import random
-import re
 import select
 import socket
 import ssl
@@ -20,7 +19,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from prometheus_client.parser import text_string_to_metric_families
 
 import certs
 from tests.builders import eviction_request
@@ -280,16 +278,3 @@ def rss_kib(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise AssertionError(f"no {field} for {pid}")
-
-
-def metric(text: str, sample: str) -> float:
-    """The value of one sample of a Prometheus text exposition (prometheus_client's parser):
-    `sample` is a name with its labels as exposed, e.g. 'x_bucket{le="0.5",policy="eviction"}'.
-    Fails the test when the sample is not there."""
-    name, _, rest = sample.partition("{")
-    labels = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-    for family in text_string_to_metric_families(text):
-        for found in family.samples:
-            if found.name == name and found.labels == labels:
-                return float(found.value)
-    raise AssertionError(f"no sample {sample} in the scrape")

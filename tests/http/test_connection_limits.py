@@ -2,7 +2,7 @@
 once however it ends, silent and idle connections closed (reclaimed first at the limit) so that
 waiting ones get in, a connection's wait in the kernel's accept queue counted toward the drop of
 work its apiserver has given up on, and memory bounded for bodies that decode into many objects.
-Findings of the adversarial reviews are named in each test's docstring (A2, A3, F2-F4).
+Each test's docstring names its row of docs/reliability.md (A2, A3, F2-F4).
 
 The kernel-wait test stops the worker (SIGSTOP) while clients connect: only the kernel holds
 their ClientHellos. A review's own deadline (`server.reviewDeadlineSeconds`) counts from the
@@ -30,7 +30,6 @@ from tests.http.clients import (
     connect,
     get_healthz,
     judged_within,
-    metric,
     open_fds,
     read_response,
     review_bytes,
@@ -38,6 +37,7 @@ from tests.http.clients import (
     tls_context,
     worker_pid,
 )
+from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 from webhook.serve.sockets import accept_queue
 
@@ -104,7 +104,7 @@ def _silent_connections_are_dropped(server) -> None:
 
 def handshakes(server) -> float:
     """dra_guard_tls_handshakes_total, read over a connection of its own (counted too)."""
-    return metric(server.session().get(server.url + "/metrics").text, "dra_guard_tls_handshakes_total")
+    return metric(scrape(server), "dra_guard_tls_handshakes_total")
 
 
 def test_every_new_connection_is_counted_as_a_tls_handshake_and_kept_alive_requests_are_not(server):

@@ -1,4 +1,4 @@
-"""Graceful shutdown (issue 8): on SIGTERM readiness goes false first, in-flight and newly routed
+"""Graceful shutdown: on SIGTERM readiness goes false first, in-flight and newly routed
 reviews complete, and a rolling restart of two replicas under continuous load drops nothing."""
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ nothing, half a ClientHello, a request or a body a byte at a time (on the webhoo
 probe port), or nothing after their TLS handshake. An honest client (the apiserver's way: reuse a
 kept-alive connection, else dial) is answered within the webhook timeout meanwhile; for the
 eviction webhook (failurePolicy Ignore) a review left unanswered is an eviction let through
-unjudged. Findings of the adversarial reviews are named in each test's docstring (A1, A1b, A1c,
-A4, B2, B3, B3b, F1)."""
+unjudged. Each test's docstring names its row of docs/reliability.md (A1, A1b, A1c, A4, B2, B3,
+B3b, F1)."""
 
 from __future__ import annotations
 
@@ -82,8 +82,8 @@ def test_slow_clients_on_the_probe_port_do_not_starve_reviews_from_the_apiserver
 
 
 def test_slow_request_bodies_do_not_hold_the_lane_of_rbac_and_daemonset_reviews(server):
-    """Finding A4: a review takes its lane's slot before its body is read (create_app: lane.enter,
-    then read_review), and a review that finds its lane full gets the overload answer after 0.1 s.
+    """Finding A4: a review takes its lane's slot before its body is read (PolicyRoute: lane.enter,
+    then Reader.review), and a review that finds its lane full gets the overload answer after 0.1 s.
     Six connections that send the headers of a POST /validate/rbac and then its body one byte per
     1.5 s (dialing again when cut off after 5 s) hold the six slots that RBAC and DaemonSet reviews
     share. Honest reviews sent meanwhile on a kept-alive connection (every 0.3 s for 8 s) got the

@@ -223,7 +223,7 @@ def test_probe_modes(mode):
         ops = json.loads(base64.b64decode(resp["patch"]))
         assert any(op["path"].endswith("/livenessProbe") for op in ops)
         assert "probes-patched" in resp["auditAnnotations"]
-        # issue 18: kubectl tells whoever applied it that dra-guard changed the object
+        # kubectl tells whoever applied it that dra-guard changed the object
         assert resp["warnings"] == [
             "dra-guard changed this DaemonSet (probes): add a gRPC livenessProbe (port 51515) to driver container plugin"
         ]

@@ -1,4 +1,4 @@
-"""The periodic audit's own process (issue 19): a real `python -m webhook.serve.audit_child` is
+"""The periodic audit's own process: a real `python -m webhook.serve.audit_child` is
 started; its failures come back as one clear AuditChildError, and one that hangs is killed at its
 deadline. (Its successful run, against the real apiserver: tests/e2e/test_cluster_audit.py.)"""
 

@@ -1,4 +1,4 @@
-"""`dra-guard audit` for CI and GitOps (issue 18): stdin, every input problem collected, kind-less
+"""`dra-guard audit` for CI and GitOps: stdin, every input problem collected, kind-less
 documents and Helm templates skipped with a note, unresolved roleRefs, the sarif/junit/yaml
 formats, PolicyReports with pass results, and the CLI around it (--version, completion,
 --context, config validate, drain-plan help)."""

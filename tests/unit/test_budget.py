@@ -1,4 +1,4 @@
-"""Every review answered within its budget (issue 21, items 1-3) through the Flask app (no network):
+"""Every review answered within its budget through the Flask app (no network):
 size limits, selector values held as sets, the per-review deadline, lanes that keep threads for
 evictions, and the overload answer (eviction 429 retry, never an allow).
 
@@ -182,7 +182,7 @@ def test_a_policy_deadline_of_its_own_replaces_the_servers(monkeypatch):
 
 
 def test_large_reviews_are_judged_one_at_a_time_and_small_ones_never_wait_for_them(monkeypatch):
-    """Adversarial review A3: bodies of ~3-byte JSON values decode to ~30x their size; 8 such 8 MiB
+    """docs/reliability.md, A3: bodies of ~3-byte JSON values decode to ~30x their size; 8 such 8 MiB
     reviews at once took a worker past 1 GiB (an OOM kill lets evictions in flight through). One
     review above LARGE_REVIEW_BYTES is parsed and judged at a time; a second one gets the overload
     answer at once (RBAC: 503); a small eviction meanwhile is judged as usual."""

@@ -1,4 +1,4 @@
-"""The caches at the scalability envelope (issue 19): sizes reported, relists and RBAC events that do
+"""The caches at the scalability envelope: sizes reported, relists and RBAC events that do
 not hold reviews up, compact entries, lookups that do not scan every binding."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_claim_index_counts_only_the_pods_it_keeps():
     assert idx.sizes()["resourceclaims"] == 0
 
 
-# ------------------------------------------------------------------ issue 19: no review waits on a relist
+# ------------------------------------------------------------------ no review waits on a relist
 def _lock_free_during(idx, method_name, monkeypatch):
     """Call-site probe: each time ClaimIndex.<method_name> runs, record whether another thread could
     take `idx`'s lock at that moment (a review would have waited if not)."""
@@ -58,7 +58,7 @@ def test_a_claims_relist_indexes_outside_the_lock_reviews_use(monkeypatch):
     idx = index_with(pod("consumer", "node-a"), claim("gpu"))
     seen = _lock_free_during(idx, "_put_claim", monkeypatch)
     idx.replace_claims([claim(f"c{i}", reserved=(f"p{i}",)) for i in range(50)])
-    assert len(seen) == 50 and all(seen)  # before issue 19: indexed with the lock held (all False)
+    assert len(seen) == 50 and all(seen)  # without it: indexed with the lock held (all False)
     assert idx.sizes()["resourceclaims"] == 50
     # node-local claims whose pods are not seen (yet) hold the node: the relisted ones replaced "gpu"
     assert sorted(h.claim for h in idx.holds("gpu.example.com", "node-a")) == sorted(f"work/c{i}" for i in range(50))
@@ -74,7 +74,7 @@ def test_a_pods_relist_indexes_outside_the_lock_and_claims_usable_anywhere_follo
     assert [pd[0].name for pd in idx.driver_pods_on("node-b")] == ["gpu-driver-b"]
 
 
-# ------------------------------------------------------------------ issue 19: compact entries
+# ------------------------------------------------------------------ compact entries
 def test_slimmed_rbac_objects_keep_only_what_dra_guard_reads_with_shared_strings():
     import json
 
@@ -123,7 +123,7 @@ def test_service_account_write_is_found_through_every_subject_form_without_scann
         real = rbac_model.subjects_of
         monkeypatch.setattr(rbac_model, "subjects_of", lambda b, calls=calls, real=real: calls.append(1) or real(b))
         assert idx.service_account_may_write("dra-system", "driver", "resourceslices", config), label
-        assert calls == [], label  # before issue 19: every one of the 301 bindings was read
+        assert calls == [], label  # without it: every one of the 301 bindings was read
         monkeypatch.setattr(rbac_model, "subjects_of", real)
         assert not idx.service_account_may_write("dra-system", "other", "resourceslices", config) or label != "ServiceAccount"
     idx = RbacIndex.from_objects([writer, *others])
@@ -154,12 +154,12 @@ def test_redetecting_drivers_after_an_rbac_event_does_not_hold_the_claims_lock()
     idx.upsert_daemonset(driver_daemonset(name="gpu-driver", namespace="gpu"))
     free.clear()
     idx.redetect()
-    assert free and all(free)  # before issue 19: judged with the lock held
+    assert free and all(free)  # without it: judged with the lock held
     idx.upsert_pod(pod("gpu-driver-a", "node-a", namespace="gpu", ds="gpu-driver"))
     assert idx.driver_of_pod("gpu", "gpu-driver-a") is not None
 
 
-# ------------------------------------------------------------------ issue 19: audit --cluster within 1 GiB
+# ------------------------------------------------------------------ audit --cluster within 1 GiB
 def test_the_audit_keeps_only_what_it_reads_of_each_listed_object_and_finds_the_same():
     import copy
 
@@ -234,7 +234,7 @@ def test_after_a_list_the_caches_leave_the_garbage_collectors_view():
         gc.unfreeze()
 
 
-# ------------------------------------------------------------------ issue 19: relists that do not stall reviews
+# ------------------------------------------------------------------ relists that do not stall reviews
 def _lock_free_when_called(lock, module, name, monkeypatch):
     """Wrap module.<name>: each call records whether another thread could take `lock` at that
     moment, then runs the original."""
@@ -331,7 +331,7 @@ def test_a_relist_of_the_smaller_binding_kind_is_applied_in_place():
 
 def test_an_audit_over_indexes_filled_page_by_page_finds_what_the_whole_objects_find():
     """audit --cluster streams RBAC, Pods and ResourceClaims into the indexes and keeps no object
-    of them (issue 19: 1,175 -> 700 MiB at the envelope); the files given with it still replace the
+    of them (1,175 -> 700 MiB at the envelope); the files given with it still replace the
     live objects of the same key."""
     from tests.builders import driver_daemonset
     from webhook.audit.run import audit, merge

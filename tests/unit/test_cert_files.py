@@ -1,4 +1,4 @@
-"""Certificate files on disk (issue 21, item 6): exclusive, non-following writes, 0600 keys, and
+"""Certificate files on disk: exclusive, non-following writes, 0600 keys, and
 no folder that is not ours or that others may write.
 
 Each test plants what an attacker with write access to the folder (or the folder itself) would

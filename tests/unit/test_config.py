@@ -12,7 +12,7 @@ def test_defaults():
     assert cfg.mode == "enforce"
     assert cfg.policy("rbac").mode == "enforce" and cfg.policy("rbac").failure_mode == "deny"
     assert cfg.rbac.admin_subjects.groups == {"system:masters"}
-    assert cfg.rbac.protected_resources == {"deviceclasses", "devicetaintrules", "resourceslices"}  # issue 16
+    assert cfg.rbac.protected_resources == {"deviceclasses", "devicetaintrules", "resourceslices"}
     assert cfg.server.port == 8443 and cfg.server.max_request_bytes == 8 * 1024 * 1024
 
 
@@ -181,6 +181,6 @@ def test_values_are_stored_as_declared():
     assert isinstance(cfg.audit.qps, float) and isinstance(cfg.cluster.request_timeout_seconds, float)
     # an unset key of a nested section keeps the enclosing default's value, not the section class's
     assert cfg.rbac.admin_subjects.groups == {"system:masters"} and cfg.rbac.admin_subjects.users == {"u"}
-    assert cfg.probes.startup_probe and cfg.probes.startup_period_seconds == 10  # issue 15: default 10 s x 30
+    assert cfg.probes.startup_probe and cfg.probes.startup_period_seconds == 10  # default 10 s x 30
     assert cfg.policy("probes").mode == "warn" and cfg.policy("probes").failure_mode == "deny"
     assert cfg.policy("eviction").failure_mode == "deny" and cfg.policy("rbac").failure_mode == "deny"

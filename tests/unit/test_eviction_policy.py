@@ -172,12 +172,13 @@ def test_drain_plan_lists_what_holds_each_driver():
 
 
 def test_the_driver_evictions_metric_says_refused_only_when_the_eviction_was_refused():
-    """In warn and audit mode the rule's refusal lets the eviction through: counted as would-refuse."""
+    """In warn and audit mode the rule's refusal lets the eviction through: counted as would-refuse.
+    The policy says what to count (a Tally); the admission layer counts it."""
     import types
 
     from prometheus_client import REGISTRY
 
-    from webhook import metrics  # noqa: F401  (registers the metric)
+    from webhook import admission
 
     def count(decision):
         return (
@@ -191,8 +192,12 @@ def test_the_driver_evictions_metric_says_refused_only_when_the_eviction_was_ref
         config = from_mapping({"policies": {"eviction": {"mode": mode}}})
         facts = types.SimpleNamespace(claims=idx, fresh=lambda age: (True, ""))  # the two members admit() reads
         request = eviction_request("gpu-driver-a")
-        eviction.account(request, eviction.admit(request, facts, config), facts, mode=config.policy("eviction").mode)
+        tally = eviction.account(request, eviction.admit(request, facts, config), facts, mode=config.policy("eviction").mode)
+        assert tally.driver_evictions == (("gpu.example.com", label),), mode
+        assert tally.blocking_claims == (("node-a", 1),), mode
+        admission.record_tally(tally)
         after = {d: count(d) for d in ("refused", "would-refuse")}
         assert after[label] == before[label] + 1, (mode, before, after)
         other = "refused" if label == "would-refuse" else "would-refuse"
         assert after[other] == before[other], (mode, before, after)
+    assert REGISTRY.get_sample_value("dra_guard_blocking_claims", {"node": "node-a"}) == 1

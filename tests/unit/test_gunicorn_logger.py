@@ -1,4 +1,4 @@
-"""ServerLogger: no per-request access-log work while gunicorn.access is off (issue 9 profile)."""
+"""ServerLogger: no per-request access-log work while gunicorn.access is off."""
 
 from __future__ import annotations
 

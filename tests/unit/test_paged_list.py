@@ -1,5 +1,5 @@
-"""Pages (webhook/cluster.py) and the indexes' replace_*: a relist is streamed page by page, and
-a list that fails half-way leaves every index as it was (issue 9: peak RSS without losing atomicity)."""
+"""Pages (webhook/kube/pages.py) and the indexes' replace_*: a relist is streamed page by page, and
+a list that fails half-way leaves every index as it was (peak RSS without losing atomicity)."""
 
 from __future__ import annotations
 
@@ -115,8 +115,8 @@ def test_after_page_runs_once_a_page_is_consumed_and_before_the_next_is_asked(mo
 
 
 def test_the_informers_settle_the_collector_after_every_page(monkeypatch):
-    """A relist's fresh tables, unfrozen, made full collections walk millions of objects with the
-    GIL held (issue 19: reviews stalled up to ~470 ms at the envelope); the informer freezes what is
+    """A relist's fresh tables, unfrozen, would make full collections walk millions of objects with
+    the GIL held (reviews stalled up to ~470 ms at the envelope); the informer freezes what is
     alive after each page, not only at the end of the list."""
     import gc
     import threading
@@ -152,7 +152,7 @@ def test_the_informers_settle_the_collector_after_every_page(monkeypatch):
 
 def test_relists_run_one_at_a_time_while_first_lists_run_together(monkeypatch):
     """Every watch breaks when the apiserver restarts; relisting every cache at once held every
-    large cache twice (issue 19: 417 -> 600 MiB at the envelope). First lists have nothing old to hold."""
+    large cache twice (417 -> 600 MiB at the envelope). First lists have nothing old to hold."""
     import threading
 
     from kubernetes.client.rest import ApiException
@@ -241,7 +241,7 @@ def test_small_caches_relist_without_waiting_for_a_large_one(monkeypatch):
 
 
 def test_collector_pauses_are_timed_into_a_metric_once_per_process(caplog):
-    """dra_guard_gc_pause_seconds{generation}: collector stalls are visible to operators (issue 19)."""
+    """dra_guard_gc_pause_seconds{generation}: collector stalls are visible to operators."""
     import gc
 
     from prometheus_client import REGISTRY
@@ -266,7 +266,7 @@ def test_collector_pauses_are_timed_into_a_metric_once_per_process(caplog):
 
 
 def test_the_server_caps_malloc_arenas_unless_the_environment_says_otherwise(monkeypatch):
-    """Issue 19: threads each got a glibc arena and a relist's freed pages stayed spread over them."""
+    """Uncapped, threads each get a glibc arena and a relist's freed pages stay spread over them."""
     import platform
 
     from webhook.serve import server

@@ -1,4 +1,4 @@
-"""The in-server periodic audit over the worker's caches (issue 19): it waits for them to be in sync
+"""The in-server periodic audit over the worker's caches: it waits for them to be in sync
 before its first run instead of skipping a whole interval (600 s by default)."""
 
 from __future__ import annotations

@@ -204,7 +204,7 @@ def test_update_with_template_change_patches():
 
 
 def test_startup_probe_by_default_with_a_budget_of_minutes():
-    """Issue 15 item 6: a startupProbe on the same gRPC endpoint comes by default, 10 s x 30 = 5 min
+    """A startupProbe on the same gRPC endpoint comes by default, 10 s x 30 = 5 min
     (device discovery can take minutes), then the liveness probe; configurable, and can be off."""
     out = apply(driver_daemonset(), decide(driver_daemonset()))["spec"]["template"]["spec"]["containers"][0]
     assert out["startupProbe"] == {"grpc": {"port": 51515, "service": "liveness"}, "periodSeconds": 10, "failureThreshold": 30}
@@ -316,7 +316,7 @@ def test_deeply_nested_daemonset_is_not_deep_copied():
 @pytest.mark.parametrize("annotations", [None, {}, {"team": "gpu", "a/b": "c"}])
 @pytest.mark.parametrize("extra_containers", [0, 2])
 def test_patch_of_the_changed_subtrees_equals_the_whole_object_diff(annotations, extra_containers):
-    """_patch diffs only metadata and containers (issue 9 profile): it must give what diffing the
+    """_patch diffs only metadata and containers: it must give what diffing the
     whole DaemonSet gives, and applying it must give the modified object."""
     containers = [plugin_container("sidecar", mounts=())] * extra_containers
     containers.insert(1 if extra_containers else 0, plugin_container("plugin", args=["--healthcheck-port=51515"]))

@@ -1,4 +1,4 @@
-"""RbacDrift (issue 16, path 9): watch events re-judged; a violation admission let through is
+"""RbacDrift (docs/threat-model.md, path 9): watch events re-judged; a violation admission let through is
 reported once, again after it went away and came back; break-glass bindings are not reported."""
 
 from __future__ import annotations

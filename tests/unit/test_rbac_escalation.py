@@ -1,4 +1,4 @@
-"""Issue 16: escalation powers, sensitive namespaces, bootstrap defaults and dra-guard's own RBAC,
+"""Escalation powers, sensitive namespaces, bootstrap defaults and dra-guard's own RBAC,
 as pure functions (the e2e proof per path is tests/e2e/test_escalation.py)."""
 
 from __future__ import annotations
@@ -378,7 +378,7 @@ PATH_GRANTS = {
 
 @pytest.mark.parametrize("path", sorted(PATH_GRANTS))
 def test_the_audit_reports_every_grant_shaped_path(path):
-    """Issue 16, item 6: what admission refuses for paths 1-5, 7, 8, 10-12, `audit --cluster` and
+    """What admission refuses for paths 1-5, 7, 8, 10-12, `audit --cluster` and
     the periodic audit (both rbac.audit over the cached objects) report when it is found stored
     (made in warn/audit mode, before dra-guard was installed, or by an admin). Paths 6 and 9 are
     about who writes and when: admission and the watch re-judging (tests/unit/test_rbac_drift.py)."""

@@ -147,7 +147,7 @@ def test_missing_role_is_allowed_with_a_warning():
 
 
 def test_rolebinding_to_wide_clusterrole_outside_sensitive_namespaces_is_allowed_silently():
-    # issue 16: a RoleBinding grants no cluster-scoped write and, outside the sensitive namespaces,
+    # a RoleBinding grants no cluster-scoped write and, outside the sensitive namespaces,
     # no power that matters: allowed without the former informational warning (a cheap early return)
     idx = index_of(cluster_role("everything", [WILDCARD]))
     d = decide(binding("ns-admin", "everything", [subject("Group", "team-a")], kind="RoleBinding", namespace="team-a"), index=idx)

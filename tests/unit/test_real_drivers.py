@@ -1,4 +1,4 @@
-"""Real DRA drivers (issue 15), as pure functions over the catalogue fixtures (tests/drivers_catalogue.py):
+"""Real DRA drivers, as pure functions over the catalogue fixtures (tests/drivers_catalogue.py):
 recognition, names and how they were learned, probes, the drain order with names from ResourceSlices,
 several drivers per DaemonSet, kubelet roots, trusted labels, health port <= 0, surge rollouts."""
 

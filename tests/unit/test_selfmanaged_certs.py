@@ -12,8 +12,11 @@ import pytest
 from cryptography import x509
 
 import certs
-from certs.selfmanaged import Conflict, Reconciler, fingerprint
+from certs.bundle import fingerprint
+from certs.ports import Conflict
+from certs.selfmanaged import Reconciler
 from webhook.config import from_mapping
+from webhook.kube import leases
 
 
 class FakeCertApi:
@@ -72,6 +75,9 @@ class FakeCertApi:
 
     def delete_lease(self, name):
         self.leases.pop(name, None)
+
+    def hold_lease(self, name, **kwargs):
+        return leases.hold_lease(self, name, **kwargs)  # the real take-or-renew over these dicts
 
     def webhook_ca_bundles(self, kind, name):
         return list(self.bundles[(kind, name)]) if (kind, name) in self.bundles else None

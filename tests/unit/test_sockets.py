@@ -1,6 +1,6 @@
 """webhook/serve/sockets.py on real sockets: what a connection holds decides whether closing it
 drops a request (dra_guard_requests_dropped_total must count requests, not clients that closed or
-never spoke: an adversarial review fired the over-capacity alert on an idle server that way)."""
+never spoke: counting those would fire the over-capacity alert on an idle server)."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def reclaim_round(conns_pending, conns_kept, waiting):
 
 
 def test_reclaim_takes_connections_without_a_tls_handshake_first_and_never_one_with_a_request(pair):
-    """Adversarial review A2 and O1: silent connections (no TLS handshake 0.25 s after connecting)
+    """docs/reliability.md, A2 and O1: silent connections (no TLS handshake 0.25 s after connecting)
     go first whatever their idle time; a kept-alive connection whose next request has just arrived
     is never closed (a POST on a reused connection is not retried by Go's client)."""
     client, server_side = pair

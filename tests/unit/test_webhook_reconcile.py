@@ -1,4 +1,4 @@
-"""certificates.mode self keeps its webhook configurations whole (issue 16, path 5): the
+"""certificates.mode self keeps its webhook configurations whole (docs/threat-model.md, path 5): the
 comparison with the chart's webhooks (certs.webhookspec) and the Reconciler's restore, over an
 in-memory CertApi (pure logic). The apiserver's defaults are checked against the real apiserver in
 tests/e2e/test_certificates.py."""
@@ -12,7 +12,8 @@ import json
 import pytest
 
 from certs import webhookspec
-from certs.selfmanaged import Conflict, Reconciler
+from certs.ports import Conflict
+from certs.selfmanaged import Reconciler
 from tests.unit.test_selfmanaged_certs import Clock, FakeCertApi
 from webhook.config import from_mapping
 

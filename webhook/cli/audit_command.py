@@ -129,7 +129,7 @@ def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoPro
         served = served_resource_versions(client, timeout_seconds=args.request_timeout)
         if args.scope == "files" and not objects:
             return fail("--scope files needs -f PATH: it reports only what the files change")
-        # RBAC, Pods and ResourceClaims go straight into the indexes, page by page (issue 19: memory)
+        # RBAC, Pods and ResourceClaims go straight into the indexes, page by page (memory)
         facts = StaticFacts(config)
         live = lists.stream_audit_cluster(
             client, facts, served_versions=served, limiter=limiter, timeout_seconds=args.request_timeout

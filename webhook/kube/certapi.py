@@ -1,9 +1,10 @@
-"""KubeCertApi: the certs.selfmanaged.CertApi port over the Kubernetes API (Secrets, Leases,
+"""KubeCertApi: the certs.ports.CertApi port over the Kubernetes API (Secrets, Leases,
 webhook configurations' caBundles)."""
 
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -11,7 +12,8 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from certs.selfmanaged import Conflict
+from certs.ports import Conflict
+from webhook.kube import leases
 from webhook.kube.client import count, server_of
 from webhook.kube.errors import api_failure
 
@@ -20,11 +22,11 @@ MANAGED_BY_LABEL = {"app.kubernetes.io/managed-by": "dra-guard"}
 
 
 class KubeCertApi:
-    """certs.selfmanaged.CertApi over the Kubernetes API, in `namespace`.
+    """certs.ports.CertApi over the Kubernetes API, in `namespace`.
 
     Secrets' data is exchanged as bytes (base64 on the wire); Leases as coordination.k8s.io/v1
     dicts; webhook caBundles of admissionregistration.k8s.io/v1 configurations ("validating" or
-    "mutating"). A 409 raises certs.selfmanaged.Conflict; any other failure webhook.kube.errors.ClusterError
+    "mutating"). A 409 raises certs.ports.Conflict; any other failure webhook.kube.errors.ClusterError
     ("cannot <verb> <resource> from <server>: <cause>").
     """
 
@@ -93,7 +95,7 @@ class KubeCertApi:
 
     def create_lease(self, lease: Mapping[str, Any]) -> None:
         """Create a Lease (coordination.k8s.io/v1 dict: metadata, spec) in the namespace, labelled
-        app.kubernetes.io/managed-by=dra-guard; raises certs.selfmanaged.Conflict on 409."""
+        app.kubernetes.io/managed-by=dra-guard; raises certs.ports.Conflict on 409."""
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -120,6 +122,10 @@ class KubeCertApi:
 
     def delete_lease(self, name: str) -> None:
         self._call("delete", "leases", self.coordination.delete_namespaced_lease, name, self.namespace)
+
+    def hold_lease(self, name: str, *, identity: str, now: datetime.datetime, duration_seconds: int) -> bool:
+        """Take or renew the Lease `name` for `identity` (webhook.kube.leases.hold_lease)."""
+        return leases.hold_lease(self, name, identity=identity, now=now, duration_seconds=duration_seconds)
 
     def _config_api(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any], str]:
         if kind == "validating":
@@ -169,7 +175,7 @@ class KubeCertApi:
     def replace_webhooks(self, kind: str, name: str, webhooks: list[dict[str, Any]], resource_version: str) -> None:
         """Set the configuration's whole `webhooks` list: a JSON merge patch (lists are replaced
         whole, RFC 7386) carrying metadata.resourceVersion, so a configuration changed since it was
-        read gets 409 and raises certs.selfmanaged.Conflict instead of being overwritten."""
+        read gets 409 and raises certs.ports.Conflict instead of being overwritten."""
         _, patch, resource = self._config_api(kind)
         body: dict[str, Any] = {"webhooks": webhooks}
         if resource_version:

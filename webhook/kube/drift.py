@@ -1,5 +1,5 @@
 """RbacDrift: every replica re-judges RBAC on each watch event and reports what admission let
-through (issue 16, path 9: a role and a binding of it written at the same moment, a role created
+through (docs/threat-model.md, path 9: a role and a binding of it written at the same moment, a role created
 by an identity the webhook never sees, a binding stored in warn or audit mode).
 
 Called by ClusterState after the RBAC index took the event in. A binding event judges that

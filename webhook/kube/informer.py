@@ -44,9 +44,8 @@ def settle_page() -> None:
     now out of the cyclic garbage collector's view (gc.freeze).
 
     A relist builds fresh tables of up to millions of small objects beside the old ones; unfrozen,
-    they made the collector's full collections walk them all with the GIL held, stalling every
-    review for up to ~100 ms at a time during a relist (issue 19, measured with
-    bench/relist_pauses.py). Frozen objects are still freed by reference counting (cache entries
+    they make the collector's full collections walk them all with the GIL held, stalling every
+    review for up to ~100 ms at a time during a relist (measured with bench/relist_pauses.py). Frozen objects are still freed by reference counting (cache entries
     hold no reference cycles); only cyclic garbage that is younger than the last collection and
     still uncollected is frozen with them, and gen 0/1 are collected first so none is.
     """
@@ -84,9 +83,9 @@ def release_free_memory() -> None:
     malloc_trim(0)).
 
     The caches of a large cluster are millions of small dicts, tuples and sets; each full
-    collection walked them all with the GIL held, stalling every review for up to ~0.8 s at the
-    envelope (issue 19: p99 786 ms at 500/s). A list reads megabyte-sized JSON pages and keeps
-    compact entries; glibc kept the freed pages (malloc_trim is a no-op where libc has none; called
+    collection walks them all with the GIL held, stalling every review for up to ~0.8 s at the
+    envelope (p99 786 ms at 500/s). A list reads megabyte-sized JSON pages and keeps
+    compact entries; glibc keeps the freed pages (malloc_trim is a no-op where libc has none; called
     through ctypes, it runs without the GIL).
     """
     settle_page()
@@ -96,7 +95,7 @@ def release_free_memory() -> None:
 
 #: one relist of a large cache at a time in a process. A relist builds its fresh tables beside the
 #: old ones (no review waits on it), so every cache relisting at once (every watch breaks when the
-#: apiserver restarts) held every large cache twice: 417 -> 600 MiB at the envelope (issue 19). The
+#: apiserver restarts) would hold every large cache twice (417 -> 600 MiB at the envelope). The
 #: first lists at start-up run together (there is nothing old to hold beside them), and so do the
 #: relists of caches that held fewer than SERIAL_RELIST_OBJECTS objects: a handful of Roles must not
 #: stay out of sync while 100,000 Pods relist (seen: 48 s).

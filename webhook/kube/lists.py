@@ -27,7 +27,7 @@ def stream_audit_cluster(
     timeout_seconds: float = 30.0,
 ) -> list[dict[str, Any]]:
     """What `dra-guard audit --cluster` and the in-server periodic audit judge, without holding the
-    large kinds twice (issue 19: the audit of a 5,000-node cluster within 1 GiB).
+    large kinds twice (the audit of a 5,000-node cluster stays within 1 GiB).
 
     ClusterRoles, Roles, ClusterRoleBindings, RoleBindings, every Pod and (when resource.k8s.io is
     served) ResourceClaims are streamed page by page into the indexes of `facts` (a

@@ -43,7 +43,7 @@ class RateLimiter:
 class Pages:
     """A LIST of one resource in pages of LIST_PAGE_SIZE, iterated item by item: only the current
     page's raw objects are in memory, so a consumer that keeps a compact form of each object (the
-    informers' indexes) never holds the whole list (issue 9: peak RSS at start-up).
+    informers' indexes) never holds the whole list (peak RSS at start-up).
 
     Iterate once; afterwards `resource_version` is the list's resourceVersion and `count` the
     number of items. Each page is counted in dra_guard_kube_api_requests_total; API errors

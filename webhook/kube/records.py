@@ -46,6 +46,7 @@ from webhook import metrics
 from webhook.kube.certapi import MANAGED_BY_LABEL
 from webhook.kube.client import count, describe_error, server_of
 from webhook.kube.errors import api_failure
+from webhook.kube.leases import micro_time
 from webhook.model.claim_index import ClaimIndex
 from webhook.model.leaving import LeaveRecord, judge
 
@@ -111,11 +112,6 @@ class KubeLeases:
             )
             or {}
         )
-
-
-def micro_time(t: datetime.datetime) -> str:
-    """A Lease MicroTime string ("2026-12-01T10:00:00.000000Z") for aware datetime `t`."""
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseRecords:

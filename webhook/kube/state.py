@@ -100,7 +100,7 @@ class ClusterState:
                 on_event=self._binding_event,
                 timeout_seconds=timeout,
             ),
-            # Roles and RoleBindings (slimmed): namespaced powers in the sensitive namespaces (issue 16)
+            # Roles and RoleBindings (slimmed): namespaced powers in the sensitive namespaces (docs/threat-model.md)
             Informer(
                 name="roles",
                 list_func=rbac_api.list_role_for_all_namespaces,
@@ -195,8 +195,8 @@ class ClusterState:
         review is then judged from the watch-fed cache plus the pages read, which lags the API by
         the watch's delay only. Raises ClusterError when the apiserver gave no page in time or
         answered with an error, so the policy answers with its failureMode.
-        At most one full read per cluster.bindingRefreshIntervalSeconds (issue 21: each forged
-        ClusterRole review used to LIST every binding): a review within that time of the start of
+        At most one full read per cluster.bindingRefreshIntervalSeconds (a forged ClusterRole
+        review must not make each its own LIST of every binding): a review within that time of the start of
         the last complete read is judged from it plus the watch, which delivers later bindings
         within milliseconds.
         Counted in dra_guard_binding_refreshes_total{outcome}: read, shared, recent, partial, failed."""

@@ -1,4 +1,4 @@
-"""The default rules of the apiserver's bootstrap ClusterRoles that dra-guard knows (issue 16, path 7).
+"""The default rules of the apiserver's bootstrap ClusterRoles that dra-guard knows (docs/threat-model.md, path 7).
 
 A ClusterRole annotated rbac.authorization.kubernetes.io/autoupdate: "true" is reconciled by the
 apiserver at every start (k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy,

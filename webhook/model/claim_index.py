@@ -118,7 +118,7 @@ class ClaimIndex:
         """Replace every Pod (after a relist). `pods` may be a stream of list pages: it is consumed,
         reduced to PodInfo and indexed into fresh tables before the lock is taken; the lock is held
         only to swap the tables and re-place the claims usable anywhere (a few), so no review waits
-        on a relist of 100,000 pods (issue 19). Pod events come from the same informer thread, so
+        on a relist of 100,000 pods. Pod events come from the same informer thread, so
         nothing changes the pods while the fresh tables are built."""
         fresh = ClaimIndex(self._detection, self._can_write)
         for pod in pods:
@@ -165,7 +165,7 @@ class ClaimIndex:
     def redetect(self) -> None:
         """Judge every DaemonSet again (after RBAC changed what may write ResourceSlices). The
         judging (which may ask the RBAC index) runs outside this index's lock: evictions are not
-        held up by an RBAC watch event (issue 19). A DaemonSet replaced meanwhile keeps its newer verdict."""
+        held up by an RBAC watch event. A DaemonSet replaced meanwhile keeps its newer verdict."""
         with self._lock:
             daemonsets = dict(self._daemonsets)
         verdicts = {
@@ -205,8 +205,8 @@ class ClaimIndex:
     def replace_claims(self, items: Iterable[Mapping[str, Any]]) -> None:
         """Replace every ResourceClaim (after a relist). `items` may be a stream of list pages: it
         is consumed, reduced to ClaimInfo (unallocated claims dropped; at most one page of raw
-        claims in memory, issue 9) and indexed into fresh tables before the lock is taken; the lock
-        is held only to swap them in (issue 19: no review waits on a relist). Claim events come
+        claims in memory) and indexed into fresh tables before the lock is taken; the lock
+        is held only to swap them in (no review waits on a relist). Claim events come
         from the same informer thread; pods may move meanwhile, so the claims usable anywhere (the
         only ones placed by their pods) are placed again under the lock."""
         fresh = ClaimIndex(self._detection, self._can_write)
@@ -261,7 +261,7 @@ class ClaimIndex:
         if info.others and info.selector:
             self._by_labels.add(key)
         slots = {(driver, node) for node in nodes for driver in info.drivers}
-        self._slots[key] = tuple(slots)  # a tuple: ~150 bytes less than a set per claim (issue 19)
+        self._slots[key] = tuple(slots)  # a tuple: ~150 bytes less than a set per claim
         for dn in slots:
             self._by_driver_node.setdefault(dn, set()).add(key)
             self._claim_drivers_by_node.setdefault(dn[1], set()).add(dn[0])

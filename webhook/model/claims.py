@@ -25,7 +25,7 @@ _SETS: dict[frozenset[str], frozenset[str]] = {}
 
 def shared(values: frozenset[str]) -> frozenset[str]:
     """One frozenset object for equal sets of names (a claim's drivers, its nodes): 100,000 claims
-    of one driver on 5,000 nodes hold 5,001 sets, not 200,000 (about 200 bytes each; issue 19).
+    of one driver on 5,000 nodes hold 5,001 sets, not 200,000 (about 200 bytes each).
     Bounded: the table starts over past 100,000 distinct sets."""
     if len(_SETS) > 100_000:
         _SETS.clear()

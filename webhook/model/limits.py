@@ -1,4 +1,4 @@
-"""How much one reviewed object may make dra-guard evaluate (config server.limits, issue 21).
+"""How much one reviewed object may make dra-guard evaluate (config server.limits).
 
 A forged or hostile review can carry an object far larger than any real one (a ClusterRole whose
 aggregationRule lists 500,000 label values, a binding with a million subjects): judging it would

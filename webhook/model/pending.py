@@ -1,6 +1,6 @@
 """Pending: the RBAC objects this replica allowed a moment ago that its watch has not delivered
-yet (issue 16, path 9: a role UPDATE adding DRA write and a binding of that role sent at the same
-moment were both stored about one try in five).
+yet (docs/threat-model.md, path 9: without it, a role UPDATE adding DRA write and a binding of that
+role sent at the same moment could both be stored).
 
 A review first records its own object here, then judges reading the other kind's pending
 objects; since both records happen before either read, of two concurrent reviews at least one

@@ -1,5 +1,5 @@
 """Escalation powers: PolicyRules that are as good as DRA write, because they let a user act as,
-or switch off, someone who holds it (issue 16; docs/threat-model.md lists every path).
+or switch off, someone who holds it (docs/threat-model.md lists every path).
 
 Source: Kubernetes "Role Based Access Control Good Practices", section "Privilege escalation
 risks" (impersonate, bind/escalate, serviceaccounts/token, workload creation, secrets, admission

@@ -66,7 +66,7 @@ def compile_selector(selector: Any) -> LabelMatcher:
     """A metav1.LabelSelector dict made into a function labels -> bool (an empty selector matches
     everything). The values of In / NotIn are held as sets, so matching costs O(number of
     requirements), not O(number of values): a selector with 500,000 values is read once, then each
-    role's labels are looked up in it (issue 21).
+    role's labels are looked up in it.
 
     Supports matchLabels and matchExpressions with In, NotIn, Exists, DoesNotExist. An unknown
     operator matches nothing (the apiserver would have rejected it).

@@ -52,7 +52,7 @@ class RbacIndex:
         self._bindings: dict[Key, dict[str, Any]] = {}
         self._by_role: dict[Key, set[Key]] = {}  # roleRef key -> binding keys
         # ("sa", "namespace/name") or ("group", name) -> keys of the ClusterRoleBindings whose subjects
-        # can be that ServiceAccount (issue 19: service_account_may_write reads these, not all bindings)
+        # can be that ServiceAccount (service_account_may_write reads these, not all bindings)
         self._sa_reach: dict[tuple[str, str], set[Key]] = {}
         self._grants_memo: dict[tuple[Key, int], tuple[Grant, ...]] = {}  # (role key, id(config)) -> grants
         self._visiting: set[Key] = set()
@@ -81,8 +81,8 @@ class RbacIndex:
 
     def _matcher(self, name: str) -> LabelMatcher:
         """The compiled aggregationRule (bootstrap defaults included) of indexed aggregating
-        ClusterRole `name`: selector values held as sets, compiled once per RBAC change (issue 21;
-        the lock is held)."""
+        ClusterRole `name`: selector values held as sets, compiled once per RBAC change (the
+        lock is held)."""
         found = self._matchers.get(name)
         if found is None:
             found = self._matchers[name] = aggregation_matcher(self._aggregation(name)) or (lambda labels: False)
@@ -156,8 +156,8 @@ class RbacIndex:
         """Replace every ClusterRole (namespaced: every Role) with `objects` (after a relist).
         `objects` may be a stream of list pages: it is consumed, slimmed and put in a fresh table
         before the lock is taken; under the lock only the other kind's entries are copied in and
-        the tables swapped; the old table is freed after, outside the lock (issue 19: a relist of
-        50,000 ClusterRoles held the lock for ~200 ms)."""
+        the tables swapped; the old table is freed after, outside the lock (so no review waits
+        on a relist of 50,000 ClusterRoles)."""
         fresh = {_key(s): s for s in map(slim_role, objects)}
         aggregators = None if namespaced else {k[1] for k, s in fresh.items() if "aggregationRule" in with_defaults(s)}
         with self._lock:
@@ -177,7 +177,7 @@ class RbacIndex:
         5,000 RoleBindings), the new bindings are indexed into fresh tables outside the lock and the
         lock is held to index the other kind's into them and swap; otherwise the old bindings of
         this kind are replaced in place under the lock. Either way the lock is held for the smaller
-        side's work only (issue 19: a relist of 50,000 held it for ~340 ms)."""
+        side's work only."""
         slims = [slim_binding(o) for o in objects]
         with self._lock:
             others = sum(1 for k in self._bindings if bool(k[0]) != namespaced)

@@ -1,4 +1,4 @@
-"""What the RBAC index keeps of each object (issue 19: memory at 50,000 roles and bindings).
+"""What the RBAC index keeps of each object (memory: 50,000 roles and bindings at the scalability envelope).
 
 Slimmed copies: no managedFields, no annotations but those dra-guard reads (kubectl's
 last-applied-configuration is a copy of the whole object), and the repeated short strings of
@@ -16,7 +16,7 @@ from webhook.model.claims import pod_is_relevant
 from webhook.model.readers import annotations_of, as_list, as_map, labels_of, name_of, namespace_of
 
 #: the annotations dra-guard reads (bootstrap autoupdate, break-glass); others, such as kubectl's
-#: last-applied-configuration (a copy of the whole object), are not kept (issue 19: memory)
+#: last-applied-configuration (a copy of the whole object), are not kept (memory)
 #: a ClusterRoleBinding with this annotation (value: a reason) may give DRA write (policies/rbac.py)
 BREAK_GLASS_ANNOTATION = "dra-guard.io/allow-dra-write"
 KEPT_ANNOTATIONS = (AUTOUPDATE, BREAK_GLASS_ANNOTATION)
@@ -30,7 +30,7 @@ def _kept_annotations(obj: Mapping[str, Any]) -> dict[str, Any]:
 def compact(value: Any) -> Any:
     """A copy of a parsed JSON value with every short string interned: RBAC rules and subjects
     repeat the same verbs, resources, groups and kinds in every role ("get", "pods", "apps"), and
-    50,000 roles would otherwise hold a string object for each (issue 19: memory). Lists stay
+    50,000 roles would otherwise hold a string object for each. Lists stay
     lists (the readers expect them)."""
     if isinstance(value, str):
         return sys.intern(value) if len(value) <= 64 else value
@@ -79,7 +79,7 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 def audit_view(obj: dict[str, Any]) -> dict[str, Any] | None:
     """What `dra-guard audit --cluster` keeps of one listed object (kind set), or None to drop it
-    (issue 19: the audit of a 5,000-node cluster within 1 GiB). Every kind loses managedFields
+    (so that the audit of a 5,000-node cluster stays within 1 GiB). Every kind loses managedFields
     (a ResourceSlice keeps each entry's apiVersion and manager: the beta-API check reads them) and
     kubectl's last-applied annotation; a Pod outside kube-system is kept only when the claim index
     would keep it (DaemonSet-owned or using claims), and then only what PodInfo reads; a

@@ -15,7 +15,7 @@ from typing import Any
 from webhook.model.leaving import LeaveRecord
 from webhook.model.readers import short
 
-__all__ = ["ALLOW", "Decision", "Finding", "Record", "short"]
+__all__ = ["ALLOW", "Decision", "Finding", "Record", "Tally", "short"]
 
 #: results of writing a Record: owned (the allow holds) or not (the refusal answers)
 OWNED = ("created", "renewed", "taken_over")
@@ -117,6 +117,19 @@ class Decision:
         if why:
             finding = dataclasses.replace(finding, message=f"{finding.message} (Shared record: {why}.)")
         return Decision(findings=(finding,))
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    """What a policy's final answer adds to its own metrics (pure data: the policy says what to
+    count, webhook.admission.record_tally counts it; policies import no metrics).
+
+    driver_evictions: (driver, decision) pairs, each one more dra_guard_driver_evictions_total.
+    blocking_claims: (node, claims) pairs, each setting dra_guard_blocking_claims{node} to claims.
+    """
+
+    driver_evictions: tuple[tuple[str, str], ...] = ()
+    blocking_claims: tuple[tuple[str, int], ...] = ()
 
 
 ALLOW = Decision()

@@ -36,7 +36,6 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from webhook import metrics
 from webhook.config import Config, DetectionConfig, EvictionConfig
 from webhook.model import attribution, drivers
 from webhook.model.claim_index import ClaimIndex
@@ -44,7 +43,7 @@ from webhook.model.claims import Hold
 from webhook.model.facts import Facts
 from webhook.model.leaving import record_for
 from webhook.model.readers import as_map, as_str, name_of
-from webhook.policies.decision import ALLOW, Decision, Finding, Record, short
+from webhook.policies.decision import ALLOW, Decision, Finding, Record, Tally, short
 
 POLICY = "eviction"
 
@@ -212,31 +211,31 @@ def review(
 
 def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
     """review() over the claim index, refusing with 429 while the caches are older than
-    eviction.maxCacheAgeSeconds. (The registry's `review`; its `account` counts the final answer.)"""
+    eviction.maxCacheAgeSeconds. (The registry's `review`; its `account` says what the final answer counts.)"""
     return review(request, index=facts.claims, config=config.eviction, synced=facts.fresh(config.eviction.max_cache_age_seconds))
 
 
-def account(request: Mapping[str, Any], decision: Decision, facts: Facts, *, mode: str) -> None:
-    """Metrics of the drain-order guard's final answer (after any shared record: Decision.settle):
+def account(request: Mapping[str, Any], decision: Decision, facts: Facts, *, mode: str) -> Tally:
+    """What the drain-order guard's final answer (after any shared record: Decision.settle) counts:
     driver pod evictions by driver and decision (dra_guard_driver_evictions_total: "refused" in
     enforce mode, "would-refuse" in warn and audit mode, where the eviction was let through,
     "allowed"), and the claims blocking a node's driver at its last such eviction
     (dra_guard_blocking_claims). mode: the eviction policy's mode."""
-    index = facts.claims
+    evictions: list[tuple[str, str]] = []
+    blocking: list[tuple[str, int]] = []
     refused = [f for f in decision.findings if f.check in ("driver-still-needed", "leave-record-failed")]
     label = "refused" if mode == "enforce" else "would-refuse"
     for f in refused:
-        for name in f.details["drivers"]:
-            metrics.DRIVER_EVICTIONS.labels(driver=name, decision=label).inc()
-        metrics.BLOCKING_CLAIMS.labels(node=f.details["node"]).set(len(f.details["claims"]))
+        evictions.extend((name, label) for name in f.details["drivers"])
+        blocking.append((f.details["node"], len(f.details["claims"])))
     if not decision.findings:
-        found = index.driver_of_pod(as_str(request.get("namespace")), as_str(request.get("name")))
+        found = facts.claims.driver_of_pod(as_str(request.get("namespace")), as_str(request.get("name")))
         if found is not None:
             pod, driver = found
-            for name in driver.names or ("unknown",):
-                metrics.DRIVER_EVICTIONS.labels(driver=name, decision="allowed").inc()
+            evictions.extend((name, "allowed") for name in driver.names or ("unknown",))
             if pod.node:
-                metrics.BLOCKING_CLAIMS.labels(node=pod.node).set(0)
+                blocking.append((pod.node, 0))
+    return Tally(driver_evictions=tuple(evictions), blocking_claims=tuple(blocking))
 
 
 # --------------------------------------------------------------------------- undeclared drivers

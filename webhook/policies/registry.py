@@ -20,7 +20,7 @@ from typing import Any, Protocol, cast
 from webhook.config import DEFAULT_FAILURE_MODES, Config, FailureMode
 from webhook.model.facts import Facts
 from webhook.policies import eviction, probes, rbac
-from webhook.policies.decision import Decision, Finding
+from webhook.policies.decision import Decision, Finding, Tally
 
 #: the source page: "Good practices for Dynamic Resource Allocation as a Cluster Admin"
 PAGE = "https://kubernetes.io/docs/concepts/cluster-administration/dra/"
@@ -33,12 +33,12 @@ Review = Callable[[Mapping[str, Any], Facts, Config], Decision]
 Audit = Callable[[Facts, Config, Mapping[str, list[dict[str, Any]]]], Iterable[Finding]]
 
 
-#: request dict + the final Decision (after any shared record) + Facts -> nothing (its metrics)
+#: request dict + the final Decision (after any shared record) + Facts -> Tally (its own metrics)
 class Account(Protocol):
-    """Counts a policy's own metrics of its final answer: (the request, the final Decision, the
-    Facts it was judged on, mode: the policy's mode)."""
+    """What a policy's final answer adds to its own metrics: (the request, the final Decision, the
+    Facts it was judged on, mode: the policy's mode) -> Tally, which webhook.admission counts."""
 
-    def __call__(self, request: Mapping[str, Any], decision: Decision, facts: Facts, *, mode: str) -> None: ...
+    def __call__(self, request: Mapping[str, Any], decision: Decision, facts: Facts, *, mode: str) -> Tally: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +51,8 @@ class Policy:
     title: one line for --help and docs.
     source: the section of the source page the policy enforces (a URL).
     review: the decision on one request. audit: findings about existing objects, or None.
-    account: counts the policy's own metrics of the final answer (once Decision.record is settled), or None.
-    first: served first (issue 21): its own share of the server's threads (server.reservedThreads),
+    account: what the final answer (once Decision.record is settled) adds to the policy's own metrics, or None.
+    first: served first: its own share of the server's threads (server.reservedThreads),
     which no other policy's reviews can take, and a review not judged in time (overload, deadline,
     limits) is answered 429 TooManyRequests "retry" whatever its failureMode, never an allow by
     timeout. The eviction guard: drains retry on 429, and its failurePolicy Ignore would turn a

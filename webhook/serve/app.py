@@ -12,12 +12,17 @@ Routes (the policies' paths come from webhook.policies.registry):
   GET  /readyz            200 when the serving certificate is loaded and the caches have synced
   GET  /metrics           Prometheus metrics
 
+Each route is a small object built by create_app: a PolicyRoute per policy of the registry (its
+lane, deadline, overload answers and judging; its review wrapped in ExceptedReview), NoopRoute,
+Readiness.view; Reader reads and checks the request's body for them.
+
 A body that is not a usable AdmissionReview gets HTTP 400 with {"error": "..."}; every other
 error is JSON too (404, 405, 500): never an HTML page, never a traceback.
 
 A decision whose allow depends on a shared record (Decision.record: a driver pod leaving on the
 strength of its Ready peer) is settled here, inside the review's deadline, by the `records`
-writer (webhook.kube.records) before it is answered; then the policy's `account` counts it.
+writer (webhook.kube.records) before it is answered; then what the policy's `account` tallies of it
+is counted (webhook.admission.record_tally).
 """
 
 from __future__ import annotations
@@ -73,48 +78,57 @@ class Readiness:
             reasons.append(why)
         return not reasons, reasons
 
+    def view(self) -> tuple[Response, int]:
+        """GET /readyz: {"ready": bool, "reasons": [...]}, 200 when ready, else 503."""
+        ok, reasons = self.check()
+        return jsonify(ready=ok, reasons=reasons), 200 if ok else 503
+
+
+class ExceptedReview:
+    """A policy's review with the config's exceptions applied (webhook.policies.exceptions) at the
+    time of the review: request dict -> Decision. Counts and logs the exceptions it used."""
+
+    def __init__(self, name: str, review: Review, config: Config, facts: Facts) -> None:
+        self.name, self.review, self.config, self.facts = name, review, config, facts
+
+    def __call__(self, req: Mapping[str, Any]) -> Decision:
+        decision = self.review(req, self.facts, self.config)
+        if not self.config.exceptions or not decision.findings:
+            return decision
+        excepted, used, expired = exceptions.admit(decision, self.config.exceptions, now=datetime.datetime.now(datetime.UTC))
+        if used:
+            metrics.EXCEPTION_MATCHES.labels(policy=self.name, state="active").inc()
+        if expired:
+            metrics.EXCEPTION_MATCHES.labels(policy=self.name, state="expired").inc()
+        for e in expired:
+            log.warning(
+                "exception expired",
+                extra={
+                    "policy": self.name,
+                    "exception": e.ref,
+                    "owner": e.owner,
+                    "expires": e.expires.isoformat(),
+                    "uid": req.get("uid"),
+                },
+            )
+        obj = req.get("object")
+        if (
+            self.name == "rbac"
+            and excepted.allowed
+            and not decision.allowed
+            and req.get("dryRun") is not True
+            and isinstance(obj, Mapping)
+        ):
+            # the RBAC guard dropped the object it refused from its pending record; allowed after
+            # all, it goes back, so a concurrent review of its role sees it (webhook.model.pending)
+            self.facts.rbac.pending.add(obj)
+        return excepted
+
 
 def policy_routes(config: Config, facts: Facts) -> dict[str, tuple[str, Callable[[Mapping[str, Any]], Decision]]]:
     """URL path -> (policy name, request -> Decision) for every policy in the registry, the config's
-    exceptions applied (webhook.policies.exceptions) at the time of the review."""
-
-    def bind(name: str, review: Review) -> Callable[[Mapping[str, Any]], Decision]:
-        def evaluate(req: Mapping[str, Any]) -> Decision:
-            decision = review(req, facts, config)
-            if not config.exceptions or not decision.findings:
-                return decision
-            excepted, used, expired = exceptions.admit(decision, config.exceptions, now=datetime.datetime.now(datetime.UTC))
-            if used:
-                metrics.EXCEPTION_MATCHES.labels(policy=name, state="active").inc()
-            if expired:
-                metrics.EXCEPTION_MATCHES.labels(policy=name, state="expired").inc()
-            for e in expired:
-                log.warning(
-                    "exception expired",
-                    extra={
-                        "policy": name,
-                        "exception": e.ref,
-                        "owner": e.owner,
-                        "expires": e.expires.isoformat(),
-                        "uid": req.get("uid"),
-                    },
-                )
-            obj = req.get("object")
-            if (
-                name == "rbac"
-                and excepted.allowed
-                and not decision.allowed
-                and req.get("dryRun") is not True
-                and isinstance(obj, Mapping)
-            ):
-                # the RBAC guard dropped the object it refused from its pending record; allowed after
-                # all, it goes back, so a concurrent review of its role sees it (webhook.model.pending)
-                facts.rbac.pending.add(obj)
-            return excepted
-
-        return evaluate
-
-    return {p.path: (p.name, bind(p.name, p.review)) for p in POLICIES}
+    exceptions applied (ExceptedReview) at the time of the review."""
+    return {p.path: (p.name, ExceptedReview(p.name, p.review, config, facts)) for p in POLICIES}
 
 
 def settled(decision: Decision, request: Mapping[str, Any], *, records: Recorder | None, deadline: float) -> Decision:
@@ -127,123 +141,147 @@ def settled(decision: Decision, request: Mapping[str, Any], *, records: Recorder
     return decision.settle(*records(decision.record.lease, deadline))
 
 
-def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = None, records: Recorder | None = None) -> Flask:
-    """Build the Flask app serving the admission endpoints of the registry for `config` over `cluster`'s facts
-    (webhook.kube.state.ClusterState when serving). records: the shared-record writer (None: none
-    is written, e.g. --no-cluster; each replica then guards surge pairs on its own)."""
-    app = Flask("dra_guard")
-    # one byte more than allowed: werkzeug caps a chunked body silently at this size, so reading
-    # limit + 1 bytes tells a body over the limit from one exactly at it
-    app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes + 1
-    ready = readiness or Readiness(cluster=cluster)
+class Reader:
+    """Reads the current request (flask.request) for the admission routes, under `config.server`."""
 
-    def read_review(path: str, *, peek: bool = False) -> dict[str, Any] | Response:
+    def __init__(self, config: Config) -> None:
+        self.server = config.server
+
+    def on_probe_port(self) -> bool:
+        """Whether this request came to server.probePort (no client certificate asked there)."""
+        port = self.server.probe_port
+        return bool(port) and request.environ.get("SERVER_PORT") == str(port)
+
+    def review(self, path: str, *, peek: bool = False) -> dict[str, Any] | Response:
         """The request's AdmissionReview dict, or the 400 Response saying why there is none. peek:
         only apiVersion and request.uid are needed (an overload answer): read without parsing the
         whole body when they can be found at its start (admission.peek_review)."""
         mimetype = request.mimetype
         if mimetype != "application/json":
             return _bad_request(path, f"Content-Type must be application/json, got {mimetype or 'none'!r}")
-        limit = config.server.max_request_bytes
+        limit = self.server.max_request_bytes
         try:
             body = request.stream.read(limit + 1)  # chunked bodies have no Content-Length to check first
         except RequestEntityTooLarge:
-            return _bad_request(path, f"body is larger than server.maxRequestBytes ({limit} bytes)")
+            return self.too_large()
         except Exception as exc:  # gunicorn raises its own errors for malformed chunked bodies
             return _bad_request(path, f"body could not be read: {type(exc).__name__}")
         if len(body) > limit:
-            return _bad_request(path, f"body is larger than server.maxRequestBytes ({limit} bytes)")
+            return self.too_large()
         try:
             return (peek and admission.peek_review(body)) or admission.parse_review(body)
         except admission.BadRequest as exc:
             return _bad_request(path, str(exc))
 
-    first = {p.name for p in POLICIES if p.first}
-    lanes = lanes_for(config.server.threads, config.server.reserved_threads, first, [p.name for p in POLICIES])
-    # one large review parsed and judged at a time per worker: a body of ~3-byte JSON values ({},{},..)
-    # decodes to ~30x its size, and 8 bodies of 8 MiB at once took a worker past 1 GiB (an OOM kill
-    # lets every eviction in flight through); small ones, evictions among them, never wait for it
-    large = Lane("large", 1)
-    limits = functools.partial(over_limit, limits=config.server)
+    def too_large(self, _: RequestEntityTooLarge | None = None) -> Response:
+        """The 400 answer to a body over server.maxRequestBytes (also werkzeug's error handler)."""
+        return _bad_request(request.path, f"body is larger than server.maxRequestBytes ({self.server.max_request_bytes} bytes)")
 
-    def make_view(path: str, policy: str, evaluate: Callable[[Mapping[str, Any]], Decision]) -> Callable[[], Response]:
-        lane, settings, is_first = lanes[policy], config.policy(policy), policy in first
-        account = by_name(policy).account
+
+class PolicyRoute:
+    """The view of one policy's admission endpoint (POST `path`): the review waits for a thread of
+    its policy's lane (and, when large, for the worker's one large slot) until its deadline, is
+    read, judged by `evaluate`, its shared record settled and its Tally counted; a review that
+    cannot be judged in time gets the overload answer at once."""
+
+    def __init__(
+        self,
+        path: str,
+        policy: str,
+        evaluate: Callable[[Mapping[str, Any]], Decision],
+        *,
+        config: Config,
+        cluster: Facts,
+        lane: Lane,
+        large: Lane,
+        first: bool,
+        reader: Reader,
+        records: Recorder | None,
+    ) -> None:
+        self.path, self.policy, self.evaluate = path, policy, evaluate
+        self.cluster, self.records, self.reader = cluster, records, reader
+        #: the lane it enters (tests and debugging read it too)
+        self.lane, self.large, self.first = lane, large, first
+        self.settings = config.policy(policy)
+        self.account = by_name(policy).account
         # the policy's own deadline (the chart sets it from its webhook's timeoutSeconds), else the server's
-        budget = settings.review_deadline_seconds or config.server.review_deadline_seconds
-        budget_key = settings.deadline_key(policy)
+        self.budget = self.settings.review_deadline_seconds or config.server.review_deadline_seconds
+        self.budget_key = self.settings.deadline_key(policy)
+        self.limits = functools.partial(over_limit, limits=config.server)
+        self.__name__ = f"review_{policy}"
 
-        def view() -> Response:
-            if on_probe_port():
-                return _not_here()
-            arrival = arrived(request.environ)
-            try:
-                return answer(arrival + budget)
-            finally:
-                metrics.REVIEW_AGE.labels(policy=policy).observe(time.monotonic() - arrival)
-
-        def shed(cause: str, why: str) -> Response:
-            """The overload answer, at once (reading only the body's head): never queue past the timeout."""
-            review = read_review(path, peek=True)
-            if isinstance(review, Response):
-                return review
-            return jsonify(
-                admission.overload_answer(review, policy=policy, settings=settings, first=is_first, cause=cause, why=why)
-            )
-
-        def answer(deadline: float) -> Response:
-            if time.monotonic() >= deadline:  # it waited (accept queue, worker queue) past its deadline
-                return shed("deadline", f"overloaded: it waited in the queue past {budget_key}")
-            if not lane.enter(deadline):
-                return shed("overload", f"overloaded: its {lane.slots} server threads are busy")
-            try:
-                size = request.content_length
-                if size is None or size > LARGE_REVIEW_BYTES:
-                    if not large.enter(deadline):
-                        return shed("overload", "overloaded: another large review is being judged")
-                    try:
-                        return judge(deadline)
-                    finally:
-                        large.leave()
-                return judge(deadline)
-            finally:
-                lane.leave()
-
-        def judge(deadline: float) -> Response:
-            """The review read, parsed and judged by the policy (in the lane's threads, until `deadline`)."""
-            review = read_review(path)
-            if isinstance(review, Response):
-                return review
-
-            def final(req: Mapping[str, Any]) -> Decision:
-                decision = settled(evaluate(req), req, records=records, deadline=deadline)
-                if account is not None:
-                    account(req, decision, cluster, mode=settings.mode)
-                return decision
-
-            def judged(req: Mapping[str, Any]) -> Decision:
-                return lane.judge(final, req, deadline, deadline_key=budget_key)
-
-            return jsonify(
-                admission.respond(review, policy=policy, evaluate=judged, settings=settings, first=is_first, limits=limits)
-            )
-
-        view.__name__ = f"review_{policy}"
-        view.lane = lane  # type: ignore[attr-defined]  # for tests and debugging: the lane it enters
-        return view
-
-    for path, (policy, evaluate) in policy_routes(config, cluster).items():
-        app.add_url_rule(path, view_func=make_view(path, policy, evaluate), methods=["POST"])
-
-    def on_probe_port() -> bool:
-        """Whether this request came to server.probePort (no client certificate asked there)."""
-        port = config.server.probe_port
-        return bool(port) and request.environ.get("SERVER_PORT") == str(port)
-
-    def noop() -> Response:
-        if on_probe_port():
+    def __call__(self) -> Response:
+        if self.reader.on_probe_port():
             return _not_here()
-        review = read_review(NOOP_PATH)
+        arrival = arrived(request.environ)
+        try:
+            return self.answer(arrival + self.budget)
+        finally:
+            metrics.REVIEW_AGE.labels(policy=self.policy).observe(time.monotonic() - arrival)
+
+    def shed(self, cause: str, why: str) -> Response:
+        """The overload answer, at once (reading only the body's head): never queue past the timeout."""
+        review = self.reader.review(self.path, peek=True)
+        if isinstance(review, Response):
+            return review
+        return jsonify(
+            admission.overload_answer(review, policy=self.policy, settings=self.settings, first=self.first, cause=cause, why=why)
+        )
+
+    def answer(self, deadline: float) -> Response:
+        """The answer to the review, judged in the lane's threads or shed, by `deadline` (time.monotonic())."""
+        if time.monotonic() >= deadline:  # it waited (accept queue, worker queue) past its deadline
+            return self.shed("deadline", f"overloaded: it waited in the queue past {self.budget_key}")
+        if not self.lane.enter(deadline):
+            return self.shed("overload", f"overloaded: its {self.lane.slots} server threads are busy")
+        try:
+            size = request.content_length
+            if size is None or size > LARGE_REVIEW_BYTES:
+                if not self.large.enter(deadline):
+                    return self.shed("overload", "overloaded: another large review is being judged")
+                try:
+                    return self.judge(deadline)
+                finally:
+                    self.large.leave()
+            return self.judge(deadline)
+        finally:
+            self.lane.leave()
+
+    def judge(self, deadline: float) -> Response:
+        """The review read, parsed and judged by the policy (in the lane's threads, until `deadline`)."""
+        review = self.reader.review(self.path)
+        if isinstance(review, Response):
+            return review
+
+        def judged(req: Mapping[str, Any]) -> Decision:
+            final = functools.partial(self.final, deadline=deadline)
+            return self.lane.judge(final, req, deadline, deadline_key=self.budget_key)
+
+        return jsonify(
+            admission.respond(
+                review, policy=self.policy, evaluate=judged, settings=self.settings, first=self.first, limits=self.limits
+            )
+        )
+
+    def final(self, req: Mapping[str, Any], *, deadline: float) -> Decision:
+        """The policy's decision on `req` once its shared record is settled, its Tally counted."""
+        decision = settled(self.evaluate(req), req, records=self.records, deadline=deadline)
+        if self.account is not None:
+            admission.record_tally(self.account(req, decision, self.cluster, mode=self.settings.mode))
+        return decision
+
+
+class NoopRoute:
+    """POST NOOP_PATH: reads and checks an AdmissionReview, then allows it (the benchmarks' floor)."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader = reader
+        self.__name__ = "noop"
+
+    def __call__(self) -> Response:
+        if self.reader.on_probe_port():
+            return _not_here()
+        review = self.reader.review(NOOP_PATH)
         if isinstance(review, Response):
             return review
         return jsonify(
@@ -254,35 +292,61 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
             }
         )
 
-    app.add_url_rule(NOOP_PATH, view_func=noop, methods=["POST"])
 
-    @app.get("/healthz")
-    def healthz() -> Response:
-        return jsonify(status="ok")
-
-    @app.get("/readyz")
-    def readyz() -> tuple[Response, int]:
-        ok, reasons = ready.check()
-        return jsonify(ready=ok, reasons=reasons), 200 if ok else 503
-
-    @app.get("/metrics")
-    def prometheus() -> Response:
-        return Response(generate_latest(), content_type=CONTENT_TYPE_LATEST)
-
-    @app.errorhandler(RequestEntityTooLarge)
-    def too_large(_: RequestEntityTooLarge) -> Response:
-        return _bad_request(request.path, f"body is larger than server.maxRequestBytes ({config.server.max_request_bytes} bytes)")
-
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> tuple[Response, int]:
-        return jsonify(error=f"{exc.name}: {exc.description}"), exc.code or 500
-
-    @app.errorhandler(Exception)
-    def internal_error(exc: Exception) -> tuple[Response, int]:
-        log.exception("unhandled error", extra={"path": request.path})
-        return jsonify(error="internal error; see the dra-guard logs"), 500
-
+def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = None, records: Recorder | None = None) -> Flask:
+    """Build the Flask app serving the admission endpoints of the registry for `config` over `cluster`'s facts
+    (webhook.kube.state.ClusterState when serving). records: the shared-record writer (None: none
+    is written, e.g. --no-cluster; each replica then guards surge pairs on its own)."""
+    app = Flask("dra_guard")
+    # one byte more than allowed: werkzeug caps a chunked body silently at this size, so reading
+    # limit + 1 bytes tells a body over the limit from one exactly at it
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes + 1
+    reader = Reader(config)
+    first = {p.name for p in POLICIES if p.first}
+    lanes = lanes_for(config.server.threads, config.server.reserved_threads, first, [p.name for p in POLICIES])
+    # one large review parsed and judged at a time per worker: a body of ~3-byte JSON values ({},{},..)
+    # decodes to ~30x its size, and 8 bodies of 8 MiB at once took a worker past 1 GiB (an OOM kill
+    # lets every eviction in flight through); small ones, evictions among them, never wait for it
+    large = Lane("large", 1)
+    for path, (policy, evaluate) in policy_routes(config, cluster).items():
+        route = PolicyRoute(
+            path,
+            policy,
+            evaluate,
+            config=config,
+            cluster=cluster,
+            lane=lanes[policy],
+            large=large,
+            first=policy in first,
+            reader=reader,
+            records=records,
+        )
+        app.add_url_rule(path, endpoint=route.__name__, view_func=route, methods=["POST"])
+    app.add_url_rule(NOOP_PATH, endpoint="noop", view_func=NoopRoute(reader), methods=["POST"])
+    app.add_url_rule("/healthz", endpoint="healthz", view_func=_healthz, methods=["GET"])
+    app.add_url_rule("/readyz", endpoint="readyz", view_func=(readiness or Readiness(cluster=cluster)).view, methods=["GET"])
+    app.add_url_rule("/metrics", endpoint="prometheus", view_func=_prometheus, methods=["GET"])
+    app.register_error_handler(RequestEntityTooLarge, reader.too_large)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _internal_error)
     return app
+
+
+def _healthz() -> Response:
+    return jsonify(status="ok")
+
+
+def _prometheus() -> Response:
+    return Response(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+
+
+def _http_error(exc: HTTPException) -> tuple[Response, int]:
+    return jsonify(error=f"{exc.name}: {exc.description}"), exc.code or 500
+
+
+def _internal_error(exc: Exception) -> tuple[Response, int]:
+    log.exception("unhandled error", extra={"path": request.path})
+    return jsonify(error="internal error; see the dra-guard logs"), 500
 
 
 def _bad_request(path: str, message: str) -> Response:

@@ -1,9 +1,9 @@
 """The periodic audit's own process: `python -m webhook.serve.audit_child`, started by the serving
 worker (webhook.serve.periodic) once per interval, never sharing the worker's interpreter.
 
-Why a process (issue 19): at the scalability envelope the audit is ~7 s of pure-Python work. Run in
-a thread of the serving worker it held the GIL beside the request threads, and the no-op floor's
-p99 rose to 3.6 s, past the 3 s webhook timeout, so an eviction could pass through
+Why a process: at the scalability envelope the audit is ~7 s of pure-Python work. Run in a thread
+of the serving worker it would hold the GIL beside the request threads, and the no-op floor's p99
+would rise past the 3 s webhook timeout (3.6 s measured), so an eviction could pass through
 failurePolicy Ignore during every audit. A child lists what it judges itself (streamed, as
 `dra-guard audit --cluster` does), runs at a lower CPU priority (nice 10) than the worker, and
 returns its memory to the system when it exits.

@@ -1,5 +1,5 @@
-"""Capacity and deadlines of the admission reviews in one worker (issue 21: every review answered
-within its budget, evictions first, overload shed fast).
+"""Capacity and deadlines of the admission reviews in one worker: every review answered within
+its budget, evictions first, overload shed fast.
 
 gunicorn's gthread worker serves requests with `server.threads` threads from one FIFO queue. Here:
 

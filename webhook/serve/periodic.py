@@ -4,7 +4,7 @@ gauge dra_guard_violations{policy,mode} and, when the wgpolicyk8s.io/v1alpha2 CR
 dra-guard's ClusterPolicyReport and PolicyReports (replacing its previous ones).
 
 The worker keeps the Lease and the gauges; the audit itself runs in a process of its own
-(webhook.serve.audit_child), so its CPU and memory never stall the reviews (issue 19).
+(webhook.serve.audit_child), so its CPU and memory never stall the reviews.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from certs.selfmanaged import hold_lease
 from webhook import metrics
 from webhook.config import Config
 from webhook.kube import client as kube_client
@@ -70,9 +69,7 @@ class PeriodicAudit:
         """Audit the live cluster now, in a process of its own, if this replica holds the Lease;
         its summary, or None. Raises AuditChildError or kube_client.API_ERRORS."""
         now = datetime.datetime.now(datetime.UTC)
-        if not hold_lease(
-            self.lease_api, self.lease_name, identity=self.identity, now=now, duration_seconds=self.lease_seconds()
-        ):
+        if not self.lease_api.hold_lease(self.lease_name, identity=self.identity, now=now, duration_seconds=self.lease_seconds()):
             return None
         summary = run_in_child(
             self.request,

@@ -119,7 +119,7 @@ holds namespaces and names to Kubernetes name syntax, so nothing else reaches th
 {{- end }}
 
 {{/*
-The dra-guard configuration file (webhook/config.py format): config values verbatim, plus the
+The dra-guard configuration file (the format webhook/config/ declares): config values verbatim, plus the
 certificates section naming the objects this chart creates.
 */}}
 {{- define "dra-guard.config" -}}

@@ -27,8 +27,9 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
       scope: "*"
   # Roles and RoleBindings are reviewed in every namespace but webhooks.excludedNamespaces, kube-system
   # and dra-guard's own included: a RoleBinding there can let a user act as a ServiceAccount that
-  # holds DRA write, or rewrite dra-guard (issue 16). The chart's own Role/RoleBinding are created
-  # before the webhook configuration on install and are written by a cluster admin on upgrade.
+  # holds DRA write, or rewrite dra-guard (docs/threat-model.md, paths 2 to 4). The chart's own
+  # Role/RoleBinding are created before the webhook configuration on install and are written by a
+  # cluster admin on upgrade.
   {{- with $w.excludedNamespaces }}
   namespaceSelector:
     matchExpressions:

@@ -1,0 +1,66 @@
+"""Holding a coordination.k8s.io/v1 Lease: one writer at a time among dra-guard's replicas.
+
+hold_lease() takes or renews a Lease for one holder: the certificate writers' Lease of
+`certificates.mode: self` (certs.selfmanaged.Reconciler, through its CertApi port) and the
+periodic audit's (webhook.serve.periodic). The calls go through the port's get_lease,
+create_lease and update_lease (webhook.kube.certapi.KubeCertApi over the API; a fake in unit tests).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from certs.ports import Conflict
+
+
+class LeaseCalls(Protocol):
+    """The Lease calls hold_lease makes, in one namespace: coordination.k8s.io/v1 dicts; create and
+    update raise certs.ports.Conflict on 409; get returns None when there is none."""
+
+    def get_lease(self, name: str) -> dict[str, Any] | None: ...
+    def create_lease(self, lease: Mapping[str, Any]) -> None: ...
+    def update_lease(self, lease: Mapping[str, Any]) -> None: ...
+
+
+def micro_time(t: datetime.datetime) -> str:
+    """A Lease MicroTime string ("2026-12-01T10:00:00.000000Z") for aware datetime `t`."""
+    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_micro_time(value: Any) -> datetime.datetime | None:
+    """The aware datetime of a Lease MicroTime string; None when it is missing or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def hold_lease(api: LeaseCalls, name: str, *, identity: str, now: datetime.datetime, duration_seconds: int) -> bool:
+    """Take or renew the Lease `name` for `identity` at `now`; True when it holds it now.
+
+    A Lease held by someone else and renewed within its leaseDurationSeconds is left alone; an
+    expired one is taken over. Concurrent takers are serialised by resourceVersion (409 = lost).
+    """
+    lease = api.get_lease(name)
+    spec = {"holderIdentity": identity, "leaseDurationSeconds": duration_seconds, "renewTime": micro_time(now)}
+    try:
+        if lease is None:
+            api.create_lease({"metadata": {"name": name}, "spec": {**spec, "acquireTime": micro_time(now)}})
+            return True
+        current = lease.get("spec") or {}
+        renewed = parse_micro_time(current.get("renewTime"))
+        expired = (
+            renewed is None
+            or renewed + datetime.timedelta(seconds=int(current.get("leaseDurationSeconds") or duration_seconds)) < now
+        )
+        if current.get("holderIdentity") not in (identity, None, "") and not expired:
+            return False
+        acquire = current.get("acquireTime") if current.get("holderIdentity") == identity else micro_time(now)
+        api.update_lease({**lease, "spec": {**current, **spec, "acquireTime": acquire}})
+        return True
+    except Conflict:
+        return False
