@@ -109,11 +109,14 @@ def test_without_dra_guard_evicting_the_driver_strands_the_consumer(real_node, c
     assert evict(cp, testdriver.NAMESPACE, driver_pod).status_code == 201  # nothing stops it
     wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=60)
     log_offset = len(node.kubelet_log_text())
+    evicted_at = time.monotonic()
     assert evict(cp, "work", "stranded").status_code == 201
-    time.sleep(25)  # 5x the pod's grace period
+    # the kubelet stops the consumer after its grace period (5 s), then fails to unprepare its claim
+    not_registered = f"DRA driver {testdriver.DRIVER} is not registered"
+    wait_for("the kubelet to fail unpreparing", lambda: not_registered in node.kubelet_log_text()[log_offset:], timeout=60)
+    time.sleep(max(0.0, evicted_at + 10 - time.monotonic()))  # and still there at 2x the grace period
     pod = get_json(cp, "pod", "-n", "work", "stranded")
     assert pod is not None and pod["metadata"].get("deletionTimestamp"), "the consumer should be stuck Terminating"
-    assert f"DRA driver {testdriver.DRIVER} is not registered" in node.kubelet_log_text()[log_offset:]
     assert testdriver.cdi_file(uid).exists(), "nobody could unprepare the claim"
 
     # only the driver's return frees it (taint removed: the DaemonSet controller starts it again)
