@@ -16,8 +16,6 @@ from tests.e2e.kube import wait_for
 from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 
-CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "dra-guard" / "files" / "policyreport-crds.yaml"
-
 BAD_BINDING = json.dumps(
     {
         "apiVersion": "v1",
@@ -122,9 +120,8 @@ def test_controller_manager_qps_floor(control_plane, qps, burst, reported):
         cp.kubectl("admin", "delete", "pod", "-n", "kube-system", name, "--grace-period=0", "--force", check=False)
 
 
-def test_policyreport_output_is_accepted_by_the_apiserver(control_plane):
-    cp = control_plane
-    cp.kubectl("admin", "apply", "-f", str(CRDS))
+def test_policyreport_output_is_accepted_by_the_apiserver(report_crds_established):
+    cp = report_crds_established  # the chart's report CRDs, Established
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     try:
         out = subprocess.run(
@@ -148,9 +145,8 @@ def test_policyreport_output_is_accepted_by_the_apiserver(control_plane):
         cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
 
 
-def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_plane, tmp_path):
-    cp = control_plane
-    cp.kubectl("admin", "apply", "-f", str(CRDS))
+def test_periodic_audit_writes_and_updates_the_cluster_policy_report(report_crds_established, tmp_path):
+    cp = report_crds_established  # the chart's report CRDs, Established
     cp.kubectl("admin", "create", "namespace", "dra-guard-audit", check=False)
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     config = "audit:\n  intervalSeconds: 2\ncertificates:\n  namespace: dra-guard-audit\n"
@@ -364,10 +360,8 @@ def test_scope_files_judges_only_what_the_files_change(control_plane, tmp_path):
         cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
 
 
-def test_report_crds_show_the_summary_columns(control_plane):
-    cp = control_plane
-    cp.kubectl("admin", "apply", "-f", str(CRDS))
-    cp.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s", "-f", str(CRDS))
+def test_report_crds_show_the_summary_columns(report_crds_established):
+    cp = report_crds_established  # the chart's report CRDs, Established
     report = {
         "apiVersion": "wgpolicyk8s.io/v1alpha2",
         "kind": "ClusterPolicyReport",
