@@ -48,8 +48,11 @@ REPORT_CRDS = (
 @pytest.fixture(scope="session")
 def report_crds_established(control_plane):
     """The chart's two report CRDs (REPORT_CRDS) applied to the session's control plane and
-    Established, once per session (test_reports.py and test_report_owner.py applied and waited for
-    them before each test); left installed, as nothing deletes them. Yields the ControlPlane."""
+    Established, once per session; left installed, as nothing deletes them. Returns the ControlPlane.
+
+    Established early in a whole run (test_cluster_audit.py asks for it first), the garbage
+    collector of kube-controller-manager has discovered both report APIs (a resync every 30 s)
+    long before test_report_owner.py waits for it to delete reports."""
     files = [arg for crd in REPORT_CRDS for arg in ("-f", str(crd))]
     control_plane.kubectl("admin", "apply", *files)
     control_plane.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s", *files)

@@ -22,7 +22,7 @@ from tests.e2e.kube import evict, get_json, wait_for
 TAINT = "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule"
 GUARD_REFUSAL = EVICTION_REFUSED
 #: the startupProbe dra-guard adds to the driver, probed every second: with the default 10 s, each new
-#: driver pod (every surge, every restore) waited ~10 s for its first passing probe, i.e. for Ready.
+#: driver pod (every surge, every restore) would wait ~10 s for its first passing probe, i.e. for Ready.
 #: 1 s x 120 is a 2-minute budget, ample for the test driver. The probes themselves are proven in
 #: test_node_probes.py; here they only decide when a driver pod is Ready.
 PROBES = "probes: {startupProbe: {periodSeconds: 1, failureThreshold: 120}}\n"

@@ -73,8 +73,8 @@ def test_probe_added_by_dra_guard_passes_while_healthy(real_node, guarded):
     time.sleep(WATCH_SECONDS)
     end = testdriver.kubelet_probe_counts(cp, name)
     assert testdriver.restarts(pod_now(cp, name)) == 0
-    # the kubelet really ran the liveness probe about every 2 s (10 runs in 20 s; at least 7, the
-    # same two thirds of the expected count as the former 20 of 30 in 60 s), and every run passed
+    # the kubelet really ran the liveness probe about every 2 s (10 runs in 20 s; at least 7: two
+    # thirds of that, room for a loaded machine's late probes), and every run passed
     assert end.get("successful", 0) - start.get("successful", 0) >= 7, (start, end)
     assert end.get("failed", 0) == start.get("failed", 0), (start, end)
 
