@@ -195,10 +195,11 @@ def measure(
     repeats: int,
     rate: float = 50,
     seconds: float = 15,
+    warmup_seconds: float = 2,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Latency of ClusterRole creates through the apiserver under each variant, `repeats` times
-    (variant order rotated). Returns {"runs": [{variant, repeat, p50, p99, ...}], "rate", "seconds"}."""
+    (variant order rotated), each after a `warmup_seconds` attack that is not counted. Returns {"runs": [{variant, repeat, p50, p99, ...}], "rate", "seconds"}."""
     body = workdir / "clusterrole.json"
     workdir.mkdir(parents=True, exist_ok=True)
     body.write_text(json.dumps(ROLE_BODY))
@@ -213,7 +214,9 @@ def measure(
             order = VARIANTS[repeat % len(VARIANTS) :] + VARIANTS[: repeat % len(VARIANTS)]
             for variant in order:
                 set_variant(cp, guard, variant)
-                attack([target], rate=rate, seconds=2, workdir=workdir, ca_file=cp.ca_file)  # warm-up: connections, CEL
+                attack(
+                    [target], rate=rate, seconds=warmup_seconds, workdir=workdir, ca_file=cp.ca_file
+                )  # warm-up: connections, CEL
                 result = attack([target], rate=rate, seconds=seconds, workdir=workdir, ca_file=cp.ca_file)
                 summary = result.summary()
                 summary.update(variant=variant, repeat=repeat, created=sum(1 for c in result.codes if c == 201))

@@ -329,9 +329,11 @@ def measure(
     seconds: float = 15,
     search_seconds: float = 8,
     search: bool = True,
+    warmup_seconds: float = 2,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Every policy endpoint at every rate, each run right after the floor (/validate/noop with
+    """Every policy endpoint at every rate (after a `warmup_seconds` run at 200/s that is not
+    counted), each run right after the floor (/validate/noop with
     the same bodies, so the ratio compares the same bytes), then the throughput search (the floor's
     with the RBAC bodies). Returns {endpoint name: {"rates": {rate: run}, "floor": {rate: run},
     "answers": ..., "max": ...}, "noop": {"max": ...}} with runs as run_rate() returns them."""
@@ -339,7 +341,7 @@ def measure(
     for path, reviews in bodies(scale).items():
         name = ENDPOINTS[path]
         floor_reviews = as_floor(reviews)
-        run_rate(server, path, reviews, rate=200, seconds=2, workdir=workdir / name)  # warm-up: connections, caches
+        run_rate(server, path, reviews, rate=200, seconds=warmup_seconds, workdir=workdir / name)  # warm-up: connections, caches
         figures: dict[str, Any] = {"rates": {}, "floor": {}}
         for i, rate in enumerate(rates):
             floor = run_rate(server, "/validate/noop", floor_reviews, rate=rate, seconds=seconds, workdir=workdir / name)

@@ -38,6 +38,27 @@ def guard(control_plane, tmp_path_factory):
         g.stop()
 
 
+#: the chart's report CRDs: PolicyReport (wgpolicyk8s.io) and OpenReports (openreports.io)
+REPORT_CRDS = (
+    HERE.parents[1] / "charts" / "dra-guard" / "files" / "policyreport-crds.yaml",
+    HERE.parents[1] / "charts" / "dra-guard" / "files" / "openreports-crds.yaml",
+)
+
+
+@pytest.fixture(scope="session")
+def report_crds_established(control_plane):
+    """The chart's two report CRDs (REPORT_CRDS) applied to the session's control plane and
+    Established, once per session; left installed, as nothing deletes them. Returns the ControlPlane.
+
+    Established early in a whole run (test_cluster_audit.py asks for it first), the garbage
+    collector of kube-controller-manager has discovered both report APIs (a resync every 30 s)
+    long before test_report_owner.py waits for it to delete reports."""
+    files = [arg for crd in REPORT_CRDS for arg in ("-f", str(crd))]
+    control_plane.kubectl("admin", "apply", *files)
+    control_plane.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s", *files)
+    return control_plane
+
+
 @pytest.fixture(scope="session")
 def dra_guard_image():
     """The dra-guard image built from the Dockerfile (tests/e2e/image.py: an `image.Image` with its

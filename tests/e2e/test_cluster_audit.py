@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import pathlib
 import re
@@ -14,8 +15,6 @@ import pytest
 from tests.e2e.kube import wait_for
 from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
-
-CRDS = pathlib.Path(__file__).resolve().parents[2] / "charts" / "dra-guard" / "files" / "policyreport-crds.yaml"
 
 BAD_BINDING = json.dumps(
     {
@@ -121,9 +120,8 @@ def test_controller_manager_qps_floor(control_plane, qps, burst, reported):
         cp.kubectl("admin", "delete", "pod", "-n", "kube-system", name, "--grace-period=0", "--force", check=False)
 
 
-def test_policyreport_output_is_accepted_by_the_apiserver(control_plane):
-    cp = control_plane
-    cp.kubectl("admin", "apply", "-f", str(CRDS))
+def test_policyreport_output_is_accepted_by_the_apiserver(report_crds_established):
+    cp = report_crds_established  # the chart's report CRDs, Established
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     try:
         out = subprocess.run(
@@ -147,9 +145,8 @@ def test_policyreport_output_is_accepted_by_the_apiserver(control_plane):
         cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
 
 
-def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_plane, tmp_path):
-    cp = control_plane
-    cp.kubectl("admin", "apply", "-f", str(CRDS))
+def test_periodic_audit_writes_and_updates_the_cluster_policy_report(report_crds_established, tmp_path):
+    cp = report_crds_established  # the chart's report CRDs, Established
     cp.kubectl("admin", "create", "namespace", "dra-guard-audit", check=False)
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     config = "audit:\n  intervalSeconds: 2\ncertificates:\n  namespace: dra-guard-audit\n"
@@ -217,28 +214,41 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(control_pla
         cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING, check=False)
 
 
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def create_scale_objects(cp, count: int) -> None:
+    """Create `count` ClusterRoles and as many ClusterRoleBindings (label e2e=scale), 8 requests at a
+    time through the API (kubectl create sends them one by one). Raises
+    AssertionError naming the first object the apiserver refused."""
+    session = cp.session("admin")
+
+    def create(i: int) -> None:
+        name = f"e2e-scale-{i}"
+        role = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": {"e2e": "scale"}},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
+        }
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": {"e2e": "scale"}},
+            "subjects": [{"kind": "Group", "name": f"g{i}", "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"kind": "ClusterRole", "name": name, "apiGroup": "rbac.authorization.k8s.io"},
+        }
+        for plural, body in (("clusterroles", role), ("clusterrolebindings", binding)):
+            r = session.post(f"{cp.url}{RBAC}/{plural}", json=body, timeout=30)
+            assert r.status_code == 201, f"creating {plural}/{name}: HTTP {r.status_code} {r.text[:300]}"
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(create, range(count)))
+
+
 def test_audit_of_5000_rbac_objects_is_fast_and_bounded(control_plane):
     cp = control_plane
-    items = []
-    for i in range(2500):
-        items.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": f"e2e-scale-{i}", "labels": {"e2e": "scale"}},
-                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
-            }
-        )
-        items.append(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": f"e2e-scale-{i}", "labels": {"e2e": "scale"}},
-                "subjects": [{"kind": "Group", "name": f"g{i}", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": f"e2e-scale-{i}", "apiGroup": "rbac.authorization.k8s.io"},
-            }
-        )
-    cp.kubectl("admin", "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    create_scale_objects(cp, 2500)
     try:
         before = {e["auditID"] for e in cp.audit_events("admin", stage=None)}
         started = time.monotonic()
@@ -251,7 +261,10 @@ def test_audit_of_5000_rbac_objects_is_fast_and_bounded(control_plane):
         # every other resource; nothing per object
         assert len({e["auditID"] for e in lists}) <= 30, len(lists)
     finally:
-        cp.kubectl("admin", "delete", "clusterroles,clusterrolebindings", "-l", "e2e=scale", "--wait=false")
+        # one deletecollection request per resource (kubectl delete -l sends one DELETE per object)
+        session = cp.session("admin")
+        for plural in ("clusterrolebindings", "clusterroles"):
+            session.delete(f"{cp.url}{RBAC}/{plural}", params={"labelSelector": "e2e=scale"}, timeout=120)
 
 
 def test_the_installed_release_configuration_is_used_by_default(control_plane, tmp_path):
@@ -347,10 +360,8 @@ def test_scope_files_judges_only_what_the_files_change(control_plane, tmp_path):
         cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
 
 
-def test_report_crds_show_the_summary_columns(control_plane):
-    cp = control_plane
-    cp.kubectl("admin", "apply", "-f", str(CRDS))
-    cp.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s", "-f", str(CRDS))
+def test_report_crds_show_the_summary_columns(report_crds_established):
+    cp = report_crds_established  # the chart's report CRDs, Established
     report = {
         "apiVersion": "wgpolicyk8s.io/v1alpha2",
         "kind": "ClusterPolicyReport",

@@ -127,7 +127,8 @@ def guard_with_traffic(control_plane, tmp_path_factory):
             cp.kubectl("admin", "delete", "daemonset,pod", "-n", ns, "--all", "--grace-period=0", "--force", check=False)
         cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-dash-early", "--ignore-not-found", check=False)
         cp.kubectl("admin", "delete", "clusterrole", "e2e-dash-later", "e2e-dash-writer", "--ignore-not-found", check=False)
-        cp.kubectl("admin", "delete", "-f", "-", input=DRA_OBJECTS, check=False)
+        # its namespaces are its own (dash-*): nothing waits for them to finish terminating
+        cp.kubectl("admin", "delete", "-f", "-", "--wait=false", input=DRA_OBJECTS, check=False)
         cp.kubectl("admin", "delete", "node", NODE, check=False)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.kube import wait_for
-from tests.e2e.test_reports import CRDS, FINDINGS, REPORTS, cli, ours, uid_of
+from tests.e2e.test_reports import FINDINGS, REPORTS, cli, ours, uid_of
 from webhook.config import from_mapping
 from webhook.kube.client import api_client
 from webhook.serve.audit_child import audit_cluster
@@ -26,11 +26,8 @@ GC_SECONDS = 150.0
 
 
 @pytest.fixture
-def report_crds(control_plane):
-    cp = control_plane
-    for crd in CRDS:
-        cp.kubectl("admin", "apply", "-f", str(crd))
-        cp.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s", "-f", str(crd))
+def report_crds(report_crds_established):
+    cp = report_crds_established
     cp.kubectl("admin", "apply", "-f", "-", input=FINDINGS)  # a namespaced finding: kube-system's reports
     try:
         yield cp

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 from typing import Any
@@ -26,8 +25,6 @@ from webhook.serve.audit_child import audit_cluster
 
 pytestmark = pytest.mark.e2e
 
-FILES = pathlib.Path(__file__).resolve().parents[2] / "charts" / "dra-guard" / "files"
-CRDS = (FILES / "policyreport-crds.yaml", FILES / "openreports-crds.yaml")
 #: (plural, namespaced) of each report resource, by report API
 REPORTS = {
     "wgpolicyk8s.io": (("clusterpolicyreports", False), ("policyreports", True)),
@@ -66,12 +63,9 @@ FINDINGS = json.dumps(
 
 
 @pytest.fixture
-def report_crds(control_plane):
-    cp = control_plane
-    for crd in CRDS:
-        cp.kubectl("admin", "apply", "-f", str(crd))
-        cp.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s", "-f", str(crd))
-    return cp
+def report_crds(report_crds_established):
+    """The session's control plane with the report CRDs Established (tests/e2e/conftest.py)."""
+    return report_crds_established
 
 
 def get_json(cp, *args: str) -> Any:
