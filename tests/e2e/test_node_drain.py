@@ -26,10 +26,10 @@ GUARD_REFUSAL = EVICTION_REFUSED
 #: 1 s x 120 is a 2-minute budget, ample for the test driver. The probes themselves are proven in
 #: test_node_probes.py; here they only decide when a driver pod is Ready.
 PROBES = "probes: {startupProbe: {periodSeconds: 1, failureThreshold: 120}}\n"
-#: surge-pair trials on the real node: tests/e2e/test_replicas.py runs 20 trials of the same race
-#: (two replicas judging the two evictions) on the control plane; here 5 keep the proof that the
-#: real kubelet's surge pair (two registered instances, real Ready conditions) is judged the same
-SURGE_PAIR_TRIALS = 5
+#: surge-pair trials on the real node: the race is rare per trial (with the guard removed, both
+#: pods left in one trial of 20 in the runs recorded in docs/reliability.md), so fewer trials would
+#: pass without the guard; with the 1 s startupProbe period 20 take about a minute
+SURGE_PAIR_TRIALS = 20
 
 
 @pytest.fixture(scope="module")
@@ -376,11 +376,10 @@ def surge_pair_trial(cp, ds: list[str], trial: int) -> list[int]:
 
 def test_two_evictions_of_a_surge_pair_sent_together_never_both_leave_while_a_claim_is_held(real_node, clean_node, guard):
     """A surge rollout held open (minReadySeconds 3600: the DaemonSet controller keeps the old pod
-    while the new one is Ready), a consumer's claim prepared on the node; SURGE_PAIR_TRIALS (5)
+    while the new one is Ready), a consumer's claim prepared on the node; SURGE_PAIR_TRIALS (20)
     times, both driver pods' evictions sent at the same moment: never both 201 (cluster-autoscaler
-    evicts a node's DaemonSet pods together). 5, not more: the race itself is repeated 20 times
-    across two replicas in tests/e2e/test_replicas.py; what only a real node adds is the kubelet's
-    surge pair (two registered instances, Ready set by real probes), which 5 trials show."""
+    evicts a node's DaemonSet pods together), on the real kubelet's surge pair (two registered
+    instances, Ready set by real probes)."""
     cp = real_node.cp
     start_consumer(cp, "held")
     ds = ["daemonset", "-n", testdriver.NAMESPACE, testdriver.NAME]
