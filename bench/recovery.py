@@ -21,7 +21,8 @@ machine's load average before it starts (other sessions share its cores):
 * overload: offered --factor x capacity for --seconds by vegeta (keep-alive, a new connection
   whenever none is idle, as the apiserver's client): goodput = reviews judged within the 3 s
   webhook timeout / (capacity x seconds); answers after the timeout; no answer; the server's TLS
-  handshakes, dropped requests and reclaimed connections over the run (its /metrics).
+  handshakes, dropped requests, reclaimed and refused connections over the run (its /metrics), and
+  the machine's SYNs dropped at full accept queues and SYNs sent again (/proc/net/netstat).
   --profile DIR: py-spy samples the worker during the overload (DIR/<engine>-<round>.txt: the
   collapsed stacks, and the share of samples by the functions that matter in the JSON).
 * recovery: a probe sends one review every 0.1 s on its own keep-alive connection from the start
@@ -69,6 +70,7 @@ COUNTERS = (
     "dra_guard_tls_handshakes_total",
     "dra_guard_requests_dropped_total",
     "dra_guard_idle_connections_reclaimed_total",
+    "dra_guard_connections_refused_total",
 )
 #: py-spy frames whose share of the worker's samples --profile reports (a sample counts once per
 #: name found in its stack): where the CPU goes under overload
@@ -126,7 +128,7 @@ def probe(url: str, ca: str, path: str, body: bytes, seconds: float, out: Any) -
 def one_round(
     variant: str, work: pathlib.Path, *, path: str, seconds: float, factor: float, profile: pathlib.Path | None = None
 ) -> dict[str, Any]:
-    from bench.common import Target, attack
+    from bench.common import Target, attack, kernel_tcp_counters, kernel_tcp_since
 
     engine, _, code = variant.partition("@")
     work.mkdir(parents=True, exist_ok=True)
@@ -163,6 +165,7 @@ def one_round(
         receive, send = multiprocessing.Pipe(duplex=False)
         prober = multiprocessing.get_context("fork").Process(target=probe, args=(url, ca, path, body, seconds + AFTER, send))
         before = counters(url, ca)
+        kernel_before = kernel_tcp_counters()
         spy = None
         if profile is not None:
             profile.mkdir(parents=True, exist_ok=True)
@@ -186,6 +189,7 @@ def one_round(
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
+        probes: list[tuple[float, float | None]] = []
         started = time.monotonic()
         prober.start()
         result = attack(
@@ -198,11 +202,13 @@ def one_round(
             timeout=10,
             http2=False,
             idle_connections=APISERVER_IDLE_CONNECTIONS,
+            # the probe first: decoding vegeta's results takes CPU seconds the server would miss
+            before_decoding=lambda: probes.extend(receive.recv()),
         )
         ended = started + seconds  # the last review offered; vegeta returns once every answer is in
-        probes: list[tuple[float, float | None]] = receive.recv()
         prober.join(TIMEOUT + 1)
         after_counters = counters(url, ca)
+        kernel = kernel_tcp_since(kernel_before)
         server = {name.removeprefix("dra_guard_"): after_counters[name] - before.get(name, 0.0) for name in after_counters}
         shares = None
         if spy is not None and profile is not None:
@@ -242,6 +248,7 @@ def one_round(
             "probes_after_end_unanswered": sum(1 for lat in after if lat is None),
             "probe_p50_x_floor_per_second_after_end": windows,
             "server_during_overload": server,
+            "kernel_tcp_during_overload": kernel,
             **({"profile_shares": shares} if shares is not None else {}),
         }
     finally:

@@ -53,7 +53,8 @@ class FrontSettings:
     paths whose requests have the first executor (the eviction guard). shedders: admission path ->
     its overload answer (webhook.serve.lanes.Shedder), given on the loop to a review past its
     deadline or whose executor is full. threads: each executor's
-    threads. max_connections: the cap per worker. Times in seconds, sizes in bytes."""
+    threads. max_connections: the cap per worker. probe_port: server.probePort (0: none), whose
+    connections are never refused for overload. Times in seconds, sizes in bytes."""
 
     context_for: Callable[[int], ssl.SSLContext]
     first_paths: frozenset[str]
@@ -64,6 +65,7 @@ class FrontSettings:
     drop_after_seconds: float
     shutdown_delay_seconds: float
     graceful_timeout_seconds: float
+    probe_port: int = 0
 
 
 class FrontWorker(Worker):
@@ -114,7 +116,7 @@ class FrontWorker(Worker):
         )
         # the loop's own sockets: duplicates of gunicorn's listeners (closed on drain, gunicorn's stay)
         sockets = [socket.socket(fileno=os.dup(listener.fileno())) for listener in self.sockets]
-        listeners = Listeners(front, sockets, s.context_for)
+        listeners = Listeners(front, sockets, s.context_for, s.probe_port)
         metrics.ACCEPT_QUEUE.set_function(listeners.waiting)
         listeners.start()
         if DRAINING.is_set():  # SIGTERM came before the loop ran
