@@ -29,6 +29,8 @@ machine's load average before it starts (other sessions share its cores):
   of the overload until 10 s after its end. recovered_after_s: seconds from the end of the
   offered load until the last probe slower than 2 x the no-load p50 (+ 1 ms) got its answer:
   from then on every probe was at the no-load level. 0 when none was slower after the end.
+  p50_recovered_after_s: the first whole second after the end from which the probes' median of
+  every second is at that level (None: not within the 10 s).
 
 Every latency is also given as a ratio to the floor of the same run (`*_x_floor`): this machine's
 speed varies with what else runs on it.
@@ -229,6 +231,10 @@ def one_round(
             window = [lat for sent, lat in probes if ended + second <= sent < ended + second + 1]
             done = [lat for lat in window if lat is not None]
             windows.append(round(statistics.median(done) / unit, 1) if done else None)
+        # the first whole second after the end from which every second's probe median is at the
+        # no-load level (<= threshold): robust to one probe slowed by a neighbour on the machine
+        level = [w is not None and w * unit <= threshold for w in windows]
+        settled = next((second for second in range(len(level)) if all(level[second:])), None)
         return {
             "engine": variant,
             "load_average_before": load_before,
@@ -247,6 +253,7 @@ def one_round(
             "probes_after_end": len(after),
             "probes_after_end_unanswered": sum(1 for lat in after if lat is None),
             "probe_p50_x_floor_per_second_after_end": windows,
+            "p50_recovered_after_s": settled,
             "server_during_overload": server,
             "kernel_tcp_during_overload": kernel,
             **({"profile_shares": shares} if shares is not None else {}),
