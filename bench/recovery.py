@@ -30,7 +30,9 @@ machine's load average before it starts (other sessions share its cores):
   offered load until the last probe slower than 2 x the no-load p50 (+ 1 ms) got its answer:
   from then on every probe was at the no-load level. 0 when none was slower after the end.
   p50_recovered_after_s: the first whole second after the end from which the probes' median of
-  every second is at that level (None: not within the 10 s).
+  every second is at most 2 x (+ 1 ms) the probe's own no-load median (probe_noload_p50_x_floor:
+  the same probe for QUIET_PROBE s before the overload; requests 0.1 s apart cost more than
+  back-to-back ones); None: not within the 10 s.
 
 Every latency is also given as a ratio to the floor of the same run (`*_x_floor`): this machine's
 speed varies with what else runs on it.
@@ -67,6 +69,7 @@ from bench.flood import (  # noqa: E402
 PROBE_PERIOD = 0.1  # seconds between recovery probes
 CPU_RATE, CPU_SECONDS = 200, 5.0  # reviews/s and seconds of the CPU-per-review runs
 AFTER = 10.0  # seconds probed after the offered load ends
+QUIET_PROBE = 3.0  # seconds probed before the overload: the probe's own no-load level
 #: counters of the server's /metrics read before and after the overload
 COUNTERS = (
     "dra_guard_tls_handshakes_total",
@@ -164,6 +167,14 @@ def one_round(
         cap = capacity(url, ca, work, path, body)
         offered = round(factor * cap)
         (work / "overload.json").write_bytes(body)
+        # the no-load level as the probe sees it: one review every PROBE_PERIOD s costs more than
+        # back-to-back ones (the worker and the client wake from idle for each)
+        quiet_out, quiet_in = multiprocessing.Pipe(duplex=False)
+        quiet = multiprocessing.get_context("fork").Process(target=probe, args=(url, ca, path, body, QUIET_PROBE, quiet_in))
+        quiet.start()
+        spaced = sorted(lat for _, lat in quiet_out.recv() if lat is not None)
+        quiet.join(TIMEOUT + 1)
+        spaced_p50 = statistics.median(spaced) if spaced else idle_p50
         receive, send = multiprocessing.Pipe(duplex=False)
         prober = multiprocessing.get_context("fork").Process(target=probe, args=(url, ca, path, body, seconds + AFTER, send))
         before = counters(url, ca)
@@ -233,7 +244,8 @@ def one_round(
             windows.append(round(statistics.median(done) / unit, 1) if done else None)
         # the first whole second after the end from which every second's probe median is at the
         # no-load level (<= threshold): robust to one probe slowed by a neighbour on the machine
-        level = [w is not None and w * unit <= threshold for w in windows]
+        spaced_threshold = 2 * spaced_p50 + 0.001
+        level = [w is not None and w * unit <= spaced_threshold for w in windows]
         settled = next((second for second in range(len(level)) if all(level[second:])), None)
         return {
             "engine": variant,
@@ -253,6 +265,7 @@ def one_round(
             "probes_after_end": len(after),
             "probes_after_end_unanswered": sum(1 for lat in after if lat is None),
             "probe_p50_x_floor_per_second_after_end": windows,
+            "probe_noload_p50_x_floor": round(spaced_p50 / unit, 2),
             "p50_recovered_after_s": settled,
             "server_during_overload": server,
             "kernel_tcp_during_overload": kernel,
