@@ -2,7 +2,7 @@
 
 FrontWorker is a gunicorn worker on its documented extension point, gunicorn.workers.base.Worker
 (init_process, run, notify, handle_exit: the surface uvicorn's worker builds on). One asyncio loop
-per worker accepts, does the TLS handshakes, reads requests with h11 and writes answers; the Flask
+(uvloop's) per worker accepts, does the TLS handshakes, reads requests with h11 and writes answers; the Flask
 app (WSGI) runs in threads, one executor per lane (the eviction guard's paths have their own), so
 policy code never runs on the loop and a slow client costs a coroutine, not a thread.
 
@@ -29,6 +29,7 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+import uvloop
 from gunicorn.workers.base import Worker
 
 from webhook import metrics
@@ -75,7 +76,9 @@ class FrontWorker(Worker):
     settings: ClassVar[FrontSettings]
 
     def run(self) -> None:
-        asyncio.run(self._serve())
+        # uvloop's loop: the same asyncio API, its TLS layer and transports in Cython
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self._serve())
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         """SIGTERM: drain (module docstring); called in the loop's thread between its callbacks."""

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import h11
 
@@ -142,8 +142,8 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TLS transport is not an instance of asyncio.Transport, but has its methods
+        self.transport = cast(asyncio.Transport, transport)
         self.client = transport.get_extra_info("peername")
         self._socket = transport.get_extra_info("socket")
         metrics.TLS_HANDSHAKES.inc()
