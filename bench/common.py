@@ -20,7 +20,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 VEGETA_MODULE = "github.com/tsenart/vegeta/v12@v12.12.0"
@@ -112,13 +112,19 @@ def attack(
     http2: bool = True,
     max_workers: int = 0,
     max_connections: int = 0,
+    idle_connections: int = 0,
+    before_decoding: Callable[[], None] | None = None,
 ) -> Attack:
     """Run vegeta at `rate` requests/s for `seconds`, round-robin over `targets`, keep-alive on.
 
     ca_file: the CA to verify the server with. rate 0 with max_workers N: as fast as N clients
     each waiting for its answer (a closed loop: the server's capacity). max_connections: at most
     this many connections (else a new one whenever none is idle, as Go's and so the apiserver's
-    client does). Returns an Attack. Raises CalledProcessError when
+    client does). idle_connections: at most this many idle connections kept (vegeta -connections,
+    Go's MaxIdleConnsPerHost: a connection answered while as many are idle is closed; 0: vegeta's
+    10,000). before_decoding: called once vegeta's attack has ended, before its results are decoded
+    (that costs CPU seconds: a measurement still running on the same machine waits for it first).
+    Returns an Attack. Raises CalledProcessError when
     vegeta itself fails (not when requests fail: those are in Attack.codes/errors).
     """
     workdir.mkdir(parents=True, exist_ok=True)
@@ -141,9 +147,13 @@ def attack(
         argv += [f"-workers={max_workers}", f"-max-workers={max_workers}"]
     if max_connections:
         argv.append(f"-max-connections={max_connections}")
+    if idle_connections:
+        argv.append(f"-connections={idle_connections}")
     if ca_file is not None:
         argv.append(f"-root-certs={ca_file}")
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    if before_decoding is not None:
+        before_decoding()
     encoded = subprocess.run([vegeta(), "encode", "--to=csv", str(results)], check=True, capture_output=True).stdout
     latencies, codes, errors, bodies = [], [], [], []
     rows = sorted(csv.reader(io.StringIO(encoded.decode())), key=lambda r: int(r[8]))  # by sequence number

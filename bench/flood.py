@@ -50,6 +50,11 @@ from tests.builders import binding, cluster_role, eviction_request, review, rule
 from tests.serve import free_port  # noqa: E402
 
 TIMEOUT = 3.0  # the chart's webhook timeoutSeconds
+#: idle connections the kube-apiserver's webhook client keeps per webhook host: client-go's
+#: transport cache sets MaxIdleConnsPerHost 25 (k8s.io/client-go/transport/cache.go,
+#: idleConnsPerHost) and no MaxConnsPerHost, so under load it dials without limit and closes
+#: every connection answered while 25 are idle. vegeta's -connections is that field.
+APISERVER_IDLE_CONNECTIONS = 25
 
 
 def start(
@@ -367,6 +372,7 @@ def overload(
             keep_bodies=True,
             timeout=10,
             http2=False,
+            idle_connections=APISERVER_IDLE_CONNECTIONS,
         )
         uid = json.loads(body)["request"]["uid"]
         out[name] = {

@@ -3,10 +3,15 @@ asyncio): no metastable collapse means work past its deadline is dropped before 
 overload answers are cheap, and once the overload ends latency is back to its no-load level.
 
     python -m bench.recovery [--rounds 2] [--seconds 10] [--factor 2] [--path /validate/evictions]
+                             [--engines gthread,asyncio,asyncio@DIR] [--profile DIR]
                              [--out bench/results/recovery.json]
 
 Per round and engine (the engines interleaved), a fresh `dra-guard serve --self-signed
---no-cluster` (1 worker, 8 threads):
+--no-cluster` (1 worker, 8 threads); `ENGINE@DIR` runs that engine from another checkout's
+webhook/ and certs/ (`git archive <commit> webhook certs` extracted to DIR): a variant of the
+same engine measured in the same rounds. Every vegeta run keeps at most 25 idle connections, as the
+kube-apiserver's webhook client (bench.flood.APISERVER_IDLE_CONNECTIONS). Each round records the
+machine's load average before it starts (other sessions share its cores):
 
 * floor: 300 sequential noop reviews on one keep-alive connection: the median is the unit.
 * no-load: 200 sequential reviews of the endpoint (--path), one keep-alive connection: p50, p99.
@@ -15,11 +20,19 @@ Per round and engine (the engines interleaved), a fresh `dra-guard serve --self-
 * capacity: reviews/s judged with 8 closed-loop vegeta clients (bench.flood.capacity).
 * overload: offered --factor x capacity for --seconds by vegeta (keep-alive, a new connection
   whenever none is idle, as the apiserver's client): goodput = reviews judged within the 3 s
-  webhook timeout / (capacity x seconds); answers after the timeout; no answer.
+  webhook timeout / (capacity x seconds); answers after the timeout; no answer; the server's TLS
+  handshakes, dropped requests, reclaimed and refused connections over the run (its /metrics), and
+  the machine's SYNs dropped at full accept queues and SYNs sent again (/proc/net/netstat).
+  --profile DIR: py-spy samples the worker during the overload (DIR/<engine>-<round>.txt: the
+  collapsed stacks, and the share of samples by the functions that matter in the JSON).
 * recovery: a probe sends one review every 0.1 s on its own keep-alive connection from the start
   of the overload until 10 s after its end. recovered_after_s: seconds from the end of the
   offered load until the last probe slower than 2 x the no-load p50 (+ 1 ms) got its answer:
   from then on every probe was at the no-load level. 0 when none was slower after the end.
+  p50_recovered_after_s: the first whole second after the end from which the probes' median of
+  every second is at most 2 x (+ 1 ms) the probe's own no-load median (probe_noload_p50_x_floor:
+  the same probe for QUIET_PROBE s before the overload; requests 0.1 s apart cost more than
+  back-to-back ones); None: not within the 10 s.
 
 Every latency is also given as a ratio to the floor of the same run (`*_x_floor`): this machine's
 speed varies with what else runs on it.
@@ -30,19 +43,74 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import pathlib
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from bench.flood import TIMEOUT, capacity, classify, floor, overload_bodies, session, start, timed_post  # noqa: E402
+from bench.flood import (  # noqa: E402
+    APISERVER_IDLE_CONNECTIONS,
+    TIMEOUT,
+    capacity,
+    classify,
+    floor,
+    overload_bodies,
+    session,
+    start,
+    timed_post,
+)
 
 PROBE_PERIOD = 0.1  # seconds between recovery probes
 CPU_RATE, CPU_SECONDS = 200, 5.0  # reviews/s and seconds of the CPU-per-review runs
 AFTER = 10.0  # seconds probed after the offered load ends
+QUIET_PROBE = 3.0  # seconds probed before the overload: the probe's own no-load level
+#: counters of the server's /metrics read before and after the overload
+COUNTERS = (
+    "dra_guard_tls_handshakes_total",
+    "dra_guard_requests_dropped_total",
+    "dra_guard_idle_connections_reclaimed_total",
+    "dra_guard_connections_refused_total",
+)
+#: py-spy frames whose share of the worker's samples --profile reports (a sample counts once per
+#: name found in its stack): where the CPU goes under overload
+PROFILED = ("do_handshake", "ssl.py", "sslproto.py", "h11", "flask", "wsgi.py", "peek_review", "overload_answer", "select")
+
+
+def counters(url: str, ca: str) -> dict[str, float]:
+    """COUNTERS from the server's /metrics (summed over labels); {} when it does not answer."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = session(ca).get(url + "/metrics", timeout=TIMEOUT).text
+    except Exception:  # noqa: BLE001 - a busy server's metrics are optional figures
+        return {}
+    found = dict.fromkeys(COUNTERS, 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in found:
+                found[sample.name] += sample.value
+    return found
+
+
+def profile_shares(collapsed: str) -> dict[str, float]:
+    """Share of py-spy's samples (its --format raw: `frame;frame;... count` lines) whose stack
+    names each of PROFILED, and the samples in all."""
+    total, hits = 0, dict.fromkeys(PROFILED, 0)
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        total += int(count)
+        for name in PROFILED:
+            if name in stack:
+                hits[name] += int(count)
+    return {"samples": total, **{name: round(n / total, 3) if total else 0.0 for name, n in hits.items()}}
 
 
 def probe(url: str, ca: str, path: str, body: bytes, seconds: float, out: Any) -> None:
@@ -62,12 +130,16 @@ def probe(url: str, ca: str, path: str, body: bytes, seconds: float, out: Any) -
     out.send(found)
 
 
-def one_round(engine: str, work: pathlib.Path, *, path: str, seconds: float, factor: float) -> dict[str, Any]:
-    from bench.common import Target, attack
+def one_round(
+    variant: str, work: pathlib.Path, *, path: str, seconds: float, factor: float, profile: pathlib.Path | None = None
+) -> dict[str, Any]:
+    from bench.common import Target, attack, kernel_tcp_counters, kernel_tcp_since
 
+    engine, _, code = variant.partition("@")
     work.mkdir(parents=True, exist_ok=True)
     (work / "config.yaml").write_text(f"server:\n  engine: {engine}\n")
-    proc, url, ca = start(work, None, config=work / "config.yaml")
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    proc, url, ca = start(work, pathlib.Path(code) if code else None, config=work / "config.yaml")
     try:
         body, shed_as = overload_bodies()[path]
         unit = floor(url, ca)
@@ -89,13 +161,48 @@ def one_round(engine: str, work: pathlib.Path, *, path: str, seconds: float, fac
                 ca_file=pathlib.Path(ca),
                 timeout=10,
                 http2=False,
+                idle_connections=APISERVER_IDLE_CONNECTIONS,
             )
             cpu_per_1000[name] = round((cpu_seconds(pid) - before) / max(1, run.ok) * 1000, 3)
         cap = capacity(url, ca, work, path, body)
         offered = round(factor * cap)
         (work / "overload.json").write_bytes(body)
+        # the no-load level as the probe sees it: one review every PROBE_PERIOD s costs more than
+        # back-to-back ones (the worker and the client wake from idle for each)
+        quiet_out, quiet_in = multiprocessing.Pipe(duplex=False)
+        quiet = multiprocessing.get_context("fork").Process(target=probe, args=(url, ca, path, body, QUIET_PROBE, quiet_in))
+        quiet.start()
+        spaced = sorted(lat for _, lat in quiet_out.recv() if lat is not None)
+        quiet.join(TIMEOUT + 1)
+        spaced_p50 = statistics.median(spaced) if spaced else idle_p50
         receive, send = multiprocessing.Pipe(duplex=False)
         prober = multiprocessing.get_context("fork").Process(target=probe, args=(url, ca, path, body, seconds + AFTER, send))
+        before = counters(url, ca)
+        kernel_before = kernel_tcp_counters()
+        spy = None
+        if profile is not None:
+            profile.mkdir(parents=True, exist_ok=True)
+            spy = subprocess.Popen(
+                [
+                    shutil.which("py-spy") or str(pathlib.Path(sys.executable).parent / "py-spy"),
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--duration",
+                    str(int(seconds)),
+                    "--rate",
+                    "100",
+                    "--threads",
+                    "--nonblocking",
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(profile / f"{work.name}.txt"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        probes: list[tuple[float, float | None]] = []
         started = time.monotonic()
         prober.start()
         result = attack(
@@ -107,10 +214,20 @@ def one_round(engine: str, work: pathlib.Path, *, path: str, seconds: float, fac
             keep_bodies=True,
             timeout=10,
             http2=False,
+            idle_connections=APISERVER_IDLE_CONNECTIONS,
+            # the probe first: decoding vegeta's results takes CPU seconds the server would miss
+            before_decoding=lambda: probes.extend(receive.recv()),
         )
         ended = started + seconds  # the last review offered; vegeta returns once every answer is in
-        probes: list[tuple[float, float | None]] = receive.recv()
         prober.join(TIMEOUT + 1)
+        after_counters = counters(url, ca)
+        kernel = kernel_tcp_since(kernel_before)
+        server = {name.removeprefix("dra_guard_"): after_counters[name] - before.get(name, 0.0) for name in after_counters}
+        shares = None
+        if spy is not None and profile is not None:
+            spy.wait(30)
+            found = profile / f"{work.name}.txt"
+            shares = profile_shares(found.read_text()) if found.exists() else None
         uid = json.loads(body)["request"]["uid"]
         answers = classify(result.codes, result.latencies_ms, result.bodies, uid=uid, shed_as=shed_as)
         threshold = 2 * idle_p50 + 0.001
@@ -125,8 +242,14 @@ def one_round(engine: str, work: pathlib.Path, *, path: str, seconds: float, fac
             window = [lat for sent, lat in probes if ended + second <= sent < ended + second + 1]
             done = [lat for lat in window if lat is not None]
             windows.append(round(statistics.median(done) / unit, 1) if done else None)
+        # the first whole second after the end from which every second's probe median is at the
+        # no-load level (<= threshold): robust to one probe slowed by a neighbour on the machine
+        spaced_threshold = 2 * spaced_p50 + 0.001
+        level = [w is not None and w * unit <= spaced_threshold for w in windows]
+        settled = next((second for second in range(len(level)) if all(level[second:])), None)
         return {
-            "engine": engine,
+            "engine": variant,
+            "load_average_before": load_before,
             "floor_median_s": unit,
             "noload_p50_s": idle_p50,
             "noload_p99_s": idle_p99,
@@ -142,6 +265,11 @@ def one_round(engine: str, work: pathlib.Path, *, path: str, seconds: float, fac
             "probes_after_end": len(after),
             "probes_after_end_unanswered": sum(1 for lat in after if lat is None),
             "probe_p50_x_floor_per_second_after_end": windows,
+            "probe_noload_p50_x_floor": round(spaced_p50 / unit, 2),
+            "p50_recovered_after_s": settled,
+            "server_during_overload": server,
+            "kernel_tcp_during_overload": kernel,
+            **({"profile_shares": shares} if shares is not None else {}),
         }
     finally:
         proc.terminate()
@@ -150,19 +278,27 @@ def one_round(engine: str, work: pathlib.Path, *, path: str, seconds: float, fac
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engines", default="gthread,asyncio", help="comma-separated server.engine values")
+    parser.add_argument(
+        "--engines", default="gthread,asyncio", help="comma-separated server.engine values, each ENGINE or ENGINE@DIR"
+    )
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per engine")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the overload, seconds")
     parser.add_argument("--factor", type=float, default=2.0, help="offered rate as a multiple of the capacity")
     parser.add_argument("--path", default="/validate/evictions", help="the endpoint offered")
     parser.add_argument("--out", type=pathlib.Path, help="write the figures as JSON here")
+    parser.add_argument("--profile", type=pathlib.Path, help="py-spy the worker during each overload into this folder")
     args = parser.parse_args(argv)
     runs = []
     with tempfile.TemporaryDirectory(prefix="dra-guard-recovery-") as tmp:
         for round_ in range(args.rounds):
-            for engine in args.engines.split(","):
+            for index, variant in enumerate(args.engines.split(",")):
                 run = one_round(
-                    engine, pathlib.Path(tmp) / f"{engine}-{round_}", path=args.path, seconds=args.seconds, factor=args.factor
+                    variant,
+                    pathlib.Path(tmp) / f"{variant.partition('@')[0]}{index}-{round_}",
+                    path=args.path,
+                    seconds=args.seconds,
+                    factor=args.factor,
+                    profile=args.profile,
                 )
                 print(json.dumps(run), flush=True)
                 runs.append(run)

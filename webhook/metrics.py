@@ -211,6 +211,11 @@ CONNECTIONS_RECLAIMED = Counter(
     "Idle connections a worker closed at its connection limit to accept connections waiting in the accept queue "
     "(those that never sent a byte or a request first, then the longest idle).",
 )
+CONNECTIONS_REFUSED = Counter(
+    "dra_guard_connections_refused_total",
+    "New connections to the webhook port a worker (server.engine: asyncio) reset at once, without a TLS handshake, "
+    "because it was overloaded: its held connections get the overload answer; a new one would cost a handshake.",
+)
 ACCEPT_QUEUE = Gauge(
     "dra_guard_accept_queue_connections",
     "Connections the kernel has completed on this worker's listening sockets that the worker has not accepted "

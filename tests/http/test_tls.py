@@ -61,6 +61,20 @@ def test_self_signed_ca_is_reused_on_restart(server, tmp_path):
         again.stop()
 
 
+def test_the_server_sends_no_tls_session_tickets(server):
+    """The kube-apiserver's Go client keeps no TLS session cache: tickets would be made for nothing
+    at every handshake (OpenSSL's default is 2 per TLS 1.3 handshake)."""
+    from tests.http.clients import connect, get_healthz
+
+    tls = connect(server)
+    try:
+        assert tls.version() == "TLSv1.3"
+        assert b"ok" in get_healthz(tls)  # TLS 1.3 tickets come after the handshake, before this answer
+        assert tls.session is not None and not tls.session.has_ticket
+    finally:
+        tls.close()
+
+
 def test_client_not_trusting_the_ca_is_refused(server):
     with pytest.raises(requests.exceptions.SSLError):
         requests.get(server.url + "/healthz", timeout=5)

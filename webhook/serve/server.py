@@ -206,6 +206,7 @@ def front_worker(options: ServeOptions, *, graceful_timeout: float) -> type[fron
         drop_after_seconds=o.config.server.drop_after_seconds,
         shutdown_delay_seconds=float(o.config.server.shutdown_delay_seconds),
         graceful_timeout_seconds=graceful_timeout,
+        probe_port=probe_port or 0,
     )
     return type("DraGuardFrontWorker", (front.FrontWorker,), {"settings": settings})
 

@@ -2,7 +2,7 @@
 
 FrontWorker is a gunicorn worker on its documented extension point, gunicorn.workers.base.Worker
 (init_process, run, notify, handle_exit: the surface uvicorn's worker builds on). One asyncio loop
-per worker accepts, does the TLS handshakes, reads requests with h11 and writes answers; the Flask
+(uvloop's) per worker accepts, does the TLS handshakes, reads requests with h11 and writes answers; the Flask
 app (WSGI) runs in threads, one executor per lane (the eviction guard's paths have their own), so
 policy code never runs on the loop and a slow client costs a coroutine, not a thread.
 
@@ -29,6 +29,7 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
+import uvloop
 from gunicorn.workers.base import Worker
 
 from webhook import metrics
@@ -53,7 +54,8 @@ class FrontSettings:
     paths whose requests have the first executor (the eviction guard). shedders: admission path ->
     its overload answer (webhook.serve.lanes.Shedder), given on the loop to a review past its
     deadline or whose executor is full. threads: each executor's
-    threads. max_connections: the cap per worker. Times in seconds, sizes in bytes."""
+    threads. max_connections: the cap per worker. probe_port: server.probePort (0: none), whose
+    connections are never refused for overload. Times in seconds, sizes in bytes."""
 
     context_for: Callable[[int], ssl.SSLContext]
     first_paths: frozenset[str]
@@ -64,6 +66,7 @@ class FrontSettings:
     drop_after_seconds: float
     shutdown_delay_seconds: float
     graceful_timeout_seconds: float
+    probe_port: int = 0
 
 
 class FrontWorker(Worker):
@@ -73,7 +76,9 @@ class FrontWorker(Worker):
     settings: ClassVar[FrontSettings]
 
     def run(self) -> None:
-        asyncio.run(self._serve())
+        # uvloop's loop: the same asyncio API, its TLS layer and transports in Cython
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self._serve())
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         """SIGTERM: drain (module docstring); called in the loop's thread between its callbacks."""
@@ -114,7 +119,7 @@ class FrontWorker(Worker):
         )
         # the loop's own sockets: duplicates of gunicorn's listeners (closed on drain, gunicorn's stay)
         sockets = [socket.socket(fileno=os.dup(listener.fileno())) for listener in self.sockets]
-        listeners = Listeners(front, sockets, s.context_for)
+        listeners = Listeners(front, sockets, s.context_for, s.probe_port)
         metrics.ACCEPT_QUEUE.set_function(listeners.waiting)
         listeners.start()
         if DRAINING.is_set():  # SIGTERM came before the loop ran

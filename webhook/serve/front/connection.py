@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import h11
 
@@ -45,6 +45,9 @@ INCOMPLETE_BUDGET_SHARE = 4  # incomplete requests above INCOMPLETE_SMALL: this 
 #: reviews queued or running per executor thread; more get the overload answer on the loop at once (a
 #: review takes about 1 ms of CPU: 4 per thread wait a few ms, far below any review deadline)
 MAX_QUEUED_PER_THREAD = 4
+#: seconds the front counts as overloaded after it shed a review for a full queue: new connections
+#: to the webhook port are reset without a TLS handshake meanwhile (webhook.serve.front.listeners)
+OVERLOAD_HOLD = 1.0
 
 
 class Shedding(Protocol):
@@ -88,6 +91,13 @@ class Front:
         self.drop_after = drop_after
         self.multiprocess = multiprocess
         self.closing = False  # draining: answer with Connection: close, take no new request
+        self.shed_at = float("-inf")  # time.monotonic() of the last review shed for a full queue
+
+    def overloaded(self, now: float | None = None) -> bool:
+        """Whether a lane's queue is full now or was within OVERLOAD_HOLD s: the worker cannot
+        judge more than it has, and a new connection would first cost a TLS handshake."""
+        now = time.monotonic() if now is None else now
+        return now - self.shed_at < OVERLOAD_HOLD or any(q >= self.max_queued for q in self.queued.values())
 
 
 class ProtocolError(Exception):
@@ -132,8 +142,8 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TLS transport is not an instance of asyncio.Transport, but has its methods
+        self.transport = cast(asyncio.Transport, transport)
         self.client = transport.get_extra_info("peername")
         self._socket = transport.get_extra_info("socket")
         metrics.TLS_HANDSHAKES.inc()
@@ -346,6 +356,7 @@ class Connection(asyncio.Protocol):
             cause, why = "deadline", f"overloaded: it waited in the queue past {shedder.budget_key}"
         elif self.front.queued[lane] >= self.front.max_queued:
             cause, why = "overload", f"overloaded: {self.front.queued[lane]} reviews wait for the server's threads"
+            self.front.shed_at = time.monotonic()
         else:
             return None
         data = shedder.answer(body, arrival=self._started, cause=cause, why=why)

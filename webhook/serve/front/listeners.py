@@ -8,6 +8,18 @@ bytes (its ClientHello) waited in the accept queue past server.dropAfterSeconds 
 its handshake (its apiserver has given up: dra_guard_requests_dropped_total), one that has sent
 nothing for SILENT_LIMIT s is closed uncounted. Nothing is accepted past the connection limit:
 the table reclaims idle connections first (webhook.serve.front.capacity).
+
+While the worker is overloaded (Front.overloaded: a review was shed for a full queue within
+OVERLOAD_HOLD s), a new connection to the webhook port is accepted and reset at once (no TLS
+handshake, dra_guard_connections_refused_total), at the connection limit too: the connections it
+holds get the overload answer in a few hundred microseconds, while a handshake costs about as much
+CPU as judging a review, and an apiserver whose connections are all busy dials a new one per
+review. Dialing on, the clients would take the CPU the reviews need (every connection busy, more
+dials, more handshakes: the collapse bench/RESULTS.md measured). The listen backlog stays
+gunicorn's 2,048: the loop takes connections off the queue fast enough to reset them, and a full
+queue would drop SYNs instead, which a client sends again only after 1 s while its requests wait
+for a connection (Go's transport queues them: seconds of latency for the reviews it does send).
+The probe port (server.probePort) is never refused.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ import asyncio
 import logging
 import socket
 import ssl
+import struct
 from collections.abc import Callable, Sequence
 
 from webhook import metrics
@@ -25,16 +38,24 @@ from webhook.serve.sockets import accept_queue, holds_a_request, peer_closed, wa
 log = logging.getLogger("dra_guard.server")
 
 SILENT_LIMIT = 1.0  # seconds a new connection may wait in the kernel without a ClientHello
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a TCP reset
 CLOSE_LINGER = 0.5  # seconds a closing TLS connection waits for the client's close_notify
 
 
 class Listeners:
     """The accept loops of one worker over `sockets` (its own duplicates of gunicorn's listeners)."""
 
-    def __init__(self, front: Front, sockets: Sequence[socket.socket], context_for: Callable[[int], ssl.SSLContext]) -> None:
+    def __init__(
+        self,
+        front: Front,
+        sockets: Sequence[socket.socket],
+        context_for: Callable[[int], ssl.SSLContext],
+        probe_port: int = 0,
+    ) -> None:
         self.front = front
         self.sockets = list(sockets)
         self.context_for = context_for
+        self.probe_port = probe_port
         self._tasks: list[asyncio.Task[None]] = []
 
     def waiting(self) -> int:
@@ -58,13 +79,18 @@ class Listeners:
         loop = asyncio.get_running_loop()
         host, port = listener.getsockname()[:2]
         table = self.front.table
+        refusing = port != self.probe_port
         while True:
-            await table.room(self.waiting)
+            if not (refusing and self.front.overloaded()):
+                await table.room(self.waiting)
             try:
                 sock, _ = await loop.sock_accept(listener)
             except OSError as exc:  # EMFILE, ENFILE, ECONNABORTED: try again shortly
                 log.warning("accept failed: %s", exc)
                 await asyncio.sleep(0.1)
+                continue
+            if refusing and self.front.overloaded():
+                refuse(sock)
                 continue
             self.admit(sock, server=(host, port))
 
@@ -117,3 +143,14 @@ async def _readable(sock: socket.socket) -> None:
         await ready
     finally:
         loop.remove_reader(sock.fileno())
+
+
+def refuse(sock: socket.socket) -> None:
+    """Reset a just-accepted connection (no TLS handshake): its client sees ECONNRESET at once,
+    not a wait (see the module docstring)."""
+    metrics.CONNECTIONS_REFUSED.inc()
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+    except OSError:
+        pass
+    sock.close()
