@@ -387,3 +387,28 @@ def test_idle_keepalive_connections_and_clients_that_never_read(server):
     finally:
         for sock in idle + stuck:
             sock.close()
+
+
+def test_a_reviews_deadline_counts_from_its_first_byte_however_slowly_the_rest_comes(tmp_path):
+    """A review's deadline (server.reviewDeadlineSeconds) runs from its first byte: one whose bytes
+    took longer than that to arrive gets the overload answer unjudged (eviction: 429, retry), and the
+    same review sent at once is judged. Each engine hands the arrival to the app in the WSGI environ
+    (webhook.serve.lanes.ARRIVAL); without it the app would count from when it was called."""
+    from tests.serve import DraGuardProcess
+
+    proc = DraGuardProcess(tmp_path, "--no-cluster", config="server:\n  reviewDeadlineSeconds: 1\n")
+    try:
+        proc.wait("/readyz")
+        with connect(proc) as tls:
+            assert judged_within(tls, "at-once") < 1.0
+        raw = review_bytes("slow")
+        head, body = raw.split(b"\r\n\r\n", 1)
+        with connect(proc, timeout=10) as tls:
+            for part in (head[:30], head[30:] + b"\r\n\r\n", body):
+                tls.sendall(part)
+                time.sleep(0.7)  # 1.4 s from the first byte to the last: within the 5 s read limit
+            response = json.loads(read_response(tls)[1])["response"]
+        assert response["uid"] == "slow" and response["allowed"] is False, response
+        assert response["status"]["code"] == 429 and "reviewDeadlineSeconds" in response["status"]["message"], response
+    finally:
+        proc.stop()
