@@ -38,7 +38,8 @@ def test_a_negative_chunk_size_does_not_spin_a_thread_forever(server):
     (pos = eol + 2 + size + 2), an endless loop in the pool thread that called _gather (no read,
     no deadline check inside). 8 such requests (55 bytes each, sent once, the connections then
     closed) spin all 8 pool threads for good: every later eviction review goes unanswered
-    (failurePolicy Ignore: allowed) until the worker restarts; the worker burns 100% CPU."""
+    (failurePolicy Ignore: allowed) until the worker restarts; the worker burns 100% CPU. That
+    scanner is gone: both engines answer a chunked request 411 from its head."""
     ctx = tls_context(server)
     for _ in range(8):
         with ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=5), server_hostname="localhost") as tls:

@@ -204,7 +204,8 @@ def test_a_trailer_section_over_64_kib_is_not_read_by_the_parser_in_a_pool_threa
     once a trailer line after the last chunk ("0") is over MAX_HEAD_BYTES without its CRLF; gunicorn's ChunkedReader reads trailers up to max_buffer_headers (~800 KiB), blocking, when
     the app reads the body: in the large lane, and in the overload answer of every other chunked
     review (shed() reads the body to find its uid). 16 connections sending a chunked eviction review
-    "0" + one trailer line of 66,000 bytes (no CRLF), then a byte every 1.5 s, hold the 8 pool threads."""
+    "0" + one trailer line of 66,000 bytes (no CRLF), then a byte every 1.5 s, hold the 8 pool threads.
+    Both engines now answer a chunked request 411 from its head: no trailer section is read."""
     head = (
         b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n0\r\nX-Pad: "
