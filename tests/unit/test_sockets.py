@@ -90,12 +90,17 @@ def test_an_old_connection_is_closed_and_counted_only_with_a_request(pair, sent,
         client.sendall(sent)
     client.shutdown(socket.SHUT_WR)
     settle()
-    conn = Conn(sock=server_side)
+    from gunicorn.workers.gthread import TConn
+
+    conn = TConn(None, server_side, ("127.0.0.1", 1), ("127.0.0.1", 2))
+    fields = dict(vars(conn))
     w = bare_worker({conn: ConnectionState(queued_at=time.monotonic() - worker.DROP_AFTER[0] - 1)})
     before = dropped()
     assert w.handle(conn) is False
     assert server_side.fileno() == -1
     assert dropped() - before == counted
+    # what the worker knows of the connection is its ConnectionState: gthread's TConn gets no field of ours
+    assert set(vars(conn)) == set(fields)
 
 
 # ------------------------------------------------------------------ a request gathered without blocking
@@ -180,21 +185,17 @@ def test_gather_tells_a_closed_connection_from_a_partial_request(pair):
 
 
 # ------------------------------------------------------------------ reclaim at the connection limit
-def reclaim_round(conns_pending, conns_kept, waiting):
+def reclaim_round(conns_pending, conns_kept, waiting, states=None):
     """One DrainingThreadWorker.murder_keepalived round at the connection limit with `waiting`
-    connections in the accept queue; returns the connections it closed. Each conn may carry
-    connected_at and no_request_yet: its ConnectionState's."""
+    connections in the accept queue; returns the connections it closed. states: conn -> its
+    ConnectionState (the worker's, never a field of the connection); a fresh one for the others."""
     import collections
     import selectors
 
     closed = []
-    states = {}
     for c in [*conns_pending, *conns_kept]:
         c.close = lambda c=c: closed.append(c)
-        states[c] = ConnectionState(
-            connected_at=getattr(c, "connected_at", None), no_request_yet=getattr(c, "no_request_yet", False)
-        )
-    w = bare_worker(states)
+    w = bare_worker({c: (states or {}).get(c, ConnectionState()) for c in [*conns_pending, *conns_kept]})
     w.pending_conns, w.keepalived_conns = collections.deque(conns_pending), collections.deque(conns_kept)
     w.poller, w.alive, w.cfg = selectors.DefaultSelector(), True, types.SimpleNamespace(keepalive=75)
     w.nr_conns = w.worker_connections = 10
@@ -210,25 +211,25 @@ def test_reclaim_takes_connections_without_a_tls_handshake_first_and_never_one_w
     client, server_side = pair
     now = time.monotonic()
     quiet = socket.socket()
-    silent = Conn(
-        sock=quiet, initialized=False, connected_at=now - 0.5, timeout=now + worker.CLIENT_SOCKET_TIMEOUT
-    )  # deferred just now
-    fresh = Conn(sock=quiet, initialized=False, connected_at=now, timeout=now + worker.CLIENT_SOCKET_TIMEOUT)
+    silent = Conn(sock=quiet, initialized=False, timeout=now + worker.CLIENT_SOCKET_TIMEOUT)  # deferred just now
+    fresh = Conn(sock=quiet, initialized=False, timeout=now + worker.CLIENT_SOCKET_TIMEOUT)
     client.sendall(b"x" * 100)  # a request's bytes waiting on the kept-alive connection
     time.sleep(0.05)
     busy = Conn(sock=server_side, initialized=True, timeout=now - 10 + 75)  # idle 10 s before
     idle = Conn(sock=quiet, initialized=True, timeout=now - 5 + 75)
-    closed = reclaim_round([fresh, silent], [busy, idle], waiting=1)
+    states = {silent: ConnectionState(connected_at=now - 0.5), fresh: ConnectionState(connected_at=now)}
+    closed = reclaim_round([fresh, silent], [busy, idle], waiting=1, states=states)
     assert closed == [silent]
-    closed = reclaim_round([fresh], [busy, idle], waiting=5)
+    closed = reclaim_round([fresh], [busy, idle], waiting=5, states=states)
     assert closed == [idle]  # busy holds a request; fresh is too young to be judged silent
     # one that never sent a request goes before a longer-idle one that has served requests (the
     # honest client's), once idle 0.25 s: a served one waits RECLAIM_MIN_IDLE (1 s)
-    unused = Conn(sock=quiet, initialized=True, no_request_yet=True, timeout=now - 0.5 + 75)
+    unused = Conn(sock=quiet, initialized=True, timeout=now - 0.5 + 75)
+    states = {unused: ConnectionState(no_request_yet=True)}
     just_served = Conn(sock=quiet, initialized=True, timeout=now - 0.5 + 75)
-    closed = reclaim_round([], [idle, just_served, unused], waiting=1)
+    closed = reclaim_round([], [idle, just_served, unused], waiting=1, states=states)
     assert closed == [unused]
-    closed = reclaim_round([], [idle, just_served, unused], waiting=5)
+    closed = reclaim_round([], [idle, just_served, unused], waiting=5, states=states)
     assert closed == [unused, idle]  # just_served: idle under 1 s
     quiet.close()
 
