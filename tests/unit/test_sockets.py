@@ -222,6 +222,14 @@ def test_reclaim_takes_connections_without_a_tls_handshake_first_and_never_one_w
     assert closed == [silent]
     closed = reclaim_round([fresh], [busy, idle], waiting=5, states=states)
     assert closed == [idle]  # busy holds a request; fresh is too young to be judged silent
+    # a handshake under way (its ClientHello came, its next flight is slow) is a talking client: it
+    # goes with the idle ones, not before them, and not while it has been idle under 1 s
+    greeting = Conn(sock=quiet, initialized=False, timeout=now + worker.CLIENT_SOCKET_TIMEOUT)
+    states[greeting] = ConnectionState(connected_at=now - 0.9, greeted=True)
+    closed = reclaim_round([greeting, silent], [idle], waiting=1, states=states)
+    assert closed == [silent]
+    closed = reclaim_round([greeting], [idle], waiting=5, states=states)
+    assert closed == [idle]
     # one that never sent a request goes before a longer-idle one that has served requests (the
     # honest client's), once idle 0.25 s: a served one waits RECLAIM_MIN_IDLE (1 s)
     unused = Conn(sock=quiet, initialized=True, timeout=now - 0.5 + 75)
