@@ -204,7 +204,8 @@ def test_a_trailer_section_over_64_kib_is_not_read_by_the_parser_in_a_pool_threa
     once a trailer line after the last chunk ("0") is over MAX_HEAD_BYTES without its CRLF; gunicorn's ChunkedReader reads trailers up to max_buffer_headers (~800 KiB), blocking, when
     the app reads the body: in the large lane, and in the overload answer of every other chunked
     review (shed() reads the body to find its uid). 16 connections sending a chunked eviction review
-    "0" + one trailer line of 66,000 bytes (no CRLF), then a byte every 1.5 s, hold the 8 pool threads."""
+    "0" + one trailer line of 66,000 bytes (no CRLF), then a byte every 1.5 s, hold the 8 pool threads.
+    Both engines now answer a chunked request 411 from its head: no trailer section is read."""
     head = (
         b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n0\r\nX-Pad: "
@@ -387,3 +388,28 @@ def test_idle_keepalive_connections_and_clients_that_never_read(server):
     finally:
         for sock in idle + stuck:
             sock.close()
+
+
+def test_a_reviews_deadline_counts_from_its_first_byte_however_slowly_the_rest_comes(tmp_path):
+    """A review's deadline (server.reviewDeadlineSeconds) runs from its first byte: one whose bytes
+    took longer than that to arrive gets the overload answer unjudged (eviction: 429, retry), and the
+    same review sent at once is judged. Each engine hands the arrival to the app in the WSGI environ
+    (webhook.serve.lanes.ARRIVAL); without it the app would count from when it was called."""
+    from tests.serve import DraGuardProcess
+
+    proc = DraGuardProcess(tmp_path, "--no-cluster", config="server:\n  reviewDeadlineSeconds: 1\n")
+    try:
+        proc.wait("/readyz")
+        with connect(proc) as tls:
+            assert judged_within(tls, "at-once") < 1.0
+        raw = review_bytes("slow")
+        head, body = raw.split(b"\r\n\r\n", 1)
+        with connect(proc, timeout=10) as tls:
+            for part in (head[:30], head[30:] + b"\r\n\r\n", body):
+                tls.sendall(part)
+                time.sleep(0.7)  # 1.4 s from the first byte to the last: within the 5 s read limit
+            response = json.loads(read_response(tls)[1])["response"]
+        assert response["uid"] == "slow" and response["allowed"] is False, response
+        assert response["status"]["code"] == 429 and "reviewDeadlineSeconds" in response["status"]["message"], response
+    finally:
+        proc.stop()

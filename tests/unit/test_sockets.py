@@ -4,6 +4,7 @@ never spoke: counting those would fire the over-capacity alert on an idle server
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -14,6 +15,7 @@ from prometheus_client import REGISTRY
 
 from webhook import metrics  # noqa: F401 (registers the metrics)
 from webhook.serve import worker
+from webhook.serve.connections import ConnectionState
 from webhook.serve.sockets import (
     MAX_HEAD_BYTES,
     REQUEST_BYTES,
@@ -21,6 +23,7 @@ from webhook.serve.sockets import (
     gather,
     holds_a_request,
     peer_closed,
+    refusal,
     request_complete,
 )
 
@@ -64,6 +67,22 @@ def dropped() -> float:
     return REGISTRY.get_sample_value("dra_guard_requests_dropped_total") or 0.0
 
 
+class Conn(types.SimpleNamespace):
+    """A stand-in for gthread's TConn (SimpleNamespace takes no weak reference, TConn does)."""
+
+    __hash__ = object.__hash__
+
+
+def bare_worker(states: dict | None = None) -> worker.DrainingThreadWorker:
+    """A DrainingThreadWorker without gunicorn's set-up; states: conn -> ConnectionState."""
+    import weakref
+
+    w = object.__new__(worker.DrainingThreadWorker)
+    w._states = weakref.WeakKeyDictionary(states or {})
+    w._arrivals = weakref.WeakKeyDictionary()
+    return w
+
+
 @pytest.mark.parametrize(("sent", "counted"), [(b"", 0), (b"\x16\x03\x01", 0), (b"POST / HTTP/1.1\r\n" * 4, 1)])
 def test_an_old_connection_is_closed_and_counted_only_with_a_request(pair, sent, counted):
     client, server_side = pair
@@ -71,11 +90,17 @@ def test_an_old_connection_is_closed_and_counted_only_with_a_request(pair, sent,
         client.sendall(sent)
     client.shutdown(socket.SHUT_WR)
     settle()
-    conn = types.SimpleNamespace(sock=server_side, queued_at=time.monotonic() - worker.DROP_AFTER[0] - 1)
+    from gunicorn.workers.gthread import TConn
+
+    conn = TConn(None, server_side, ("127.0.0.1", 1), ("127.0.0.1", 2))
+    fields = dict(vars(conn))
+    w = bare_worker({conn: ConnectionState(queued_at=time.monotonic() - worker.DROP_AFTER[0] - 1)})
     before = dropped()
-    assert worker.DrainingThreadWorker.handle(None, conn) is False  # type: ignore[arg-type]
+    assert w.handle(conn) is False
     assert server_side.fileno() == -1
     assert dropped() - before == counted
+    # what the worker knows of the connection is its ConnectionState: gthread's TConn gets no field of ours
+    assert set(vars(conn)) == set(fields)
 
 
 # ------------------------------------------------------------------ a request gathered without blocking
@@ -92,25 +117,46 @@ HEAD = b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: applicati
         (HEAD + b"content-length:  5 \r\n\r\nabcdeGET / HTTP/1.1\r\n", True),  # a pipelined request after it
         (HEAD + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n", True),  # conflicting: the parser refuses
         (HEAD + b"Content-Length: -1\r\n\r\n", True),
-        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", False),
-        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n", False),
-        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", True),
-        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nTrailer: t\r\n\r\n", True),
-        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\n0\r\n\r\n\r\n", False),  # "0\r\n\r\n" inside a chunk's data
-        (HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", True),  # malformed: the parser refuses
-        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n-6\r\n", True),  # a sign: int() took it and the scan looped (B1)
-        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n0x5\r\n", True),
+        (HEAD + b"Content-Length: 2000\r\n\r\n", True),  # over max_body: refused from the head, not read
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n", True),  # refused from the head (411), no body is read
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n-6\r\n", True),  # a sign once made a chunk scan loop (B1)
         (HEAD + b"x: " + b"y" * 70000 + b"\r\n", False),  # a head gunicorn would still read on (B3)
-        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n0\r\n" + (b"t: " + b"v" * 7900 + b"\r\n") * 9, False),  # trailers (B3b)
         (b"x" * (MAX_HEAD_BYTES + 1), True),  # a head too long: the parser refuses
     ],
 )
 def test_request_complete_follows_the_framing(data, whole):
     answer: list[bool] = []
-    scan = threading.Thread(target=lambda: answer.append(request_complete(bytearray(data))), daemon=True)
+    scan = threading.Thread(target=lambda: answer.append(request_complete(bytearray(data), 1024)), daemon=True)
     scan.start()
     scan.join(5)
-    assert answer == [whole]  # and promptly: a negative chunk size once made the scan loop forever
+    assert answer == [whole]  # and promptly
+
+
+@pytest.mark.parametrize(
+    "data, status",
+    [
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 411),  # well-formed: refused all the same
+        (HEAD + b"Transfer-Encoding: chunked\r\n\r\n-6\r\n", 411),
+        (HEAD + b"transfer-encoding :  Chunked \r\nContent-Length: 3\r\n\r\nabc", 411),  # with a length too
+        (HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n", 501),
+        (HEAD + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501),  # twice (h11 refuses it too)
+        (HEAD + b"Transfer-Encoding:\r\n\r\n", 501),
+        (HEAD + b"Content-Length: 1025\r\n\r\n", 413),
+        (HEAD + b"Content-Length: 1024\r\n\r\n", None),
+        (HEAD + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\n", None),  # gunicorn's parser answers 400
+        (HEAD, None),  # no head yet
+    ],
+)
+def test_a_request_is_refused_from_its_head_as_the_event_loop_front_refuses_it(data, status):
+    """No Transfer-Encoding reaches gunicorn's chunked parser: the gthread engine answers any of
+    them from the head, like the front (webhook/serve/front/connection.py), and a Content-Length
+    over server.maxRequestBytes before the body is read; each with a JSON error that closes."""
+    refused = refusal(bytearray(data), 1024)
+    assert (refused and refused.status) == status
+    if refused is not None:
+        head, _, body = refused.answer().partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 %d " % status) and b"Connection: close" in head
+        assert b"Content-Type: application/json" in head and json.loads(body)["error"].startswith(refused.reason)
 
 
 def test_gather_returns_at_once_for_a_trickled_request_and_times_out_from_its_first_byte(pair):
@@ -139,16 +185,17 @@ def test_gather_tells_a_closed_connection_from_a_partial_request(pair):
 
 
 # ------------------------------------------------------------------ reclaim at the connection limit
-def reclaim_round(conns_pending, conns_kept, waiting):
+def reclaim_round(conns_pending, conns_kept, waiting, states=None):
     """One DrainingThreadWorker.murder_keepalived round at the connection limit with `waiting`
-    connections in the accept queue; returns the connections it closed."""
+    connections in the accept queue; returns the connections it closed. states: conn -> its
+    ConnectionState (the worker's, never a field of the connection); a fresh one for the others."""
     import collections
     import selectors
 
     closed = []
     for c in [*conns_pending, *conns_kept]:
         c.close = lambda c=c: closed.append(c)
-    w = object.__new__(worker.DrainingThreadWorker)
+    w = bare_worker({c: (states or {}).get(c, ConnectionState()) for c in [*conns_pending, *conns_kept]})
     w.pending_conns, w.keepalived_conns = collections.deque(conns_pending), collections.deque(conns_kept)
     w.poller, w.alive, w.cfg = selectors.DefaultSelector(), True, types.SimpleNamespace(keepalive=75)
     w.nr_conns = w.worker_connections = 10
@@ -164,48 +211,35 @@ def test_reclaim_takes_connections_without_a_tls_handshake_first_and_never_one_w
     client, server_side = pair
     now = time.monotonic()
     quiet = socket.socket()
-    silent = types.SimpleNamespace(
-        sock=quiet, initialized=False, connected_at=now - 0.5, timeout=now + worker.CLIENT_SOCKET_TIMEOUT
-    )  # deferred just now
-    fresh = types.SimpleNamespace(sock=quiet, initialized=False, connected_at=now, timeout=now + worker.CLIENT_SOCKET_TIMEOUT)
+    silent = Conn(sock=quiet, initialized=False, timeout=now + worker.CLIENT_SOCKET_TIMEOUT)  # deferred just now
+    fresh = Conn(sock=quiet, initialized=False, timeout=now + worker.CLIENT_SOCKET_TIMEOUT)
     client.sendall(b"x" * 100)  # a request's bytes waiting on the kept-alive connection
     time.sleep(0.05)
-    busy = types.SimpleNamespace(sock=server_side, initialized=True, timeout=now - 10 + 75)  # idle 10 s before
-    idle = types.SimpleNamespace(sock=quiet, initialized=True, timeout=now - 5 + 75)
-    closed = reclaim_round([fresh, silent], [busy, idle], waiting=1)
+    busy = Conn(sock=server_side, initialized=True, timeout=now - 10 + 75)  # idle 10 s before
+    idle = Conn(sock=quiet, initialized=True, timeout=now - 5 + 75)
+    states = {silent: ConnectionState(connected_at=now - 0.5), fresh: ConnectionState(connected_at=now)}
+    closed = reclaim_round([fresh, silent], [busy, idle], waiting=1, states=states)
     assert closed == [silent]
-    closed = reclaim_round([fresh], [busy, idle], waiting=5)
+    closed = reclaim_round([fresh], [busy, idle], waiting=5, states=states)
     assert closed == [idle]  # busy holds a request; fresh is too young to be judged silent
+    # a handshake under way (its ClientHello came, its next flight is slow) is a talking client: it
+    # goes with the idle ones, not before them, and not while it has been idle under 1 s
+    greeting = Conn(sock=quiet, initialized=False, timeout=now + worker.CLIENT_SOCKET_TIMEOUT)
+    states[greeting] = ConnectionState(connected_at=now - 0.9, greeted=True)
+    closed = reclaim_round([greeting, silent], [idle], waiting=1, states=states)
+    assert closed == [silent]
+    closed = reclaim_round([greeting], [idle], waiting=5, states=states)
+    assert closed == [idle]
     # one that never sent a request goes before a longer-idle one that has served requests (the
     # honest client's), once idle 0.25 s: a served one waits RECLAIM_MIN_IDLE (1 s)
-    unused = types.SimpleNamespace(sock=quiet, initialized=True, no_request_yet=True, timeout=now - 0.5 + 75)
-    just_served = types.SimpleNamespace(sock=quiet, initialized=True, timeout=now - 0.5 + 75)
-    closed = reclaim_round([], [idle, just_served, unused], waiting=1)
+    unused = Conn(sock=quiet, initialized=True, timeout=now - 0.5 + 75)
+    states = {unused: ConnectionState(no_request_yet=True)}
+    just_served = Conn(sock=quiet, initialized=True, timeout=now - 0.5 + 75)
+    closed = reclaim_round([], [idle, just_served, unused], waiting=1, states=states)
     assert closed == [unused]
-    closed = reclaim_round([], [idle, just_served, unused], waiting=5)
+    closed = reclaim_round([], [idle, just_served, unused], waiting=5, states=states)
     assert closed == [unused, idle]  # just_served: idle under 1 s
     quiet.close()
-
-
-def test_a_chunked_body_is_scanned_once_across_calls_not_once_per_call():
-    """A body of one-byte chunks gathered over many reads: with the caller's memo the scan resumes
-    where it stopped (work linear in the chunks), instead of restarting at every read (squared)."""
-
-    class Counting(bytearray):
-        finds = 0
-
-        def find(self, *args):  # type: ignore[override]
-            Counting.finds += 1
-            return super().find(*args)
-
-    chunks = 2000
-    whole = HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * chunks + b"0\r\n\r\n"
-    buf, memo = Counting(), {}
-    for i in range(0, len(whole), 600):  # 600-byte reads: ~20 calls over the growing buffer
-        buf += whole[i : i + 600]
-        done = request_complete(buf, memo)
-    assert done is True
-    assert Counting.finds < 2 * chunks + 100, Counting.finds  # restarting each call: ~20 x chunks / 2
 
 
 def test_a_client_that_gave_up_is_known_before_its_tls_handshake(pair):
@@ -218,3 +252,22 @@ def test_a_client_that_gave_up_is_known_before_its_tls_handshake(pair):
     client.close()
     settle()
     assert peer_closed(server_side)
+
+
+def test_the_gthread_worker_gives_the_app_the_arrival_in_the_wsgi_environ(pair):
+    """connections.with_arrival: the socket gunicorn puts in the environ -> the arrival its request
+    was given (DrainingThreadWorker._handle); a socket without one leaves the key out (the app then
+    counts from now, webhook.serve.lanes.arrived)."""
+    import weakref
+
+    from webhook.serve.connections import with_arrival
+    from webhook.serve.lanes import ARRIVAL
+
+    _, server_side = pair
+    seen = []
+    arrivals: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary({server_side: 12.5})
+    app = with_arrival(lambda environ, start_response: seen.append(dict(environ)) or [b""], arrivals)
+    app({"gunicorn.socket": server_side}, None)
+    app({"gunicorn.socket": socket.socket()}, None)
+    app({}, None)
+    assert [env.get(ARRIVAL) for env in seen] == [12.5, None, None]

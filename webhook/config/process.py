@@ -163,7 +163,12 @@ class ServerConfig:
     port: int = dataclasses.field(default=8443, metadata=key("port", lo=1, hi=65535, help="the HTTPS port"))
     max_request_bytes: int = dataclasses.field(
         default=8 * 1024 * 1024,
-        metadata=key("maxRequestBytes", lo=1024, hi=64 * 1024 * 1024, help="request bodies above this many bytes get HTTP 400"),
+        metadata=key(
+            "maxRequestBytes",
+            lo=1024,
+            hi=64 * 1024 * 1024,
+            help="a request body above this many bytes is refused: HTTP 413 from its Content-Length, before it is read",
+        ),
     )
     engine: ServerEngine = dataclasses.field(
         default="gthread",

@@ -12,8 +12,8 @@ gunicorn's gthread worker serves requests with `server.threads` threads from one
   at once with the overload answer (webhook.admission.overload_answer: eviction 429 retry, else the
   policy's failure mode), rather than queueing past the apiserver's timeout.
 * each review is judged in its lane's own threads and waited for until server.reviewDeadlineSeconds
-  after its arrival in the worker (arrived(): the environ key ARRIVAL set by the event-loop
-  front, webhook.serve.front, or a thread-local set by the gthread worker, webhook.serve.worker); past it the overload
+  after its arrival in the worker (arrived(): the WSGI environ key ARRIVAL, set by either engine:
+  the event-loop front, webhook.serve.front, and the gthread worker, webhook.serve.worker); past it the overload
   answer goes out and a judgment not yet started is dropped. (A started judgment cannot be
   interrupted in Python; server.limits keep it short.)
 """
@@ -38,23 +38,15 @@ from webhook.policies.registry import POLICIES
 #: seconds a review waits for a slot of its lane before it is answered "overloaded"
 ENTER_WAIT = 0.1
 
-#: the WSGI environ key with time.monotonic() of the request's arrival (set by the event-loop front)
+#: the WSGI environ key with time.monotonic() (seconds, a float) of the request's arrival in the worker:
+#: its first byte, or its wait in the kernel before it counted. Set by both engines (server.engine).
 ARRIVAL = "dra_guard.arrival"
 
-_ARRIVAL = threading.local()
 
-
-def set_arrival(monotonic: float | None) -> None:
-    """Record when the current thread's request arrived in the worker's queue (webhook.serve.worker)."""
-    _ARRIVAL.value = monotonic
-
-
-def arrived(environ: Mapping[str, Any] | None = None) -> float:
-    """time.monotonic() when the current request arrived: environ[ARRIVAL] (the event-loop front),
-    else the thread's (the gthread worker), else now (no server: the app called directly)."""
-    value = environ.get(ARRIVAL) if environ is not None else None
-    if value is None:
-        value = getattr(_ARRIVAL, "value", None)
+def arrived(environ: Mapping[str, Any]) -> float:
+    """time.monotonic() when the request of this WSGI environ arrived: environ[ARRIVAL], else now
+    (no server set it: the app called directly, as in unit tests)."""
+    value = environ.get(ARRIVAL)
     return float(value) if value is not None else time.monotonic()
 
 

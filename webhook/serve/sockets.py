@@ -1,13 +1,15 @@
 """Sockets of dra-guard's server, apart from gunicorn (webhook.serve.worker adapts gunicorn's
 worker around them): the TLS socket bounds against stalling and trickling clients, and what Linux's
-TCP_INFO tells about a connection's wait in the kernel and a listener's accept queue (issue 21).
+TCP_INFO tells about a connection's wait in the kernel and a listener's accept queue, and what is
+checked of a request's head before gunicorn parses it (request_complete, refusal).
 Timeouts (seconds) and why: docs/reliability.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
-import re
+import json
 import select
 import socket
 import ssl
@@ -92,85 +94,105 @@ def holds_a_request(sock: Any) -> bool:
         return False
 
 
-#: a request head, a chunk-size line or a trailer section longer than this is whole enough: gunicorn's
-#: parser refuses it from the bytes it is given, without reading the socket (its largest head or trailer
-#: section is 100 fields of 8 KiB, 800 KiB; at 64 KiB it read on, blocking a thread: review B3)
+#: a request head longer than this is whole enough: gunicorn's parser refuses it from the bytes it is
+#: given, without reading the socket (its largest head is 100 fields of 8 KiB, 800 KiB; at 64 KiB it
+#: read on, blocking a thread: review B3)
 MAX_HEAD_BYTES = 1024 * 1024
-_HEX = re.compile(rb"[0-9a-fA-F]{1,16}")
 
 
-def request_complete(data: bytes | bytearray, memo: dict[str, int] | None = None) -> bool:
-    """Whether `data` (what a client sent on a connection, from the start of a request) holds a
-    whole HTTP/1.1 request: its head and, by Content-Length or chunked Transfer-Encoding (RFC 9112
-    6.3, 7.1), its whole body; a pipelined request after it may follow. True too for what gunicorn's
-    parser refuses anyway (a head over MAX_HEAD_BYTES, conflicting or malformed framing): it answers
-    those at once. False while more bytes are needed. memo: kept by the caller between calls on the
-    same growing `data`, so a chunked body is scanned once in all, not once per call (a body of
-    one-byte chunks would otherwise cost its length squared)."""
+def json_error(status: int, reason: str, detail: str) -> bytes:
+    """A whole HTTP/1.1 answer with the JSON body {"error": "<reason>: <detail>"} (just "<reason>"
+    when detail is empty) that closes the connection: every protocol error of the gthread engine."""
+    body = json.dumps({"error": f"{reason}: {detail}" if detail else reason}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A request answered from its head alone, before gunicorn parses it (the answers of the
+    event-loop front, webhook.serve.front.connection): status, reason and detail of json_error."""
+
+    status: int
+    reason: str
+    detail: str
+
+    def answer(self) -> bytes:
+        return json_error(self.status, self.reason, self.detail)
+
+
+def _framing(data: bytes | bytearray) -> tuple[int, set[bytes], list[bytes]] | None:
+    """(where the head ends, its Content-Length values, its transfer codings, lower case) of the
+    request at the start of `data`; None while the head is not complete."""
     end = data.find(b"\r\n\r\n")
     if end < 0:
-        return len(data) > MAX_HEAD_BYTES
+        return None
     lengths: set[bytes] = set()
-    chunked = False
+    codings: list[bytes] = []
     for line in bytes(data[:end]).lower().split(b"\r\n")[1:]:
         name, colon, value = line.partition(b":")
         if colon and name.strip() == b"content-length":
             lengths.add(value.strip())
         elif colon and name.strip() == b"transfer-encoding":
-            chunked = chunked or b"chunked" in value
-    if chunked:
-        return _chunked_body_complete(data, end + 4, {} if memo is None else memo)
-    if not lengths:
-        return True  # no body
-    (length,) = lengths if len(lengths) == 1 else (b"x",)
-    return not length.isdigit() or len(data) - (end + 4) >= int(length)
+            codings.extend(coding.strip() for coding in value.split(b","))
+    return end, lengths, codings
 
 
-def _chunked_body_complete(data: bytes | bytearray, start: int, memo: dict[str, int]) -> bool:
-    """Whether a chunked body starting at data[start] has its last chunk and trailers (RFC 9112 7.1);
-    memo["chunk"]: where the first chunk not yet seen whole starts."""
-    pos = memo.get("chunk", start)
-    while True:
-        eol = data.find(b"\r\n", pos)
-        if eol < 0:
-            return len(data) - pos > MAX_HEAD_BYTES
-        digits = bytes(data[pos:eol]).split(b";", 1)[0].rstrip(b" \t")
-        if not _HEX.fullmatch(digits):
-            return True  # malformed (a sign, "0x", "_", ...): the parser refuses it. int() took "-6" and looped
-        size = int(digits, 16)
-        if size == 0:
-            pos = trailers = eol + 2
-            while True:  # trailer lines, up to an empty one
-                eol = data.find(b"\r\n", pos)
-                if eol < 0:
-                    return len(data) - trailers > MAX_HEAD_BYTES
-                if eol == pos:
-                    return True
-                pos = eol + 2
-        pos = eol + 2 + size + 2
-        if pos > len(data):
-            return False
-        memo["chunk"] = pos
+def request_complete(data: bytes | bytearray, max_body: int) -> bool:
+    """Whether `data` (what a client sent on a connection, from the start of a request) holds a
+    whole HTTP/1.1 request: its head and the Content-Length bytes of its body (RFC 9112 6.3); a
+    pipelined request after it may follow. True too for what is answered from the head alone
+    (refusal: any Transfer-Encoding, a body over max_body bytes) and for what gunicorn's parser
+    refuses from the bytes it has (a head over MAX_HEAD_BYTES, conflicting or malformed lengths).
+    False while more bytes are needed."""
+    framing = _framing(data)
+    if framing is None:
+        return len(data) > MAX_HEAD_BYTES
+    end, lengths, codings = framing
+    if codings or len(lengths) != 1:
+        return True  # refused from the head, gunicorn refuses conflicting lengths, or no body
+    (length,) = lengths
+    if not length.isdigit():
+        return True
+    return int(length) > max_body or len(data) - (end + 4) >= int(length)
+
+
+def refusal(data: bytes | bytearray, max_body: int) -> Refusal | None:
+    """The answer to the request at the start of `data` (its whole head) from the head alone, as
+    the event-loop front gives it; None: gunicorn parses the request. A body with any
+    Transfer-Encoding is refused before it is read: chunked 411 (the kube-apiserver always sends a
+    Content-Length: tests/e2e/test_webhook_request_framing.py), any other coding 501 (RFC 9112 6.1);
+    a Content-Length over max_body (server.maxRequestBytes) 413."""
+    framing = _framing(data)
+    if framing is None:
+        return None
+    _, lengths, codings = framing
+    if codings == [b"chunked"]:
+        return Refusal(411, "Length Required", "send the body with a Content-Length (no Transfer-Encoding)")
+    if codings:
+        return Refusal(501, "Not Implemented", "no transfer coding is supported: send the body with a Content-Length")
+    if len(lengths) == 1 and (length := next(iter(lengths))).isdigit() and int(length) > max_body:
+        return Refusal(413, "Content Too Large", f"body is larger than server.maxRequestBytes ({max_body} bytes)")
+    return None
 
 
 GATHER_STEP_WAIT = 0.01  # seconds a thread waits for more of an incomplete request (then: the poller)
 
 
-def gather(sock: Any, buf: bytearray, started: float, *, max_bytes: int, memo: dict[str, int] | None = None) -> bool | None:
+def gather(sock: Any, buf: bytearray, started: float, *, max_bytes: int, first_round: bool = True) -> bool | None:
     """Read what the client has sent into `buf` without blocking on a slow client: True once `buf`
-    holds a whole request (request_complete) or max_bytes + MAX_HEAD_BYTES (the app refuses it) or
-    the client closed after sending part of one (the parser answers what came); None when the rest
-    has not come (waited for GATHER_STEP_WAIT seconds once, in a request's first round: the first
-    call with its memo); False when the client closed with nothing sent.
+    holds a whole request (request_complete) or max_bytes + MAX_HEAD_BYTES, or the client closed
+    after sending part of one (the parser answers what came); None when the rest has not come
+    (waited for GATHER_STEP_WAIT seconds once if first_round: a request's first call); False when
+    the client closed with nothing sent.
     started: time.monotonic() of the request's first byte. Raises TimeoutError once
-    REQUEST_READ_LIMIT seconds have passed since then. The socket is left blocking. memo: see
-    request_complete (the same dict for every call on the same request)."""
+    REQUEST_READ_LIMIT seconds have passed since then. The socket is left blocking."""
     sock.setblocking(False)
     try:
-        memo = {} if memo is None else memo
-        first_round = "rounds" not in memo
-        memo["rounds"] = memo.get("rounds", 0) + 1
-        while not request_complete(buf, memo) and len(buf) <= max_bytes + MAX_HEAD_BYTES:
+        while not request_complete(buf, max_bytes) and len(buf) <= max_bytes + MAX_HEAD_BYTES:
             try:
                 chunk = sock.recv(256 * 1024)
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
