@@ -13,7 +13,8 @@ import time
 import pytest
 
 from tests.builders import eviction_request
-from tests.http.clients import LIMIT, answer, connect, metric
+from tests.http.clients import LIMIT, answer, connect
+from tests.scrape import metric
 from webhook.serve.front.connection import OVERLOAD_HOLD
 
 pytestmark = pytest.mark.http
