@@ -95,8 +95,8 @@ def holds_a_request(sock: Any) -> bool:
 
 
 #: a request head longer than this is whole enough: gunicorn's parser refuses it from the bytes it is
-#: given, without reading the socket (its largest head is 100 fields of 8 KiB, 800 KiB; at 64 KiB it
-#: read on, blocking a thread: review B3)
+#: given, without reading the socket (its largest head is 100 fields of 8 KiB, 800 KiB; below that it
+#: would read on, blocking a thread)
 MAX_HEAD_BYTES = 1024 * 1024
 
 
@@ -200,7 +200,7 @@ def gather(sock: Any, buf: bytearray, started: float, *, max_bytes: int, first_r
                     raise TimeoutError(f"request not received within {REQUEST_READ_LIMIT:g} s") from None
                 # wait for the rest in this thread once, in a request's first round only: an honest
                 # client's request comes at once; one that trickles, even a byte every 5 ms, waits in
-                # the poller (waiting per byte let 16 such clients hold every thread: review B2)
+                # the poller (waiting per byte would let 16 such clients hold every thread)
                 if first_round and ready(sock, select.POLLIN, GATHER_STEP_WAIT):
                     first_round = False
                     continue

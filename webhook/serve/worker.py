@@ -210,8 +210,8 @@ class DrainingThreadWorker(ThreadWorker):
         Transfer-Encoding 411/501, a Content-Length over maxRequestBytes 413), or took over
         REQUEST_READ_LIMIT s since its first byte (408), each with a JSON error; or its incomplete
         request would pass the budget (GATHER_BUDGET_SHARE x maxRequestBytes). gthread's blocking
-        reads let 16 clients that send a byte every 1.5 s hold all 8 threads: evictions timed out
-        (adversarial review A1, A4)."""
+        reads would let 16 clients that send a byte every 1.5 s hold all 8 threads, and evictions
+        time out (docs/reliability.md, slow clients)."""
         buf = state.gathered
         if state.gather_started is None:
             state.gather_started = time.monotonic()
