@@ -80,10 +80,13 @@ def healthz_wait(server) -> float:
 
 
 def review_bytes(uid: str) -> bytes:
+    """An eviction review (not of a driver pod: judged allowed) as the kube-apiserver writes it:
+    kind, apiVersion, then request with uid first (what the front's overload answer reads)."""
+    # a dict keeps its first key's place when the key is set again: uid stays first
     body = json.dumps(
         {
-            "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
+            "apiVersion": "admission.k8s.io/v1",
             "request": {**eviction_request("gpu-driver-x"), "uid": uid},
         }
     ).encode()

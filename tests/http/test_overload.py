@@ -7,13 +7,11 @@ connections are all busy cannot eat the CPU the reviews need."""
 from __future__ import annotations
 
 import collections
-import json
 import time
 
 import pytest
 
-from tests.builders import eviction_request
-from tests.http.clients import LIMIT, answer, connect
+from tests.http.clients import LIMIT, answer, connect, review_bytes
 from tests.scrape import metric
 from webhook.serve.front.connection import OVERLOAD_HOLD
 
@@ -23,23 +21,6 @@ pytestmark = pytest.mark.http
 #: the 8 threads and the 32 reviews a lane of the front queues (MAX_QUEUED_PER_THREAD x threads)
 HELD = 120
 BURSTS = 6
-
-
-def review_bytes(uid: str) -> bytes:
-    """An eviction review (not of a driver pod: judged allowed) as the kube-apiserver writes it:
-    kind, apiVersion, then request with uid first (what the front's overload answer reads)."""
-    # a dict keeps its first key's place when the key is set again: uid stays first
-    body = json.dumps(
-        {
-            "kind": "AdmissionReview",
-            "apiVersion": "admission.k8s.io/v1",
-            "request": {**eviction_request("gpu-driver-x"), "uid": uid},
-        }
-    ).encode()
-    return (
-        b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n" % len(body)
-    ) + body
 
 
 def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets_new_ones(server, engine):

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from certs.ports import Conflict
+from certs.replicas import micro_time, parse_time  # the Lease time format, one definition
 
 
 class LeaseCalls(Protocol):
@@ -22,21 +23,6 @@ class LeaseCalls(Protocol):
     def get_lease(self, name: str) -> dict[str, Any] | None: ...
     def create_lease(self, lease: Mapping[str, Any]) -> None: ...
     def update_lease(self, lease: Mapping[str, Any]) -> None: ...
-
-
-def micro_time(t: datetime.datetime) -> str:
-    """A Lease MicroTime string ("2026-12-01T10:00:00.000000Z") for aware datetime `t`."""
-    return t.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_micro_time(value: Any) -> datetime.datetime | None:
-    """The aware datetime of a Lease MicroTime string; None when it is missing or unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def hold_lease(api: LeaseCalls, name: str, *, identity: str, now: datetime.datetime, duration_seconds: int) -> bool:
@@ -52,7 +38,7 @@ def hold_lease(api: LeaseCalls, name: str, *, identity: str, now: datetime.datet
             api.create_lease({"metadata": {"name": name}, "spec": {**spec, "acquireTime": micro_time(now)}})
             return True
         current = lease.get("spec") or {}
-        renewed = parse_micro_time(current.get("renewTime"))
+        renewed = parse_time(current.get("renewTime"))
         expired = (
             renewed is None
             or renewed + datetime.timedelta(seconds=int(current.get("leaseDurationSeconds") or duration_seconds)) < now

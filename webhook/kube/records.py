@@ -42,11 +42,11 @@ from typing import Any, Protocol
 import kubernetes
 from kubernetes.client.rest import ApiException
 
+from certs.replicas import micro_time
 from webhook import metrics
 from webhook.kube.certapi import MANAGED_BY_LABEL
 from webhook.kube.client import count, describe_error, server_of
 from webhook.kube.errors import api_failure
-from webhook.kube.leases import micro_time
 from webhook.model.claim_index import ClaimIndex
 from webhook.model.leaving import LeaveRecord, judge
 
