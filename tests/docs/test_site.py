@@ -168,3 +168,18 @@ def test_user_docs_carry_no_development_history():
     for page in pages:
         for number, line in enumerate(page.read_text().splitlines(), 1):
             assert not re.search(r"\b[Ii]ssues? #?\d+", line), f"{page.relative_to(REPO)}:{number}: {line}"
+
+
+def test_code_and_chart_comments_carry_no_development_history():
+    """Comments and docstrings say why the code is as it is today; issue numbers and review ids
+    (\"issue 21\", \"review B3\") belong in commit messages and bench/RESULTS.md."""
+    history = re.compile(r"\b[Ii]ssues? #?\d+|\b[Rr]eviews? [A-Z]\d+\b")
+    files = [*(REPO / "webhook").rglob("*.py"), *(REPO / "certs").rglob("*.py"), *(REPO / "charts").rglob("*.yaml")]
+    files += [*(REPO / "charts").rglob("*.tpl"), *(REPO / "hack").rglob("*.py")]
+    found = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if history.search(line)
+    ]
+    assert not found, "\n".join(found)
