@@ -171,11 +171,11 @@ class ServerConfig:
         ),
     )
     engine: ServerEngine = dataclasses.field(
-        default="gthread",
+        default="asyncio",
         metadata=key(
             "engine",
-            help="how connections are served: gthread (gunicorn's threads, the default) or asyncio "
-            "(an event loop: a slow client costs no thread; the app and policies still run in threads)",
+            help="how connections are served: asyncio (an event loop, the default: a slow client costs no "
+            "thread; the app and policies still run in threads) or gthread (gunicorn's threads)",
         ),
     )
     workers: int = dataclasses.field(
