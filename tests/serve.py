@@ -12,7 +12,6 @@ import sys
 import time
 
 import requests
-import yaml
 
 #: ports this process has handed out: never handed out twice (two servers of one test, etcd's pair)
 _HANDED_OUT: set[int] = set()
@@ -53,24 +52,11 @@ def free_port() -> int:
     raise RuntimeError(f"no free TCP port on 127.0.0.1 in {first}-{end - 1} after 200 tries")
 
 
-def with_engine(config: str | None, engine: str | None) -> str | None:
-    """The config file text `config` with server.engine set to `engine` (unchanged when None)."""
-    if engine is None:
-        return config
-    data = yaml.safe_load(config or "") or {}
-    data.setdefault("server", {})["engine"] = engine
-    return yaml.safe_dump(data)
-
-
 class DraGuardProcess:
     """`dra-guard serve --self-signed DIR` on 127.0.0.1:PORT with extra arguments; stop() ends it.
 
     url: https://127.0.0.1:PORT; ca_file: the development CA to verify it with; log_file: its stderr.
-    engine: server.engine for every server started while it is set (tests/http/conftest.py runs
-    the tests of the server against each engine); None: the config's own.
     """
-
-    engine: str | None = None
 
     def __init__(
         self,
@@ -90,7 +76,6 @@ class DraGuardProcess:
         self.ca_file = ca_file or workdir / "tls" / "ca.crt"
         self.log_file = workdir / "dra-guard.log"
         tls = [] if ca_file else ["--self-signed", str(workdir / "tls")]
-        config = with_engine(config, self.engine)
         cmd = [sys.executable, "-m", "webhook.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), *tls, *args]
         if config is not None:
             cfg = workdir / "config.yaml"

@@ -213,7 +213,7 @@ CONNECTIONS_RECLAIMED = Counter(
 )
 CONNECTIONS_REFUSED = Counter(
     "dra_guard_connections_refused_total",
-    "New connections to the webhook port a worker (server.engine: asyncio) reset at once, without a TLS handshake, "
+    "New connections to the webhook port a worker reset at once, without a TLS handshake, "
     "because it was overloaded: its held connections get the overload answer; a new one would cost a handshake.",
 )
 ACCEPT_QUEUE = Gauge(

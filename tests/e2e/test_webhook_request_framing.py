@@ -1,7 +1,7 @@
 """How the real kube-apiserver frames the AdmissionReviews it sends to a webhook: always with a
 Content-Length, never `Transfer-Encoding: chunked`, whatever the size of the object.
 
-dra-guard answers a chunked request 411 Length Required (both server engines) (a chunked body
+dra-guard answers a chunked request 411 Length Required (a chunked body
 cannot be checked against server.maxRequestBytes before it is read, and its framing is where
 parsers have been attacked). That is only safe if no apiserver ever sends one: this test records
 the raw request heads the apiserver sends to a webhook of its own (a recording TLS server,

@@ -23,7 +23,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 import certs
 from tests.builders import eviction_request
 from tests.serve import DraGuardProcess, free_port
-from webhook.serve.worker import KEEPALIVE_CONNECTIONS
+from webhook.serve.front.capacity import KEEPALIVE_CONNECTIONS
 
 THREADS = 8  # server.threads default
 LIMIT = THREADS + KEEPALIVE_CONNECTIONS
@@ -129,7 +129,7 @@ def closed_by_peer(sock: socket.socket) -> bool:
 
 def trickle(ctx: ssl.SSLContext, port: int, first_line: bytes, stop: threading.Event, every: float = 1.5) -> None:
     """One slowloris client (A1): `first_line` (a request line, or more), then one byte every `every`
-    seconds (1.5: under the 2 s per-operation bound; TCP_NODELAY, so each is a packet); dials again
+    seconds (1.5: under a 2 s bound per read, were there one; TCP_NODELAY, so each is a packet); dials again
     when cut off, until `stop`."""
     time.sleep(random.uniform(0, 2.5))
     while not stop.is_set():

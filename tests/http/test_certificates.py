@@ -18,7 +18,7 @@ from cryptography import x509
 import certs
 from tests.builders import binding, review, subject
 from tests.scrape import metric
-from tests.serve import DraGuardProcess, free_port, with_engine
+from tests.serve import free_port
 
 pytestmark = pytest.mark.http
 
@@ -32,7 +32,7 @@ class FilesServer:
         self.dir = workdir / "tls"
         self.port = free_port()
         config = workdir / "config.yaml"
-        config.write_text(with_engine("certificates:\n  reloadIntervalSeconds: 1\n", DraGuardProcess.engine) or "")
+        config.write_text("certificates:\n  reloadIntervalSeconds: 1\n")
         self.log = open(workdir / "serve.log", "ab")
         self.proc = subprocess.Popen(
             [

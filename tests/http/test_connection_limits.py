@@ -39,15 +39,15 @@ from tests.http.clients import (
 )
 from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
-from webhook.serve.sockets import accept_queue
+from webhook.serve.front.kernel import accept_queue
 
 pytestmark = pytest.mark.http
 
 
 def test_connections_that_end_in_a_tls_eof_are_counted_once_and_the_limit_holds(server):
-    """A client that goes away during the TLS handshake (what a load generator or an apiserver
-    past its webhook timeout does) makes gthread close the socket itself; gunicorn 27 then counts
-    the connection out twice, and after enough of them the worker accepts without limit."""
+    """Clients that go away during the TLS handshake (what a load generator or an apiserver past
+    its webhook timeout does) are counted out once each: after 300 of them the worker's connection
+    limit still holds (a count that drifted low would let it accept without limit)."""
     for _ in range(300):
         socket.create_connection(("127.0.0.1", server.port), timeout=10).close()  # EOF instead of a ClientHello
     assert server.session().get(server.url + "/healthz", timeout=10).status_code == 200
@@ -149,7 +149,7 @@ def test_connections_idle_after_their_handshake_are_reclaimed_at_the_limit(serve
         assert 1 <= reclaimed <= 16 + 1  # one batch for the review's connection (+1: a scrape may need one)
         closed = sum(1 for s in idle if _closed_by_server(s))
         assert closed == reclaimed  # the idle ones, not the honest kept-alive connection
-        # which still serves reviews (gthread answered it "Connection: close" with that many idle)
+        # which still serves reviews (not answered "Connection: close" because so many are idle)
         assert judged_within(kept, "after") < 1.0
     finally:
         for s in idle:

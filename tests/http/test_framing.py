@@ -1,4 +1,4 @@
-"""HTTP/1.1 framing on the wire, the same for both engines: malformed and oversized bodies and heads
+"""HTTP/1.1 framing on the wire: malformed and oversized bodies and heads
 are answered with a JSON error (never an HTML page, never a second unsolicited answer), any
 Transfer-Encoding before its body is read (the kube-apiserver always sends a Content-Length:
 tests/e2e/test_webhook_request_framing.py), pipelined requests are all answered, and no framing can
@@ -33,13 +33,10 @@ NEGATIVE_CHUNK = (
 
 
 def test_a_negative_chunk_size_does_not_spin_a_thread_forever(server):
-    """Finding B1: request_complete parses a chunk size with int(x, 16), which takes a sign: a
-    chunk-size line "-6" sends _chunked_body_complete back to the start of the same line
-    (pos = eol + 2 + size + 2), an endless loop in the pool thread that called _gather (no read,
-    no deadline check inside). 8 such requests (55 bytes each, sent once, the connections then
-    closed) spin all 8 pool threads for good: every later eviction review goes unanswered
-    (failurePolicy Ignore: allowed) until the worker restarts; the worker burns 100% CPU. That
-    scanner is gone: both engines answer a chunked request 411 from its head."""
+    """A chunk-size line with a sign ("-6") once sent a chunk scanner back to the start of the same
+    line for ever: 8 such requests (55 bytes each, sent once, the connections then closed) would
+    spin every thread, every later eviction review unanswered (failurePolicy Ignore: allowed) and
+    the worker at 100% CPU. A chunked request is answered 411 from its head: the worker stays idle."""
     ctx = tls_context(server)
     for _ in range(8):
         with ctx.wrap_socket(socket.create_connection(("127.0.0.1", server.port), timeout=5), server_hostname="localhost") as tls:
@@ -62,10 +59,10 @@ def test_a_negative_chunk_size_does_not_spin_a_thread_forever(server):
 
 
 def test_a_negative_chunk_size_on_the_probe_port_does_not_stop_reviews_from_the_apiserver(tmp_path):
-    """Finding B1 without any certificate: with server.clientCAFile set, the probe port asks none,
-    and _gather runs for its connections too (before the app refuses reviews there). 8 chunked
-    requests with a chunk-size line "-6" sent there spin the 8 pool threads for good: the
-    apiserver's reviews (with its client certificate) on the admission port go unanswered."""
+    """The negative chunk size without any certificate: with server.clientCAFile set, the probe port
+    asks none, and its requests are framed like the admission port's (before the app refuses
+    reviews there). 8 chunked requests with a chunk-size line "-6" sent there must leave the
+    apiserver's reviews (with its client certificate) on the admission port answered."""
     import ssl
 
     proc, probe_port, good = client_auth_server(tmp_path)
@@ -106,9 +103,9 @@ def test_a_negative_chunk_size_on_the_probe_port_does_not_stop_reviews_from_the_
 
 
 def test_a_malformed_rest_of_body_after_an_answer_closes_the_connection_without_a_second_answer(server):
-    """A route that does not read the body (here /healthz) answered; gunicorn then drained the body,
-    found it malformed and sent a second, unsolicited answer on the same connection. Any
-    Transfer-Encoding is now answered 411 before the app: one answer, then the connection closed."""
+    """A malformed chunked body after a request to a route that does not read its body (here
+    /healthz) must not get a second, unsolicited answer on the same connection: any
+    Transfer-Encoding is answered 411 before the app, one answer, then the connection closed."""
     tls = tls_context(server).wrap_socket(
         socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost"
     )
@@ -121,9 +118,9 @@ def test_a_malformed_rest_of_body_after_an_answer_closes_the_connection_without_
 
 
 def test_pipelined_requests_over_tls_are_all_answered(server):
-    """Two requests in one write, the first exactly 8,192 bytes (gunicorn's read size): the second
-    is then decrypted but unread inside the TLS layer, the socket never turns readable, and
-    gthread left it unanswered until the 75 s keep-alive closed the connection."""
+    """Two requests in one write, the first exactly 8,192 bytes: the second arrives decrypted in the
+    same read as the first, with nothing more to come on the socket, and is answered at once (not
+    left until the 75 s keep-alive closes the connection)."""
     base = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: \r\n\r\n"
     first = base.replace(b"X-Pad: ", b"X-Pad: " + b"a" * (8192 - len(base)))
     assert len(first) == 8192
@@ -141,15 +138,15 @@ def test_pipelined_requests_over_tls_are_all_answered(server):
     assert data.count(b"HTTP/1.1 200") == 2 and b'"ready"' in data, data
 
 
-def test_malformed_body_gets_400_json_through_gunicorn(server):
+def test_malformed_body_gets_400_json(server):
     rv = server.session().post(server.url + "/validate/rbac", data=b"{", headers={"Content-Type": "application/json"})
     assert rv.status_code == 400 and "error" in rv.json()
 
 
 def test_a_chunked_body_is_refused_from_its_head_with_a_json_error(server):
     """411 before any of the body is read, malformed (a chunk size "zz") or not: a chunked body cannot
-    be checked against server.maxRequestBytes before it is read, and a framing parser of our own in
-    front of gunicorn's (gthread parses with blocking reads) is where finding B1 looped forever."""
+    be checked against server.maxRequestBytes before it is read (the kube-apiserver always sends a
+    Content-Length)."""
     for body in (b"zz\r\n", b"", b"3\r\nabc\r\n0\r\n\r\n"):
         answer = exchange(
             server,
@@ -169,8 +166,9 @@ def test_a_chunked_body_is_refused_from_its_head_with_a_json_error(server):
         (b"GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400),
     ],
 )
-def test_requests_gunicorn_refuses_itself_get_json_not_html(server, raw, status):
-    """Protocol errors gunicorn answers before the app sees the request: JSON like every other error."""
+def test_requests_refused_before_the_app_get_json_not_html(server, raw, status):
+    """Protocol errors the front answers before the app sees the request (its limits are gunicorn's
+    defaults: a request line of 8190 bytes, 100 header fields): JSON like every other error."""
     import json as _json
 
     ctx = ssl.create_default_context(cafile=str(server.ca_file))

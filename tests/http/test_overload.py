@@ -1,8 +1,8 @@
 """Overload on the wire: more reviews at once than a worker judges. Every connection it holds
 gets an answer with its own uid, judged or the overload answer (eviction: 429, retry); the
-event-loop front (server.engine: asyncio) gives the overload answer on the loop and, while it
-does, resets new connections before their TLS handshake, so that the dials of a client whose
-connections are all busy cannot eat the CPU the reviews need."""
+event-loop front gives the overload answer on the loop and, while it does, resets new connections
+before their TLS handshake, so that the dials of a client whose connections are all busy cannot
+eat the CPU the reviews need."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ HELD = 120
 BURSTS = 6
 
 
-def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets_new_ones(server, engine):
+def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets_new_ones(server):
     assert HELD < LIMIT  # every one of them is held, none reclaimed
     held = [connect(server, timeout=30) for _ in range(HELD)]
     scraper = server.session()
@@ -54,14 +54,10 @@ def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets
     refused = metric(scraper.get(server.url + "/metrics").text, "dra_guard_connections_refused_total") - refused_before
     assert outcomes["judged"] + outcomes["overload answer"] == HELD * BURSTS, dict(outcomes)
     assert outcomes["judged"] > 0, dict(outcomes)
-    if engine == "asyncio":
-        # the lane's queue filled: reviews past it got the overload answer on the loop, and new
-        # connections were reset without a handshake while it lasted
-        assert outcomes["overload answer"] > 0, dict(outcomes)
-        assert outcomes["new connection reset"] > 0 and refused == outcomes["new connection reset"], (dict(outcomes), refused)
-    else:
-        # gthread holds new connections in its accept queue: it refuses none
-        assert outcomes["new connection reset"] == 0 and refused == 0, (dict(outcomes), refused)
+    # the lane's queue filled: reviews past it got the overload answer on the loop, and new
+    # connections were reset without a handshake while it lasted
+    assert outcomes["overload answer"] > 0, dict(outcomes)
+    assert outcomes["new connection reset"] > 0 and refused == outcomes["new connection reset"], (dict(outcomes), refused)
     # OVERLOAD_HOLD after its last overload answer, the worker serves new connections again
     time.sleep(OVERLOAD_HOLD + 0.5)
     tls = connect(server)

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.http
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, engine):
+def server(tmp_path_factory):
     """One server for the module (these tests only read from it; conftest's `server` is one per test)."""
     proc = DraGuardProcess(tmp_path_factory.mktemp("serve"), "--no-cluster")
     try:
@@ -124,7 +124,7 @@ def test_bad_config_stops_startup_naming_the_key(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def verifying(tmp_path_factory, engine):
+def verifying(tmp_path_factory):
     work = tmp_path_factory.mktemp("client-auth")
     client_ca = certs.generate_ca(common_name="apiserver-client-ca")
     (work / "client-ca.crt").write_bytes(client_ca.cert_pem())

@@ -303,7 +303,7 @@ def test_a_review_that_arrives_past_its_deadline_is_answered_at_once_without_bei
 
     monkeypatch.setattr(app_module, "POLICIES", tuple(dataclasses.replace(p, review=policy) for p in app_module.POLICIES))
     c = client(server={"reviewDeadlineSeconds": 1})
-    c.environ_base[lanes.ARRIVAL] = time.monotonic() - 2  # as either engine passes a request queued 2 s ago
+    c.environ_base[lanes.ARRIVAL] = time.monotonic() - 2  # as the front passes a request queued 2 s ago
     body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")}
     resp = post(c, body, "/validate/evictions").get_json()["response"]
     rbac = post(c, review(binding("b", "r0", [subject("Group", "g")]))).get_json()["response"]
@@ -313,7 +313,7 @@ def test_a_review_that_arrives_past_its_deadline_is_answered_at_once_without_bei
 
 
 def test_the_arrival_in_the_wsgi_environ_starts_the_reviews_deadline(monkeypatch):
-    """Both engines pass a request's arrival as the WSGI environ key lanes.ARRIVAL (no
+    """The front passes a request's arrival as the WSGI environ key lanes.ARRIVAL (no
     thread-local): a review that arrived 2 s before its deadline of 1 s gets the overload answer
     unjudged; the same review arriving now is judged."""
     judged = []

@@ -184,3 +184,27 @@ def test_values_are_stored_as_declared():
     assert cfg.probes.startup_probe and cfg.probes.startup_period_seconds == 10  # default 10 s x 30
     assert cfg.policy("probes").mode == "warn" and cfg.policy("probes").failure_mode == "deny"
     assert cfg.policy("eviction").failure_mode == "deny" and cfg.policy("rbac").failure_mode == "deny"
+
+
+@pytest.mark.parametrize("engine", ["asyncio", "gthread"])
+def test_a_config_still_carrying_server_engine_is_refused_naming_the_key(tmp_path, engine):
+    """server.engine chose between two servers before the event-loop front became the only one; it
+    was never released, so a file that still sets it is an unknown key, not a silently ignored one."""
+    path = tmp_path / "config.yaml"
+    path.write_text(f"server:\n  threads: 8\n  engine: {engine}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"{path}: server.engine: unknown key" in str(err.value)
+
+
+def test_serve_stops_at_start_up_on_server_engine(tmp_path, monkeypatch, capsys):
+    """`dra-guard serve` exits 2 with the loader's one line naming server.engine, before gunicorn starts."""
+    from webhook.cli import main
+    from webhook.serve import server
+
+    monkeypatch.setattr(server, "run", lambda options: pytest.fail("serve started with server.engine in its config"))
+    path = tmp_path / "config.yaml"
+    path.write_text("server:\n  engine: asyncio\n")
+    assert main(["serve", "--config", str(path), "--no-cluster", "--self-signed", str(tmp_path / "tls")]) == 2
+    err = capsys.readouterr().err
+    assert "server.engine: unknown key" in err and "Traceback" not in err

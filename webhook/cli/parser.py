@@ -135,10 +135,9 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         description=f"Serve {', '.join(p.path for p in POLICIES)}, /healthz, "
         "/readyz and /metrics over HTTPS (and /validate/noop, a no-op review for "
         "benchmarks, never registered by the chart). Each gunicorn worker (server.workers) "
-        "holds at most server.threads + 250 connections; more wait "
-        "in the kernel's backlog. server.engine chooses how connections are served: "
-        "gthread (gunicorn's threads, the default) or asyncio (an event loop: a slow "
-        "client holds no thread; chunked requests get 411). With a cluster, a DRA driver pod leaving on the strength "
+        "serves its connections from one event loop (a slow client holds no thread; chunked "
+        "requests get 411) and judges reviews in server.threads threads; it holds at most "
+        "server.threads + 250 connections, more wait in the kernel's backlog. With a cluster, a DRA driver pod leaving on the strength "
         "of its Ready peer while claims need its driver is allowed only once this replica "
         "owns a shared record, a Lease dra-guard-leaving-<digest> in certificates.namespace "
         "(else $POD_NAMESPACE, else dra-guard): replicas let one pod of a surge pair go at a time.",

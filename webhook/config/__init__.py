@@ -117,7 +117,6 @@ Example (all defaults shown)::
     server:
       port: 8443
       maxRequestBytes: 8388608
-      engine: asyncio             # asyncio (event-loop front: slow clients hold no thread) | gthread
       workers: 1
       threads: 8
       shutdownDelaySeconds: 5     # on SIGTERM: /readyz says no, keep serving this long, then drain

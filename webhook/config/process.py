@@ -11,7 +11,6 @@ from typing import ClassVar, Literal
 from webhook.config.declare import key
 
 CertificatesMode = Literal["self", "cert-manager", "files"]
-ServerEngine = Literal["gthread", "asyncio"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,19 +169,11 @@ class ServerConfig:
             help="a request body above this many bytes is refused: HTTP 413 from its Content-Length, before it is read",
         ),
     )
-    engine: ServerEngine = dataclasses.field(
-        default="asyncio",
-        metadata=key(
-            "engine",
-            help="how connections are served: asyncio (an event loop, the default: a slow client costs no "
-            "thread; the app and policies still run in threads) or gthread (gunicorn's threads)",
-        ),
-    )
     workers: int = dataclasses.field(
         default=1, metadata=key("workers", lo=1, hi=64, help="gunicorn processes; each keeps its own caches")
     )
     threads: int = dataclasses.field(
-        default=8, metadata=key("threads", lo=1, hi=256, help="gunicorn gthread threads per process")
+        default=8, metadata=key("threads", lo=1, hi=256, help="threads per worker process that run the app and the policies")
     )
     shutdown_delay_seconds: int = dataclasses.field(
         default=5,

@@ -53,7 +53,7 @@ log = logging.getLogger("dra_guard.app")
 
 #: The no-op admission endpoint: the benchmarks' floor (see the module docstring).
 NOOP_PATH = "/validate/noop"
-LARGE_REVIEW_BYTES = 256 * 1024  # bodies above this (or chunked) are judged one at a time per worker
+LARGE_REVIEW_BYTES = 256 * 1024  # bodies above this are judged one at a time per worker
 #: writes a shared record before its deadline (time.monotonic()): (result, why), result one of
 #: created, renewed, taken_over, conflict, error (webhook.kube.records.LeaseRecords.own)
 Recorder = Callable[[LeaveRecord, float], tuple[str, str]]
@@ -159,14 +159,11 @@ class Reader:
         mimetype = request.mimetype
         if mimetype != "application/json":
             return _bad_request(path, f"Content-Type must be application/json, got {mimetype or 'none'!r}")
-        limit = self.server.max_request_bytes
         try:
-            body = request.stream.read(limit + 1)  # chunked bodies have no Content-Length to check first
+            # the front hands the whole body with its Content-Length (a chunked one is refused 411
+            # there); werkzeug refuses a Content-Length over MAX_CONTENT_LENGTH before reading
+            body = request.stream.read()
         except RequestEntityTooLarge:
-            return self.too_large()
-        except Exception as exc:  # gunicorn raises its own errors for malformed chunked bodies
-            return _bad_request(path, f"body could not be read: {type(exc).__name__}")
-        if len(body) > limit:
             return self.too_large()
         try:
             return (peek and admission.peek_review(body)) or admission.parse_review(body)
@@ -235,8 +232,7 @@ class PolicyRoute:
         if not self.lane.enter(deadline):
             return self.shed("overload", f"overloaded: its {self.lane.slots} server threads are busy")
         try:
-            size = request.content_length
-            if size is None or size > LARGE_REVIEW_BYTES:
+            if (request.content_length or 0) > LARGE_REVIEW_BYTES:
                 if not self.large.enter(deadline):
                     return self.shed("overload", "overloaded: another large review is being judged")
                 try:
@@ -298,9 +294,7 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
     (webhook.kube.state.ClusterState when serving). records: the shared-record writer (None: none
     is written, e.g. --no-cluster; each replica then guards surge pairs on its own)."""
     app = Flask("dra_guard")
-    # one byte more than allowed: werkzeug caps a chunked body silently at this size, so reading
-    # limit + 1 bytes tells a body over the limit from one exactly at it
-    app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes + 1
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes
     reader = Reader(config)
     first = {p.name for p in POLICIES if p.first}
     lanes = lanes_for(config.server.threads, config.server.reserved_threads, first, [p.name for p in POLICIES])

@@ -1,7 +1,8 @@
 """Capacity and deadlines of the admission reviews in one worker: every review answered within
 its budget, evictions first, overload shed fast.
 
-gunicorn's gthread worker serves requests with `server.threads` threads from one FIFO queue. Here:
+The event-loop front (webhook.serve.front) hands each request to the app in `server.threads`
+threads of its lane's executor. Here:
 
 * a Lane per class of policy bounds how many of that class's reviews hold a thread at once:
   the eviction guard (the registry's Policy.first) may use every thread; RBAC and DaemonSet
@@ -12,10 +13,10 @@ gunicorn's gthread worker serves requests with `server.threads` threads from one
   at once with the overload answer (webhook.admission.overload_answer: eviction 429 retry, else the
   policy's failure mode), rather than queueing past the apiserver's timeout.
 * each review is judged in its lane's own threads and waited for until server.reviewDeadlineSeconds
-  after its arrival in the worker (arrived(): the WSGI environ key ARRIVAL, set by either engine:
-  the event-loop front, webhook.serve.front, and the gthread worker, webhook.serve.worker); past it the overload
-  answer goes out and a judgment not yet started is dropped. (A started judgment cannot be
-  interrupted in Python; server.limits keep it short.)
+  after its arrival in the worker (arrived(): the WSGI environ key ARRIVAL, set by the event-loop
+  front, webhook.serve.front.wsgi); past it the overload answer goes out and a judgment not yet
+  started is dropped. (A started judgment cannot be interrupted in Python; server.limits keep it
+  short.)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from webhook.policies.registry import POLICIES
 ENTER_WAIT = 0.1
 
 #: the WSGI environ key with time.monotonic() (seconds, a float) of the request's arrival in the worker:
-#: its first byte, or its wait in the kernel before it counted. Set by both engines (server.engine).
+#: its first byte, or its wait in the kernel before it counted. Set by webhook.serve.front.wsgi.environ.
 ARRIVAL = "dra_guard.arrival"
 
 

@@ -1,7 +1,7 @@
 """`dra-guard serve`'s composition root: the Flask app under gunicorn, over TLS, with the cluster
-caches, the certificate reconciler and the periodic audit wired in. server.engine chooses the
-worker: gthread (gunicorn's threaded worker with our adapter, webhook.serve.worker) or asyncio
-(the event-loop front, webhook.serve.front: FrontWorker with this server's FrontSettings).
+caches, the certificate reconciler and the periodic audit wired in. gunicorn runs the event-loop
+front (webhook.serve.front: FrontWorker, on gunicorn's public worker API, with this server's
+FrontSettings); the master only forks, watches and restarts the workers.
 
 gunicorn settings live here, in Python, derived from the validated Config and the command line;
 nothing is read from the environment at import time. Each worker builds its own app, Kubernetes
@@ -11,9 +11,11 @@ Timeouts (seconds) and why (docs/reliability.md has the whole table and the test
   timeout 30           a worker that does not answer its heartbeat for 30 s is restarted; requests
                        themselves never wait on the network beyond cluster.requestTimeoutSeconds.
   graceful_timeout 20  on SIGTERM in-flight reviews complete, after server.shutdownDelaySeconds
-                       of serving with /readyz off (DrainingThreadWorker).
-  keepalive 75         the kube-apiserver keeps connections to webhooks alive and reuses them.
-  client sockets       2 s per operation, 5 s per request: slow clients cannot hold the threads.
+                       of serving with /readyz off (FrontWorker.handle_exit).
+  keep-alive 75        the kube-apiserver keeps connections to webhooks alive and reuses them
+                       (webhook.serve.front.connection.KEEPALIVE).
+  client sockets       2 s for a TLS handshake or an unread answer, 5 s per request: slow clients
+                       cost a coroutine, never a thread.
 In self certificate mode each worker also runs the certificate reconciler, and with a cluster the
 periodic audit's scheduler, in daemon threads (the audit itself runs in a child process:
 webhook.serve.audit_child). With a cluster, the eviction guard's shared records (Leases in
@@ -48,7 +50,7 @@ from webhook.kube.informer import watch_collector_pauses
 from webhook.kube.records import KubeLeases, LeaseRecords
 from webhook.kube.state import ClusterState
 from webhook.policies.registry import POLICIES
-from webhook.serve import front, sockets, worker
+from webhook.serve import front
 from webhook.serve.app import Readiness, create_app
 from webhook.serve.draining import DRAINING
 from webhook.serve.lanes import shedders
@@ -187,8 +189,8 @@ def reloader(options: ServeOptions) -> ReloadingContext:
 
 
 def front_worker(options: ServeOptions, *, graceful_timeout: float) -> type[front.FrontWorker]:
-    """server.engine asyncio: the event-loop front's worker class with this server's settings
-    (the SSLContexts are made per connection in the worker, from the reloaded files)."""
+    """The event-loop front's worker class with this server's settings (the SSLContexts are made
+    per connection in the worker, from the reloaded files)."""
     o = options
     probe_port = o.config.server.probe_port
 
@@ -224,32 +226,15 @@ class DraGuardServer(BaseApplication):
         binds = [f"[{o.host}]:{port}" if ":" in o.host else f"{o.host}:{port}" for port in (o.port, probe_port) if port]
         settings = {
             "bind": binds,
-            "worker_class": "webhook.serve.worker.DrainingThreadWorker",
+            "worker_class": front_worker(o, graceful_timeout=GRACEFUL_TIMEOUT),
             "workers": o.config.server.workers,
-            "threads": o.config.server.threads,
+            # gunicorn checks at start-up that the TLS files exist (naming a missing one) and logs its
+            # listeners as https://; the front loads them itself, per connection (reloader)
             "certfile": str(o.cert_file),
             "keyfile": str(o.key_file),
-            # every new connection asks for the context: the reloader hands out the current one and
-            # swaps in a new one when the files' digest changes (TLS 1.2+, no restart)
-            # server.clientCAFile: the admission port asks for a client certificate; server.probePort
-            # (if set) does not, and serves only /healthz, /readyz and /metrics (create_app)
-            "ssl_context": lambda conf, default_factory: sockets.TimeoutWrapping(
-                reloader(o).context(),
-                sockets.CLIENT_SOCKET_TIMEOUT,
-                probe_port=probe_port,
-                open_context=reloader(o).open_context(),
-            ),
             "timeout": 30,
             "graceful_timeout": GRACEFUL_TIMEOUT,
-            "keepalive": 75,
-            # connections per worker: its threads plus KEEPALIVE_CONNECTIONS kept alive between
-            # requests; more wait in the kernel's backlog, so a connection storm cannot grow the
-            # worker's memory without bound (each TLS connection costs ~25 KiB; bench/RESULTS.md)
-            "worker_connections": o.config.server.threads + worker.KEEPALIVE_CONNECTIONS,
-            "limit_request_line": 8190,
-            "limit_request_fields": 100,
             "accesslog": None,
-            "logger_class": "webhook.serve.worker.ServerLogger",
             "errorlog": "-",
             "loglevel": o.log_level,
             # gunicorn's own lines (start, workers, errors) as JSON too, like dra-guard's
@@ -270,14 +255,8 @@ class DraGuardServer(BaseApplication):
             # two servers on one machine would fight over it
             "control_socket_disable": True,
         }
-        if o.config.server.engine == "asyncio":
-            settings["worker_class"] = front_worker(o, graceful_timeout=GRACEFUL_TIMEOUT)
-            settings["worker_connections"] = o.config.server.threads + front.KEEPALIVE_CONNECTIONS
         for key, value in settings.items():
             self.cfg.set(key, value)
-        worker.SHUTDOWN_DELAY[0] = float(o.config.server.shutdown_delay_seconds)
-        worker.DROP_AFTER[0] = float(o.config.server.drop_after_seconds)
-        worker.MAX_REQUEST_BYTES[0] = int(o.config.server.max_request_bytes)
 
     def load(self) -> Any:
         o = self.options

@@ -1,4 +1,4 @@
-"""The event-loop front (server.engine: asyncio): the only code that knows sockets and HTTP/1.1.
+"""The event-loop front: the only code that knows sockets and HTTP/1.1.
 
 FrontWorker is a gunicorn worker on its documented extension point, gunicorn.workers.base.Worker
 (init_process, run, notify, handle_exit: the surface uvicorn's worker builds on). One asyncio loop
@@ -10,6 +10,7 @@ policy code never runs on the loop and a slow client costs a coroutine, not a th
   connection.py  one coroutine per connection: h11, timeouts, keep-alive, JSON protocol errors
   capacity.py    connection cap and reclaim order over the front's own connection objects
   wsgi.py        whole request -> PEP 3333 environ -> the app in its lane's executor
+  kernel.py      what Linux's TCP_INFO tells of a connection's wait and a listener's queue
 
 On SIGTERM (drain): /readyz fails at once (DRAINING), requests are served for
 server.shutdownDelaySeconds more, then the listeners close, idle connections are closed, answers

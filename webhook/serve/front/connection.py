@@ -30,7 +30,7 @@ import h11
 from webhook import metrics
 from webhook.serve.front import wsgi
 from webhook.serve.front.capacity import ConnectionTable, State
-from webhook.serve.sockets import waited_in_kernel
+from webhook.serve.front.kernel import waited_in_kernel
 
 log = logging.getLogger("dra_guard.server")
 

@@ -3,7 +3,7 @@ with the SSLContext of its listener at that moment (the webhook port: the servin
 the optional client CA; server.probePort: no client certificate), the handshake bounded by
 CLIENT_SOCKET_TIMEOUT.
 
-A connection's wait in the kernel counts (Linux TCP_INFO, webhook.serve.sockets): one whose first
+A connection's wait in the kernel counts (Linux TCP_INFO, webhook.serve.front.kernel): one whose first
 bytes (its ClientHello) waited in the accept queue past server.dropAfterSeconds is closed before
 its handshake (its apiserver has given up: dra_guard_requests_dropped_total), one that has sent
 nothing for SILENT_LIMIT s is closed uncounted. Nothing is accepted past the connection limit:
@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 from webhook import metrics
 from webhook.serve.front.connection import CLIENT_SOCKET_TIMEOUT, Connection, Front
-from webhook.serve.sockets import accept_queue, holds_a_request, peer_closed, waited_in_kernel
+from webhook.serve.front.kernel import accept_queue, holds_a_request, peer_closed, waited_in_kernel
 
 log = logging.getLogger("dra_guard.server")
 
