@@ -1,17 +1,19 @@
-"""Overload and recovery, one engine against the other in the same run (server.engine: gthread,
-asyncio): no metastable collapse means work past its deadline is dropped before it is judged,
+"""Overload and recovery of `dra-guard serve`, this checkout alone or against other checkouts in
+the same run: no metastable collapse means work past its deadline is dropped before it is judged,
 overload answers are cheap, and once the overload ends latency is back to its no-load level.
 
     python -m bench.recovery [--rounds 2] [--seconds 10] [--factor 2] [--path /validate/evictions]
-                             [--engines gthread,asyncio,asyncio@DIR] [--profile DIR]
+                             [--servers .,DIR,ENGINE@DIR] [--profile DIR]
                              [--out bench/results/recovery.json]
 
-Per round and engine (the engines interleaved), a fresh `dra-guard serve --self-signed
---no-cluster` (1 worker, 8 threads); `ENGINE@DIR` runs that engine from another checkout's
-webhook/ and certs/ (`git archive <commit> webhook certs` extracted to DIR): a variant of the
-same engine measured in the same rounds. Every vegeta run keeps at most 25 idle connections, as the
-kube-apiserver's webhook client (bench.flood.APISERVER_IDLE_CONNECTIONS). Each round records the
-machine's load average before it starts (other sessions share its cores):
+Per round and server (the servers interleaved), a fresh `dra-guard serve --self-signed
+--no-cluster` (1 worker, 8 threads). --servers names each one: `.` this checkout; `DIR` another
+checkout's webhook/ and certs/ (`git archive <commit> webhook certs` extracted to DIR), measured in
+the same rounds; `ENGINE@DIR` such a checkout from before the event-loop front became the only
+engine, run with its server.engine set to ENGINE (gthread or asyncio). Every vegeta run keeps at
+most 25 idle connections, as the kube-apiserver's webhook client
+(bench.flood.APISERVER_IDLE_CONNECTIONS). Each round records the machine's load average before it
+starts (other sessions share its cores):
 
 * floor: 300 sequential noop reviews on one keep-alive connection: the median is the unit.
 * no-load: 200 sequential reviews of the endpoint (--path), one keep-alive connection: p50, p99.
@@ -23,7 +25,7 @@ machine's load average before it starts (other sessions share its cores):
   webhook timeout / (capacity x seconds); answers after the timeout; no answer; the server's TLS
   handshakes, dropped requests, reclaimed and refused connections over the run (its /metrics), and
   the machine's SYNs dropped at full accept queues and SYNs sent again (/proc/net/netstat).
-  --profile DIR: py-spy samples the worker during the overload (DIR/<engine>-<round>.txt: the
+  --profile DIR: py-spy samples the worker during the overload (DIR/<server><index>-<round>.txt: the
   collapsed stacks, and the share of samples by the functions that matter in the JSON).
 * recovery: a probe sends one review every 0.1 s on its own keep-alive connection from the start
   of the overload until 10 s after its end. recovered_after_s: seconds from the end of the
@@ -130,16 +132,29 @@ def probe(url: str, ca: str, path: str, body: bytes, seconds: float, out: Any) -
     out.send(found)
 
 
+def server_of(variant: str) -> tuple[str | None, pathlib.Path | None]:
+    """(server.engine to set, the checkout to run) of an entry of --servers: `.` -> (None, None),
+    DIR -> (None, DIR), ENGINE@DIR -> (ENGINE, DIR). Raises ValueError for ENGINE@ without a DIR."""
+    if variant == ".":
+        return None, None
+    engine, at, code = variant.rpartition("@")
+    if at and not code:
+        raise ValueError(f"--servers {variant!r}: ENGINE@DIR needs a DIR")
+    return engine or None, pathlib.Path(code)
+
+
 def one_round(
     variant: str, work: pathlib.Path, *, path: str, seconds: float, factor: float, profile: pathlib.Path | None = None
 ) -> dict[str, Any]:
+    """One round of the server `variant` (an entry of --servers: `.`, DIR or ENGINE@DIR) in `work`:
+    the figures of the module docstring, latencies in seconds."""
     from bench.common import Target, attack, kernel_tcp_counters, kernel_tcp_since
 
-    engine, _, code = variant.partition("@")
+    engine, code = server_of(variant)
     work.mkdir(parents=True, exist_ok=True)
-    (work / "config.yaml").write_text(f"server:\n  engine: {engine}\n")
+    (work / "config.yaml").write_text(f"server:\n  engine: {engine}\n" if engine else "{}\n")
     load_before = [round(x, 2) for x in os.getloadavg()]
-    proc, url, ca = start(work, pathlib.Path(code) if code else None, config=work / "config.yaml")
+    proc, url, ca = start(work, code, config=work / "config.yaml")
     try:
         body, shed_as = overload_bodies()[path]
         unit = floor(url, ca)
@@ -248,7 +263,7 @@ def one_round(
         level = [w is not None and w * unit <= spaced_threshold for w in windows]
         settled = next((second for second in range(len(level)) if all(level[second:])), None)
         return {
-            "engine": variant,
+            "server": variant,
             "load_average_before": load_before,
             "floor_median_s": unit,
             "noload_p50_s": idle_p50,
@@ -279,9 +294,12 @@ def one_round(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--engines", default="gthread,asyncio", help="comma-separated server.engine values, each ENGINE or ENGINE@DIR"
+        "--servers",
+        default=".",
+        help="comma-separated servers to measure, each . (this checkout), DIR (another checkout's webhook/ and "
+        "certs/) or ENGINE@DIR (an older checkout, run with server.engine ENGINE)",
     )
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per engine")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per server")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the overload, seconds")
     parser.add_argument("--factor", type=float, default=2.0, help="offered rate as a multiple of the capacity")
     parser.add_argument("--path", default="/validate/evictions", help="the endpoint offered")
@@ -291,10 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     with tempfile.TemporaryDirectory(prefix="dra-guard-recovery-") as tmp:
         for round_ in range(args.rounds):
-            for index, variant in enumerate(args.engines.split(",")):
+            for index, variant in enumerate(args.servers.split(",")):
+                engine, code = server_of(variant)
                 run = one_round(
                     variant,
-                    pathlib.Path(tmp) / f"{variant.partition('@')[0]}{index}-{round_}",
+                    pathlib.Path(tmp) / f"{engine or (code.name if code else 'here')}{index}-{round_}",
                     path=args.path,
                     seconds=args.seconds,
                     factor=args.factor,

@@ -311,3 +311,17 @@ def test_kernel_tcp_counters_reads_the_tcpext_rows():
     assert common.kernel_tcp_counters("IpExt: InNoRoutes\nIpExt: 0\n") == {}
     live = common.kernel_tcp_counters()  # this machine's own file (Linux): every counter, none negative
     assert set(live) == {"ListenOverflows", "ListenDrops", "TCPSynRetrans"} and min(live.values()) >= 0
+
+
+def test_recovery_sets_server_engine_only_for_an_older_checkout(tmp_path):
+    """bench.recovery --servers: `.` is this checkout with its own config (it has no server.engine);
+    DIR another checkout as it is; ENGINE@DIR an older checkout run with server.engine ENGINE."""
+    import pathlib
+
+    from bench import recovery
+
+    assert recovery.server_of(".") == (None, None)
+    assert recovery.server_of(str(tmp_path)) == (None, tmp_path)
+    assert recovery.server_of(f"gthread@{tmp_path}") == ("gthread", pathlib.Path(tmp_path))
+    with pytest.raises(ValueError, match="needs a DIR"):
+        recovery.server_of("asyncio@")
