@@ -1,8 +1,10 @@
-"""Overload on the wire: more reviews at once than a worker judges. Every connection it holds
-gets an answer with its own uid, judged or the overload answer (eviction: 429, retry); the
-event-loop front (server.engine: asyncio) gives the overload answer on the loop and, while it
-does, resets new connections before their TLS handshake, so that the dials of a client whose
-connections are all busy cannot eat the CPU the reviews need."""
+"""Overload on the wire: more reviews at once than a worker judges by their deadline. Every
+connection it holds gets an answer with its own uid, judged or the overload answer (eviction: 429,
+retry); the event-loop front (server.engine: asyncio) gives the overload answer on the loop to a
+review whose expected wait is past its deadline and, while it does, resets new connections before
+their TLS handshake, so that the dials of a client whose connections are all busy cannot eat the
+CPU the reviews need. A burst it can judge by the deadline is judged whole, however many
+connections it comes on."""
 
 from __future__ import annotations
 
@@ -13,17 +15,53 @@ import pytest
 
 from tests.http.clients import LIMIT, answer, connect, review_bytes
 from tests.scrape import metric
+from tests.serve import DraGuardProcess
 from webhook.serve.front.connection import OVERLOAD_HOLD
 
 pytestmark = pytest.mark.http
 
 #: kept-alive connections that each send one eviction review at once, BURSTS times: far more than
-#: the 8 threads and the 32 reviews a lane of the front queues (MAX_QUEUED_PER_THREAD x threads)
+#: the worker's 8 threads judge within TIGHT_DEADLINE
 HELD = 120
 BURSTS = 6
+#: seconds: the eviction reviews' deadline (policies.eviction.reviewDeadlineSeconds) of the
+#: overloaded server; a review takes ~1 ms here, so HELD reviews at once cannot all meet it
+TIGHT_DEADLINE = 0.01
 
 
-def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets_new_ones(server, engine):
+@pytest.fixture
+def tight(tmp_path):
+    """dra-guard serve --no-cluster whose eviction reviews must be answered within TIGHT_DEADLINE."""
+    proc = DraGuardProcess(
+        tmp_path, "--no-cluster", config=f"policies:\n  eviction:\n    reviewDeadlineSeconds: {TIGHT_DEADLINE}\n"
+    )
+    try:
+        proc.wait("/readyz")
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_a_burst_the_worker_can_judge_in_time_is_judged_whole(server):
+    """HELD reviews at once on HELD connections (as the kube-apiserver sends a burst: one
+    connection per review in flight) with the default 2.5 s deadline: ~HELD ms of work, so every
+    one is judged; none gets the overload answer because many came at once."""
+    held = [connect(server, timeout=30) for _ in range(HELD)]
+    try:
+        for burst in range(2):
+            for i, tls in enumerate(held):
+                tls.sendall(review_bytes(f"burst-{burst}-{i}"))
+            for i, tls in enumerate(held):
+                response = answer(tls)["response"]
+                assert response["uid"] == f"burst-{burst}-{i}", response
+                assert response["allowed"] is True, response  # not a driver pod: allowed when judged
+    finally:
+        for tls in held:
+            tls.close()
+
+
+def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets_new_ones(tight, engine):
+    server = tight
     assert HELD < LIMIT  # every one of them is held, none reclaimed
     held = [connect(server, timeout=30) for _ in range(HELD)]
     scraper = server.session()
@@ -55,8 +93,8 @@ def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets
     assert outcomes["judged"] + outcomes["overload answer"] == HELD * BURSTS, dict(outcomes)
     assert outcomes["judged"] > 0, dict(outcomes)
     if engine == "asyncio":
-        # the lane's queue filled: reviews past it got the overload answer on the loop, and new
-        # connections were reset without a handshake while it lasted
+        # reviews that could not be judged by their deadline got the overload answer on the loop,
+        # and new connections were reset without a handshake while it lasted
         assert outcomes["overload answer"] > 0, dict(outcomes)
         assert outcomes["new connection reset"] > 0 and refused == outcomes["new connection reset"], (dict(outcomes), refused)
     else:
