@@ -20,6 +20,8 @@ import asyncio
 import http
 import json
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
@@ -180,7 +182,10 @@ class Connection(asyncio.Protocol):
         # uvloop's TLS transport is not an instance of asyncio.Transport, but has its methods
         self.transport = cast(asyncio.Transport, transport)
         self.client = transport.get_extra_info("peername")
-        self._socket = transport.get_extra_info("socket")
+        # a socket object of our own for TCP_INFO, made once: uvloop's transport gives a pseudo-socket
+        # that builds a new socket object for every getsockopt (a few % of the worker's CPU per review)
+        pseudo = transport.get_extra_info("socket")
+        self._socket = socket.socket(fileno=os.dup(pseudo.fileno())) if pseudo is not None else None
         metrics.TLS_HANDSHAKES.inc()
         self._enter(State.NEW)
         self._serving = asyncio.get_running_loop().create_task(self.serve())  # kept: the loop holds tasks weakly
@@ -216,6 +221,9 @@ class Connection(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._socket is not None:
+            self._socket.close()  # our duplicate only
+            self._socket = None
         self._lost = True
         self.closing = True
         self._data.set()
