@@ -108,3 +108,36 @@ def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets
     tls.sendall(review_bytes("after"))
     assert answer(tls)["response"]["uid"] == "after"
     tls.close()
+
+
+def test_at_the_connection_limit_with_the_connections_busy_new_ones_are_reset_not_left_queued(server):
+    """The worker holds its LIMIT connections, each with a review in flight (~LIMIT ms of work):
+    a client dialing more is answered with a reset at once, not left in the accept queue until a
+    connection is reclaimed (1 s idle) while its requests wait (the apiserver's Go client then
+    queues reviews behind the dial: answers after its timeout)."""
+    scraper = server.session()
+    refused_before = metric(scraper.get(server.url + "/metrics").text, "dra_guard_connections_refused_total")
+    scraper.close()
+    held = [connect(server, timeout=30) for _ in range(LIMIT)]
+    outcomes: collections.Counter[str] = collections.Counter()
+    try:
+        for i, tls in enumerate(held):
+            tls.sendall(review_bytes(f"held-{i}"))
+        for _ in range(3):
+            try:
+                connect(server, timeout=5).close()
+                outcomes["new connection handshaken"] += 1
+            except OSError:
+                outcomes["new connection reset"] += 1
+        for i, tls in enumerate(held):
+            response = answer(tls)["response"]
+            assert response["uid"] == f"held-{i}", response
+            assert response["allowed"] is True or response["status"]["code"] == 429, response
+    finally:
+        for tls in held:
+            tls.close()
+    assert outcomes["new connection reset"] > 0, dict(outcomes)
+    time.sleep(OVERLOAD_HOLD + 0.5)
+    scraper = server.session()
+    refused = metric(scraper.get(server.url + "/metrics").text, "dra_guard_connections_refused_total") - refused_before
+    assert refused >= outcomes["new connection reset"], (refused, dict(outcomes))

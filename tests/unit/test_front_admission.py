@@ -5,7 +5,7 @@ has the same rule on the wire)."""
 
 from __future__ import annotations
 
-from webhook.serve.front.capacity import ConnectionTable
+from webhook.serve.front.capacity import ConnectionTable, State
 from webhook.serve.front.connection import OVERLOAD_HOLD, Front
 
 
@@ -89,3 +89,43 @@ def test_the_front_counts_as_overloaded_for_overload_hold_after_a_shed():
     f.shed_at = 10.0
     assert f.overloaded(now=10.0 + OVERLOAD_HOLD / 2)
     assert not f.overloaded(now=10.0 + OVERLOAD_HOLD)
+
+
+class Held:
+    """A connection of the table in a given state (webhook.serve.front.capacity.Held)."""
+
+    def __init__(self, state: State) -> None:
+        self.state, self.since, self.closing, self.pending = state, 0.0, False, 0
+
+    def close_now(self) -> None:
+        self.closing = True
+
+    def resume(self) -> None:
+        pass
+
+
+def full_table(f: Front, states: list[State]) -> None:
+    for state in states:
+        f.table.hold(Held(state))
+
+
+def test_saturated_at_the_limit_with_half_the_connections_busy_and_more_waiting_in_the_kernel():
+    f = front()
+    f.table.limit = 4
+    full_table(f, [State.BUSY, State.BUSY, State.IDLE, State.NEW])
+    assert not f.saturated(queued=0)  # nobody waits in the accept queue
+    assert not f.overloaded()
+    assert f.saturated(queued=1)
+    assert f.overloaded()  # and it stays so for OVERLOAD_HOLD
+
+
+def test_a_table_full_of_silent_or_idle_connections_is_not_saturation():
+    for states in ([State.HANDSHAKE] * 4, [State.READING] * 3 + [State.BUSY], [State.IDLE] * 4):
+        f = front()
+        f.table.limit = 4
+        full_table(f, states)
+        assert not f.saturated(queued=50), states  # they are reclaimed instead (capacity module)
+    f = front()
+    f.table.limit = 4
+    full_table(f, [State.BUSY] * 3)
+    assert not f.saturated(queued=50)  # below the limit: the new one is accepted

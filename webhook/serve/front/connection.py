@@ -131,10 +131,27 @@ class Front:
         self.queued[lane] -= 1
 
     def overloaded(self, now: float | None = None) -> bool:
-        """Whether a review was shed within OVERLOAD_HOLD s because it could not be judged in time:
-        the worker has more than it can judge, and a new connection would first cost a TLS handshake."""
+        """Whether the worker was saturated within OVERLOAD_HOLD s (a review shed because it could
+        not be judged in time, or saturated() true): it has more than it can judge, and a new
+        connection would first cost a TLS handshake."""
         now = time.monotonic() if now is None else now
         return now - self.shed_at < OVERLOAD_HOLD
+
+    def saturated(self, queued: int) -> bool:
+        """Whether the worker is overloaded, counting as saturated (from now, for OVERLOAD_HOLD s)
+        when it holds as many connections as it may, at least half of them with a review queued
+        or being judged (State.BUSY), while `queued` more wait in the kernel's accept queue.
+
+        A client whose connections are all busy dials more: at twice the capacity the apiserver's
+        reach the connection limit within a second, and the dials then wait in the accept queue
+        and overflow it (SYNs dropped, sent again after 1 s: reviews answered after the apiserver's
+        timeout) before any review's expected wait reaches its deadline. Idle, silent or trickling
+        connections are reclaimed, never a sign of saturation, so a flood of them cannot make the
+        worker refuse an honest client."""
+        table = self.table
+        if queued and len(table) >= table.limit and 2 * table.busy() >= table.limit:
+            self.shed_at = time.monotonic()
+        return self.overloaded()
 
 
 class ProtocolError(Exception):
