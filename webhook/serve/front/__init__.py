@@ -123,6 +123,7 @@ class FrontWorker(Worker):
             executors=executors,
             lane_of=lane_of,
             lane_threads=lane_threads,
+            short_queue=frozenset({"first"}),
             shedders=s.shedders,
             max_request_bytes=s.max_request_bytes,
             drop_after=s.drop_after_seconds,

@@ -44,6 +44,11 @@ MAX_HEADERS = 100  # more header fields are answered 431 (gunicorn's limit_reque
 MAX_HEAD_BYTES = 64 * 1024  # a longer request head is answered 431 before it is complete
 INCOMPLETE_SMALL = 64 * 1024  # bytes of an incomplete request any connection may keep
 INCOMPLETE_BUDGET_SHARE = 4  # incomplete requests above INCOMPLETE_SMALL: this many maxRequestBytes in all
+#: reviews queued or running per thread of the eviction lane past which a review gets the overload
+#: answer at once (429, the drain retries): a short queue turns the client's connections over in
+#: milliseconds, so under a sustained overload it dials less (bench/RESULTS.md: 8 per thread let the
+#: apiserver-shaped client reach the connection limit and answers came late; 4 held the gate)
+SHORT_QUEUE_PER_THREAD = 4
 #: weight of the newest sample in a lane's pace (seconds between two of its reviews finished while
 #: others waited): about the last 10 reviews count, so the pace follows a change of load within a burst
 PACE_WEIGHT = 0.1
@@ -70,13 +75,16 @@ class Front:
     lane_threads[name] threads each), the pace of each lane, the overload answers of the admission paths,
     the limits.
 
-    Admission by expected wait: a review is taken into its lane only when the reviews queued or
-    running before it should be done before its deadline (expected_wait < what is left of its
-    review deadline); otherwise it gets the overload answer at once, on the loop (a few hundred
-    bytes of JSON, no thread). A burst the worker can judge in time is judged whole however many
-    connections it comes on (the kube-apiserver dials one per review in flight); an overload queues
-    at most a deadline's worth of work, so its tail is gone within a deadline after it ends. A review
-    taken whose turn still comes after its deadline is answered at the deadline and dropped unjudged
+    Admission: a review is taken into its lane only when the reviews queued or running before it
+    should be done before its deadline (expected_wait < what is left of its review deadline), and
+    in a `short_queue` lane (the eviction guard's) only while it holds fewer than
+    SHORT_QUEUE_PER_THREAD reviews per thread; otherwise it gets the overload answer at once, on the
+    loop (a few hundred bytes of JSON, no thread). The other admission paths take a burst whole when
+    they can judge it in time, however many connections it comes on (the kube-apiserver dials one
+    per review in flight: 200 RBAC objects applied at once are 200 reviews at once, and their
+    answer when shed is a refusal nobody retries); evictions are refused early (429: drains retry),
+    which keeps a sustained overload of them from growing the client's connections. A review taken
+    whose turn still comes after its deadline is answered at the deadline and dropped unjudged
     (webhook.serve.lanes.Lane.judge)."""
 
     def __init__(
@@ -87,6 +95,7 @@ class Front:
         executors: Mapping[str, Executor],
         lane_of: Callable[[str], str],
         lane_threads: Mapping[str, int],
+        short_queue: frozenset[str] = frozenset(),
         shedders: Mapping[str, Shedding],
         max_request_bytes: int,
         drop_after: float,
@@ -97,6 +106,7 @@ class Front:
         self.executors = executors
         self.lane_of = lane_of
         self.threads = dict(lane_threads)  # lane -> its executor's threads
+        self.short_queue = short_queue  # lanes that queue at most SHORT_QUEUE_PER_THREAD reviews per thread
         self.queued = dict.fromkeys(executors, 0)  # reviews submitted to each lane and not finished
         self.pace = dict.fromkeys(executors, 0.0)  # seconds per review finished while others waited (moving average)
         self._finished_at = dict.fromkeys(executors, float("-inf"))
@@ -427,6 +437,9 @@ class Connection(asyncio.Protocol):
             why = (
                 f"overloaded: the {self.front.queued[lane]} reviews before it take about {wait:.2f} s, past {shedder.budget_key}"
             )
+            self.front.shed_at = now
+        elif lane in self.front.short_queue and self.front.queued[lane] >= SHORT_QUEUE_PER_THREAD * self.front.threads[lane]:
+            cause, why = "overload", f"overloaded: {self.front.queued[lane]} reviews wait for the server's threads"
             self.front.shed_at = now
         else:
             return None
