@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 import certs
+from tests import builders
 from tests.builders import eviction_request
 from tests.serve import DraGuardProcess, free_port
 from webhook.serve.front.capacity import KEEPALIVE_CONNECTIONS
@@ -93,6 +94,18 @@ def review_bytes(uid: str) -> bytes:
     return (
         b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
+
+
+def rbac_review_bytes(uid: str) -> bytes:
+    """A ClusterRoleBinding create review as the kube-apiserver writes it (kind, apiVersion, then
+    request with uid first): with --no-cluster its role is unknown, so it is judged allowed."""
+    request = builders.review(builders.binding("b", "missing-role", [builders.subject("Group", "team-a")]))["request"]
+    body = json.dumps(
+        {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {**request, "uid": uid}}
+    ).encode()
+    return (
+        b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
     ) + body
 
 

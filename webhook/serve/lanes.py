@@ -109,7 +109,7 @@ def lanes_for(threads: int, reserved: int, first: set[str], policies: list[str])
 class Shedder:
     """The overload answer of one admission path, built from the body's head without the app: the
     event-loop front answers it on its loop for a review that can no longer be judged in time
-    (older than `budget` seconds, or its lane's queue full), so overload costs a regex and a few
+    (older than `budget` seconds, or expected to wait past it), so overload costs a regex and a few
     hundred bytes of JSON per review, not a thread, the app and a parse.
 
     budget: the policy's review deadline (seconds since arrival); budget_key: the config key that

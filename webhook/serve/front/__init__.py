@@ -3,8 +3,9 @@
 FrontWorker is a gunicorn worker on its documented extension point, gunicorn.workers.base.Worker
 (init_process, run, notify, handle_exit: the surface uvicorn's worker builds on). One asyncio loop
 (uvloop's) per worker accepts, does the TLS handshakes, reads requests with h11 and writes answers; the Flask
-app (WSGI) runs in threads, one executor per lane (the eviction guard's paths have their own), so
-policy code never runs on the loop and a slow client costs a coroutine, not a thread.
+app (WSGI) runs in threads, one executor per lane (LANES: the eviction guard's paths, the other
+admission paths, and the rest: probes and metrics, never queued behind reviews), so policy code
+never runs on the loop and a slow client costs a coroutine, not a thread.
 
   listeners.py   accept loops, one SSLContext per listener, handshake timeout, kernel-wait drop
   connection.py  one coroutine per connection: h11, timeouts, keep-alive, JSON protocol errors
@@ -42,6 +43,10 @@ from webhook.serve.front.listeners import Listeners
 log = logging.getLogger("dra_guard.server")
 
 HEARTBEAT = 1.0  # seconds between notify() calls (gunicorn restarts a worker silent for `timeout`)
+SERVICE_THREADS = 2  # threads of the lane of /readyz, /healthz, /metrics: each answer takes about 1 ms
+
+#: the lanes, each its own executor: the eviction guard's paths, the other admission paths, the rest
+LANES = ("first", "reviews", "service")
 
 __all__ = ["KEEPALIVE_CONNECTIONS", "FrontSettings", "FrontWorker"]
 
@@ -53,15 +58,18 @@ class FrontSettings:
     context_for: listener port -> the SSLContext for a connection accepted there now (called per
     connection, in the worker: certificates are reloaded without a restart). first_paths: the
     paths whose requests have the first executor (the eviction guard). shedders: admission path ->
-    its overload answer (webhook.serve.lanes.Shedder), given on the loop to a review past its
-    deadline or whose executor is full. threads: each executor's
-    threads. max_connections: the cap per worker. probe_port: server.probePort (0: none), whose
+    its overload answer (webhook.serve.lanes.Shedder), given on the loop to a review that cannot
+    be judged by its deadline (webhook.serve.front.connection.Front). threads: server.threads,
+    the first lane's threads; reserved_threads: server.reservedThreads, the threads the other
+    admission paths leave to the first (the reviews lane has threads - reserved_threads, as the
+    app's lanes, webhook.serve.lanes.lanes_for). max_connections: the cap per worker. probe_port: server.probePort (0: none), whose
     connections are never refused for overload. Times in seconds, sizes in bytes."""
 
     context_for: Callable[[int], ssl.SSLContext]
     first_paths: frozenset[str]
     shedders: Mapping[str, Shedding]
     threads: int
+    reserved_threads: int
     max_connections: int
     max_request_bytes: int
     drop_after_seconds: float
@@ -98,13 +106,16 @@ class FrontWorker(Worker):
         s = self.settings
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        lane_threads = {"first": s.threads, "reviews": max(1, s.threads - s.reserved_threads), "service": SERVICE_THREADS}
         executors = {
-            name: concurrent.futures.ThreadPoolExecutor(max_workers=s.threads, thread_name_prefix=f"front-{name}")
-            for name in ("first", "others")
+            name: concurrent.futures.ThreadPoolExecutor(max_workers=lane_threads[name], thread_name_prefix=f"front-{name}")
+            for name in LANES
         }
 
         def lane_of(path: str) -> str:
-            return "first" if path in s.first_paths else "others"
+            if path in s.first_paths:
+                return "first"
+            return "reviews" if path in s.shedders else "service"
 
         table = ConnectionTable(s.max_connections)
         front = Front(
@@ -112,7 +123,8 @@ class FrontWorker(Worker):
             table=table,
             executors=executors,
             lane_of=lane_of,
-            threads=s.threads,
+            lane_threads=lane_threads,
+            short_queue=frozenset({"first"}),
             shedders=s.shedders,
             max_request_bytes=s.max_request_bytes,
             drop_after=s.drop_after_seconds,

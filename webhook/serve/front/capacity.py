@@ -91,15 +91,16 @@ class ConnectionTable:
         for conn in paused:
             conn.resume()
 
-    async def room(self, waiting: Callable[[], int]) -> None:
-        """Return once the table holds fewer than `limit` connections. While full, each turn
-        reclaims up to min(RECLAIM_BATCH, waiting()) idle ones (waiting: connections in the accept
-        queues), then waits AT_LIMIT_TURN s or for one to be released."""
+    async def room(self, waiting: Callable[[], int], give_up: Callable[[int], bool] | None = None) -> None:
+        """Return once the table holds fewer than `limit` connections, or once give_up(queued) is
+        true. While full, each turn reclaims up to min(RECLAIM_BATCH, waiting()) idle ones (waiting:
+        connections in the accept queues), asks give_up with what is still queued, then waits
+        AT_LIMIT_TURN s or for one to be released."""
         while len(self._held) >= self.limit:
             queued = waiting()
             if queued:
                 self.reclaim(min(RECLAIM_BATCH, queued))
-            if len(self._held) < self.limit:
+            if len(self._held) < self.limit or (give_up is not None and give_up(queued)):
                 return
             self._freed.clear()
             try:
@@ -126,6 +127,10 @@ class ConnectionTable:
             conn.close_now()
         metrics.CONNECTIONS_RECLAIMED.inc(len(chosen))
         return len(chosen)
+
+    def busy(self) -> int:
+        """Connections whose request is queued for the app, judged or answered (State.BUSY)."""
+        return sum(1 for c in self._held if c.state is State.BUSY)
 
     def incomplete_bytes(self) -> int:
         """Bytes of requests still arriving, over every connection (the budget of the whole worker)."""

@@ -9,8 +9,9 @@ its handshake (its apiserver has given up: dra_guard_requests_dropped_total), on
 nothing for SILENT_LIMIT s is closed uncounted. Nothing is accepted past the connection limit:
 the table reclaims idle connections first (webhook.serve.front.capacity).
 
-While the worker is overloaded (Front.overloaded: a review was shed for a full queue within
-OVERLOAD_HOLD s), a new connection to the webhook port is accepted and reset at once (no TLS
+While the worker is overloaded (Front.overloaded: within OVERLOAD_HOLD s a review was shed
+because it could not be judged in time, or the connection limit was reached with at least half
+of the connections busy and more waiting in the accept queue), a new connection to the webhook port is accepted and reset at once (no TLS
 handshake, dra_guard_connections_refused_total), at the connection limit too: the connections it
 holds get the overload answer in a few hundred microseconds, while a handshake costs about as much
 CPU as judging a review, and an apiserver whose connections are all busy dials a new one per
@@ -82,7 +83,7 @@ class Listeners:
         refusing = port != self.probe_port
         while True:
             if not (refusing and self.front.overloaded()):
-                await table.room(self.waiting)
+                await table.room(self.waiting, self.front.saturated if refusing else None)
             try:
                 sock, _ = await loop.sock_accept(listener)
             except OSError as exc:  # EMFILE, ENFILE, ECONNABORTED: try again shortly
