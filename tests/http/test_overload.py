@@ -16,7 +16,7 @@ import pytest
 from tests.http.clients import LIMIT, answer, connect, rbac_review_bytes, review_bytes
 from tests.scrape import metric
 from tests.serve import DraGuardProcess
-from webhook.serve.front.connection import OVERLOAD_HOLD
+from webhook.serve.front.shared import OVERLOAD_HOLD
 
 pytestmark = pytest.mark.http
 

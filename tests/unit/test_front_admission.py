@@ -6,7 +6,7 @@ has the same rule on the wire)."""
 from __future__ import annotations
 
 from webhook.serve.front.capacity import ConnectionTable, State
-from webhook.serve.front.connection import OVERLOAD_HOLD, Front
+from webhook.serve.front.shared import OVERLOAD_HOLD, Front
 
 
 def front(threads: int = 8) -> Front:

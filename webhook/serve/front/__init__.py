@@ -10,6 +10,7 @@ never runs on the loop and a slow client costs a coroutine, not a thread.
   listeners.py   accept loops, one SSLContext per listener, handshake timeout, kernel-wait drop
   connection.py  one coroutine per connection: h11, timeouts, keep-alive, JSON protocol errors
   capacity.py    connection cap and reclaim order over the front's own connection objects
+  shared.py      what the connections share (Front): lanes, their pace and the admission rule
   wsgi.py        whole request -> PEP 3333 environ -> the app in its lane's executor
   kernel.py      what Linux's TCP_INFO tells of a connection's wait and a listener's queue
 
@@ -37,8 +38,8 @@ from gunicorn.workers.base import Worker
 from webhook import metrics
 from webhook.serve.draining import DRAINING
 from webhook.serve.front.capacity import KEEPALIVE_CONNECTIONS, ConnectionTable, State
-from webhook.serve.front.connection import Front, Shedding
 from webhook.serve.front.listeners import Listeners
+from webhook.serve.front.shared import Front, Shedding
 
 log = logging.getLogger("dra_guard.server")
 

@@ -33,8 +33,9 @@ import struct
 from collections.abc import Callable, Sequence
 
 from webhook import metrics
-from webhook.serve.front.connection import CLIENT_SOCKET_TIMEOUT, Connection, Front
+from webhook.serve.front.connection import CLIENT_SOCKET_TIMEOUT, Connection
 from webhook.serve.front.kernel import accept_queue, holds_a_request, peer_closed, waited_in_kernel
+from webhook.serve.front.shared import Front
 
 log = logging.getLogger("dra_guard.server")
 
