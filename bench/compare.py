@@ -2,6 +2,7 @@
 
     python -m bench.compare --before 1d8c498            # that commit vs the working tree
     python -m bench.compare --before v1 --after v2 --rounds 5 --out bench/results/compare.json
+    python -m bench.compare --before v1 --before v2 --after v3   # three versions; ratios to the first
 
 Each version is checked out into a temporary git worktree (the working tree itself for the
 default --after), and both servers run at once against the same apiserver filled by
@@ -79,9 +80,11 @@ def compare(
                     run = endpoints.run_rate(servers[name], path, reviews, rate=rate, seconds=seconds, workdir=workdir / "vegeta")
                     run.update(version=name, endpoint=endpoint, round=r)
                     out["runs"].append(run)
+                    tail = run["tail"]
                     log(
                         f"  {endpoint:10} {name:7} p50 {run['p50']:.3f}  p99 {run['p99']:.2f} ms  "
-                        f"cpu {run['cpu_s_per_1000']:.3f} s/1000"
+                        f"cpu {run['cpu_s_per_1000']:.3f} s/1000  slow {tail['slow']} in {tail['slow_seconds']} s  "
+                        f"gc>5ms {tail['gc_over_5ms']}  load {tail['load_average_before']}-{tail['load_average_after']}"
                     )
         rss("after the runs")
     finally:
@@ -103,26 +106,46 @@ def compare(
 
 
 def report(result: dict[str, Any]) -> str:
-    """Markdown table of a compare() result: medians over the rounds and the after/before ratio."""
-    before, after = result["versions"]
+    """Markdown table of a compare() result: per endpoint and version, the medians over the rounds
+    and the CPU ratio to the first version."""
+    versions = result["versions"]
+    first = versions[0]
+    refs = ", ".join(f"{name}: `{result['refs'][name]}`" for name in versions)
     lines = [
-        f"Before: `{result['refs'][before]}`, after: `{result['refs'][after]}`; {result['rounds']} interleaved "
-        f"rounds of {result['seconds']:g} s at {result['rate']:g}/s per endpoint and version.",
+        f"{refs}; {result['rounds']} interleaved rounds of {result['seconds']:g} s at {result['rate']:g}/s "
+        "per endpoint and version.",
         "",
-        "| endpoint | CPU s / 1,000 before | after | after / before | p50 ms before | after | p99 ms before | after |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| endpoint | version | CPU s / 1,000 | / {first} | p50 ms | p99 ms | p99 ms min-max |",
+        "|---|---|---|---|---|---|---|",
     ]
     for endpoint, by in result["summary"].items():
-        b, a = by[before], by[after]
-        ratio = a["cpu_s_per_1000"]["median"] / b["cpu_s_per_1000"]["median"]
-        lines.append(
-            f"| {endpoint} | {b['cpu_s_per_1000']['median']:.3f} | {a['cpu_s_per_1000']['median']:.3f} | "
-            f"{ratio:.2f} | {b['p50']['median']:.2f} | {a['p50']['median']:.2f} | {b['p99']['median']:.2f} | "
-            f"{a['p99']['median']:.2f} |"
-        )
+        base = by[first]["cpu_s_per_1000"]["median"]
+        for name in versions:
+            v = by[name]
+            lines.append(
+                f"| {endpoint} | {name} | {v['cpu_s_per_1000']['median']:.3f} | {v['cpu_s_per_1000']['median'] / base:.2f} | "
+                f"{v['p50']['median']:.2f} | {v['p99']['median']:.2f} | {v['p99']['min']:.2f}-{v['p99']['max']:.2f} |"
+            )
+    slow = [r for r in result["runs"] if r["p99"] > endpoints.SLOW_MS]
+    if slow:
+        lines += [
+            "",
+            f"Runs with p99 over {endpoints.SLOW_MS:g} ms and what was measured during each (bench.endpoints.tail_evidence):",
+            "",
+            "| endpoint | version | round | p99 ms | slow reviews | in seconds (of) | in the worst 100 ms | "
+            "collections > 5 ms | worker / vegeta CPU s | load average before-after |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in slow:
+            t = r["tail"]
+            lines.append(
+                f"| {r['endpoint']} | {r['version']} | {r['round']} | {r['p99']:.1f} | {t['slow']} | "
+                f"{t['slow_seconds']} ({t['seconds']}) | {t['slow_in_worst_100ms']:.0%} | {t['gc_over_5ms']} | "
+                f"{t['worker_cpu_s']} / {t['vegeta_cpu_s']} | {t['load_average_before']}-{t['load_average_after']} |"
+            )
     rss = result["rss_mib"]
-    lines += ["", "| worker RSS, MiB | " + " | ".join(rss[before]) + " |", "|---|" + "---|" * len(rss[before])]
-    for name in (before, after):
+    lines += ["", "| worker RSS, MiB | " + " | ".join(rss[first]) + " |", "|---|" + "---|" * len(rss[first])]
+    for name in versions:
         lines.append(f"| {name} | " + " | ".join(f"{v:g}" for v in rss[name].values()) + " |")
     return "\n".join(lines) + "\n"
 
@@ -132,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--before", required=True, help="git ref of the first version (e.g. a commit)")
+    parser.add_argument(
+        "--before", required=True, action="append", help="git ref of a version before (e.g. a commit); repeat for several"
+    )
     parser.add_argument("--after", default=None, help="git ref of the second version (default: the working tree)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved runs per endpoint and version (default: %(default)s)")
     parser.add_argument("--rate", type=float, default=500, help="requests/s of each run (default: %(default)s)")
@@ -151,12 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     work = pathlib.Path(tempfile.mkdtemp(prefix="dra-guard-compare-"))
     trees: dict[str, pathlib.Path] = {}
     try:
-        trees["before"] = checkout(args.before, work / "before-src")
+        refs: dict[str, str] = {}
+        for index, ref in enumerate(args.before):
+            name = "before" if len(args.before) == 1 else f"before{index + 1}"
+            trees[name], refs[name] = checkout(ref, work / f"{name}-src"), ref
         trees["after"] = checkout(args.after, work / "after-src") if args.after else REPO
+        refs["after"] = args.after or "working tree"
         result = compare(trees, scale=scale, rounds=args.rounds, rate=args.rate, seconds=args.seconds, workdir=work)
-        result.update(
-            versions=["before", "after"], refs={"before": args.before, "after": args.after or "working tree"}, machine=machine()
-        )
+        result.update(versions=list(trees), refs=refs, machine=machine())
         write_json(args.out, result)
         args.out.with_suffix(".md").write_text(report(result))
         log(f"results: {args.out}, {args.out.with_suffix('.md')}")

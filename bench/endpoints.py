@@ -18,8 +18,12 @@ claims are gone.
 
 from __future__ import annotations
 
+import collections
 import json
+import math
+import os
 import pathlib
+import resource
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -31,6 +35,7 @@ from bench.common import Attack, Target, attack, cpu_seconds, proc_status, worke
 #: policy endpoint path -> short name used in the results
 ENDPOINTS = {"/validate/rbac": "rbac", "/mutate/daemonsets": "daemonsets", "/validate/evictions": "evictions"}
 P99_LIMIT_MS = 10.0
+SLOW_MS = 5.0  # a review slower than this counts in a run's tail evidence (tail_evidence)
 #: seconds of rest after an overloading throughput search, before the next endpoint's floor run
 #: (without it the floor's first p99 carried the previous search's backlog: 50-600 ms)
 SETTLE_SECONDS = 10.0
@@ -224,6 +229,20 @@ class Server:
         """CPU seconds of the worker and the master so far."""
         return cpu_seconds(self.worker) + cpu_seconds(self.master)
 
+    def gc_pauses(self) -> tuple[float, float, float]:
+        """The worker's cyclic garbage collections so far: (count, seconds in all, count over 5 ms),
+        from dra_guard_gc_pause_seconds on /metrics; zeros when the server does not expose it."""
+        import requests
+
+        from tests.scrape import metric
+
+        with requests.Session() as sess:
+            sess.trust_env = False
+            text = sess.get(self.url + "/metrics", verify=str(self.ca_file), timeout=10).text
+        count = metric(text, "dra_guard_gc_pause_seconds_count", default=0.0)
+        within = metric(text, 'dra_guard_gc_pause_seconds_bucket{le="0.005"}', default=0.0)
+        return count, metric(text, "dra_guard_gc_pause_seconds_sum", default=0.0), count - within
+
     def gc_collections(self) -> dict[str, float]:
         """The worker's garbage collections so far by generation (python_gc_collections_total,
         prometheus-client's default collector, from /metrics)."""
@@ -250,13 +269,31 @@ def run_rate(
     workdir: pathlib.Path,
     check: bool = False,
 ) -> dict[str, Any]:
-    """One constant-rate attack on `path`: latency summary, CPU s per 1,000 reviews, answers checked."""
+    """One constant-rate attack on `path`: latency summary, CPU s per 1,000 reviews, answers checked,
+    and what explains a tail (`tail`: tail_evidence())."""
     tgts = targets(server.url, path, reviews, workdir / "bodies")
+    gc_before = server.gc_pauses()
+    children_before, load_before = children_cpu_seconds(), os.getloadavg()[0]
     cpu_before = server.cpu()
     result = attack(tgts, rate=rate, seconds=seconds, workdir=workdir, ca_file=server.ca_file, keep_bodies=check)
     cpu_used = server.cpu() - cpu_before
+    vegeta_used = children_cpu_seconds() - children_before
+    gc_after = server.gc_pauses()
     out = result.summary()
     out["cpu_s_per_1000"] = round(cpu_used / max(result.requests, 1) * 1000, 4)
+    out["tail"] = tail_evidence(result.latencies_ms, rate)
+    out["tail"].update(
+        worker_cpu_s=round(cpu_used, 2),
+        vegeta_cpu_s=round(vegeta_used, 2),
+        gc_collections=int(gc_after[0] - gc_before[0]),
+        gc_pause_ms=round((gc_after[1] - gc_before[1]) * 1000, 1),
+        gc_over_5ms=int(gc_after[2] - gc_before[2]),
+        # the machine's 1-minute load average: other processes (the apiserver, other sessions)
+        # wanting its cores; /proc/stat is not trusted here (it counts fewer busy seconds than
+        # this run's own processes used on this machine)
+        load_average_before=round(load_before, 2),
+        load_average_after=round(os.getloadavg()[0], 2),
+    )
     status = proc_status(server.worker)
     out["rss_mib"] = round(status["rss_bytes"] / 2**20, 1)
     out["peak_rss_mib"] = round(status["peak_rss_bytes"] / 2**20, 1)
@@ -264,6 +301,29 @@ def run_rate(
     if check:
         out["answers"] = check_answers(result, reviews)
     return out
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of this process's waited-for children (vegeta runs) so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def tail_evidence(latencies_ms: list[float], rate: float, slow_ms: float = SLOW_MS) -> dict[str, Any]:
+    """Where the slow requests of a constant-rate run were: `slow` (over `slow_ms` ms), the
+    1-second windows of sending that held any (`slow_seconds`, of `seconds`), and the share of them
+    in the worst 100 ms window (`slow_in_worst_100ms`). A stall of the worker (a collection, the
+    machine's cores taken by another process) puts most in one window; queueing at a high load
+    spreads them over many. Request i was sent at i / rate s (vegeta's constant pacing)."""
+    slow = [i for i, ms in enumerate(latencies_ms) if ms > slow_ms]
+    windows = collections.Counter(int(i / rate * 10) for i in slow)
+    return {
+        "slow_ms": slow_ms,
+        "slow": len(slow),
+        "slow_seconds": len({int(i / rate) for i in slow}),
+        "seconds": math.ceil(len(latencies_ms) / rate) if rate else 0,
+        "slow_in_worst_100ms": round(max(windows.values()) / len(slow), 3) if slow else 0.0,
+    }
 
 
 def passes(run: Mapping[str, Any], rate: float) -> bool:

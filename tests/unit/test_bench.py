@@ -185,24 +185,51 @@ def test_command_line_rejects_unknown_parts():
     assert quick.repeats == 1 and quick.no_search and quick.scale.claims < 10_000
 
 
-def test_compare_report_gives_the_cpu_ratio_and_both_rss_rows():
+def test_compare_report_gives_each_version_its_cpu_ratio_to_the_first_the_rss_rows_and_the_tails():
     from bench import compare
 
-    def cell(cpu, p50, p99):
-        return {"cpu_s_per_1000": {"median": cpu}, "p50": {"median": p50}, "p99": {"median": p99}}
+    def cell(cpu, p50, p99, lo, hi):
+        return {"cpu_s_per_1000": {"median": cpu}, "p50": {"median": p50}, "p99": {"median": p99, "min": lo, "max": hi}}
 
+    tail = {"slow": 40, "slow_seconds": 3, "seconds": 20, "slow_in_worst_100ms": 0.75, "gc_over_5ms": 1}
+    tail.update(worker_cpu_s=12.5, vegeta_cpu_s=3.1, load_average_before=1.2, load_average_after=2.5)
     result = {
-        "versions": ["before", "after"],
-        "refs": {"before": "abc", "after": "working tree"},
+        "versions": ["before1", "before2", "after"],
+        "refs": {"before1": "abc", "before2": "def", "after": "working tree"},
         "rounds": 3,
         "seconds": 20,
         "rate": 500,
-        "summary": {"rbac": {"before": cell(0.64, 0.62, 1.4), "after": cell(0.58, 0.59, 1.3)}},
-        "rss_mib": {"before": {"ready": 254.5, "after the runs": 257.5}, "after": {"ready": 135.6, "after the runs": 137.1}},
+        "summary": {
+            "rbac": {
+                "before1": cell(0.64, 0.62, 1.4, 1.2, 1.6),
+                "before2": cell(0.80, 0.70, 2.0, 1.9, 2.2),
+                "after": cell(0.58, 0.59, 1.3, 1.1, 9.5),
+            }
+        },
+        "runs": [
+            {"endpoint": "rbac", "version": "after", "round": 2, "p99": 9.5, "tail": tail},
+            {"endpoint": "rbac", "version": "after", "round": 1, "p99": 1.1, "tail": tail},
+        ],
+        "rss_mib": {name: {"ready": 135.6, "after the runs": 137.1} for name in ("before1", "before2", "after")},
     }
     text = compare.report(result)
-    assert "| rbac | 0.640 | 0.580 | 0.91 | 0.62 | 0.59 | 1.40 | 1.30 |" in text
-    assert "| before | 254.5 | 257.5 |" in text and "| after | 135.6 | 137.1 |" in text
+    assert "| rbac | before1 | 0.640 | 1.00 | 0.62 | 1.40 | 1.20-1.60 |" in text
+    assert "| rbac | after | 0.580 | 0.91 | 0.59 | 1.30 | 1.10-9.50 |" in text
+    assert "| after | 135.6 | 137.1 |" in text
+    # only the run over 5 ms is explained, with what was measured during it
+    assert "| rbac | after | 2 | 9.5 | 40 | 3 (20) | 75% | 1 | 12.5 / 3.1 | 1.2-2.5 |" in text
+    assert "| rbac | after | 1 |" not in text
+
+
+def test_tail_evidence_tells_a_stall_from_a_spread_tail():
+    from bench.endpoints import tail_evidence
+
+    stall = [1.0] * 1000 + [30.0] * 20 + [1.0] * 980  # 20 slow ones sent within 40 ms, at 500/s
+    spread = [30.0 if i % 100 == 0 else 1.0 for i in range(2000)]
+    one, other = tail_evidence(stall, 500), tail_evidence(spread, 500)
+    assert one["slow"] == other["slow"] == 20
+    assert one["slow_seconds"] == 1 and one["slow_in_worst_100ms"] == 1.0
+    assert other["slow_seconds"] == 4 and other["slow_in_worst_100ms"] == 0.05
 
 
 def test_throughput_search_steps_up_bisects_and_forgives_one_stall(monkeypatch):
