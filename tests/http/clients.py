@@ -80,33 +80,27 @@ def healthz_wait(server) -> float:
     return time.monotonic() - started
 
 
-def review_bytes(uid: str) -> bytes:
-    """An eviction review (not of a driver pod: judged allowed) as the kube-apiserver writes it:
-    kind, apiVersion, then request with uid first (what the front's overload answer reads)."""
+def apiserver_post(path: str, request: dict, uid: str) -> bytes:
+    """A whole POST of an AdmissionReview as the kube-apiserver writes it: kind, apiVersion, then
+    `request` with `uid` first (what the front's overload answer reads from the body's head)."""
     # a dict keeps its first key's place when the key is set again: uid stays first
-    body = json.dumps(
-        {
-            "kind": "AdmissionReview",
-            "apiVersion": "admission.k8s.io/v1",
-            "request": {**eviction_request("gpu-driver-x"), "uid": uid},
-        }
-    ).encode()
-    return (
-        b"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n" % len(body)
-    ) + body
-
-
-def rbac_review_bytes(uid: str) -> bytes:
-    """A ClusterRoleBinding create review as the kube-apiserver writes it (kind, apiVersion, then
-    request with uid first): with --no-cluster its role is unknown, so it is judged allowed."""
-    request = builders.review(builders.binding("b", "missing-role", [builders.subject("Group", "team-a")]))["request"]
     body = json.dumps(
         {"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {**request, "uid": uid}}
     ).encode()
-    return (
-        b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-    ) + body
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def review_bytes(uid: str) -> bytes:
+    """An eviction review (not of a driver pod: judged allowed), as the kube-apiserver writes it."""
+    return apiserver_post("/validate/evictions", eviction_request("gpu-driver-x"), uid)
+
+
+def rbac_review_bytes(uid: str) -> bytes:
+    """A ClusterRoleBinding create review as the kube-apiserver writes it: with --no-cluster its
+    role is unknown, so it is judged allowed."""
+    binding = builders.binding("b", "missing-role", [builders.subject("Group", "team-a")])
+    return apiserver_post("/validate/rbac", builders.review(binding)["request"], uid)
 
 
 def answer(tls: ssl.SSLSocket) -> dict:

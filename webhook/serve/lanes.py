@@ -97,11 +97,17 @@ class Lane:
             raise NotJudged(f"not judged within {deadline_key}", cause="deadline") from None
 
 
+def others_slots(threads: int, reserved: int) -> int:
+    """Slots of the lane of the policies that are not first: threads - reserved, at least 1 (the
+    event-loop front sizes its executor for those paths by the same rule)."""
+    return max(1, threads - reserved)
+
+
 def lanes_for(threads: int, reserved: int, first: set[str], policies: list[str]) -> dict[str, Lane]:
     """policy name -> its Lane: the `first` policies share one of `threads` slots, the others one
-    of threads - reserved (at least 1)."""
+    of others_slots(threads, reserved)."""
     priority = Lane("first", threads)
-    others = Lane("others", max(1, threads - reserved))
+    others = Lane("others", others_slots(threads, reserved))
     return {name: priority if name in first else others for name in policies}
 
 

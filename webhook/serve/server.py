@@ -53,7 +53,7 @@ from webhook.policies.registry import POLICIES
 from webhook.serve import front
 from webhook.serve.app import Readiness, create_app
 from webhook.serve.draining import DRAINING
-from webhook.serve.lanes import shedders
+from webhook.serve.lanes import others_slots, shedders
 
 log = logging.getLogger("dra_guard.server")
 
@@ -203,7 +203,7 @@ def front_worker(options: ServeOptions, *, graceful_timeout: float) -> type[fron
         first_paths=frozenset(p.path for p in POLICIES if p.first),
         shedders=shedders(o.config),
         threads=o.config.server.threads,
-        reserved_threads=o.config.server.reserved_threads,
+        reviews_threads=others_slots(o.config.server.threads, o.config.server.reserved_threads),
         max_connections=o.config.server.threads + front.KEEPALIVE_CONNECTIONS,
         max_request_bytes=o.config.server.max_request_bytes,
         drop_after_seconds=o.config.server.drop_after_seconds,

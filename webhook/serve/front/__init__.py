@@ -59,18 +59,18 @@ class FrontSettings:
     context_for: listener port -> the SSLContext for a connection accepted there now (called per
     connection, in the worker: certificates are reloaded without a restart). first_paths: the
     paths whose requests have the first executor (the eviction guard). shedders: admission path ->
-    its overload answer (webhook.serve.lanes.Shedder), given on the loop to a review that cannot
-    be judged by its deadline (webhook.serve.front.connection.Front). threads: server.threads,
-    the first lane's threads; reserved_threads: server.reservedThreads, the threads the other
-    admission paths leave to the first (the reviews lane has threads - reserved_threads, as the
-    app's lanes, webhook.serve.lanes.lanes_for). max_connections: the cap per worker. probe_port: server.probePort (0: none), whose
-    connections are never refused for overload. Times in seconds, sizes in bytes."""
+    its overload answer (webhook.serve.lanes.Shedder), given on the loop to a review the admission
+    rule refuses (webhook.serve.front.shared.Front). threads: the first lane's threads
+    (server.threads); reviews_threads: the other admission paths' (as the app's lane for them:
+    webhook.serve.lanes.others_slots). max_connections: the cap per worker. probe_port:
+    server.probePort (0: none), whose connections are never refused for overload. Times in
+    seconds, sizes in bytes."""
 
     context_for: Callable[[int], ssl.SSLContext]
     first_paths: frozenset[str]
     shedders: Mapping[str, Shedding]
     threads: int
-    reserved_threads: int
+    reviews_threads: int
     max_connections: int
     max_request_bytes: int
     drop_after_seconds: float
@@ -107,7 +107,7 @@ class FrontWorker(Worker):
         s = self.settings
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        lane_threads = {"first": s.threads, "reviews": max(1, s.threads - s.reserved_threads), "service": SERVICE_THREADS}
+        lane_threads = {"first": s.threads, "reviews": s.reviews_threads, "service": SERVICE_THREADS}
         executors = {
             name: concurrent.futures.ThreadPoolExecutor(max_workers=lane_threads[name], thread_name_prefix=f"front-{name}")
             for name in LANES

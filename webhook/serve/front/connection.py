@@ -31,7 +31,7 @@ from webhook import metrics
 from webhook.serve.front import wsgi
 from webhook.serve.front.capacity import State
 from webhook.serve.front.kernel import waited_in_kernel
-from webhook.serve.front.shared import SHORT_QUEUE_PER_THREAD, Front
+from webhook.serve.front.shared import Front
 
 log = logging.getLogger("dra_guard.server")
 
@@ -302,28 +302,14 @@ class Connection(asyncio.Protocol):
 
     def _shed(self, path: str, lane: str, body: bytes) -> wsgi.Answer | None:
         """The overload answer, made here on the loop before any work of the app, for an admission
-        review past its deadline or whose expected wait (Front.expected_wait) is not shorter than
-        what is left of its deadline: it would get that answer anyway, later; None: the app answers."""
+        review the front's admission rule refuses (Front.shed_cause); None: the app answers."""
         shedder = self.front.shedders.get(path)
         if shedder is None or self._started is None:
             return None
-        now = time.monotonic()
-        left = shedder.budget - (now - self._started)
-        wait = self.front.expected_wait(lane)
-        if left <= 0:
-            cause, why = "deadline", f"overloaded: it waited in the queue past {shedder.budget_key}"
-            self.front.shed_at = now
-        elif wait >= left:
-            cause = "overload"
-            why = (
-                f"overloaded: the {self.front.queued[lane]} reviews before it take about {wait:.2f} s, past {shedder.budget_key}"
-            )
-            self.front.shed_at = now
-        elif lane in self.front.short_queue and self.front.queued[lane] >= SHORT_QUEUE_PER_THREAD * self.front.threads[lane]:
-            cause, why = "overload", f"overloaded: {self.front.queued[lane]} reviews wait for the server's threads"
-            self.front.shed_at = now
-        else:
+        shed = self.front.shed_cause(lane, shedder, self._started, time.monotonic())
+        if shed is None:
             return None
+        cause, why = shed
         data = shedder.answer(body, arrival=self._started, cause=cause, why=why)
         if data is None:
             return None

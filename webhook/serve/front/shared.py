@@ -84,13 +84,33 @@ class Front:
         self.drop_after = drop_after
         self.multiprocess = multiprocess
         self.closing = False  # draining: answer with Connection: close, take no new request
-        self.shed_at = float("-inf")  # time.monotonic() of the last review shed for a full queue
+        self.shed_at = float("-inf")  # time.monotonic() of the last review shed, or of saturation
 
     def expected_wait(self, lane: str) -> float:
         """Seconds a review submitted to `lane` now would wait before its turn: the reviews queued
         beyond the lane's threads times its pace (0.0 while the lane has a free thread, or before it
         was ever busy)."""
         return max(0, self.queued[lane] - self.threads[lane] + 1) * self.pace[lane]
+
+    def shed_cause(self, lane: str, shedder: Shedding, started: float, now: float) -> tuple[str, str] | None:
+        """(cause, why) of the overload answer for a review of `lane` whose first byte arrived at
+        `started` and whose deadline is shedder.budget seconds after it, when the admission rule
+        above refuses it now (and the worker counts as overloaded from `now`); None: take it."""
+        left = shedder.budget - (now - started)
+        wait = self.expected_wait(lane)
+        if left <= 0:
+            found = ("deadline", f"overloaded: it waited in the queue past {shedder.budget_key}")
+        elif wait >= left:
+            found = (
+                "overload",
+                f"overloaded: the {self.queued[lane]} reviews before it take about {wait:.2f} s, past {shedder.budget_key}",
+            )
+        elif lane in self.short_queue and self.queued[lane] >= SHORT_QUEUE_PER_THREAD * self.threads[lane]:
+            found = ("overload", f"overloaded: {self.queued[lane]} reviews wait for the server's threads")
+        else:
+            return None
+        self.shed_at = now
+        return found
 
     def submitted(self, lane: str) -> None:
         """A review goes to `lane`'s executor."""
