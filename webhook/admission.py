@@ -94,13 +94,22 @@ def not_judged(response: dict[str, Any], *, policy: str, settings: PolicyConfig,
 
 
 def overload_answer(
-    review: Mapping[str, Any], *, policy: str, settings: PolicyConfig, first: bool, why: str, cause: str = "overload"
+    review: Mapping[str, Any],
+    *,
+    policy: str,
+    settings: PolicyConfig,
+    first: bool,
+    why: str,
+    cause: str = "overload",
+    counted: bool = True,
 ) -> dict[str, Any]:
     """The AdmissionReview answer (apiVersion, kind, response with the request's uid) for a review
-    not judged, as not_judged() fills it; counted in dra_guard_reviews_not_judged_total."""
+    not judged, as not_judged() fills it; counted in dra_guard_reviews_not_judged_total unless
+    `counted` is False (whoever still judges it counts it: webhook.serve.lanes.Lane.judge)."""
     response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": True}
     not_judged(response, policy=policy, settings=settings, first=first, why=why)
-    metrics.NOT_JUDGED.labels(policy=policy, cause=cause).inc()
+    if counted:
+        metrics.NOT_JUDGED.labels(policy=policy, cause=cause).inc()
     return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
 
 

@@ -145,18 +145,18 @@ def slow_policies(monkeypatch, seconds: float, gate: threading.Event | None = No
     ],
 )
 def test_a_review_past_its_deadline_gets_the_overload_answer_never_an_allow(monkeypatch, path, body, code):
-    slow_policies(monkeypatch, 3.0)
+    """A judgment that ends after its deadline is answered with the overload answer, not with its
+    late decision (the stand-in policy allows). Served, the front gives that answer at the deadline
+    itself: tests/http/test_deadline.py."""
+    slow_policies(monkeypatch, 0.6)
     c = client(server={"reviewDeadlineSeconds": 0.3})
-    started = time.monotonic()
     resp = post(c, body, path).get_json()["response"]
-    elapsed = time.monotonic() - started
     assert resp["allowed"] is False and resp["status"]["code"] == code, resp
     assert "reviewDeadlineSeconds" in resp["status"]["message"] and "retry" in resp["status"]["message"]
-    assert elapsed < 2.0, elapsed  # 0.3 s plus scheduling; the policy itself would take 3 s
 
 
 def test_the_eviction_failure_mode_allow_still_answers_429_when_not_judged(monkeypatch):
-    slow_policies(monkeypatch, 3.0)
+    slow_policies(monkeypatch, 0.6)
     c = client(server={"reviewDeadlineSeconds": 0.2}, policies={"eviction": {"failureMode": "allow"}})
     body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")}
     resp = post(c, body, "/validate/evictions").get_json()["response"]
@@ -279,6 +279,15 @@ def test_work_whose_deadline_passed_while_queued_is_dropped_not_run():
         lane.judge(lambda r: ran.append(r), {}, time.monotonic() - 1)
     time.sleep(0.05)
     assert ran == []
+
+
+def test_a_judgment_that_ends_past_its_deadline_is_not_the_answer():
+    """Lane.judge judges in the calling thread; a decision reached after the deadline raises
+    NotJudged (the front has answered the review at its deadline already)."""
+    lane = lanes.Lane("x", 1)
+    assert lane.judge(lambda r: "decision", {}, time.monotonic() + 5) == "decision"
+    with pytest.raises(admission.NotJudged, match="not judged within server.reviewDeadlineSeconds"):
+        lane.judge(lambda r: time.sleep(0.2), {}, time.monotonic() + 0.1)
 
 
 def test_peek_finds_uid_and_version_as_the_apiserver_writes_them_and_defers_otherwise():

@@ -47,7 +47,7 @@ from webhook.model.limits import over_limit
 from webhook.policies import exceptions
 from webhook.policies.decision import Decision
 from webhook.policies.registry import POLICIES, Review, by_name
-from webhook.serve.lanes import Lane, arrived, lanes_for
+from webhook.serve.lanes import ANSWERED, Lane, arrived, lanes_for
 
 log = logging.getLogger("dra_guard.app")
 
@@ -176,10 +176,11 @@ class Reader:
 
 
 class PolicyRoute:
-    """The view of one policy's admission endpoint (POST `path`): the review waits for a thread of
+    """The view of one policy's admission endpoint (POST `path`): the review waits for a slot of
     its policy's lane (and, when large, for the worker's one large slot) until its deadline, is
-    read, judged by `evaluate`, its shared record settled and its Tally counted; a review that
-    cannot be judged in time gets the overload answer at once."""
+    read, judged by `evaluate` in this thread, its shared record settled and its Tally counted; a
+    review that cannot be judged in time gets the overload answer at once, and one still being
+    judged at its deadline gets it from the front (webhook.serve.lanes.Lane.judge)."""
 
     def __init__(
         self,
@@ -205,6 +206,7 @@ class PolicyRoute:
         self.budget = self.settings.review_deadline_seconds or config.server.review_deadline_seconds
         self.budget_key = self.settings.deadline_key(policy)
         self.limits = functools.partial(over_limit, limits=config.server)
+        self.age = metrics.REVIEW_AGE.labels(policy=policy)
         self.__name__ = f"review_{policy}"
 
     def __call__(self) -> Response:
@@ -214,7 +216,8 @@ class PolicyRoute:
         try:
             return self.answer(arrival + self.budget)
         finally:
-            metrics.REVIEW_AGE.labels(policy=self.policy).observe(time.monotonic() - arrival)
+            if not request.environ.get(ANSWERED):  # else the front observed it with its answer at the deadline
+                self.age.observe(time.monotonic() - arrival)
 
     def shed(self, cause: str, why: str) -> Response:
         """The overload answer, at once (reading only the body's head): never queue past the timeout."""
@@ -226,7 +229,7 @@ class PolicyRoute:
         )
 
     def answer(self, deadline: float) -> Response:
-        """The answer to the review, judged in the lane's threads or shed, by `deadline` (time.monotonic())."""
+        """The answer to the review, judged in this thread or shed, by `deadline` (time.monotonic())."""
         if time.monotonic() >= deadline:  # it waited (accept queue, worker queue) past its deadline
             return self.shed("deadline", f"overloaded: it waited in the queue past {self.budget_key}")
         if not self.lane.enter(deadline):
@@ -244,7 +247,7 @@ class PolicyRoute:
             self.lane.leave()
 
     def judge(self, deadline: float) -> Response:
-        """The review read, parsed and judged by the policy (in the lane's threads, until `deadline`)."""
+        """The review read, parsed and judged by the policy (in this thread, by `deadline`)."""
         review = self.reader.review(self.path)
         if isinstance(review, Response):
             return review

@@ -12,16 +12,18 @@ threads of its lane's executor. Here:
 * a review that finds its lane full waits at most ENTER_WAIT seconds for a slot, then is answered
   at once with the overload answer (webhook.admission.overload_answer: eviction 429 retry, else the
   policy's failure mode), rather than queueing past the apiserver's timeout.
-* each review is judged in its lane's own threads and waited for until server.reviewDeadlineSeconds
-  after its arrival in the worker (arrived(): the WSGI environ key ARRIVAL, set by the event-loop
-  front, webhook.serve.front.wsgi); past it the overload answer goes out and a judgment not yet
-  started is dropped. (A started judgment cannot be interrupted in Python; server.limits keep it
-  short.)
+* each review is judged in the thread the front gave it (the front's executor of its lane) and
+  answered by server.reviewDeadlineSeconds after its arrival in the worker (arrived(): the WSGI
+  environ key ARRIVAL, set by the event-loop front, webhook.serve.front.wsgi): a judgment whose turn
+  comes after its deadline is not run; one still running at its deadline is answered by the front
+  with the overload answer (webhook.serve.front.connection), and its own answer, once it ends, is
+  dropped (ANSWERED). A started judgment cannot be interrupted in Python; server.limits keep it
+  short. Judging in the front's thread costs no second thread hop per review (a hand-off between
+  threads costs ~70 us of CPU on a 2-core VM: bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import threading
@@ -42,6 +44,10 @@ ENTER_WAIT = 0.1
 #: the WSGI environ key with time.monotonic() (seconds, a float) of the request's arrival in the worker:
 #: its first byte, or its wait in the kernel before it counted. Set by webhook.serve.front.wsgi.environ.
 ARRIVAL = "dra_guard.arrival"
+#: the WSGI environ key the front sets (to True) once it has answered the request itself, at its
+#: deadline, while the app was still judging it: the app's answer is dropped, and its age was
+#: observed with the front's answer (dra_guard_review_age_seconds)
+ANSWERED = "dra_guard.answered"
 
 
 def arrived(environ: Mapping[str, Any]) -> float:
@@ -52,7 +58,7 @@ def arrived(environ: Mapping[str, Any]) -> float:
 
 
 class Lane:
-    """At most `slots` reviews of one class in flight, judged in the lane's own `slots` threads.
+    """At most `slots` reviews of one class in flight in the threads that judge them.
 
     enter(deadline) / leave() bracket a review's whole time in a server thread (reading, judging,
     answering); judge() runs the policy with the deadline.
@@ -62,7 +68,6 @@ class Lane:
         self.name = name
         self.slots = slots
         self._free = threading.BoundedSemaphore(slots)
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"judge-{name}")
 
     def enter(self, deadline: float) -> bool:
         """Take a slot, waiting at most ENTER_WAIT seconds (and never past `deadline`); False if none."""
@@ -80,21 +85,17 @@ class Lane:
         *,
         deadline_key: str = "server.reviewDeadlineSeconds",
     ) -> Decision:
-        """evaluate(request) in the lane's threads; raises NotJudged (cause "deadline") when it has not
-        finished by `deadline` (time.monotonic()), or when its turn came only after it. deadline_key: the
-        config key that set the deadline, named in the message."""
-
-        def run() -> Decision:
-            if time.monotonic() >= deadline:
-                raise NotJudged("its deadline passed before it was judged", cause="deadline")
-            return evaluate(request)
-
-        future = self._pool.submit(run)
-        try:
-            return future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise NotJudged(f"not judged within {deadline_key}", cause="deadline") from None
+        """evaluate(request) in the calling thread, by `deadline` (time.monotonic()). Raises NotJudged
+        (cause "deadline") without evaluating when the deadline has passed already, and when the
+        judgment ended after it: the front answered the review at its deadline (the overload answer),
+        so this decision is not the one sent. deadline_key: the config key that set the deadline,
+        named in the message."""
+        if time.monotonic() >= deadline:
+            raise NotJudged("its deadline passed before it was judged", cause="deadline")
+        decision = evaluate(request)
+        if time.monotonic() >= deadline:
+            raise NotJudged(f"not judged within {deadline_key}", cause="deadline")
+        return decision
 
 
 def others_slots(threads: int, reserved: int) -> int:
@@ -127,15 +128,17 @@ class Shedder:
     budget: float
     budget_key: str
 
-    def answer(self, body: bytes, *, arrival: float, cause: str, why: str) -> bytes | None:
+    def answer(self, body: bytes, *, arrival: float, cause: str, why: str, judging: bool = False) -> bytes | None:
         """The overload AdmissionReview (JSON bytes) for `body`, counted (dra_guard_reviews_not_judged_total,
         dra_guard_review_age_seconds); None when the body does not start as the kube-apiserver writes an
-        AdmissionReview (admission.peek_review): the app then answers it (a 400, or this same answer)."""
+        AdmissionReview (admission.peek_review): the app then answers it (a 400, or this same answer).
+        judging: the review is still being judged in its thread, which counts it not judged when its
+        judgment ends (Lane.judge): only its age is observed here."""
         review = admission.peek_review(body)
         if review is None:
             return None
         answer = admission.overload_answer(
-            review, policy=self.policy, settings=self.settings, first=self.first, cause=cause, why=why
+            review, policy=self.policy, settings=self.settings, first=self.first, cause=cause, why=why, counted=not judging
         )
         metrics.REVIEW_AGE.labels(policy=self.policy).observe(time.monotonic() - arrival)
         return json.dumps(answer).encode()

@@ -79,6 +79,35 @@ class FrontSettings:
     probe_port: int = 0
 
 
+def make_front(app: Any, s: FrontSettings, *, multiprocess: bool) -> Front:
+    """The Front of one worker serving the WSGI `app` with settings `s`: an executor per lane of
+    LANES (the eviction guard's paths, the other admission paths, the rest), the connection table
+    and the admission rule, before any listener starts (FrontWorker; tests run it in-process)."""
+    lane_threads = {"first": s.threads, "reviews": s.reviews_threads, "service": SERVICE_THREADS}
+    executors = {
+        name: concurrent.futures.ThreadPoolExecutor(max_workers=lane_threads[name], thread_name_prefix=f"front-{name}")
+        for name in LANES
+    }
+
+    def lane_of(path: str) -> str:
+        if path in s.first_paths:
+            return "first"
+        return "reviews" if path in s.shedders else "service"
+
+    return Front(
+        app=app,
+        table=ConnectionTable(s.max_connections),
+        executors=executors,
+        lane_of=lane_of,
+        lane_threads=lane_threads,
+        short_queue=frozenset({"first"}),
+        shedders=s.shedders,
+        max_request_bytes=s.max_request_bytes,
+        drop_after=s.drop_after_seconds,
+        multiprocess=multiprocess,
+    )
+
+
 class FrontWorker(Worker):
     """A gunicorn worker running the front's asyncio loop. `settings` is set on a subclass made
     by the composition root (gunicorn takes a worker class, not an instance)."""
@@ -107,30 +136,8 @@ class FrontWorker(Worker):
         s = self.settings
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        lane_threads = {"first": s.threads, "reviews": s.reviews_threads, "service": SERVICE_THREADS}
-        executors = {
-            name: concurrent.futures.ThreadPoolExecutor(max_workers=lane_threads[name], thread_name_prefix=f"front-{name}")
-            for name in LANES
-        }
-
-        def lane_of(path: str) -> str:
-            if path in s.first_paths:
-                return "first"
-            return "reviews" if path in s.shedders else "service"
-
-        table = ConnectionTable(s.max_connections)
-        front = Front(
-            app=self.wsgi,
-            table=table,
-            executors=executors,
-            lane_of=lane_of,
-            lane_threads=lane_threads,
-            short_queue=frozenset({"first"}),
-            shedders=s.shedders,
-            max_request_bytes=s.max_request_bytes,
-            drop_after=s.drop_after_seconds,
-            multiprocess=self.cfg.workers > 1,
-        )
+        front = make_front(self.wsgi, s, multiprocess=self.cfg.workers > 1)
+        executors, table = front.executors, front.table
         # the loop's own sockets: duplicates of gunicorn's listeners (closed on drain, gunicorn's stay)
         sockets = [socket.socket(fileno=os.dup(listener.fileno())) for listener in self.sockets]
         listeners = Listeners(front, sockets, s.context_for, s.probe_port)

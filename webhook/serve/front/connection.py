@@ -31,7 +31,8 @@ from webhook import metrics
 from webhook.serve.front import wsgi
 from webhook.serve.front.capacity import State
 from webhook.serve.front.kernel import waited_in_kernel
-from webhook.serve.front.shared import Front
+from webhook.serve.front.shared import Front, Shedding
+from webhook.serve.lanes import ANSWERED
 
 log = logging.getLogger("dra_guard.server")
 
@@ -60,6 +61,11 @@ def error_bytes(status: int, reason: str, detail: str) -> bytes:
         f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode("latin-1") + body
+
+
+def _json_answer(data: bytes) -> wsgi.Answer:
+    """A 200 answer with the JSON body `data` (an AdmissionReview)."""
+    return wsgi.Answer(200, b"OK", [(b"Content-Type", b"application/json"), (b"Content-Length", str(len(data)).encode())], data)
 
 
 class Connection(asyncio.Protocol):
@@ -273,12 +279,12 @@ class Connection(asyncio.Protocol):
             deadline = self._started + (shedder.budget if shedder is not None else self.front.drop_after)
             self.front.submitted(lane)
             submitted = time.monotonic()
-            try:
-                answer = await asyncio.get_running_loop().run_in_executor(
-                    self.front.executors[lane], lambda: wsgi.call(self.front.app, env, drop_after=self.front.drop_after)
-                )
-            finally:
-                self.front.finished(lane, submitted, deadline)
+            judging = asyncio.get_running_loop().run_in_executor(
+                self.front.executors[lane], lambda: wsgi.call(self.front.app, env, drop_after=self.front.drop_after)
+            )
+            # the lane's thread is busy until the app is done, even when the front answered first
+            judging.add_done_callback(lambda _: self.front.finished(lane, submitted, deadline))
+            answer = await self._by_deadline(judging, env, body, shedder)
         if answer is None or self._lost:
             return False
         headers = [(k, v) for k, v in answer.headers if k.lower() != b"connection"]
@@ -300,6 +306,27 @@ class Connection(asyncio.Protocol):
                 return False
         return not self._lost
 
+    async def _by_deadline(
+        self, judging: asyncio.Future[wsgi.Answer | None], env: dict[str, Any], body: bytes, shedder: Shedding | None
+    ) -> wsgi.Answer | None:
+        """The app's answer; for an admission review still being judged at its deadline (arrival +
+        shedder.budget), the overload answer then (eviction 429, else the failure mode): the
+        judgment runs on in its thread, which cannot be interrupted, and its answer is dropped
+        (webhook.serve.lanes.ANSWERED). A body the overload answer cannot be made from without the
+        app (not as the kube-apiserver writes it) waits for the app."""
+        if shedder is None or self._started is None:
+            return await judging
+        try:
+            async with asyncio.timeout_at(self._started + shedder.budget):
+                return await asyncio.shield(judging)
+        except TimeoutError:
+            why = f"not judged within {shedder.budget_key}"
+            data = shedder.answer(body, arrival=self._started, cause="deadline", why=why, judging=True)
+            if data is None:
+                return await judging
+            env[ANSWERED] = True
+            return _json_answer(data)
+
     def _shed(self, path: str, lane: str, body: bytes) -> wsgi.Answer | None:
         """The overload answer, made here on the loop before any work of the app, for an admission
         review the front's admission rule refuses (Front.shed_cause); None: the app answers."""
@@ -311,11 +338,7 @@ class Connection(asyncio.Protocol):
             return None
         cause, why = shed
         data = shedder.answer(body, arrival=self._started, cause=cause, why=why)
-        if data is None:
-            return None
-        return wsgi.Answer(
-            200, b"OK", [(b"Content-Type", b"application/json"), (b"Content-Length", str(len(data)).encode())], data
-        )
+        return _json_answer(data) if data is not None else None
 
     def _refuse(self, status: int, reason: str, detail: str) -> None:
         """Answer a protocol error (JSON) and close the connection (the answer is flushed first)."""

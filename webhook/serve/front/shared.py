@@ -36,7 +36,7 @@ class Shedding(Protocol):
     @property
     def budget_key(self) -> str: ...
 
-    def answer(self, body: bytes, *, arrival: float, cause: str, why: str) -> bytes | None: ...
+    def answer(self, body: bytes, *, arrival: float, cause: str, why: str, judging: bool = False) -> bytes | None: ...
 
 
 class Front:
@@ -53,8 +53,8 @@ class Front:
     per review in flight: 200 RBAC objects applied at once are 200 reviews at once, and their
     answer when shed is a refusal nobody retries); evictions are refused early (429: drains retry),
     which keeps a sustained overload of them from growing the client's connections. A review taken
-    whose turn still comes after its deadline is answered at the deadline and dropped unjudged
-    (webhook.serve.lanes.Lane.judge)."""
+    that is not judged by its deadline is answered then, by the front (Connection._by_deadline),
+    and dropped unjudged if its turn comes after it (webhook.serve.lanes.Lane.judge)."""
 
     def __init__(
         self,

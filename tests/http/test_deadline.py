@@ -1,0 +1,193 @@
+"""A review still being judged at its deadline: the front answers it then, with the overload answer
+(an eviction 429 "retry", an RBAC write its failure mode, 503), never an allow, and the judgment's
+own answer, once it ends, is dropped; the connection serves its next review as usual.
+
+The judgment runs in the thread the front handed the review to (no second thread per review), so
+no thread of the app can answer at the deadline: the front does, on its loop. These tests run the
+real front (uvloop, TLS, the lanes' executors, webhook.serve.front.make_front) and the real Flask
+app in this process, with a stand-in policy that holds its judgment until the test lets it end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import pathlib
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import uvloop
+from prometheus_client import REGISTRY
+
+from certs import ensure_self_signed
+from tests import builders
+from tests.builders import eviction_request
+from tests.http.clients import answer, apiserver_post, connect
+from webhook.config import Config, from_mapping
+from webhook.kube.state import ClusterState
+from webhook.policies.decision import ALLOW
+from webhook.serve import app as app_module
+from webhook.serve import front
+from webhook.serve.front.listeners import Listeners
+from webhook.serve.lanes import others_slots, shedders
+
+DEADLINE = 0.5  # seconds: server.reviewDeadlineSeconds of these tests
+
+
+@dataclasses.dataclass
+class InProcessFront:
+    """Where the in-process front listens (what tests.http.clients.connect reads)."""
+
+    port: int
+    ca_file: pathlib.Path
+
+
+@contextlib.contextmanager
+def serving(app: object, config: Config, folder: pathlib.Path) -> Iterator[InProcessFront]:
+    """The front serving the WSGI `app` on 127.0.0.1 over TLS, its loop in a thread of this process."""
+    ca_file = ensure_self_signed(folder, dns_names=["localhost"], ip_addresses=["127.0.0.1"])
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(folder / "tls.crt", folder / "tls.key")
+    server = config.server
+    settings = front.FrontSettings(
+        context_for=lambda port: context,
+        first_paths=frozenset({"/validate/evictions"}),
+        shedders=shedders(config),
+        threads=server.threads,
+        reviews_threads=others_slots(server.threads, server.reserved_threads),
+        max_connections=server.threads + front.KEEPALIVE_CONNECTIONS,
+        max_request_bytes=server.max_request_bytes,
+        drop_after_seconds=server.drop_after_seconds,
+        shutdown_delay_seconds=0.0,
+        graceful_timeout_seconds=1.0,
+    )
+    listener = socket.create_server(("127.0.0.1", 0))
+    loop = uvloop.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def start() -> tuple[front.Front, Listeners]:
+        served = front.make_front(app, settings, multiprocess=False)
+        listeners = Listeners(served, [listener], settings.context_for)
+        listeners.start()
+        return served, listeners
+
+    served, listeners = asyncio.run_coroutine_threadsafe(start(), loop).result(5)
+    try:
+        yield InProcessFront(port=listener.getsockname()[1], ca_file=ca_file)
+    finally:
+
+        async def stop() -> None:
+            listeners.stop()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(5)
+        for executor in served.executors.values():
+            executor.shutdown(wait=False, cancel_futures=True)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+
+@pytest.fixture
+def held(monkeypatch):
+    """Every policy replaced by one that allows once the test sets `release` (and says, in
+    `running`, that a judgment has started)."""
+    running, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def policy(request, facts, config):
+        running.set()
+        release.wait(10)
+        ended.set()
+        return ALLOW
+
+    monkeypatch.setattr(app_module, "POLICIES", tuple(dataclasses.replace(p, review=policy) for p in app_module.POLICIES))
+    try:
+        yield running, release, ended
+    finally:
+        release.set()
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.parametrize(
+    "path, request_, policy, code",
+    [
+        ("/validate/evictions", eviction_request("gpu-driver-x"), "eviction", 429),
+        (
+            "/validate/rbac",
+            builders.review(builders.binding("b", "r0", [builders.subject("Group", "g")]))["request"],
+            "rbac",
+            503,
+        ),
+    ],
+)
+def test_a_review_still_judged_at_its_deadline_is_answered_then_by_the_front_never_allowed(
+    tmp_path, held, path, request_, policy, code
+):
+    running, release, ended = held
+    config = from_mapping({"server": {"reviewDeadlineSeconds": DEADLINE}})
+    app = app_module.create_app(config=config, cluster=ClusterState(None))
+    not_judged = sample("dra_guard_reviews_not_judged_total", policy=policy, cause="deadline")
+    ages = sample("dra_guard_review_age_seconds_count", policy=policy)
+    with serving(app, config, tmp_path) as served, contextlib.closing(connect(served)) as tls:
+        started = time.monotonic()
+        tls.sendall(apiserver_post(path, request_, "late-1"))
+        response = answer(tls)["response"]
+        answered_after = time.monotonic() - started
+        # answered while the judgment still runs: the app could not have answered yet
+        assert running.is_set() and not ended.is_set()
+        assert response["uid"] == "late-1" and response["allowed"] is False, response
+        assert response["status"]["code"] == code
+        assert "not judged within server.reviewDeadlineSeconds" in response["status"]["message"]
+        assert answered_after < 5 * DEADLINE + 1, answered_after  # at the deadline, not when released
+        release.set()
+        assert ended.wait(5)
+        # the same connection: the next review is answered by its own judgment, not by the late one
+        tls.sendall(apiserver_post(path, request_, "next-2"))
+        following = answer(tls)["response"]
+        assert following == {"uid": "next-2", "allowed": True}, following
+    # counted once each: not judged when the late judgment ended, its age with the front's answer
+    deadline = time.monotonic() + 5
+    while (
+        sample("dra_guard_reviews_not_judged_total", policy=policy, cause="deadline") == not_judged
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.02)
+    time.sleep(0.2)  # the late judgment's view ends right after it counted (where a wrong age would be observed)
+    assert sample("dra_guard_reviews_not_judged_total", policy=policy, cause="deadline") == not_judged + 1
+    assert sample("dra_guard_review_age_seconds_count", policy=policy) == ages + 2
+
+
+def test_a_body_the_overload_answer_cannot_be_made_from_waits_for_the_app(tmp_path, held):
+    """A review not written as the kube-apiserver writes it (kind, apiVersion and request.uid first) has no overload answer
+    without parsing it: the front leaves it to the app, which answers it once its judgment ends (with
+    the overload answer: it ended past its deadline)."""
+    running, release, ended = held
+    config = from_mapping({"server": {"reviewDeadlineSeconds": DEADLINE}})
+    app = app_module.create_app(config=config, cluster=ClusterState(None))
+    body = json.dumps(
+        {"request": dict(eviction_request("p"), uid="odd"), "kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}
+    )
+    raw = (
+        f"POST /validate/evictions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        + body
+    ).encode()
+    with serving(app, config, tmp_path) as served, contextlib.closing(connect(served)) as tls:
+        tls.sendall(raw)
+        assert running.wait(5)
+        time.sleep(2 * DEADLINE)
+        release.set()
+        response = answer(tls)["response"]
+    assert ended.is_set()
+    assert response["uid"] == "odd" and response["allowed"] is False and response["status"]["code"] == 429, response
