@@ -213,3 +213,4 @@ class RequestReader:
                 keep_alive=keep_alive and not self._parser.should_upgrade(),
             )
         )
+        self._body = []  # its parts are not kept while the request is answered (up to maxRequestBytes)
