@@ -81,7 +81,7 @@ COUNTERS = (
 )
 #: py-spy frames whose share of the worker's samples --profile reports (a sample counts once per
 #: name found in its stack): where the CPU goes under overload
-PROFILED = ("do_handshake", "ssl.py", "sslproto.py", "h11", "flask", "wsgi.py", "peek_review", "overload_answer", "select")
+PROFILED = ("do_handshake", "ssl.py", "sslproto.py", "http1.py", "flask", "wsgi.py", "peek_review", "overload_answer", "select")
 
 
 def counters(url: str, ca: str) -> dict[str, float]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -232,3 +233,88 @@ def test_a_request_trickled_past_the_read_limit_gets_408_json(server):
     assert data.startswith(b"HTTP/1.1 408 "), data
     assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"].startswith("Request Timeout")
     assert '"client timed out' in server.log()
+
+
+def until_closed(server, raw: bytes) -> bytes:
+    """Send `raw` on a new TLS connection and read until the server closes it (TimeoutError: it
+    did not within 10 s)."""
+    with tls_context(server).wrap_socket(
+        socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="localhost"
+    ) as tls:
+        tls.sendall(raw)
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    return data
+
+
+def test_framing_the_parser_refuses_gets_a_json_error_and_the_connection_closed(server):
+    """Requests llhttp (the front's parser since h11) refuses, or the front refuses from their head:
+    each one answer with a JSON error, then the connection closed (no second request read after it).
+    Obsolete line folding, a bare LF and a repeated Content-Length were accepted by h11: refused
+    now (request smuggling vectors; Go's net/http, the kube-apiserver's client, never sends them)."""
+    cases = {
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n": 400,  # obsolete line folding
+        b"GET /healthz HTTP/1.1\nHost: x\n\n": 400,  # bare LF
+        b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}": 400,
+        b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Length: -2\r\n\r\n{}": 400,
+        b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Length: 2x\r\n\r\n{}": 400,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A : a\r\n\r\n": 400,  # whitespace before the colon
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n": 400,  # NUL in a value
+        b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}": 400,
+        b"GET /healthz HTTP/1.1\r\n\r\n": 400,  # no Host
+        b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n": 505,
+        b"BREW /healthz HTTP/1.1\r\nHost: x\r\n\r\n": 501,  # unknown method
+        b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n": 501,
+        b"POST /validate/rbac HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\n{}": 400,
+    }
+    for raw, status in cases.items():
+        data = until_closed(server, raw + b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 %d " % status), (raw, data)
+        assert b"content-type: application/json" in head.lower() and json.loads(body)["error"], (raw, data)
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+        assert b"connection: close" in head.lower() and len(body) == length, (raw, data)  # nothing after it
+
+
+def test_pipelined_requests_are_answered_in_order_before_a_malformed_one_is_refused(server):
+    """Three requests in one write, the third malformed: llhttp reads all three at once; the two
+    whole ones are answered one after the other, in order, then the third gets its 400, then close."""
+    data = until_closed(
+        server,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nX : y\r\n\r\n",
+    )
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", data)
+    assert statuses == [b"200", b"200", b"400"] and b'"ready"' in data, data
+    assert data.index(b'"ready"') < data.index(b"Bad Request"), data
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GET /readyz HTTP/1.0\r\n\r\n",
+        b"GET /readyz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",  # closed as h11 did
+        b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",  # not offered: answered
+    ],
+)
+def test_requests_that_close_the_connection_are_answered_with_connection_close(server, raw):
+    """One answer with `Connection: close` and a right Content-Length, then the connection closed:
+    a second request sent after it is not answered."""
+    data = until_closed(server, raw + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"connection: close" in head.lower(), data
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    assert length == len(body) and json.loads(body)["ready"] is True, data
+
+
+def test_an_answer_to_head_has_no_body_and_the_connection_serves_the_next_request(server):
+    """HEAD: the GET's headers (its Content-Length) and no body; the connection stays open and the
+    next request on it is answered."""
+    data = until_closed(
+        server, b"HEAD /readyz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    first, _, rest = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in first.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    assert first.startswith(b"HTTP/1.1 200 ") and rest.startswith(b"HTTP/1.1 200 "), data
+    assert rest.partition(b"\r\n\r\n")[2] and len(rest.partition(b"\r\n\r\n")[2]) == length, data

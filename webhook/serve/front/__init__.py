@@ -2,13 +2,14 @@
 
 FrontWorker is a gunicorn worker on its documented extension point, gunicorn.workers.base.Worker
 (init_process, run, notify, handle_exit: the surface uvicorn's worker builds on). One asyncio loop
-(uvloop's) per worker accepts, does the TLS handshakes, reads requests with h11 and writes answers; the Flask
+(uvloop's) per worker accepts, does the TLS handshakes, reads requests with httptools and writes answers; the Flask
 app (WSGI) runs in threads, one executor per lane (LANES: the eviction guard's paths, the other
 admission paths, and the rest: probes and metrics, never queued behind reviews), so policy code
 never runs on the loop and a slow client costs a coroutine, not a thread.
 
   listeners.py   accept loops, one SSLContext per listener, handshake timeout, kernel-wait drop
-  connection.py  one coroutine per connection: h11, timeouts, keep-alive, JSON protocol errors
+  connection.py  one coroutine per connection: timeouts, keep-alive, pipelining, JSON protocol errors
+  http1.py       HTTP/1.1: requests read with httptools (llhttp), limits and refusals, answers as bytes
   capacity.py    connection cap and reclaim order over the front's own connection objects
   shared.py      what the connections share (Front): lanes, their pace and the admission rule
   wsgi.py        whole request -> PEP 3333 environ -> the app in its lane's executor

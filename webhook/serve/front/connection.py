@@ -1,35 +1,32 @@
 """One connection of the event-loop front: an asyncio Protocol fed by the TLS transport, and one
-coroutine (serve) that reads requests with h11, has the app answer them in a thread, and writes
-the answers. A slow, silent or trickling client costs this coroutine, never a thread.
+coroutine (serve) that takes the requests read from its bytes (webhook.serve.front.http1:
+httptools), has the app answer them in a thread one at a time, in order, and writes the answers.
+A slow, silent or trickling client costs this coroutine, never a thread.
 
 Limits (seconds unless said; why: docs/reliability.md "Settings"):
   REQUEST_READ_LIMIT  from a request's first byte to its last (trickling clients): 408
   KEEPALIVE           a connection waits this long for its next request, then is closed
   CLIENT_SOCKET_TIMEOUT  a client that does not read its answer for this long is cut off
-  MAX_TARGET_BYTES    request target (414); MAX_HEADERS header fields (431); a head over
-                      MAX_HEAD_BYTES (431); a body over server.maxRequestBytes (413, before it
-                      is read); Transfer-Encoding chunked (411: the kube-apiserver always sends
-                      Content-Length, tests/e2e/test_webhook_request_framing.py); any other
-                      transfer coding (501, h11's answer); malformed framing (400, h11's)
-Every protocol error is answered with a JSON body {"error": "..."} and the connection is closed.
+  the request limits and framing refusals: webhook.serve.front.http1 (414, 431, 413, 411, 501,
+                      505, 400)
+Every protocol error is answered with a JSON body {"error": "..."} and the connection is closed
+(after the answers to the requests pipelined before it). HTTP/1.0 requests, Connection: close and
+Upgrade requests close the connection after their answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import http
-import json
 import logging
 import os
 import socket
 import time
 from typing import Any, cast
 
-import h11
-
 from webhook import metrics
 from webhook.serve.front import wsgi
 from webhook.serve.front.capacity import State
+from webhook.serve.front.http1 import MAX_HEAD_BYTES, ProtocolError, Request, RequestReader, answer_bytes, error_bytes
 from webhook.serve.front.kernel import waited_in_kernel
 from webhook.serve.front.shared import Front, Shedding
 from webhook.serve.lanes import ANSWERED
@@ -39,28 +36,8 @@ log = logging.getLogger("dra_guard.server")
 CLIENT_SOCKET_TIMEOUT = 2.0  # seconds a client may stall a handshake or the reading of its answer
 REQUEST_READ_LIMIT = 5.0  # seconds from the first byte of a request to its last (trickling clients)
 KEEPALIVE = 75.0  # seconds a kept-alive connection waits for its next request
-MAX_TARGET_BYTES = 8190  # a longer request target is answered 414 (gunicorn's limit_request_line)
-MAX_HEADERS = 100  # more header fields are answered 431 (gunicorn's limit_request_fields)
-MAX_HEAD_BYTES = 64 * 1024  # a longer request head is answered 431 before it is complete
 INCOMPLETE_SMALL = 64 * 1024  # bytes of an incomplete request any connection may keep
 INCOMPLETE_BUDGET_SHARE = 4  # incomplete requests above INCOMPLETE_SMALL: this many maxRequestBytes in all
-
-
-class ProtocolError(Exception):
-    """A request the front refuses before the app: status, reason, detail for the JSON body."""
-
-    def __init__(self, status: int, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.reason, self.detail = status, reason, detail
-
-
-def error_bytes(status: int, reason: str, detail: str) -> bytes:
-    """A whole HTTP/1.1 answer with {"error": "<reason>: <detail>"} that closes the connection."""
-    body = json.dumps({"error": f"{reason}: {detail}"}).encode()
-    return (
-        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode("latin-1") + body
 
 
 def _json_answer(data: bytes) -> wsgi.Answer:
@@ -82,11 +59,13 @@ class Connection(asyncio.Protocol):
         self.handshake: asyncio.Task[Any] | None = None  # set by the listener: cancelled to reclaim
         self.transport: asyncio.Transport | None = None
         self.client: tuple[str, int] | None = None
-        self._parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._reader = RequestReader(front.max_request_bytes)
         self._data = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
         self._lost = False
+        self._eof = False
+        self._wrote = False  # the current request's answer was written: no error answer after it
         self._started: float | None = None  # time.monotonic() of the current request's first byte
         self._socket: Any = None
         self._serving: asyncio.Task[None] | None = None
@@ -126,11 +105,11 @@ class Connection(asyncio.Protocol):
             # client meanwhile; REQUEST_READ_LIMIT still runs)
             self.transport.pause_reading()
             self.front.table.paused.add(self)
-        self._parser.receive_data(data)
+        self._reader.feed(data)
         self._data.set()
 
     def eof_received(self) -> bool | None:
-        self._parser.receive_data(b"")
+        self._eof = True
         self._data.set()
         return None
 
@@ -177,18 +156,19 @@ class Connection(asyncio.Protocol):
         """Answer requests until the client closes, a limit is passed or the worker drains."""
         try:
             while not self.closing and not self.front.closing:
+                self._wrote = False
                 request = await self._next_request()
                 if request is None:
                     break
                 answered = await self._answer(*request)
-                if not answered or self._parser.our_state is not h11.DONE or self._parser.their_state is not h11.DONE:
+                if not answered or not request[0].keep_alive:
                     break
-                self._parser.start_next_cycle()
                 self.pending = 0
                 self._enter(State.IDLE)
                 if self.transport is not None:
                     self.transport.resume_reading()
-                if self._parser.trailing_data[0]:  # a pipelined request already here
+                reader = self._reader
+                if reader.requests or reader.in_message or reader.error is not None:  # a pipelined request already here
                     self._started = time.monotonic()
                     self._enter(State.READING)
         except ProtocolError as exc:
@@ -206,19 +186,21 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self._lost:
             self.transport.close()
 
-    async def _event(self) -> Any:
-        """h11's next event, waiting for bytes: KEEPALIVE s before a request's first byte, then
-        until REQUEST_READ_LIMIT s after it (TimeoutError). h11.PAUSED never comes here."""
+    async def _next_request(self) -> tuple[Request, bytes] | None:
+        """The next whole request (its head and body) read from the connection's bytes, waiting
+        for them: KEEPALIVE s before a request's first byte, then until REQUEST_READ_LIMIT s after
+        it (TimeoutError). None when the client closed (or an Upgrade ended the reading); the
+        reader's refusal (ProtocolError) once the requests before it are taken."""
+        reader = self._reader
         while True:
-            try:
-                event = self._parser.next_event()
-            except h11.RemoteProtocolError as exc:
-                status = exc.error_status_hint  # 400; 431 for a head too long; 501 for a transfer coding
-                raise ProtocolError(status, http.HTTPStatus(status).phrase, str(exc) or "malformed request") from None
-            if event is not h11.NEED_DATA:
-                return event
-            if self._lost:
-                return h11.ConnectionClosed()
+            if reader.requests:
+                request = reader.requests.popleft()
+                self.front.table.resume_paused()  # its bytes no longer count as incomplete
+                return request, request.body
+            if reader.error is not None:
+                raise reader.error
+            if self._lost or self._eof or reader.ended:
+                return None
             self._data.clear()
             if self.state is State.READING and self._started is not None:
                 async with asyncio.timeout_at(self._started + REQUEST_READ_LIMIT):
@@ -228,41 +210,9 @@ class Connection(asyncio.Protocol):
                     async with asyncio.timeout(KEEPALIVE):
                         await self._data.wait()
                 except TimeoutError:
-                    return h11.ConnectionClosed()
+                    return None
 
-    async def _next_request(self) -> tuple[h11.Request, bytes] | None:
-        """The next whole request (its head and body), or None when the client closed."""
-        event = await self._event()
-        if isinstance(event, h11.ConnectionClosed):
-            return None
-        if not isinstance(event, h11.Request):
-            raise ProtocolError(400, "Bad Request", f"unexpected {type(event).__name__}")
-        if len(event.target) > MAX_TARGET_BYTES:
-            raise ProtocolError(414, "URI Too Long", f"request target over {MAX_TARGET_BYTES} bytes")
-        if len(event.headers) > MAX_HEADERS:
-            raise ProtocolError(431, "Request Header Fields Too Large", f"more than {MAX_HEADERS} header fields")
-        if sum(len(name) + len(value) + 4 for name, value in event.headers) > MAX_HEAD_BYTES:  # came in one read
-            raise ProtocolError(431, "Request Header Fields Too Large", f"request head over {MAX_HEAD_BYTES} bytes")
-        names = {name for name, _ in event.headers}
-        if b"transfer-encoding" in names:
-            raise ProtocolError(411, "Length Required", "send the body with a Content-Length (no Transfer-Encoding)")
-        length = int(dict(event.headers).get(b"content-length", b"0"))
-        if length > self.front.max_request_bytes:
-            raise ProtocolError(
-                413, "Content Too Large", f"body is larger than server.maxRequestBytes ({self.front.max_request_bytes} bytes)"
-            )
-        body: list[bytes] = []
-        while True:
-            part = await self._event()
-            if isinstance(part, h11.Data):
-                body.append(part.data)
-            elif isinstance(part, h11.EndOfMessage):
-                self.front.table.resume_paused()  # its bytes no longer count as incomplete
-                return event, b"".join(body)
-            else:  # the client closed in the middle of its body
-                return None
-
-    async def _answer(self, request: h11.Request, body: bytes) -> bool:
+    async def _answer(self, request: Request, body: bytes) -> bool:
         """Have the app answer `request` in its lane's executor and write the answer; False when
         the request was dropped (it waited past server.dropAfterSeconds) or the client is gone."""
         assert self._started is not None and self.transport is not None
@@ -288,12 +238,10 @@ class Connection(asyncio.Protocol):
         if answer is None or self._lost:
             return False
         headers = [(k, v) for k, v in answer.headers if k.lower() != b"connection"]
-        if self.front.closing:
+        if self.front.closing or not request.keep_alive:
             headers.append((b"Connection", b"close"))
-        data = self._parser.send(h11.Response(status_code=answer.status, headers=headers, reason=answer.reason))
-        if request.method != b"HEAD":
-            data += self._parser.send(h11.Data(data=answer.body))
-        data += self._parser.send(h11.EndOfMessage())
+        data = answer_bytes(answer.status, answer.reason, headers, answer.body, head=request.method == b"HEAD")
+        self._wrote = True
         self.transport.write(data)
         if not self._writable.is_set():
             try:
@@ -344,6 +292,6 @@ class Connection(asyncio.Protocol):
         """Answer a protocol error (JSON) and close the connection (the answer is flushed first)."""
         if self.transport is None or self._lost:
             return
-        if self._parser.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+        if not self._wrote:
             self.transport.write(error_bytes(status, reason, detail))
         self.transport.close()

@@ -16,9 +16,8 @@ import urllib.parse
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import h11
-
 from webhook import metrics
+from webhook.serve.front.http1 import Request
 from webhook.serve.lanes import ARRIVAL
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -35,7 +34,7 @@ class Answer:
 
 
 def environ(
-    request: h11.Request,
+    request: Request,
     body: bytes,
     *,
     server: tuple[str, int],
@@ -43,7 +42,7 @@ def environ(
     arrival: float,
     multiprocess: bool,
 ) -> dict[str, Any]:
-    """The PEP 3333 environ of `request` (h11's parsed head) with its whole `body`. server: the
+    """The PEP 3333 environ of `request` (its head as webhook.serve.front.http1 read it) with its whole `body`. server: the
     listener's (host, port): SERVER_PORT tells the app which listener the request came to."""
     path, _, query = request.target.partition(b"?")
     env: dict[str, Any] = {
@@ -65,7 +64,7 @@ def environ(
         "wsgi.run_once": False,
         ARRIVAL: arrival,
     }
-    for raw_name, raw_value in request.headers:  # h11 gives lower-case names
+    for raw_name, raw_value in request.headers:  # lower-case names (http1.RequestReader)
         name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
         if name == "content-type":
             env["CONTENT_TYPE"] = value
