@@ -179,7 +179,18 @@ def one_round(
                 idle_connections=APISERVER_IDLE_CONNECTIONS,
             )
             cpu_per_1000[name] = round((cpu_seconds(pid) - before) / max(1, run.ok) * 1000, 3)
+        from bench.endpoints import children_cpu_seconds
+
+        cpu_at, vegeta_at, wall_at = cpu_seconds(pid), children_cpu_seconds(), time.monotonic()
         cap = capacity(url, ca, work, path, body)
+        # the share of a core the worker and vegeta had while the capacity was measured (2 cores
+        # shared by both): where the load generator takes more, the worker gets less
+        shares = {
+            "capacity": {
+                "worker": round((cpu_seconds(pid) - cpu_at) / (time.monotonic() - wall_at), 2),
+                "vegeta": round((children_cpu_seconds() - vegeta_at) / (time.monotonic() - wall_at), 2),
+            }
+        }
         offered = round(factor * cap)
         (work / "overload.json").write_bytes(body)
         # the no-load level as the probe sees it: one review every PROBE_PERIOD s costs more than
@@ -219,6 +230,8 @@ def one_round(
             )
         probes: list[tuple[float, float | None]] = []
         started = time.monotonic()
+        cpu_at, vegeta_at = cpu_seconds(pid), children_cpu_seconds()
+        worker_overload: list[float] = []
         prober.start()
         result = attack(
             [Target(url=url + path, body=work / "overload.json")],
@@ -231,18 +244,25 @@ def one_round(
             http2=False,
             idle_connections=APISERVER_IDLE_CONNECTIONS,
             # the probe first: decoding vegeta's results takes CPU seconds the server would miss
-            before_decoding=lambda: probes.extend(receive.recv()),
+            before_decoding=lambda: (
+                worker_overload.extend((cpu_seconds(pid) - cpu_at, time.monotonic() - started)),
+                probes.extend(receive.recv()),
+            ),
         )
         ended = started + seconds  # the last review offered; vegeta returns once every answer is in
+        shares["overload"] = {
+            "worker": round(worker_overload[0] / worker_overload[1], 2) if worker_overload else None,
+            "vegeta": round((children_cpu_seconds() - vegeta_at) / worker_overload[1], 2) if worker_overload else None,
+        }
         prober.join(TIMEOUT + 1)
         after_counters = counters(url, ca)
         kernel = kernel_tcp_since(kernel_before)
         server = {name.removeprefix("dra_guard_"): after_counters[name] - before.get(name, 0.0) for name in after_counters}
-        shares = None
+        profiled = None
         if spy is not None and profile is not None:
             spy.wait(30)
             found = profile / f"{work.name}.txt"
-            shares = profile_shares(found.read_text()) if found.exists() else None
+            profiled = profile_shares(found.read_text()) if found.exists() else None
         uid = json.loads(body)["request"]["uid"]
         answers = classify(result.codes, result.latencies_ms, result.bodies, uid=uid, shed_as=shed_as)
         threshold = 2 * idle_p50 + 0.001
@@ -284,7 +304,15 @@ def one_round(
             "p50_recovered_after_s": settled,
             "server_during_overload": server,
             "kernel_tcp_during_overload": kernel,
-            **({"profile_shares": shares} if shares is not None else {}),
+            "cpu_share_of_a_core": shares,
+            # judged in time per CPU second the worker had, against the same at capacity: what the
+            # overload costs the worker itself, apart from the CPU the load generator took from it
+            "goodput_per_worker_cpu": (
+                round(answers["judged_in_time"] / worker_overload[0] / (cap / shares["capacity"]["worker"]), 3)
+                if worker_overload and worker_overload[0] and cap and shares["capacity"]["worker"]
+                else None
+            ),
+            **({"profile_shares": profiled} if profiled is not None else {}),
         }
     finally:
         proc.terminate()
