@@ -35,7 +35,7 @@ from webhook.policies.decision import ALLOW
 from webhook.serve import app as app_module
 from webhook.serve import front
 from webhook.serve.front.listeners import Listeners
-from webhook.serve.lanes import others_slots, shedders
+from webhook.serve.server import front_settings
 
 DEADLINE = 0.5  # seconds: server.reviewDeadlineSeconds of these tests
 
@@ -54,19 +54,7 @@ def serving(app: object, config: Config, folder: pathlib.Path) -> Iterator[InPro
     ca_file = ensure_self_signed(folder, dns_names=["localhost"], ip_addresses=["127.0.0.1"])
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(folder / "tls.crt", folder / "tls.key")
-    server = config.server
-    settings = front.FrontSettings(
-        context_for=lambda port: context,
-        first_paths=frozenset({"/validate/evictions"}),
-        shedders=shedders(config),
-        threads=server.threads,
-        reviews_threads=others_slots(server.threads, server.reserved_threads),
-        max_connections=server.threads + front.KEEPALIVE_CONNECTIONS,
-        max_request_bytes=server.max_request_bytes,
-        drop_after_seconds=server.drop_after_seconds,
-        shutdown_delay_seconds=0.0,
-        graceful_timeout_seconds=1.0,
-    )
+    settings = front_settings(config, lambda port: context, graceful_timeout=1.0)
     listener = socket.create_server(("127.0.0.1", 0))
     loop = uvloop.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)

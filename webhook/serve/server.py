@@ -188,6 +188,25 @@ def reloader(options: ServeOptions) -> ReloadingContext:
     return found
 
 
+def front_settings(config: Config, context_for: Callable[[int], Any], *, graceful_timeout: float) -> front.FrontSettings:
+    """The event-loop front's settings from `config`, with `context_for` (listener port -> the
+    SSLContext of a connection accepted there) and gunicorn's graceful timeout (seconds)."""
+    server = config.server
+    return front.FrontSettings(
+        context_for=context_for,
+        first_paths=frozenset(p.path for p in POLICIES if p.first),
+        shedders=shedders(config),
+        threads=server.threads,
+        reviews_threads=others_slots(server.threads, server.reserved_threads),
+        max_connections=server.threads + front.KEEPALIVE_CONNECTIONS,
+        max_request_bytes=server.max_request_bytes,
+        drop_after_seconds=server.drop_after_seconds,
+        shutdown_delay_seconds=float(server.shutdown_delay_seconds),
+        graceful_timeout_seconds=graceful_timeout,
+        probe_port=server.probe_port or 0,
+    )
+
+
 def front_worker(options: ServeOptions, *, graceful_timeout: float) -> type[front.FrontWorker]:
     """The event-loop front's worker class with this server's settings (the SSLContexts are made
     per connection in the worker, from the reloaded files)."""
@@ -198,19 +217,7 @@ def front_worker(options: ServeOptions, *, graceful_timeout: float) -> type[fron
         # server.probePort asks no client certificate (the kubelet's probes, Prometheus)
         return reloader(o).open_context() if probe_port and port == probe_port else reloader(o).context()
 
-    settings = front.FrontSettings(
-        context_for=context_for,
-        first_paths=frozenset(p.path for p in POLICIES if p.first),
-        shedders=shedders(o.config),
-        threads=o.config.server.threads,
-        reviews_threads=others_slots(o.config.server.threads, o.config.server.reserved_threads),
-        max_connections=o.config.server.threads + front.KEEPALIVE_CONNECTIONS,
-        max_request_bytes=o.config.server.max_request_bytes,
-        drop_after_seconds=o.config.server.drop_after_seconds,
-        shutdown_delay_seconds=float(o.config.server.shutdown_delay_seconds),
-        graceful_timeout_seconds=graceful_timeout,
-        probe_port=probe_port or 0,
-    )
+    settings = front_settings(o.config, context_for, graceful_timeout=graceful_timeout)
     return type("DraGuardFrontWorker", (front.FrontWorker,), {"settings": settings})
 
 

@@ -160,8 +160,8 @@ class Connection(asyncio.Protocol):
                 request = await self._next_request()
                 if request is None:
                     break
-                answered = await self._answer(*request)
-                if not answered or not request[0].keep_alive:
+                answered = await self._answer(request)
+                if not answered or not request.keep_alive:
                     break
                 self.pending = 0
                 self._enter(State.IDLE)
@@ -186,7 +186,7 @@ class Connection(asyncio.Protocol):
         if self.transport is not None and not self._lost:
             self.transport.close()
 
-    async def _next_request(self) -> tuple[Request, bytes] | None:
+    async def _next_request(self) -> Request | None:
         """The next whole request (its head and body) read from the connection's bytes, waiting
         for them: KEEPALIVE s before a request's first byte, then until REQUEST_READ_LIMIT s after
         it (TimeoutError). None when the client closed (or an Upgrade ended the reading); the
@@ -196,7 +196,7 @@ class Connection(asyncio.Protocol):
             if reader.requests:
                 request = reader.requests.popleft()
                 self.front.table.resume_paused()  # its bytes no longer count as incomplete
-                return request, request.body
+                return request
             if reader.error is not None:
                 raise reader.error
             if self._lost or self._eof or reader.ended:
@@ -212,7 +212,7 @@ class Connection(asyncio.Protocol):
                 except TimeoutError:
                     return None
 
-    async def _answer(self, request: Request, body: bytes) -> bool:
+    async def _answer(self, request: Request) -> bool:
         """Have the app answer `request` in its lane's executor and write the answer; False when
         the request was dropped (it waited past server.dropAfterSeconds) or the client is gone."""
         assert self._started is not None and self.transport is not None
@@ -220,12 +220,12 @@ class Connection(asyncio.Protocol):
         self.transport.pause_reading()  # a pipelined request waits in the kernel meanwhile
         path = request.target.partition(b"?")[0].decode("latin-1")  # the admission paths need no unquoting
         lane = self.front.lane_of(path)
-        answer = self._shed(path, lane, body) if request.method == b"POST" else None
+        shedder = self.front.shedders.get(path)  # None: not an admission path
+        answer = self._shed(shedder, lane, request.body) if shedder is not None and request.method == b"POST" else None
         if answer is None:
             env = wsgi.environ(
-                request, body, server=self.server, client=self.client, arrival=self._started, multiprocess=self.front.multiprocess
+                request, server=self.server, client=self.client, arrival=self._started, multiprocess=self.front.multiprocess
             )
-            shedder = self.front.shedders.get(path)
             deadline = self._started + (shedder.budget if shedder is not None else self.front.drop_after)
             self.front.submitted(lane)
             submitted = time.monotonic()
@@ -234,7 +234,7 @@ class Connection(asyncio.Protocol):
             )
             # the lane's thread is busy until the app is done, even when the front answered first
             judging.add_done_callback(lambda _: self.front.finished(lane, submitted, deadline))
-            answer = await self._by_deadline(judging, env, body, shedder)
+            answer = await self._by_deadline(judging, env, request.body, shedder, deadline)
         if answer is None or self._lost:
             return False
         headers = [(k, v) for k, v in answer.headers if k.lower() != b"connection"]
@@ -255,17 +255,22 @@ class Connection(asyncio.Protocol):
         return not self._lost
 
     async def _by_deadline(
-        self, judging: asyncio.Future[wsgi.Answer | None], env: dict[str, Any], body: bytes, shedder: Shedding | None
+        self,
+        judging: asyncio.Future[wsgi.Answer | None],
+        env: dict[str, Any],
+        body: bytes,
+        shedder: Shedding | None,
+        deadline: float,
     ) -> wsgi.Answer | None:
-        """The app's answer; for an admission review still being judged at its deadline (arrival +
-        shedder.budget), the overload answer then (eviction 429, else the failure mode): the
+        """The app's answer; for an admission review still being judged at its `deadline` (arrival +
+        shedder.budget, time.monotonic()), the overload answer then (eviction 429, else the failure mode): the
         judgment runs on in its thread, which cannot be interrupted, and its answer is dropped
         (webhook.serve.lanes.ANSWERED). A body the overload answer cannot be made from without the
         app (not as the kube-apiserver writes it) waits for the app."""
         if shedder is None or self._started is None:
             return await judging
         try:
-            async with asyncio.timeout_at(self._started + shedder.budget):
+            async with asyncio.timeout_at(deadline):
                 return await asyncio.shield(judging)
         except TimeoutError:
             why = f"not judged within {shedder.budget_key}"
@@ -275,11 +280,11 @@ class Connection(asyncio.Protocol):
             env[ANSWERED] = True
             return _json_answer(data)
 
-    def _shed(self, path: str, lane: str, body: bytes) -> wsgi.Answer | None:
+    def _shed(self, shedder: Shedding, lane: str, body: bytes) -> wsgi.Answer | None:
         """The overload answer, made here on the loop before any work of the app, for an admission
-        review the front's admission rule refuses (Front.shed_cause); None: the app answers."""
-        shedder = self.front.shedders.get(path)
-        if shedder is None or self._started is None:
+        review (of the path of `shedder`) the front's admission rule refuses (Front.shed_cause);
+        None: the app answers."""
+        if self._started is None:
             return None
         shed = self.front.shed_cause(lane, shedder, self._started, time.monotonic())
         if shed is None:

@@ -35,14 +35,13 @@ class Answer:
 
 def environ(
     request: Request,
-    body: bytes,
     *,
     server: tuple[str, int],
     client: tuple[str, int] | None,
     arrival: float,
     multiprocess: bool,
 ) -> dict[str, Any]:
-    """The PEP 3333 environ of `request` (its head as webhook.serve.front.http1 read it) with its whole `body`. server: the
+    """The PEP 3333 environ of `request` (as webhook.serve.front.http1 read it, with its whole body). server: the
     listener's (host, port): SERVER_PORT tells the app which listener the request came to."""
     path, _, query = request.target.partition(b"?")
     env: dict[str, Any] = {
@@ -57,7 +56,7 @@ def environ(
         "REMOTE_PORT": str(client[1]) if client else "",
         "wsgi.version": (1, 0),
         "wsgi.url_scheme": "https",
-        "wsgi.input": io.BytesIO(body),
+        "wsgi.input": io.BytesIO(request.body),
         "wsgi.errors": sys.stderr,
         "wsgi.multithread": True,
         "wsgi.multiprocess": multiprocess,
