@@ -298,6 +298,22 @@ def worker_pid(master: int) -> int:
     return int(children[0])
 
 
+def pin(pid: int, cpus: set[int]) -> list[int]:
+    """Restrict every thread of process `pid` and of its descendants to `cpus` (sched_setaffinity
+    per thread: Linux applies an affinity to one thread; threads and processes started later
+    inherit it from the one that starts them). Returns the pids pinned. Raises OSError when the
+    kernel refuses (a CPU not in this machine's set)."""
+    pinned, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        for task in pathlib.Path(f"/proc/{current}/task").iterdir():
+            os.sched_setaffinity(int(task.name), cpus)
+            children = (task / "children").read_text().split()
+            pending.extend(int(child) for child in children)
+        pinned.append(current)
+    return pinned
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on: CPU model and count, memory, kernel, Python."""
     cpu = "unknown"

@@ -3,7 +3,7 @@ the same run: no metastable collapse means work past its deadline is dropped bef
 overload answers are cheap, and once the overload ends latency is back to its no-load level.
 
     python -m bench.recovery [--rounds 2] [--seconds 10] [--factor 2] [--path /validate/evictions]
-                             [--servers .,DIR,ENGINE@DIR] [--profile DIR]
+                             [--servers .,DIR,ENGINE@DIR] [--profile DIR] [--pin]
                              [--out bench/results/recovery.json]
 
 Per round and server (the servers interleaved), a fresh `dra-guard serve --self-signed
@@ -38,6 +38,13 @@ starts (other sessions share its cores):
 
 Every latency is also given as a ratio to the floor of the same run (`*_x_floor`): this machine's
 speed varies with what else runs on it.
+
+--pin runs the server (master and worker) on the machine's first CPU and this process, vegeta and
+the probe on the others (`cpus` in the JSON). Unpinned, on a machine of 2 cores, the load generator
+takes its CPU from the worker's: at 2x a capacity of ~3,000 reviews/s vegeta needs most of a core
+(a TLS dial for every review that finds no idle connection), and goodput then measures the client
+as much as the server. The kube-apiserver does not run on the webhook's cores; --pin measures one
+worker with a core of its own in every phase, the capacity included.
 """
 
 from __future__ import annotations
@@ -144,11 +151,19 @@ def server_of(variant: str) -> tuple[str | None, pathlib.Path | None]:
 
 
 def one_round(
-    variant: str, work: pathlib.Path, *, path: str, seconds: float, factor: float, profile: pathlib.Path | None = None
+    variant: str,
+    work: pathlib.Path,
+    *,
+    path: str,
+    seconds: float,
+    factor: float,
+    profile: pathlib.Path | None = None,
+    server_cpus: set[int] | None = None,
 ) -> dict[str, Any]:
     """One round of the server `variant` (an entry of --servers: `.`, DIR or ENGINE@DIR) in `work`:
-    the figures of the module docstring, latencies in seconds."""
-    from bench.common import Target, attack, kernel_tcp_counters, kernel_tcp_since
+    the figures of the module docstring, latencies in seconds. server_cpus: the CPUs the server's
+    processes run on (every thread pinned once it answers); None leaves them to the scheduler."""
+    from bench.common import Target, attack, kernel_tcp_counters, kernel_tcp_since, pin
 
     engine, code = server_of(variant)
     work.mkdir(parents=True, exist_ok=True)
@@ -156,6 +171,8 @@ def one_round(
     load_before = [round(x, 2) for x in os.getloadavg()]
     proc, url, ca = start(work, code, config=work / "config.yaml")
     try:
+        if server_cpus is not None:
+            pin(proc.pid, server_cpus)
         body, shed_as = overload_bodies()[path]
         unit = floor(url, ca)
         s = session(ca)
@@ -285,6 +302,7 @@ def one_round(
         return {
             "server": variant,
             "load_average_before": load_before,
+            "cpus": {"server": sorted(server_cpus), "client": sorted(os.sched_getaffinity(0))} if server_cpus else None,
             "floor_median_s": unit,
             "noload_p50_s": idle_p50,
             "noload_p99_s": idle_p99,
@@ -333,7 +351,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path", default="/validate/evictions", help="the endpoint offered")
     parser.add_argument("--out", type=pathlib.Path, help="write the figures as JSON here")
     parser.add_argument("--profile", type=pathlib.Path, help="py-spy the worker during each overload into this folder")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="run the server on the first CPU and the load generator on the others (needs 2 or more CPUs)",
+    )
     args = parser.parse_args(argv)
+    server_cpus = None
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            parser.error(f"--pin needs 2 or more CPUs; this process may run on {cpus}")
+        server_cpus = {cpus[0]}
+        os.sched_setaffinity(0, set(cpus[1:]))  # vegeta and the probe are started from here: they inherit it
     runs = []
     with tempfile.TemporaryDirectory(prefix="dra-guard-recovery-") as tmp:
         for round_ in range(args.rounds):
@@ -346,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
                     seconds=args.seconds,
                     factor=args.factor,
                     profile=args.profile,
+                    server_cpus=server_cpus,
                 )
                 print(json.dumps(run), flush=True)
                 runs.append(run)

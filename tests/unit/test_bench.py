@@ -352,3 +352,42 @@ def test_recovery_sets_server_engine_only_for_an_older_checkout(tmp_path):
     assert recovery.server_of(f"gthread@{tmp_path}") == ("gthread", pathlib.Path(tmp_path))
     with pytest.raises(ValueError, match="needs a DIR"):
         recovery.server_of("asyncio@")
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="pinning to one CPU of several needs 2 CPUs")
+def test_pin_restricts_every_thread_of_a_process_and_its_children():
+    """bench.recovery --pin: the server's master, its worker and every thread of each, those
+    started before the pin and after it, run on the CPUs given."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import os, subprocess, sys, threading, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "print(child.pid, flush=True)\n"
+        "sys.stdin.readline()\n"  # pinned by now
+        "late = []\n"
+        "threading.Thread(target=lambda: late.append(os.sched_getaffinity(0)), daemon=True).start()\n"
+        "time.sleep(0.2)\n"
+        "print(sorted(late[0]), flush=True)\n"
+        "child.kill()\n"
+    )
+    cpu = min(os.sched_getaffinity(0))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        child = int(proc.stdout.readline())
+        pinned = common.pin(proc.pid, {cpu})
+        assert set(pinned) == {proc.pid, child}
+        for pid in pinned:
+            tasks = os.listdir(f"/proc/{pid}/task")
+            assert {t: os.sched_getaffinity(int(t)) for t in tasks} == {t: {cpu} for t in tasks}
+        assert len(os.listdir(f"/proc/{proc.pid}/task")) >= 2  # the thread started before the pin
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == f"[{cpu}]"  # a thread started after it inherits it
+    finally:
+        proc.kill()
+        proc.wait()
