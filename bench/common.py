@@ -67,7 +67,8 @@ class Attack:
 
     latencies_ms: per request, in order sent; codes: HTTP status per request (0 = no answer);
     errors: distinct error strings (at most 10); bodies: response bodies (bytes) when asked for;
-    rate: requested requests/s; seconds: the attack's duration; throughput: answered 2xx per second.
+    rate: requested requests/s; seconds: the attack's duration; throughput: answered 2xx per second;
+    sent_s: per request, when vegeta sent it, seconds after the first was sent.
     """
 
     rate: float
@@ -76,6 +77,15 @@ class Attack:
     codes: list[int]
     errors: list[str]
     bodies: list[bytes]
+    sent_s: list[float] = dataclasses.field(default_factory=list)
+
+    def behind_schedule_s(self) -> float:
+        """How far the last requests were sent behind vegeta's schedule (request i at i / rate s), in
+        seconds (0.0 when on time or unknown): a load generator short of CPU offers less than asked,
+        later, and a figure measured "at 2x" is then not."""
+        if not self.sent_s or not self.rate:
+            return 0.0
+        return max(0.0, max(sent - index / self.rate for index, sent in enumerate(self.sent_s)))
 
     @property
     def requests(self) -> int:
@@ -155,9 +165,11 @@ def attack(
     if before_decoding is not None:
         before_decoding()
     encoded = subprocess.run([vegeta(), "encode", "--to=csv", str(results)], check=True, capture_output=True).stdout
-    latencies, codes, errors, bodies = [], [], [], []
+    latencies, codes, errors, bodies, sent = [], [], [], [], []
     rows = sorted(csv.reader(io.StringIO(encoded.decode())), key=lambda r: int(r[8]))  # by sequence number
+    first = int(rows[0][0]) if rows else 0  # unix nanoseconds
     for row in rows:
+        sent.append((int(row[0]) - first) / 1e9)
         codes.append(int(row[1]))
         latencies.append(int(row[2]) / 1e6)
         if row[5] and row[5] not in errors and len(errors) < 10:
@@ -165,7 +177,7 @@ def attack(
         if keep_bodies:
             bodies.append(base64.b64decode(row[6]))
     results.unlink()
-    return Attack(rate=rate, seconds=seconds, latencies_ms=latencies, codes=codes, errors=errors, bodies=bodies)
+    return Attack(rate=rate, seconds=seconds, latencies_ms=latencies, codes=codes, errors=errors, bodies=bodies, sent_s=sent)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -21,7 +21,8 @@ starts (other sessions share its cores):
   keep-alive), on the noop floor and on the endpoint.
 * capacity: reviews/s judged with 8 closed-loop vegeta clients (bench.flood.capacity).
 * overload: offered --factor x capacity for --seconds by vegeta (keep-alive, a new connection
-  whenever none is idle, as the apiserver's client): goodput = reviews judged within the 3 s
+  whenever none is idle, as the apiserver's client; offered_behind_schedule_s: how late vegeta sent
+  its last requests against its schedule, offered_sent_per_s: the rate it did send at): goodput = reviews judged within the 3 s
   webhook timeout / (capacity x seconds); answers after the timeout; no answer; the server's TLS
   handshakes, dropped requests, reclaimed and refused connections over the run (its /metrics), and
   the machine's SYNs dropped at full accept queues and SYNs sent again (/proc/net/netstat).
@@ -311,6 +312,9 @@ def one_round(
             "cpu_s_per_1000": cpu_per_1000,
             "capacity_per_s": round(cap, 1),
             "offered_per_s": offered,
+            # vegeta short of CPU sends late: then less than --factor x capacity was offered in time
+            "offered_behind_schedule_s": round(result.behind_schedule_s(), 3),
+            "offered_sent_per_s": round(len(result.sent_s) / max(result.sent_s[-1], 1e-9), 1) if result.sent_s else None,
             "seconds": seconds,
             "goodput": round(answers["judged_in_time"] / (cap * seconds), 3) if cap else None,
             **answers,

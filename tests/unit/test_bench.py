@@ -391,3 +391,16 @@ def test_pin_restricts_every_thread_of_a_process_and_its_children():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_attack_knows_how_far_vegeta_sent_behind_its_schedule():
+    """A load generator short of CPU sends late: bench.recovery reports it beside the goodput."""
+    on_time = common.Attack(
+        rate=100, seconds=1, latencies_ms=[1.0] * 3, codes=[200] * 3, errors=[], bodies=[], sent_s=[0.0, 0.0101, 0.02]
+    )
+    assert on_time.behind_schedule_s() == pytest.approx(0.0001)
+    late = common.Attack(
+        rate=100, seconds=1, latencies_ms=[1.0] * 3, codes=[200] * 3, errors=[], bodies=[], sent_s=[0.0, 0.5, 0.02]
+    )
+    assert late.behind_schedule_s() == pytest.approx(0.49)
+    assert common.Attack(rate=100, seconds=1, latencies_ms=[], codes=[], errors=[], bodies=[]).behind_schedule_s() == 0.0
