@@ -12,7 +12,8 @@ the table reclaims idle connections first (webhook.serve.front.capacity).
 While the worker is overloaded (Front.overloaded: within OVERLOAD_HOLD s a review was shed
 because it could not be judged in time, or the connection limit was reached with at least half
 of the connections busy and more waiting in the accept queue), a new connection to the webhook port is accepted and reset at once (no TLS
-handshake, dra_guard_connections_refused_total), at the connection limit too: the connections it
+handshake, dra_guard_connections_refused_total), at the connection limit too, and so is every other
+one waiting in the accept queue, in batches of REFUSE_BATCH without a wake-up of the loop each: the connections it
 holds get the overload answer in a few hundred microseconds, while a handshake costs about as much
 CPU as judging a review, and an apiserver whose connections are all busy dials a new one per
 review. Dialing on, the clients would take the CPU the reviews need (every connection busy, more
@@ -40,6 +41,9 @@ from webhook.serve.front.shared import Front
 log = logging.getLogger("dra_guard.server")
 
 SILENT_LIMIT = 1.0  # seconds a new connection may wait in the kernel without a ClientHello
+#: connections reset in one turn of the loop while overloaded: the accept queue is emptied without a
+#: wake-up per connection, in steps short enough (~5 us each) for the loop's other work to go on
+REFUSE_BATCH = 64
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends a TCP reset
 CLOSE_LINGER = 0.5  # seconds a closing TLS connection waits for the client's close_notify
 
@@ -93,6 +97,8 @@ class Listeners:
                 continue
             if refusing and self.front.overloaded():
                 refuse(sock)
+                if refuse_queued(listener, self.front.overloaded) == REFUSE_BATCH:
+                    await asyncio.sleep(0)  # more wait: the loop's other work first
                 continue
             self.admit(sock, server=(host, port))
 
@@ -147,12 +153,35 @@ async def _readable(sock: socket.socket) -> None:
         loop.remove_reader(sock.fileno())
 
 
-def refuse(sock: socket.socket) -> None:
+def refuse(sock: socket.socket, *, counted: bool = True) -> None:
     """Reset a just-accepted connection (no TLS handshake): its client sees ECONNRESET at once,
-    not a wait (see the module docstring)."""
-    metrics.CONNECTIONS_REFUSED.inc()
+    not a wait (see the module docstring). counted=False: the caller counts it
+    (dra_guard_connections_refused_total)."""
+    if counted:
+        metrics.CONNECTIONS_REFUSED.inc()
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
     except OSError:
         pass
     sock.close()
+
+
+def refuse_queued(listener: socket.socket, overloaded: Callable[[], bool]) -> int:
+    """Reset up to REFUSE_BATCH connections waiting in `listener`'s accept queue (non-blocking)
+    while `overloaded()` holds; returns how many. An overloaded worker is dialled faster than it
+    judges (Go's transport dials for every review that finds no idle connection, and again for a
+    review still waiting when an idle one comes back): one wake-up of the loop per reset would
+    spend on refusing the CPU the reviews in hand need."""
+    refused = 0
+    while refused < REFUSE_BATCH and overloaded():
+        try:
+            sock, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError:  # ECONNABORTED, EMFILE: the accept loop handles what follows
+            break
+        refuse(sock, counted=False)
+        refused += 1
+    if refused:
+        metrics.CONNECTIONS_REFUSED.inc(refused)
+    return refused
