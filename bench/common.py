@@ -87,6 +87,11 @@ class Attack:
             return 0.0
         return max(0.0, max(sent - index / self.rate for index, sent in enumerate(self.sent_s)))
 
+    def sent_per_s(self) -> float | None:
+        """The rate vegeta did send at (requests / seconds from the first sent to the last); None
+        when unknown."""
+        return len(self.sent_s) / max(self.sent_s[-1], 1e-9) if self.sent_s else None
+
     @property
     def requests(self) -> int:
         return len(self.latencies_ms)

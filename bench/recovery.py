@@ -314,7 +314,7 @@ def one_round(
             "offered_per_s": offered,
             # vegeta short of CPU sends late: then less than --factor x capacity was offered in time
             "offered_behind_schedule_s": round(result.behind_schedule_s(), 3),
-            "offered_sent_per_s": round(len(result.sent_s) / max(result.sent_s[-1], 1e-9), 1) if result.sent_s else None,
+            "offered_sent_per_s": round(sent, 1) if (sent := result.sent_per_s()) is not None else None,
             "seconds": seconds,
             "goodput": round(answers["judged_in_time"] / (cap * seconds), 3) if cap else None,
             **answers,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -354,11 +355,10 @@ def test_recovery_sets_server_engine_only_for_an_older_checkout(tmp_path):
         recovery.server_of("asyncio@")
 
 
-@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="pinning to one CPU of several needs 2 CPUs")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning to one CPU of several needs 2 CPUs")
 def test_pin_restricts_every_thread_of_a_process_and_its_children():
     """bench.recovery --pin: the server's master, its worker and every thread of each, those
     started before the pin and after it, run on the CPUs given."""
-    import os
     import subprocess
     import sys
 

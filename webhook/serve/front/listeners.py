@@ -96,8 +96,7 @@ class Listeners:
                 await asyncio.sleep(0.1)
                 continue
             if refusing and self.front.overloaded():
-                refuse(sock)
-                if refuse_queued(listener, self.front.overloaded) == REFUSE_BATCH:
+                if refuse_queued(listener, self.front.overloaded, first=sock) == REFUSE_BATCH:
                     await asyncio.sleep(0)  # more wait: the loop's other work first
                 continue
             self.admit(sock, server=(host, port))
@@ -153,12 +152,9 @@ async def _readable(sock: socket.socket) -> None:
         loop.remove_reader(sock.fileno())
 
 
-def refuse(sock: socket.socket, *, counted: bool = True) -> None:
+def refuse(sock: socket.socket) -> None:
     """Reset a just-accepted connection (no TLS handshake): its client sees ECONNRESET at once,
-    not a wait (see the module docstring). counted=False: the caller counts it
-    (dra_guard_connections_refused_total)."""
-    if counted:
-        metrics.CONNECTIONS_REFUSED.inc()
+    not a wait (see the module docstring)."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
     except OSError:
@@ -166,21 +162,23 @@ def refuse(sock: socket.socket, *, counted: bool = True) -> None:
     sock.close()
 
 
-def refuse_queued(listener: socket.socket, overloaded: Callable[[], bool]) -> int:
-    """Reset up to REFUSE_BATCH connections waiting in `listener`'s accept queue (non-blocking)
-    while `overloaded()` holds; returns how many. An overloaded worker is dialled faster than it
+def refuse_queued(listener: socket.socket, overloaded: Callable[[], bool], *, first: socket.socket | None = None) -> int:
+    """Reset `first` (a connection just accepted from `listener`) and up to REFUSE_BATCH in all
+    of those waiting in `listener`'s accept queue (non-blocking) while `overloaded()` holds; returns
+    how many, counted in dra_guard_connections_refused_total. An overloaded worker is dialled faster than it
     judges (Go's transport dials for every review that finds no idle connection, and again for a
     review still waiting when an idle one comes back): one wake-up of the loop per reset would
     spend on refusing the CPU the reviews in hand need."""
     refused = 0
+    if first is not None:
+        refuse(first)
+        refused = 1
     while refused < REFUSE_BATCH and overloaded():
         try:
             sock, _ = listener.accept()
-        except (BlockingIOError, InterruptedError):
+        except OSError:  # an empty queue (EAGAIN); ECONNABORTED, EMFILE: the accept loop handles them
             break
-        except OSError:  # ECONNABORTED, EMFILE: the accept loop handles what follows
-            break
-        refuse(sock, counted=False)
+        refuse(sock)
         refused += 1
     if refused:
         metrics.CONNECTIONS_REFUSED.inc(refused)
