@@ -94,8 +94,12 @@ def test_the_front_counts_as_overloaded_for_overload_hold_after_a_shed():
 class Held:
     """A connection of the table in a given state (webhook.serve.front.capacity.Held)."""
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, *, waiting: bool = False) -> None:
         self.state, self.since, self.closing, self.pending = state, 0.0, False, 0
+        self.waiting = waiting  # a request's bytes in the kernel, not read yet
+
+    def request_waiting(self) -> bool:
+        return self.waiting
 
     def close_now(self) -> None:
         self.closing = True
@@ -129,3 +133,18 @@ def test_a_table_full_of_silent_or_idle_connections_is_not_saturation():
     f.table.limit = 4
     full_table(f, [State.BUSY] * 3)
     assert not f.saturated(queued=50)  # below the limit: the new one is accepted
+
+
+def test_reclaim_never_closes_a_connection_whose_request_waits_unread_in_the_kernel():
+    """A loop busy with a burst reads some connections late: a connection still NEW (or IDLE) to the
+    front whose request is already in its receive buffer is not idle, and closing it would drop a
+    review its client sent (the apiserver sends a POST once). Those without bytes go, oldest first."""
+    f = front()
+    f.table.limit = 4
+    sent = [Held(State.NEW, waiting=True), Held(State.IDLE, waiting=True)]
+    silent = [Held(State.NEW), Held(State.IDLE)]
+    for conn in sent + silent:
+        f.table.hold(conn)
+    assert f.table.reclaim(4, now=100.0) == 2
+    assert [c.closing for c in sent] == [False, False]
+    assert [c.closing for c in silent] == [True, True]

@@ -12,7 +12,9 @@ are closed to let them in, like nginx, in this order (dra_guard_idle_connections
    connection per review of a burst and keeps the ones it did not need);
 4. kept alive after an answer, idle RECLAIM_MIN_IDLE s (a busy client's may lag that much).
 
-Longest idle first within each; never a connection whose request is being judged or answered.
+Longest idle first within each; never a connection whose request is being judged or answered,
+nor one whose request already waits in the kernel unread (a busy loop reads it late: closing it
+would drop a review the client has sent, which the apiserver does not send again).
 A reclaimed connection counts against the limit until it is really closed, so the worker never
 holds more sockets than the limit (plus its own files).
 """
@@ -58,6 +60,9 @@ class Held(Protocol):
 
     def resume(self) -> None:
         """Read again after a pause for the budget of incomplete requests."""
+
+    def request_waiting(self) -> bool:
+        """Whether bytes of a request wait in the kernel that the loop has not read yet."""
 
 
 class ConnectionTable:
@@ -115,7 +120,10 @@ class ConnectionTable:
         open_ = [c for c in self._held if not c.closing]
 
         def idle(state: State, seconds: float) -> list[Held]:
-            return sorted((c for c in open_ if c.state is state and c.since < now - seconds), key=lambda c: c.since)
+            return sorted(
+                (c for c in open_ if c.state is state and c.since < now - seconds and not c.request_waiting()),
+                key=lambda c: c.since,
+            )
 
         chosen = (
             idle(State.HANDSHAKE, RECLAIM_HANDSHAKE_AGE)

@@ -27,7 +27,7 @@ from webhook import metrics
 from webhook.serve.front import wsgi
 from webhook.serve.front.capacity import State
 from webhook.serve.front.http1 import MAX_HEAD_BYTES, ProtocolError, Request, RequestReader, answer_bytes, error_bytes
-from webhook.serve.front.kernel import waited_in_kernel
+from webhook.serve.front.kernel import holds_a_request, waited_in_kernel
 from webhook.serve.front.shared import Front, Shedding
 from webhook.serve.lanes import ANSWERED
 
@@ -142,6 +142,11 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
         elif self.handshake is not None:
             self.handshake.cancel()
+
+    def request_waiting(self) -> bool:
+        """Whether a request's bytes wait in the socket's receive buffer unread (FIONREAD; False
+        before the TLS handshake is done: the listener judges those connections by their own socket)."""
+        return self._socket is not None and holds_a_request(self._socket)
 
     def hello(self) -> None:
         """Its ClientHello arrived (the listener, before the TLS handshake): a client that talks."""
