@@ -246,17 +246,16 @@ def create_scale_objects(cp, count: int) -> None:
         list(pool.map(create, range(count)))
 
 
-def test_audit_of_5000_rbac_objects_is_fast_and_bounded(control_plane):
+def test_audit_of_5000_rbac_objects_reads_them_in_pages(control_plane):
+    """How fast it is belongs to bench/ (python -m bench.scale, a ratio to the floor of the same
+    run); here: the requests it makes are bounded by pages, not by objects."""
     cp = control_plane
     create_scale_objects(cp, 2500)
     try:
         before = {e["auditID"] for e in cp.audit_events("admin", stage=None)}
-        started = time.monotonic()
         code, _ = audit_cluster(cp, "--qps", "50", "--burst", "100")
-        elapsed = time.monotonic() - started
         time.sleep(0.5)
         lists = [e for e in cp.audit_events("admin", stage=None) if e["auditID"] not in before and e["verb"] == "list"]
-        assert elapsed < 30, elapsed
         # paged by 500: about 6 pages each of ClusterRoles and ClusterRoleBindings plus one or two for
         # every other resource; nothing per object
         assert len({e["auditID"] for e in lists}) <= 30, len(lists)

@@ -113,6 +113,26 @@ def connect(server, timeout: float = 5) -> ssl.SSLSocket:
     return tls_context(server).wrap_socket(raw, server_hostname="localhost")
 
 
+def review_seconds(server, make=review_bytes, count: int = 21) -> float:
+    """The median seconds one review takes on this machine now, from send to whole answer, on one
+    kept-alive connection of an idle `server` (after one review that warms it up): what a test that
+    loads the server scales its deadline or its burst by, so that it asserts behaviour, not speed.
+    make(uid): the review's bytes (review_bytes, rbac_review_bytes)."""
+    tls = connect(server, timeout=30)
+    try:
+        tls.sendall(make("warm-up"))
+        answer(tls)
+        times = []
+        for i in range(count):
+            started = time.monotonic()
+            tls.sendall(make(f"measure-{i}"))
+            assert answer(tls)["response"]["uid"] == f"measure-{i}"
+            times.append(time.monotonic() - started)
+    finally:
+        tls.close()
+    return sorted(times)[count // 2]
+
+
 def judged_within(tls: ssl.SSLSocket, uid: str) -> float:
     """Send one eviction review on `tls`; assert it was judged (a non-driver pod: allowed) and
     return the seconds it took."""

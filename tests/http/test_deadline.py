@@ -138,7 +138,7 @@ def test_a_review_still_judged_at_its_deadline_is_answered_then_by_the_front_nev
         assert response["uid"] == "late-1" and response["allowed"] is False, response
         assert response["status"]["code"] == code
         assert "not judged within server.reviewDeadlineSeconds" in response["status"]["message"]
-        assert answered_after < 5 * DEADLINE + 1, answered_after  # at the deadline, not when released
+        assert answered_after >= DEADLINE, answered_after  # at the deadline (not when released: see above)
         release.set()
         assert ended.wait(5)
         # the same connection: the next review is answered by its own judgment, not by the late one

@@ -13,41 +13,64 @@ import time
 
 import pytest
 
-from tests.http.clients import LIMIT, answer, connect, rbac_review_bytes, review_bytes
+from tests.http.clients import LIMIT, answer, connect, rbac_review_bytes, review_bytes, review_seconds
 from tests.scrape import metric
 from tests.serve import DraGuardProcess
+from webhook.config.process import ServerConfig
 from webhook.serve.front.shared import OVERLOAD_HOLD
 
 pytestmark = pytest.mark.http
 
-#: kept-alive connections that each send one eviction review at once, BURSTS times: far more than
-#: the worker's 8 threads judge within TIGHT_DEADLINE
+#: kept-alive connections that each send one review at once, BURSTS times in the overload test
 HELD = 120
 BURSTS = 6
-#: seconds: the eviction reviews' deadline (policies.eviction.reviewDeadlineSeconds) of the
-#: overloaded server; a review takes ~1 ms here, so HELD reviews at once cannot all meet it
-TIGHT_DEADLINE = 0.01
+#: the overloaded server's eviction deadline is this share of the time a burst of HELD reviews takes
+#: to judge at the pace measured first (about HELD review times: the threads share one GIL), so
+#: that they cannot all be judged by it at any speed of the machine, while the loop reads the whole
+#: burst (a fraction of each review's time) and the first reviews are judged well within it
+TIGHT_SHARE = 0.5
+#: a burst that must be judged whole takes at most this share of the default deadline at the
+#: measured pace (the margin is the loop's own work on a burst of connections)
+WHOLE_BURST_SHARE = 0.25
+DEFAULT_DEADLINE = ServerConfig().review_deadline_seconds
+
+
+def overload_answer(response: dict) -> bool:
+    """Whether `response` is dra-guard's overload answer (the review was not judged: eviction 429,
+    retried by its client; other paths 503, the policy's failure mode), never an allowed one."""
+    return (
+        response["allowed"] is False
+        and response["status"]["code"] in (429, 503)
+        and "did not judge this request" in response["status"]["message"]
+    )
 
 
 @pytest.fixture
-def tight(tmp_path):
-    """dra-guard serve --no-cluster whose eviction reviews must be answered within TIGHT_DEADLINE."""
+def tight(tmp_path, server):
+    """dra-guard serve --no-cluster whose eviction reviews must be answered within TIGHT_SHARE of
+    HELD eviction reviews' time, measured first on `server` (idle, same machine, same moment).
+    Yields (the server, its deadline in seconds)."""
+    deadline = round(max(0.01, TIGHT_SHARE * HELD * review_seconds(server)), 3)
+    server.stop()  # its CPU is not the tight server's
     proc = DraGuardProcess(
-        tmp_path, "--no-cluster", config=f"policies:\n  eviction:\n    reviewDeadlineSeconds: {TIGHT_DEADLINE}\n"
+        tmp_path / "tight", "--no-cluster", config=f"policies:\n  eviction:\n    reviewDeadlineSeconds: {deadline}\n"
     )
     try:
         proc.wait("/readyz")
-        yield proc
+        yield proc, deadline
     finally:
         proc.stop()
 
 
 def test_a_burst_of_rbac_reviews_the_worker_can_judge_in_time_is_judged_whole(server):
-    """HELD RBAC reviews at once on HELD connections (as the kube-apiserver sends a burst of
-    ClusterRoleBindings applied together: one connection per review in flight) with the default
-    2.5 s deadline: ~HELD ms of work, so every one is judged; none is refused "overloaded" because
-    many came at once (a refused RBAC write is not retried)."""
-    held = [connect(server, timeout=30) for _ in range(HELD)]
+    """A burst of RBAC reviews at once on as many connections (as the kube-apiserver sends a burst
+    of ClusterRoleBindings applied together: one connection per review in flight) with the default
+    deadline, as many (at most HELD) as the worker judges in WHOLE_BURST_SHARE of it at the pace
+    measured now: every one is judged; none is refused "overloaded" because many came at once (a
+    refused RBAC write is not retried)."""
+    burst = min(HELD, int(WHOLE_BURST_SHARE * DEFAULT_DEADLINE / review_seconds(server, rbac_review_bytes)))
+    assert burst >= 16, f"a review takes {DEFAULT_DEADLINE * WHOLE_BURST_SHARE / burst:.3f} s here: too slow to test a burst"
+    held = [connect(server, timeout=30) for _ in range(burst)]
     try:
         for burst in range(2):
             for i, tls in enumerate(held):
@@ -62,7 +85,12 @@ def test_a_burst_of_rbac_reviews_the_worker_can_judge_in_time_is_judged_whole(se
 
 
 def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets_new_ones(tight):
-    server = tight
+    """HELD eviction reviews at once, BURSTS times, with a deadline of TIGHT_SHARE of their time:
+    every held connection gets an answer with its own uid, judged (allowed: not a driver pod) or the
+    overload answer, never allowed unjudged; some are judged and some get the overload answer; new
+    connections are reset while the overload lasts (each one counted); OVERLOAD_HOLD after it, a
+    new connection is served again."""
+    server, deadline = tight
     assert HELD < LIMIT  # every one of them is held, none reclaimed
     held = [connect(server, timeout=30) for _ in range(HELD)]
     scraper = server.session()
@@ -86,15 +114,14 @@ def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets
                 else:
                     # the overload answer (shed on the loop, or dropped in its lane at its deadline):
                     # the eviction is retried by its client, never allowed unjudged
-                    assert response["status"]["code"] == 429, response
-                    assert "did not judge this request" in response["status"]["message"], response
+                    assert overload_answer(response) and response["status"]["code"] == 429, response
                     outcomes["overload answer"] += 1
     finally:
         for tls in held:
             tls.close()
     refused = metric(scraper.get(server.url + "/metrics").text, "dra_guard_connections_refused_total") - refused_before
     assert outcomes["judged"] + outcomes["overload answer"] == HELD * BURSTS, dict(outcomes)
-    assert outcomes["judged"] > 0, dict(outcomes)
+    assert outcomes["judged"] > 0, (dict(outcomes), f"deadline {deadline} s")
     # reviews that could not be judged by their deadline got the overload answer on the loop, and
     # new connections were reset without a handshake while it lasted
     assert outcomes["overload answer"] > 0, dict(outcomes)
@@ -108,11 +135,13 @@ def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets
 
 
 def test_at_the_connection_limit_with_the_connections_busy_new_ones_are_reset_not_left_queued(server):
-    """The worker holds its LIMIT connections, each with an RBAC review in flight (~LIMIT ms of
-    work: far below their deadline, so none is shed): a client dialing more is answered with a
-    reset at once, not left in the accept queue until a connection is reclaimed (1 s idle) while
-    its requests wait (the apiserver's Go client then queues reviews behind the dial: answers after
-    its timeout)."""
+    """The worker holds its LIMIT connections, each with an RBAC review in flight: a client dialing
+    more is answered with a reset at once, not left in the accept queue until a connection is
+    reclaimed (1 s idle) while its requests wait (the apiserver's Go client then queues reviews
+    behind the dial: answers after its timeout). No held connection is reclaimed for the new ones
+    (its request is in the kernel even where the loop has not read it yet), and each gets an answer
+    with its own uid: judged (allowed: its role is unknown here) or, where this machine cannot judge
+    LIMIT reviews by the deadline, the overload answer, never allowed unjudged."""
     scraper = server.session()
     refused_before = metric(scraper.get(server.url + "/metrics").text, "dra_guard_connections_refused_total")
     scraper.close()
@@ -130,7 +159,7 @@ def test_at_the_connection_limit_with_the_connections_busy_new_ones_are_reset_no
         for i, tls in enumerate(held):
             response = answer(tls)["response"]
             assert response["uid"] == f"held-{i}", response
-            assert response["allowed"] is True, response  # judged: its role is unknown here
+            assert response["allowed"] is True or overload_answer(response), response
     finally:
         for tls in held:
             tls.close()

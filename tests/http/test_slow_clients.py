@@ -4,7 +4,9 @@ probe port), or nothing after their TLS handshake. An honest client (the apiserv
 kept-alive connection, else dial) is answered within the webhook timeout meanwhile; for the
 eviction webhook (failurePolicy Ignore) a review left unanswered is an eviction let through
 unjudged. Each test's docstring names its row of docs/reliability.md (A1, A1b, A1c, A4, B2, B3,
-B3b, F1)."""
+B3b, F1). A duration is compared only with the bound its failure would pass (the webhook's
+timeout, or CLIENT_SOCKET_TIMEOUT: what a thread held by a slow client would cost the next
+review), never with a guess of this machine's speed."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import requests
 from tests.builders import binding, review, subject
 from tests.http.clients import (
     THREADS,
+    WEBHOOK_TIMEOUT,
     HonestClient,
     client_auth_server,
     connect,
@@ -32,6 +35,7 @@ from tests.http.clients import (
     tls_context,
     trickle,
 )
+from webhook.serve.front.connection import CLIENT_SOCKET_TIMEOUT
 
 pytestmark = pytest.mark.http
 
@@ -216,9 +220,10 @@ def test_partial_client_hellos_hold_no_thread(server):
             s.sendall(b"\x16\x03\x01")
             stalled.append(s)
         time.sleep(0.3)
-        assert judged_within(kept, "kept-alive") < 1.0
+        # a review that waited for a thread held by a stalled handshake would take its bound
+        assert judged_within(kept, "kept-alive") < CLIENT_SOCKET_TIMEOUT
         with connect(server) as new:
-            assert judged_within(new, "new") < 1.0
+            assert judged_within(new, "new") < CLIENT_SOCKET_TIMEOUT
     finally:
         for s in stalled:
             s.close()
@@ -242,7 +247,7 @@ def test_a_client_that_never_closes_does_not_stall_the_other_connections(server)
         started = time.monotonic()
         assert get_healthz(kept).startswith(b"HTTP/1.1 200")
         waited = time.monotonic() - started
-        assert waited < 1.0, f"a kept-alive connection waited {waited:.2f} s behind closing ones"
+        assert waited < CLIENT_SOCKET_TIMEOUT, f"a kept-alive connection waited {waited:.2f} s behind closing ones"
     finally:
         for sock in [kept, *stalled]:
             sock.close()
@@ -254,7 +259,7 @@ def test_silent_connections_do_not_hold_the_worker_threads(server):
     silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(2 * THREADS)]
     try:
         waited = healthz_wait(server)
-        assert waited < 1.0, f"/healthz waited {waited:.2f} s behind {len(silent)} silent connections"
+        assert waited < CLIENT_SOCKET_TIMEOUT, f"/healthz waited {waited:.2f} s behind {len(silent)} silent connections"
     finally:
         for sock in silent:
             sock.close()
@@ -275,7 +280,9 @@ def test_connections_idle_after_their_tls_handshake_do_not_hold_the_worker_threa
     ]  # each returns once the handshake is done, and sends nothing
     try:
         waited = healthz_wait(server)
-        assert waited < 1.0, f"/healthz waited {waited:.2f} s behind {len(idle)} connections idle after their handshake"
+        assert waited < CLIENT_SOCKET_TIMEOUT, (
+            f"/healthz waited {waited:.2f} s behind {len(idle)} connections idle after their handshake"
+        )
         time.sleep(2.5)  # past the 2 s socket timeout: still kept alive, like a connection after an answer
         assert get_healthz(idle[0]).startswith(b"HTTP/1.1 200")
     finally:
@@ -337,8 +344,8 @@ def test_trickling_clients_do_not_hold_threads(server):
     try:
         _time.sleep(8)  # longer than the request read limit
         started = _time.monotonic()
-        assert server.session().get(server.url + "/healthz", timeout=3).status_code == 200
-        assert _time.monotonic() - started < 3
+        assert server.session().get(server.url + "/healthz", timeout=WEBHOOK_TIMEOUT).status_code == 200
+        assert _time.monotonic() - started < WEBHOOK_TIMEOUT
         assert len(cut) >= 8, len(cut)  # every trickler that held a worker thread was cut off
         log = server.log_file.read_text(errors="replace")
         assert '"client timed out' in log  # one warning line per cut-off client ...
@@ -373,8 +380,8 @@ def test_idle_keepalive_connections_and_clients_that_never_read(server):
             stuck.append(sock)  # and never read
         _time.sleep(0.5)
         started = _time.monotonic()
-        assert server.session().get(server.url + "/healthz", timeout=3).status_code == 200
-        assert _time.monotonic() - started < 3
+        assert server.session().get(server.url + "/healthz", timeout=WEBHOOK_TIMEOUT).status_code == 200
+        assert _time.monotonic() - started < WEBHOOK_TIMEOUT
     finally:
         for sock in idle + stuck:
             sock.close()
@@ -391,7 +398,7 @@ def test_a_reviews_deadline_counts_from_its_first_byte_however_slowly_the_rest_c
     try:
         proc.wait("/readyz")
         with connect(proc) as tls:
-            assert judged_within(tls, "at-once") < 1.0
+            judged_within(tls, "at-once")  # allowed: judged, so within its deadline
         raw = review_bytes("slow")
         head, body = raw.split(b"\r\n\r\n", 1)
         with connect(proc, timeout=10) as tls:
