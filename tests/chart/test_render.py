@@ -926,6 +926,77 @@ def test_notes_say_modes_audit_to_enforce_and_break_glass(tmp_path):
     assert "helm test dra-guard" in notes
 
 
+def _notes_and_webhooks(tmp_path, values) -> tuple[str, dict[str, str]]:
+    """(NOTES as `helm install --dry-run=client` prints them, {webhook name: its failurePolicy} of
+    the same rendering)."""
+    out = helm.run(
+        "install",
+        "dra-guard",
+        str(helm.CHART),
+        "--namespace",
+        "dra-guard",
+        "--dry-run=client",
+        *helm.values_args(values, tmp_path),
+    ).stdout
+    manifests, notes = out.split("NOTES:", 1)
+    policies = {
+        hook["name"]: hook["failurePolicy"]
+        for doc in yaml.safe_load_all(manifests.split("MANIFEST:", 1)[1])
+        if doc and doc["kind"].endswith("WebhookConfiguration")
+        for hook in doc["webhooks"]
+    }
+    return notes, policies
+
+
+DRIVERS = {"config": {"drivers": {"declared": [{"namespace": "gpu", "name": "gpu-driver"}]}}}
+
+
+@pytest.mark.parametrize("mode", ["audit", "enforce"])
+@pytest.mark.parametrize("drivers", [False, True], ids=["no-drivers", "drivers"])
+def test_notes_say_what_happens_when_dra_guard_is_down_as_the_rendered_webhooks_do(tmp_path, mode, drivers):
+    """Every sentence of NOTES about failure behaviour matches the failurePolicy of the webhook it
+    describes in the same rendering: audit mode never says anything is refused."""
+    values: dict[str, Any] = {"config": {"mode": mode, **(DRIVERS["config"] if drivers else {})}}
+    notes, policies = _notes_and_webhooks(tmp_path, values)
+    said = {
+        "rbac.dra-guard.io": "RBAC writes and admin-access labels of non-admins: ",
+        "namespaces.dra-guard.io": "RBAC writes and admin-access labels of non-admins: ",
+        "driver-evictions.dra-guard.io": "evictions of declared driver pods: ",
+        "probes.dra-guard.io": "driver DaemonSet writes: ",
+    }
+    for hook, lead in said.items():
+        line = next(line for line in notes.splitlines() if line.strip().startswith(lead.strip()))
+        if hook not in policies:  # not rendered: nothing is sent to dra-guard
+            assert "not sent" in line, (hook, line)
+        elif policies[hook] == "Fail":
+            assert "refused (failurePolicy Fail" in line, (hook, line)
+        else:
+            assert "failurePolicy Ignore" in line and "refused" not in line, (hook, line)
+    if mode == "audit":
+        assert "failurePolicy Fail" not in notes and "fail closed" not in notes, notes
+        assert set(policies.values()) == {"Ignore"}, policies
+    if drivers:
+        declared = next(line for line in notes.splitlines() if line.startswith("Declared DRA drivers"))
+        closed = policies["driver-evictions.dra-guard.io"] == "Fail"
+        assert ("fail closed" in declared) is closed, declared
+
+
+def test_notes_commands_use_the_chart_installed_from_and_the_documented_upgrade_flags(tmp_path):
+    """The helm commands NOTES print: --reset-then-reuse-values (docs/operations/upgrades.md: a
+    plain --reuse-values drops values after a failed revision), the additive extra*Subjects lists,
+    the chart reference the release came from (notes.chartReference), never ./charts/dra-guard."""
+    notes, _ = _notes_and_webhooks(tmp_path, {"config": {"mode": "audit"}})
+    commands = [line.strip() for line in notes.splitlines() if line.strip().startswith("helm upgrade")]
+    assert commands, notes
+    for command in commands:
+        assert "./charts/dra-guard" not in command and " --reuse-values" not in command, command
+        assert "--reset-then-reuse-values" in command, command
+        assert "oci://REGISTRY/charts/dra-guard --version " in command, command
+    assert "extraAdminSubjects" in notes and "extraDriverSubjects" in notes
+    notes, _ = _notes_and_webhooks(tmp_path, {"notes": {"chartReference": "oci://r.example/charts/dra-guard --version 9.9.9"}})
+    assert "helm upgrade dra-guard oci://r.example/charts/dra-guard --version 9.9.9 -n dra-guard" in notes
+
+
 def test_every_value_in_values_yaml_is_in_the_schema():
     schema = json.loads((helm.CHART / "values.schema.json").read_text())
     values = yaml.safe_load((helm.CHART / "values.yaml").read_text())
