@@ -104,7 +104,7 @@ def test_documents_that_are_not_objects_are_skipped_with_a_note(tmp_path, capsys
     path = tmp_path / "other.yaml"
     path.write_text(content)
     code, out, err = run_cli(capsys, "audit", "-f", str(path))
-    assert code == 0, err
+    assert code == 2, err  # and no object was there to judge
     assert f"note: {path} document 1: skipped: {needle}" in err
 
 
@@ -356,3 +356,36 @@ def test_an_unforeseen_failure_exits_2_never_1(capsys, monkeypatch):
     code, out, err = run_cli(capsys, "drain-plan", "node-a")
     assert code == 2 and out == ""
     assert "RuntimeError: boom" in err and err.rstrip().endswith("internal error (the traceback above); please report it")
+
+
+@pytest.mark.parametrize("source", ["empty-stdin", "templates"])
+def test_nothing_judged_is_exit_2_not_no_findings(capsys, monkeypatch, tmp_path, source):
+    """An empty stdin or a folder of unrendered Helm templates judges nothing: exit 2 naming why
+    (never "No findings", which reads as clean); --allow-empty makes it exit 0 with a note."""
+    import io
+
+    if source == "empty-stdin":
+        monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+        paths = ["-"]
+    else:
+        for i in range(5):
+            (tmp_path / f"t{i}.yaml").write_text(
+                "kind: ClusterRoleBinding\nmetadata:\n  name: {{ .Release.Name }}\n{{- if .x }}\n"
+            )
+        paths = [str(tmp_path)]
+    code, out, err = run_cli(capsys, "audit", "-f", *paths)
+    assert code == 2 and "No findings" not in out, (out, err)
+    assert "error: nothing to judge: no Kubernetes object in the input" in err and "--allow-empty" in err
+    if source == "templates":
+        # five notes of one reason are one line with their count, not five
+        assert err.count("a Helm template") == 1 and "5 documents skipped: a Helm template" in err, err
+    if source == "empty-stdin":
+        monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    code, out, err = run_cli(capsys, "audit", "-f", *paths, "--allow-empty")
+    assert code == 0 and "note: nothing to judge" in err
+
+
+def test_audit_says_how_many_objects_it_judged(capsys):
+    code, _, err = run_cli(capsys, "audit", "-f", str(EXAMPLES / "compliant"))
+    assert code == 0
+    assert "audit: judged 9 object(s) of the files: 3 ClusterRoleBinding(s), 1 DRA driver DaemonSet(s) among them" in err

@@ -40,6 +40,21 @@ def run(args: argparse.Namespace) -> int:
         return outcome
     manifests, config, result = outcome
     findings, sources, problems = result.findings, manifests.sources, manifests.problems
+    skipped = f", {len(manifests.notes)} document(s) skipped" if manifests.notes else ""
+    if not args.cluster and not manifests.objects and not problems:
+        # an empty stdin, or a folder of unrendered Helm templates, has nothing to judge:
+        # "No findings" would read as clean
+        if not args.allow_empty:
+            return fail(
+                f"nothing to judge: no Kubernetes object in the input{skipped}; render Helm charts first "
+                "(helm template CHART | dra-guard audit -f -), or pass --allow-empty where an empty input is fine"
+            )
+        say("note", f"nothing to judge: no Kubernetes object in the input{skipped}; --allow-empty: exit 0")
+    else:
+        bindings = len(result.judged.get("rbac", ()))
+        drivers = len(result.judged.get("probes", ()))
+        source = f"{len(manifests.objects)} object(s) of the files{skipped}" + (" and the cluster's" if args.cluster else "")
+        say("audit", f"judged {source}: {bindings} ClusterRoleBinding(s), {drivers} DRA driver DaemonSet(s) among them")
     # with problems every format says the audit is incomplete: a clean-looking stdout next to exit 2
     # would be read by whatever only parses stdout
     renderers = {
@@ -66,6 +81,28 @@ def run(args: argparse.Namespace) -> int:
     return audit.exit_code(findings)
 
 
+#: notes of one reason listed one per line up to this many; more are one line with a count
+NOTES_LISTED = 3
+
+
+def _grouped(notes: list[str]) -> list[str]:
+    """The input notes ("WHERE: skipped: WHY") as printed: one line each while few share a reason;
+    NOTES_LISTED or more with the same WHY become one line with their count and the first of them
+    (a chart's templates folder is a dozen identical notes otherwise)."""
+    by_why: dict[str, list[str]] = {}
+    for note in notes:
+        where, sep, why = note.partition(": skipped: ")
+        by_why.setdefault(why if sep else note, []).append(where if sep else note)
+    out = []
+    for why, wheres in by_why.items():
+        if len(wheres) <= NOTES_LISTED or why in wheres:
+            out += [f"{where}: skipped: {why}" if where != why else why for where in wheres]
+        else:
+            first = ", ".join(wheres[:NOTES_LISTED])
+            out.append(f"{len(wheres)} documents skipped: {why} ({first} and {len(wheres) - NOTES_LISTED} more)")
+    return out
+
+
 def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoProgress) -> int | tuple[Manifests, Config, Audit]:
     """Read the manifests, choose the config, read the cluster and judge: (Manifests, Config,
     webhook.audit.Audit), or an exit code when it cannot go on. `display` is told each step."""
@@ -89,7 +126,7 @@ def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoPro
         progress=None if args.quiet else progress,
         progress_seconds=0 if isinstance(display, terminal.Progress) else 2.0,
     )
-    for note in manifests.notes:
+    for note in _grouped(manifests.notes):
         say("note", note)
     for problem in manifests.problems:
         say("error", problem)

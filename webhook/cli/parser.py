@@ -247,6 +247,12 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         "-q", "--quiet", action="store_true", help="no progress on stderr (neither the lines in pipes nor the bar on a terminal)"
     )
     audit.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="exit 0 when the input holds no Kubernetes object; without it that is exit 2, so that an "
+        "empty stdin or a folder of unrendered Helm templates never reads as clean",
+    )
+    audit.add_argument(
         "--suggest-values",
         action="store_true",
         help="instead of the report, print the Helm values (YAML under config:) that clear the driver "
