@@ -10,98 +10,22 @@ app in this process, with a stand-in policy that holds its judgment until the te
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import dataclasses
 import json
-import pathlib
-import socket
-import ssl
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
-import uvloop
 from prometheus_client import REGISTRY
 
-from certs import ensure_self_signed
 from tests import builders
 from tests.builders import eviction_request
 from tests.http.clients import answer, apiserver_post, connect
-from webhook.config import Config, from_mapping
+from tests.http.inprocess import serving
+from webhook.config import from_mapping
 from webhook.kube.state import ClusterState
-from webhook.policies.decision import ALLOW
 from webhook.serve import app as app_module
-from webhook.serve import front
-from webhook.serve.front.listeners import Listeners
-from webhook.serve.server import front_settings
 
 DEADLINE = 0.5  # seconds: server.reviewDeadlineSeconds of these tests
-
-
-@dataclasses.dataclass
-class InProcessFront:
-    """Where the in-process front listens (what tests.http.clients.connect reads)."""
-
-    port: int
-    ca_file: pathlib.Path
-
-
-@contextlib.contextmanager
-def serving(app: object, config: Config, folder: pathlib.Path) -> Iterator[InProcessFront]:
-    """The front serving the WSGI `app` on 127.0.0.1 over TLS, its loop in a thread of this process."""
-    ca_file = ensure_self_signed(folder, dns_names=["localhost"], ip_addresses=["127.0.0.1"])
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(folder / "tls.crt", folder / "tls.key")
-    settings = front_settings(config, lambda port: context, graceful_timeout=1.0)
-    listener = socket.create_server(("127.0.0.1", 0))
-    loop = uvloop.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def start() -> tuple[front.Front, Listeners]:
-        served = front.make_front(app, settings, multiprocess=False)
-        listeners = Listeners(served, [listener], settings.context_for)
-        listeners.start()
-        return served, listeners
-
-    served, listeners = asyncio.run_coroutine_threadsafe(start(), loop).result(5)
-    try:
-        yield InProcessFront(port=listener.getsockname()[1], ca_file=ca_file)
-    finally:
-
-        async def stop() -> None:
-            listeners.stop()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(5)
-        for executor in served.executors.values():
-            executor.shutdown(wait=False, cancel_futures=True)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-
-
-@pytest.fixture
-def held(monkeypatch):
-    """Every policy replaced by one that allows once the test sets `release` (and says, in
-    `running`, that a judgment has started)."""
-    running, release, ended = threading.Event(), threading.Event(), threading.Event()
-
-    def policy(request, facts, config):
-        running.set()
-        release.wait(10)
-        ended.set()
-        return ALLOW
-
-    monkeypatch.setattr(app_module, "POLICIES", tuple(dataclasses.replace(p, review=policy) for p in app_module.POLICIES))
-    try:
-        yield running, release, ended
-    finally:
-        release.set()
 
 
 def sample(name: str, **labels: str) -> float:

@@ -12,11 +12,16 @@ import collections
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.http.clients import LIMIT, answer, connect, rbac_review_bytes, review_bytes, review_seconds
+from tests.http.inprocess import serving
 from tests.scrape import metric
 from tests.serve import DraGuardProcess
+from webhook.config import from_mapping
 from webhook.config.process import ServerConfig
+from webhook.kube.state import ClusterState
+from webhook.serve import app as app_module
 from webhook.serve.front.shared import OVERLOAD_HOLD
 
 pytestmark = pytest.mark.http
@@ -134,37 +139,38 @@ def test_an_overloaded_worker_answers_every_held_connection_and_the_front_resets
     tls.close()
 
 
-def test_at_the_connection_limit_with_the_connections_busy_new_ones_are_reset_not_left_queued(server):
-    """The worker holds its LIMIT connections, each with an RBAC review in flight: a client dialing
+def test_at_the_connection_limit_with_the_connections_busy_new_ones_are_reset_not_left_queued(tmp_path, held):
+    """The worker holds its LIMIT connections, each with an RBAC review being judged (the real
+    front in this process, every judgment held until the test releases it, so that they are busy
+    at any speed of the machine; the deadline far away, so that none is shed): a client dialing
     more is answered with a reset at once, not left in the accept queue until a connection is
     reclaimed (1 s idle) while its requests wait (the apiserver's Go client then queues reviews
-    behind the dial: answers after its timeout). No held connection is reclaimed for the new ones
-    (its request is in the kernel even where the loop has not read it yet), and each gets an answer
-    with its own uid: judged (allowed: its role is unknown here) or, where this machine cannot judge
-    LIMIT reviews by the deadline, the overload answer, never allowed unjudged."""
-    scraper = server.session()
-    refused_before = metric(scraper.get(server.url + "/metrics").text, "dra_guard_connections_refused_total")
-    scraper.close()
-    held = [connect(server, timeout=30) for _ in range(LIMIT)]
+    behind the dial: answers after its timeout). Once released, every held connection is answered
+    with its own uid, judged (allowed)."""
+    running, release, _ = held
+    config = from_mapping({"server": {"reviewDeadlineSeconds": 29}})
+    app = app_module.create_app(config=config, cluster=ClusterState(None))
+    refused_before = REGISTRY.get_sample_value("dra_guard_connections_refused_total") or 0.0
     outcomes: collections.Counter[str] = collections.Counter()
-    try:
-        for i, tls in enumerate(held):
-            tls.sendall(rbac_review_bytes(f"held-{i}"))
-        for _ in range(3):
-            try:
-                connect(server, timeout=5).close()
-                outcomes["new connection handshaken"] += 1
-            except OSError:
-                outcomes["new connection reset"] += 1
-        for i, tls in enumerate(held):
-            response = answer(tls)["response"]
-            assert response["uid"] == f"held-{i}", response
-            assert response["allowed"] is True or overload_answer(response), response
-    finally:
-        for tls in held:
-            tls.close()
-    assert outcomes["new connection reset"] > 0, dict(outcomes)
-    time.sleep(OVERLOAD_HOLD + 0.5)
-    scraper = server.session()
-    refused = metric(scraper.get(server.url + "/metrics").text, "dra_guard_connections_refused_total") - refused_before
-    assert refused >= outcomes["new connection reset"], (refused, dict(outcomes))
+    with serving(app, config, tmp_path) as served:
+        held_connections = [connect(served, timeout=30) for _ in range(LIMIT)]
+        try:
+            for i, tls in enumerate(held_connections):
+                tls.sendall(rbac_review_bytes(f"held-{i}"))
+            assert running.wait(10)
+            for _ in range(3):
+                try:
+                    connect(served, timeout=5).close()
+                    outcomes["new connection handshaken"] += 1
+                except OSError:
+                    outcomes["new connection reset"] += 1
+            release.set()
+            for i, tls in enumerate(held_connections):
+                response = answer(tls)["response"]
+                assert response == {"uid": f"held-{i}", "allowed": True}, response
+        finally:
+            for tls in held_connections:
+                tls.close()
+    assert outcomes == {"new connection reset": 3}, dict(outcomes)
+    refused = (REGISTRY.get_sample_value("dra_guard_connections_refused_total") or 0.0) - refused_before
+    assert refused >= 3, refused
