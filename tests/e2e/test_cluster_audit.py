@@ -314,6 +314,27 @@ def test_the_installed_release_configuration_is_used_by_default(control_plane, t
         # the built-in defaults would report it
         _, defaults = audit_cluster(cp)
         assert [f for f in defaults if f["name"] == "e2e-audit-devs"]
+        # a mistyped --release-namespace is one line and exit 2 naming where the release is, never
+        # the built-in defaults' other verdicts
+        typo = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "audit",
+                "--cluster",
+                "--kubeconfig",
+                str(cp.kubeconfig("admin")),
+                "--release-namespace",
+                ns + "-typo",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert typo.returncode == 2 and not typo.stdout, typo
+        assert f"no dra-guard release in namespace '{ns}-typo' (--release-namespace); one is installed in {ns}" in typo.stderr
+        assert "Traceback" not in typo.stderr
     finally:
         cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING)
         cp.kubectl("admin", "delete", "namespace", ns, "--wait=false")

@@ -141,6 +141,14 @@ def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoPro
         elif args.cluster and not args.no_installed_config:
             client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
             installed = lists.installed_config(client, namespace=args.release_namespace, timeout_seconds=args.request_timeout)
+            if installed is None and args.release_namespace:
+                # a mistyped namespace must not turn into the built-in defaults (other verdicts)
+                elsewhere = lists.installed_config(client, timeout_seconds=args.request_timeout)
+                there = f"; one is installed in {elsewhere[1].split()[1].split('/')[0]}" if elsewhere else ""
+                return fail(
+                    f"no dra-guard release in namespace {args.release_namespace!r} (--release-namespace){there}; "
+                    "pass the release's namespace, --config FILE or --no-installed-config"
+                )
             if installed is None:
                 config, source = from_mapping(None), "the built-in defaults (no dra-guard release found in the cluster)"
             else:

@@ -6,6 +6,7 @@ Every request dra-guard makes to the API is counted by count() in
 
 from __future__ import annotations
 
+import difflib
 import os
 import pathlib
 
@@ -39,6 +40,8 @@ def api_client(kubeconfig: str | None, *, timeout_seconds: float, context: str |
     Raises ClusterError when none of them is usable or the context does not exist.
     """
     configuration = kubernetes.client.Configuration()
+    if context:
+        _check_context(kubeconfig or os.environ.get("KUBECONFIG") or str(pathlib.Path.home() / ".kube" / "config"), context)
     try:
         if kubeconfig:
             kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
@@ -65,6 +68,21 @@ def api_client(kubeconfig: str | None, *, timeout_seconds: float, context: str |
     configuration.retries = 0
     client = kubernetes.client.ApiClient(configuration)
     return client
+
+
+def _check_context(files: str, context: str) -> None:
+    """Raise ClusterError, one line naming the contexts there are, when the kubeconfig `files` (a
+    path, or $KUBECONFIG's ':'-list) has no context `context` (the client library's own error reads
+    as if the file were invalid). A file that cannot be read is left to the loader's error."""
+    try:
+        contexts, _ = kubernetes.config.list_kube_config_contexts(config_file=files)
+    except Exception:  # the loader raises several unrelated types: api_client reports them
+        return
+    names = sorted(str(c.get("name")) for c in contexts or [])
+    if context not in names:
+        close = [n for n in names if n.startswith(context)] or difflib.get_close_matches(context, names, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ClusterError(f"no context {context!r} in {files} (its contexts: {', '.join(names) or 'none'}){hint}")
 
 
 #: what an API call may raise that callers outside webhook.kube handle (they never import kubernetes)
