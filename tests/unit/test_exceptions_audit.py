@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import subprocess
 import sys
 
@@ -77,6 +78,8 @@ def test_an_expired_exception_is_a_finding_and_the_refusal_is_back(tmp_path):
     assert [(f["check"], f["enforced"]) for f in findings] == [("rbac-write", True), ("exception-expired", False)]
     assert "expired at" in findings[0]["message"] and "owner team-gpu" in findings[1]["message"]
     assert "exception rbac ClusterRoleBinding team-gpu (owner team-gpu) expired at" in done.stderr
+    # the same time as the finding writes it (Z), not Python's +00:00
+    assert "+00:00" not in done.stderr and re.search(r"expired at \d{4}-\d\d-\d\dT[\d:.]+Z; what it covers", done.stderr)
     table = audit(tmp_path, exceptions=[entry(-1)])
     assert table.returncode == 1 and "exception-expired" in table.stdout
 

@@ -114,6 +114,7 @@ def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoPro
     from webhook.kube.client import api_client, served_resource_versions
     from webhook.kube.pages import RateLimiter
     from webhook.model.facts import StaticFacts, add_objects
+    from webhook.policies.exceptions import stamp
 
     def progress(line: str) -> None:
         if isinstance(display, terminal.Progress):
@@ -165,7 +166,7 @@ def _judge(args: argparse.Namespace, display: terminal.Progress | terminal.NoPro
         if not e.live(now):
             say(
                 "warning",
-                f"exception {e.ref} (owner {e.owner}) expired at {e.expires.isoformat()}; what it covers is reported again",
+                f"exception {e.ref} (owner {e.owner}) expired at {stamp(e.expires)}; what it covers is reported again",
             )
     if args.cluster:
         display.step("reading the cluster's objects")

@@ -20,7 +20,7 @@ from webhook.config import EXCEPTABLE, PolicyException
 from webhook.model.rbac import Subject
 from webhook.policies.decision import Decision, Finding, short
 
-__all__ = ["EXPIRED_CHECK", "admit", "apply", "covering", "expired_finding", "skip"]
+__all__ = ["EXPIRED_CHECK", "admit", "apply", "covering", "expired_finding", "skip", "stamp"]
 
 #: the check of the finding an expired exception that still covers a finding becomes
 EXPIRED_CHECK = "exception-expired"
@@ -29,7 +29,8 @@ EXPIRED_CHECK = "exception-expired"
 Result = tuple[Finding, str]
 
 
-def _stamp(when: datetime.datetime) -> str:
+def stamp(when: datetime.datetime) -> str:
+    """`when` as an RFC 3339 UTC time with "Z" (as Kubernetes writes times), in every message."""
     return when.astimezone(datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -66,7 +67,7 @@ def covering(finding: Finding, exceptions: Sequence[PolicyException]) -> PolicyE
 def skip(finding: Finding, exception: PolicyException) -> Finding:
     """`finding` skipped by live `exception`: not enforced, no patch, the exception in its
     message, summary (the kubectl warning) and `exception` field."""
-    expires = _stamp(exception.expires)
+    expires = stamp(exception.expires)
     return dataclasses.replace(
         finding,
         enforced=False,
@@ -82,7 +83,7 @@ def _expired_note(finding: Finding, exception: PolicyException) -> Finding:
     return dataclasses.replace(
         finding,
         message=f"{finding.message} The exception {exception.ref} (owner "
-        f"{exception.owner}) expired at {_stamp(exception.expires)}.",
+        f"{exception.owner}) expired at {stamp(exception.expires)}.",
     )
 
 
@@ -96,10 +97,10 @@ def expired_finding(exception: PolicyException) -> Finding:
         check=EXPIRED_CHECK,
         enforced=False,
         message=f"The exception {exception.ref} (owner {exception.owner}: {exception.reason}) expired at "
-        f"{_stamp(exception.expires)} and no longer skips the findings of this object: fix the object, or "
+        f"{stamp(exception.expires)} and no longer skips the findings of this object: fix the object, or "
         f"renew the exception (a new expires in dra-guard's config, key exceptions) or remove it.",
-        summary=short(f"dra-guard: exception {exception.ref} expired at {_stamp(exception.expires)}"),
-        details={"owner": exception.owner, "expires": _stamp(exception.expires)},
+        summary=short(f"dra-guard: exception {exception.ref} expired at {stamp(exception.expires)}"),
+        details={"owner": exception.owner, "expires": stamp(exception.expires)},
     )
 
 
@@ -128,7 +129,7 @@ def admit(
     if not used:
         return dataclasses.replace(decision, findings=tuple(findings)), used, expired
     patch = decision.patch if any(f.fixed_by_patch for f in findings) else ()
-    annotation = " | ".join(f"{e.ref} owner={e.owner} expires={_stamp(e.expires)}: {e.reason}" for e in used)
+    annotation = " | ".join(f"{e.ref} owner={e.owner} expires={stamp(e.expires)}: {e.reason}" for e in used)
     return (
         dataclasses.replace(
             decision,
