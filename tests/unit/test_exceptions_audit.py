@@ -126,3 +126,18 @@ def test_config_validate_names_an_expired_exception(tmp_path):
         timeout=60,
     )
     assert done.returncode == 0 and "exception rbac ClusterRoleBinding team-gpu (owner team-gpu) expired at" in done.stderr
+
+
+def test_the_table_says_the_result_and_where_the_object_is(tmp_path):
+    """RESULT reads skip for a finding an exception skips (MODE alone said enforce), refuse without
+    it; LOCATION is the file and line of the object, what an admin with a large repository needs."""
+    skipped = audit(tmp_path, exceptions=[entry(30)])
+    refused = audit(tmp_path)
+    for done, result in ((skipped, "skip"), (refused, "refuse")):
+        header, row = done.stdout.splitlines()[:2]
+        assert header.split() == ["RESULT", "POLICY", "CHECK", "MODE", "KIND", "NAMESPACE", "NAME", "LOCATION"], header
+        cells = row.split()
+        assert cells[0] == result and cells[6] == "team-gpu", row
+        path, line = cells[7].rsplit(":", 1)
+        assert path == str(tmp_path / "rbac.yaml")
+        assert (tmp_path / "rbac.yaml").read_text().splitlines()[int(line) - 1].startswith(("apiVersion", "kind")), line

@@ -43,9 +43,13 @@ def as_dict(finding: Finding, mode: str, sources: Mapping[tuple[str, str, str], 
     return out
 
 
-def render_table(findings: list[Result], problems: Sequence[str] = ()) -> str:
-    """A plain-text table: POLICY CHECK MODE KIND NAMESPACE NAME, the message on the next line, and
-    a count; with `problems` a last line says the audit is incomplete (never "No findings")."""
+def render_table(
+    findings: list[Result], problems: Sequence[str] = (), sources: Mapping[tuple[str, str, str], str] | None = None
+) -> str:
+    """A plain-text table: RESULT (what enforce mode does: refuse, patch, advisory, skip) POLICY
+    CHECK MODE KIND NAMESPACE NAME LOCATION (where a file's object is, "path:line" from `sources`;
+    "-" for one read from the cluster), the message on the next line, and a count; with `problems`
+    a last line says the audit is incomplete (never "No findings")."""
     incomplete = (
         (f"Incomplete audit: {len(problems)} input(s) could not be read (named on stderr); only the rest was judged.\n")
         if problems
@@ -53,11 +57,13 @@ def render_table(findings: list[Result], problems: Sequence[str] = ()) -> str:
     )
     if not findings:
         return incomplete or "No findings: nothing here would be refused.\n"
+    where = sources or {}
     lines = []
-    rows = [("POLICY", "CHECK", "MODE", "KIND", "NAMESPACE", "NAME")] + [
-        (f.policy, f.check, mode, f.kind, f.namespace or "-", f.name) for f, mode in findings
+    rows = [("RESULT", "POLICY", "CHECK", "MODE", "KIND", "NAMESPACE", "NAME", "LOCATION")] + [
+        (result_of(f), f.policy, f.check, mode, f.kind, f.namespace or "-", f.name, where.get((f.kind, f.namespace, f.name), "-"))
+        for f, mode in findings
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines.append("  ".join(h.ljust(w) for h, w in zip(rows[0], widths, strict=True)).rstrip())
     for (f, _), row in zip(findings, rows[1:], strict=True):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

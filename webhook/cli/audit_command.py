@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     # with problems every format says the audit is incomplete: a clean-looking stdout next to exit 2
     # would be read by whatever only parses stdout
     renderers = {
-        "table": lambda: terminal.for_stream(audit.render_table(findings, problems), sys.stdout),
+        "table": lambda: terminal.for_stream(audit.render_table(findings, problems, sources), sys.stdout),
         "json": lambda: audit.render_json(findings, sources, judged=result.judged, problems=problems),
         "yaml": lambda: audit.render_yaml(findings, sources, judged=result.judged, problems=problems),
         "sarif": lambda: audit.render_sarif(findings, sources, problems=problems),

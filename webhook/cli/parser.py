@@ -236,7 +236,8 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         "--output",
         choices=["table", "json", "yaml", "sarif", "junit", "policyreport", "openreports"],
         default="table",
-        help="table (default), json or yaml (an AuditResult: apiVersion dra-guard.io/v1alpha1, summary, findings), sarif (SARIF 2.1.0 for code-scanning "
+        help="table (default; columns RESULT: refuse/patch/advisory/skip, POLICY, CHECK, MODE, the object, "
+        "LOCATION: file:line), json or yaml (an AuditResult: apiVersion dra-guard.io/v1alpha1, summary, findings), sarif (SARIF 2.1.0 for code-scanning "
         "UIs), junit (JUnit XML for CI test reports), policyreport (wgpolicyk8s.io/v1alpha2 "
         "ClusterPolicyReport/PolicyReports as YAML), openreports (openreports.io/v1alpha1 "
         "ClusterReport/Reports as YAML); in both, a result names an object (apiVersion, uid) only "
