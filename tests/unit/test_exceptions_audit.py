@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tests.builders import binding, cluster_role, driver_daemonset, rule, subject
@@ -141,3 +142,33 @@ def test_the_table_says_the_result_and_where_the_object_is(tmp_path):
         path, line = cells[7].rsplit(":", 1)
         assert path == str(tmp_path / "rbac.yaml")
         assert (tmp_path / "rbac.yaml").read_text().splitlines()[int(line) - 1].startswith(("apiVersion", "kind")), line
+
+
+def test_suggest_exception_prints_entries_that_skip_exactly_these_findings(tmp_path):
+    """The entries are filled from the findings (roleRef, subjects, resources) and the flags; put
+    into the config they make the same audit skip every finding (exit 0)."""
+    done = audit(tmp_path, "--suggest-exception", "--owner", "team-gpu", "--reason", "vendor tool", "--expires", "10d")
+    assert done.returncode == 1, done.stderr  # the exit code stays the audit's
+    values = yaml.safe_load(done.stdout)
+    (entry,) = values["config"]["exceptions"]
+    assert entry["roleRef"] == "slice-writer" and entry["subjects"] == {"groups": ["team-a"]}, entry
+    assert entry["resources"] == ["resourceslices"] and entry["owner"] == "team-gpu" and entry["reason"] == "vendor tool"
+    expires = datetime.datetime.fromisoformat(entry["expires"].replace("Z", "+00:00"))
+    assert datetime.timedelta(days=9) < expires - NOW < datetime.timedelta(days=11), entry
+    again = audit(tmp_path, "-o", "json", exceptions=values["config"]["exceptions"])
+    assert again.returncode == 0, again.stderr
+    assert [f["check"] for f in json.loads(again.stdout)["findings"] if "exception" not in f] == []
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--reason", "r"], "--suggest-exception needs --owner"),
+        (["--owner", "o", "--reason", "r", "--expires", "400d"], "at most 366 days ahead"),
+        (["--owner", "o", "--reason", "r", "--expires", "2027-01-01"], "no time zone"),
+        (["--owner", "o", "--reason", "r", "-o", "json"], "drop --suggest-values and -o/--output"),
+    ],
+)
+def test_suggest_exception_usage_errors_are_one_line_exit_2(tmp_path, flags, says):
+    done = audit(tmp_path, "--suggest-exception", *flags)
+    assert done.returncode == 2 and says in done.stderr and not done.stdout, done.stderr

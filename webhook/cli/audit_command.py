@@ -25,6 +25,16 @@ def run(args: argparse.Namespace) -> int:
         return fail("audit needs -f PATH (files, folders or - for stdin) and/or --cluster")
     if args.suggest_values and args.output != "table":
         return fail("--suggest-values prints Helm values (YAML); drop -o/--output")
+    if args.suggest_exception:
+        if args.suggest_values or args.output != "table":
+            return fail("--suggest-exception prints config entries (YAML); drop --suggest-values and -o/--output")
+        missing = [flag for flag, value in (("--owner", args.owner), ("--reason", args.reason)) if not value]
+        if missing:
+            return fail(f"--suggest-exception needs {' and '.join(missing)}: every exception names who answers for it and why")
+        try:
+            expires = _expiry(args.expires, datetime.datetime.now(datetime.UTC))
+        except ValueError as exc:
+            return fail(f"--expires {args.expires}: {exc}")
 
     # on a terminal a progress display (after a few seconds), in pipes a line every 2 s while reading
     on_terminal = not args.quiet and terminal.is_terminal(sys.stderr)
@@ -70,15 +80,36 @@ def run(args: argparse.Namespace) -> int:
             findings, refs=result.refs, judged=result.judged, problems=problems, api=audit.OPENREPORTS
         ),
     }
-    sys.stdout.write(
-        audit.suggest_values([f for f, _ in findings if not f.skipped], config)
-        if args.suggest_values
-        else renderers[args.output]()
-    )
+    if args.suggest_exception:
+        text = audit.suggest_exceptions([f for f, _ in findings], owner=args.owner, reason=args.reason, expires=expires)
+    elif args.suggest_values:
+        text = audit.suggest_values([f for f, _ in findings if not f.skipped], config)
+    else:
+        text = renderers[args.output]()
+    sys.stdout.write(text)
     if manifests.problems:
         say("error", f"{len(manifests.problems)} input problem(s); the findings above cover what could be read")
         return 2
     return audit.exit_code(findings)
+
+
+def _expiry(text: str, now: datetime.datetime) -> datetime.datetime:
+    """--expires as an aware datetime: "Nd" days from `now`, or an RFC 3339 date-time with a time
+    zone; at most webhook.config.exceptions.MAX_DAYS ahead and in the future. Raises ValueError."""
+    from webhook.config.exceptions import MAX_DAYS
+
+    if text.endswith("d") and text[:-1].isdigit():
+        when = now + datetime.timedelta(days=int(text[:-1]))
+    else:
+        try:
+            when = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError("give a number of days (30d) or an RFC 3339 date-time such as 2027-03-31T00:00:00Z") from None
+        if when.tzinfo is None:
+            raise ValueError("no time zone; end it with Z or +hh:mm")
+    if not now < when <= now + datetime.timedelta(days=MAX_DAYS):
+        raise ValueError(f"must be in the future and at most {MAX_DAYS} days ahead")
+    return when.replace(microsecond=0)
 
 
 #: notes of one reason listed one per line up to this many; more are one line with a count

@@ -248,6 +248,23 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         "-q", "--quiet", action="store_true", help="no progress on stderr (neither the lines in pipes nor the bar on a terminal)"
     )
     audit.add_argument(
+        "--suggest-exception",
+        action="store_true",
+        help="instead of the report, print config.exceptions entries (Helm values YAML) that skip the "
+        "findings an exception may cover (rbac-write on bindings, probes on DaemonSets), filled from "
+        "the findings (roleRef, subjects, resources) and from --owner, --reason and --expires; "
+        "review each before you apply it (the exit code stays the audit's)",
+    )
+    audit.add_argument("--owner", help="--suggest-exception: who answers for the exceptions (a person or team)")
+    audit.add_argument("--reason", help="--suggest-exception: why they are excepted (shown in warnings and reports)")
+    audit.add_argument(
+        "--expires",
+        default="30d",
+        metavar="DAYSd|DATE",
+        help="--suggest-exception: when they stop applying: a number of days from now (30d, the default) or an "
+        "RFC 3339 date-time with a time zone; at most 366 days ahead",
+    )
+    audit.add_argument(
         "--allow-empty",
         action="store_true",
         help="exit 0 when the input holds no Kubernetes object; without it that is exit 2, so that an "
