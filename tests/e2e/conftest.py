@@ -9,6 +9,9 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+import yaml
+
+from tests.e2e.kube import wait_for
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -56,6 +59,20 @@ def report_crds_established(control_plane):
     files = [arg for crd in REPORT_CRDS for arg in ("-f", str(crd))]
     control_plane.kubectl("admin", "apply", *files)
     control_plane.kubectl("admin", "wait", "--for=condition=Established", "--timeout=30s", *files)
+    # Established is not served yet: for a moment after it the apiserver answers a list of the new
+    # kinds 429 "storage is (re)initializing", which fails the first audit of a test (retried an
+    # interval later). Wait until every kind lists.
+    plurals = [
+        f"{doc['spec']['names']['plural']}.{doc['spec']['group']}"
+        for crd in REPORT_CRDS
+        for doc in yaml.safe_load_all(crd.read_text())
+        if doc and doc.get("kind") == "CustomResourceDefinition"
+    ]
+    wait_for(
+        "the report CRDs' kinds to list",
+        lambda: all(control_plane.kubectl("admin", "get", p, "-A", check=False).returncode == 0 for p in plurals),
+        timeout=60,
+    )
     return control_plane
 
 

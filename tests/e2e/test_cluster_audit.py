@@ -6,6 +6,7 @@ import concurrent.futures
 import json
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import pytest
 from tests.e2e.kube import wait_for
 from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
+from webhook.serve.periodic import LEASE_POLL_SECONDS
 
 BAD_BINDING = json.dumps(
     {
@@ -212,6 +214,60 @@ def test_periodic_audit_writes_and_updates_the_cluster_policy_report(report_crds
     finally:
         proc.stop()
         cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING, check=False)
+
+
+def test_after_an_upgrade_the_report_follows_the_new_configuration_without_waiting_out_the_lease(
+    report_crds_established, tmp_path
+):
+    """The holder of the audit Lease (the old configuration: group devs may not write
+    DeviceClasses) gives it up when it drains; the replica of the new configuration (devs is an
+    admin), which asks for the Lease every LEASE_POLL_SECONDS, audits at once: the report drops the
+    finding within the poll plus one audit, not after the old Lease's 1.5 intervals + 30 s (930 s)."""
+    cp = report_crds_established
+    ns = "dra-guard-upgrade"
+    cp.kubectl("admin", "create", "namespace", ns, check=False)
+    cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
+    common = f"audit:\n  intervalSeconds: 600\ncertificates:\n  namespace: {ns}\nserver:\n  shutdownDelaySeconds: 0\n"
+    old = DraGuardProcess(tmp_path / "old", "--kubeconfig", str(cp.kubeconfig("admin")), config=common)
+    new = None
+
+    def devs_reported():
+        out = cp.kubectl("admin", "get", "clusterpolicyreport", "dra-guard", "-o", "json", check=False)
+        report = json.loads(out.stdout) if out.returncode == 0 else {"results": []}
+        return any(
+            res.get("resources", [{}])[0].get("name") == "e2e-audit-devs" and res.get("result") != "pass"
+            for res in report["results"]
+        )
+
+    try:
+        old.wait("/readyz", timeout=60)
+        wait_for("the old configuration's report (devs reported)", devs_reported, timeout=60)
+        new = DraGuardProcess(
+            tmp_path / "new",
+            "--kubeconfig",
+            str(cp.kubeconfig("admin")),
+            config=common + "rbac:\n  adminSubjects:\n    groups: [system:masters, devs]\n",
+        )
+        new.wait("/readyz", timeout=60)
+        time.sleep(LEASE_POLL_SECONDS + 2)  # the new replica asked and was refused: the old one holds it
+        assert devs_reported(), new.log()
+        old.stop(signal.SIGTERM)  # a rolling update ends the old pod
+        assert "periodic audit lease given up" in old.log(), old.log()
+        try:
+            wait_for(
+                "the new configuration's report (devs not reported)",
+                lambda: not devs_reported(),
+                timeout=LEASE_POLL_SECONDS + 60,  # the poll, then one audit
+            )
+        except TimeoutError as exc:
+            report = cp.kubectl("admin", "get", "clusterpolicyreport", "dra-guard", "-o", "json", check=False).stdout
+            raise AssertionError(f"{exc}:\n{report[-3000:]}\n{new.log()}") from None
+    finally:
+        old.stop()
+        if new is not None:
+            new.stop()
+        cp.kubectl("admin", "delete", "-f", "-", input=BAD_BINDING, check=False)
+        cp.kubectl("admin", "delete", "clusterpolicyreport", "dra-guard", check=False)
 
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"

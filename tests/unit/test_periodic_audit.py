@@ -3,10 +3,12 @@ before its first run instead of skipping a whole interval (600 s by default)."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 
 from webhook.config import from_mapping
-from webhook.serve.periodic import PeriodicAudit
+from webhook.kube import leases
+from webhook.serve.periodic import LEASE_POLL_SECONDS, PeriodicAudit
 
 
 class Caches:
@@ -26,7 +28,12 @@ def test_the_first_audit_runs_once_the_caches_are_in_sync_not_an_interval_later(
     caches = Caches(after=2)
     audit.config, audit.synced = config, caches.synced
     ran = threading.Event()
-    monkeypatch.setattr(audit, "run_once", ran.set)
+
+    def run_once():
+        ran.set()
+        return "a summary"  # this replica holds the Lease
+
+    monkeypatch.setattr(audit, "run_once", run_once)
     waits = []
     stop = threading.Event()
 
@@ -53,3 +60,52 @@ def test_reports_without_an_owner_are_warned_about_once_not_every_interval(caplo
             audit.log_owner_problem(problem)
     warned = [r for r in caplog.records if "carry no owner" in r.getMessage()]
     assert [r.reason for r in warned] == [problems[0], problems[4]]  # type: ignore[attr-defined]
+
+
+def test_a_replica_without_the_lease_asks_again_soon(monkeypatch):
+    """Held: the next audit an interval later; not held (another replica audits): asked again
+    after LEASE_POLL_SECONDS, so that the replica of a new configuration audits as soon as the old
+    holder is gone (it gives the Lease up once drained: webhook.serve.draining.at_exit)."""
+    config = from_mapping({"audit": {"intervalSeconds": 600}})
+    audit = PeriodicAudit.__new__(PeriodicAudit)
+    audit.config, audit.synced = config, None
+    held = iter([None, None, "a summary"])  # another holds it twice, then this replica takes it
+    monkeypatch.setattr(audit, "run_once", lambda: next(held))
+    waits = []
+    stop = threading.Event()
+
+    def wait(seconds):
+        waits.append(seconds)
+        return len(waits) == 3
+
+    monkeypatch.setattr(stop, "wait", wait)
+    audit.loop(stop)
+    assert waits == [LEASE_POLL_SECONDS, LEASE_POLL_SECONDS, 600]
+
+
+class Leases:
+    """coordination.k8s.io/v1 Lease dicts by name (webhook.kube.leases.LeaseCalls), in memory."""
+
+    def __init__(self) -> None:
+        self.leases: dict[str, dict] = {}
+
+    def get_lease(self, name):
+        return self.leases.get(name)
+
+    def create_lease(self, lease):
+        self.leases[lease["metadata"]["name"]] = dict(lease)
+
+    def update_lease(self, lease):
+        self.leases[lease["metadata"]["name"]] = dict(lease)
+
+
+def test_a_released_lease_is_taken_at_once_by_another_replica_and_only_its_holder_releases_it():
+    api = Leases()
+    now = datetime.datetime.now(datetime.UTC)
+    assert leases.hold_lease(api, "audit", identity="old", now=now, duration_seconds=930)
+    assert not leases.hold_lease(api, "audit", identity="new", now=now, duration_seconds=930)  # live: waits
+    assert not leases.release_lease(api, "audit", identity="new")  # not its own
+    assert api.leases["audit"]["spec"]["holderIdentity"] == "old"
+    assert leases.release_lease(api, "audit", identity="old")
+    assert leases.hold_lease(api, "audit", identity="new", now=now, duration_seconds=930)  # not 930 s later
+    assert not leases.release_lease(api, "missing", identity="new")

@@ -127,6 +127,10 @@ class KubeCertApi:
         """Take or renew the Lease `name` for `identity` (webhook.kube.leases.hold_lease)."""
         return leases.hold_lease(self, name, identity=identity, now=now, duration_seconds=duration_seconds)
 
+    def release_lease(self, name: str, *, identity: str) -> bool:
+        """Give up the Lease `name` if `identity` holds it (webhook.kube.leases.release_lease)."""
+        return leases.release_lease(self, name, identity=identity)
+
     def _config_api(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any], str]:
         if kind == "validating":
             return (

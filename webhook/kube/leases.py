@@ -1,6 +1,7 @@
 """Holding a coordination.k8s.io/v1 Lease: one writer at a time among dra-guard's replicas.
 
-hold_lease() takes or renews a Lease for one holder: the certificate writers' Lease of
+hold_lease() takes or renews a Lease for one holder, release_lease() gives it up (at shutdown, so
+that another replica need not wait out its duration): the certificate writers' Lease of
 `certificates.mode: self` (certs.selfmanaged.Reconciler, through its CertApi port) and the
 periodic audit's (webhook.serve.periodic). The calls go through the port's get_lease,
 create_lease and update_lease (webhook.kube.certapi.KubeCertApi over the API; a fake in unit tests).
@@ -50,3 +51,18 @@ def hold_lease(api: LeaseCalls, name: str, *, identity: str, now: datetime.datet
         return True
     except Conflict:
         return False
+
+
+def release_lease(api: LeaseCalls, name: str, *, identity: str) -> bool:
+    """Give up the Lease `name` if `identity` holds it (holderIdentity emptied: the next
+    hold_lease of anyone takes it at once); True when it was released. A Lease held by another, or
+    missing, is left alone; a concurrent change (409) wins."""
+    lease = api.get_lease(name)
+    current = (lease or {}).get("spec") or {}
+    if lease is None or current.get("holderIdentity") != identity:
+        return False
+    try:
+        api.update_lease({**lease, "spec": {**current, "holderIdentity": ""}})
+    except Conflict:
+        return False
+    return True

@@ -5,6 +5,11 @@ dra-guard's ClusterPolicyReport and PolicyReports (replacing its previous ones).
 
 The worker keeps the Lease and the gauges; the audit itself runs in a process of its own
 (webhook.serve.audit_child), so its CPU and memory never stall the reviews.
+
+After a `helm upgrade` the reports follow the new configuration within about LEASE_POLL_SECONDS
+plus one audit of the moment the old holder stops: it gives the Lease up when its worker drains,
+and a replica that does not hold it asks again every LEASE_POLL_SECONDS (not every interval), so
+the first new replica to find it free audits at once.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ log = logging.getLogger("dra_guard.audit")
 
 #: a run that fails with one of these is logged in one line and retried next interval
 SKIPPED: tuple[type[Exception], ...] = (*kube_client.API_ERRORS, AuditChildError)
+#: seconds between two tries of a replica that does not hold the audit Lease (at most the interval)
+LEASE_POLL_SECONDS = 10.0
 #: what PeriodicAudit waits on before its first run: () -> (in sync, why not)
 Synced = Callable[[], tuple[bool, str]]
 
@@ -119,13 +126,15 @@ class PeriodicAudit:
 
     def loop(self, stop: threading.Event) -> None:
         """run_once() once the worker's caches are in sync (checked every second), then every
-        interval until `stop` is set; errors are logged and retried next interval."""
+        interval while this replica holds the Lease, every LEASE_POLL_SECONDS while another does,
+        until `stop` is set (the worker drains). Errors are logged and retried next interval."""
         while self.synced is not None and not self.synced()[0]:
             if stop.wait(1.0):
                 return
         while True:
+            held = True  # a failed run waits an interval, as before
             try:
-                self.run_once()
+                held = self.run_once() is not None
             except SKIPPED as exc:  # one line, no traceback
                 metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
                 reason = str(exc) if isinstance(exc, AuditChildError) else kube_client.describe_error(exc)
@@ -136,5 +145,16 @@ class PeriodicAudit:
             except Exception:
                 metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
                 log.exception("periodic audit failed; retrying next interval")
-            if stop.wait(self.config.audit.interval_seconds):
-                return
+            wait = self.config.audit.interval_seconds if held else min(LEASE_POLL_SECONDS, self.config.audit.interval_seconds)
+            if stop.wait(wait):
+                return  # the worker gives the Lease up once drained (webhook.serve.draining.at_exit)
+
+    def release(self) -> None:
+        """Give the audit Lease up if this replica holds it, so that another audits at once
+        instead of waiting out lease_seconds(); an API error is logged in one line (the Lease then
+        expires as before)."""
+        try:
+            if self.lease_api.release_lease(self.lease_name, identity=self.identity):
+                log.info("periodic audit lease given up", extra={"lease": self.lease_name})
+        except kube_client.API_ERRORS as exc:
+            log.warning("periodic audit lease not given up; it expires", extra={"error": kube_client.describe_error(exc)[:300]})

@@ -52,7 +52,7 @@ from webhook.kube.state import ClusterState
 from webhook.policies.registry import POLICIES
 from webhook.serve import front
 from webhook.serve.app import Readiness, create_app
-from webhook.serve.draining import DRAINING
+from webhook.serve.draining import DRAINING, at_exit
 from webhook.serve.lanes import others_slots, shedders
 
 log = logging.getLogger("dra_guard.server")
@@ -288,7 +288,9 @@ class DraGuardServer(BaseApplication):
                 synced=state.synced,
                 log_level=o.log_level,
             )
-            threading.Thread(target=periodic.loop, name="periodic-audit", daemon=True, kwargs={"stop": threading.Event()}).start()
+            # stops when the worker drains (SIGTERM); once drained it gives the audit Lease up for the next replica
+            threading.Thread(target=periodic.loop, name="periodic-audit", daemon=True, kwargs={"stop": DRAINING}).start()
+            at_exit(periodic.release)
         if o.config.certificates.mode == "self" and not o.no_cluster:
             reconciler = self_managed_reconciler(o.config, o.kubeconfig, identity=identity(o.port))
             threading.Thread(

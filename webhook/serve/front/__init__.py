@@ -37,7 +37,7 @@ import uvloop
 from gunicorn.workers.base import Worker
 
 from webhook import metrics
-from webhook.serve.draining import DRAINING
+from webhook.serve.draining import DRAINING, run_exit_hooks
 from webhook.serve.front.capacity import KEEPALIVE_CONNECTIONS, ConnectionTable, State
 from webhook.serve.front.listeners import Listeners
 from webhook.serve.front.shared import Front, Shedding
@@ -171,3 +171,4 @@ class FrontWorker(Worker):
         finally:
             for executor in executors.values():
                 executor.shutdown(wait=False, cancel_futures=True)
+            run_exit_hooks()
