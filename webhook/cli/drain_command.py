@@ -55,7 +55,8 @@ class Printer:
 
 def run_drain(args: argparse.Namespace) -> int:
     from webhook.kube.client import api_client
-    from webhook.kube.nodedrain import DrainOptions, NodeApi, drain
+    from webhook.kube.nodeapi import NodeApi
+    from webhook.kube.nodedrain import DrainOptions, drain
 
     config = load_config(args.config)
     client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
@@ -74,7 +75,8 @@ def run_drain(args: argparse.Namespace) -> int:
 
 def run_uncordon(args: argparse.Namespace) -> int:
     from webhook.kube.client import api_client
-    from webhook.kube.nodedrain import NodeApi, uncordon
+    from webhook.kube.nodeapi import NodeApi
+    from webhook.kube.nodeview import uncordon
 
     client = api_client(args.kubeconfig, timeout_seconds=args.request_timeout, context=args.context)
     return uncordon(NodeApi(client, args.node, timeout_seconds=args.request_timeout), Printer(args.output, args.node))
