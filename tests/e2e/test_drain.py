@@ -396,6 +396,10 @@ def test_dry_run_client_writes_nothing_and_server_sends_dry_runs(scene, tmp_path
         (e["verb"], e["requestURI"]) for e in mine if e["verb"] not in ("get", "list", "watch")
     ]
     assert not scene.get_node()["spec"].get("unschedulable")
+    # it asks only about its node: pods by field selector, claims by name, never a cluster-wide list
+    pod_reads = [e for e in mine if e.get("objectRef", {}).get("resource") == "pods" and e["verb"] in ("list", "watch")]
+    assert pod_reads and all("fieldSelector=spec.nodeName" in e["requestURI"] for e in pod_reads), pod_reads
+    assert not [e for e in mine if e["verb"] == "list" and e.get("objectRef", {}).get("resource") == "resourceclaims"]
 
     out = scene.drain("--dry-run=server", user_kubeconfig=kubeconfig)
     assert out.returncode == 1, out.stdout + out.stderr
@@ -486,3 +490,82 @@ def test_one_drain_at_a_time_a_killed_drain_continues_and_uncordon_keeps_an_earl
     node = scene.get_node()
     assert node["spec"].get("unschedulable") is True
     assert not set(plan.AUTOSCALER_ANNOTATIONS) & set(node["metadata"].get("annotations") or {})
+
+
+def agent_daemonset(node: str) -> dict:
+    """A DaemonSet on `node` that is not a DRA driver and whose pods each use a claim (a monitoring agent)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": f"agent-{node}", "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"app": f"agent-{node}"}},
+            "template": {"metadata": {"labels": {"app": f"agent-{node}"}}, "spec": {**consumer("x", node)["spec"]}},
+        },
+    }
+
+
+def test_a_driver_killed_mid_drain_is_reported_and_can_come_back(scene):
+    """The agent's unprepare keeps failing (held Terminating) while the DaemonSet taint is on; its
+    driver pod is then deleted: the drain reports the driver unavailable with a claim prepared and
+    lifts the DaemonSet taint so that the driver's DaemonSet can put it back; once the agent is
+    released the drain finishes."""
+    scene.add(agent_daemonset(scene.node))
+    driver = scene.driver_pod()
+    agent = wait_for("the agent pod", lambda: next((n for n in scene.pod_names() if n.startswith("agent-")), None), timeout=60)
+    scene.reserved(agent)
+    scene.kubelet.hold.add(agent)
+    proc = scene.start("--timeout", "90s", "-o", "json")
+    try:
+        wait_for("the agent Terminating", lambda: any(p["metadata"].get("deletionTimestamp") for p in scene.pods()), timeout=30)
+        scene.cp.kubectl("admin", "delete", "pod", "-n", NAMESPACE, driver, "--grace-period=0", "--force")
+        back = wait_for(
+            "a new driver pod Running",
+            lambda: next(
+                (
+                    p["metadata"]["name"]
+                    for p in scene.pods()
+                    if p["metadata"]["name"].startswith(f"driver-{scene.node}-")
+                    and p["metadata"]["name"] != driver
+                    and p["status"].get("phase") == "Running"
+                ),
+                None,
+            ),
+            timeout=60,
+        )
+        scene.kubelet.hold.discard(agent)
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        scene.cp.kubectl("admin", "delete", "daemonset", "-n", NAMESPACE, f"agent-{scene.node}", "--wait=false", check=False)
+    assert proc.returncode == 0, stdout + stderr
+    messages = [e["message"] for e in events(stdout)]
+    assert any(f"driver {DRIVER} on {scene.node} unavailable while 1 claim(s) are prepared" in m for m in messages), messages
+    assert any("removed taint drain.dra-guard.io/daemonsets" in m for m in messages), messages
+    assert back in scene.pod_names()
+
+
+def test_a_daemonset_consumer_leaves_after_the_pods_and_does_not_come_back(scene):
+    """A monitoring agent (a DaemonSet that is not a driver) with a claim: evicted after the other
+    pods, with the DaemonSet taint on the node first, so its DaemonSet does not put it back; the
+    driver stays (no --evict-drivers)."""
+    agent = agent_daemonset(scene.node)
+    scene.add(agent, consumer("plain", scene.node, claim=False))
+    driver = scene.driver_pod()
+    name = wait_for("the agent pod", lambda: next((n for n in scene.pod_names() if n.startswith("agent-")), None), timeout=60)
+    scene.reserved(name)
+    try:
+        out = scene.drain("--timeout", "60s", "-o", "json")
+        assert out.returncode == 0, out.stdout + out.stderr
+        seen = events(out.stdout)
+        order = [(e["event"], e.get("pod", e["message"])) for e in seen if e["event"] in ("evict", "taint")]
+        assert order == [
+            ("evict", f"{NAMESPACE}/plain"),
+            ("taint", "tainted drain.dra-guard.io/daemonsets=draining:NoSchedule"),
+            ("evict", f"{NAMESPACE}/{name}"),
+        ], order
+        time.sleep(2)  # the DaemonSet controller had its chance to put the agent back
+        assert scene.pod_names() == {driver}, scene.pod_names()
+    finally:
+        scene.cp.kubectl("admin", "delete", "daemonset", "-n", NAMESPACE, f"agent-{scene.node}", "--wait=false", check=False)

@@ -177,6 +177,16 @@ class Drain(DryRuns):
         self.emit("taint", f"tainted {taint['key']}={taint['value']}:{taint['effect']}")
         self.note(node, "DraGuardDrainTaint", f"taint {taint['key']}:{taint['effect']}")
 
+    def untaint(self, taint: Mapping[str, str], why: str) -> None:
+        """Take `taint` off the node (STATE keeps its key: uncordon has nothing left to remove)."""
+
+        def change(node: dict[str, Any]) -> dict[str, Any] | None:
+            taints = [t for t in map(as_map, as_list(as_map(node.get("spec")).get("taints"))) if t.get("key") != taint["key"]]
+            return {"spec": {"taints": taints}} if plan.has_taint(node, taint) else None
+
+        self.api.update(change)
+        self.emit("taint", f"removed taint {taint['key']} so that its DaemonSet can put the driver back: {why}")
+
     def finish(self) -> None:
         """Remove the autoscalers' annotations this drain added and HOLDER (the drain is over)."""
 
@@ -255,9 +265,15 @@ class Drain(DryRuns):
                 self.emit("done", word, phase="done")
                 self.note(node, "DraGuardDrainDone", word)
                 return 0
-            if step.taint is not None and step.evict:
+            # a driver gone while its claims are prepared must be able to come back: the DaemonSet
+            # taint (which a driver need not tolerate) is lifted, and DaemonSet consumers wait
+            stranded = [d.name for d in drivers if d.holds and not d.available]
+            if stranded and plan.has_taint(node, plan.DAEMONSET_TAINT):
+                self.untaint(plan.DAEMONSET_TAINT, f"driver {', '.join(stranded)} unavailable with claims prepared")
+            evict = () if stranded and step.taint is plan.DAEMONSET_TAINT else step.evict
+            if step.taint is not None and evict:
                 self.taint(step.taint)
-            for key in step.evict:
+            for key in evict:
                 at, delay = retry.get(key, (0.0, 0.5))
                 if at > now:
                     continue
@@ -280,7 +296,17 @@ class Drain(DryRuns):
                 if refusals.get(key) != message:
                     self.emit("refused", f"eviction of pod {key} refused ({status}): {message}; retrying", pod=key, status=status)
                 refusals[key] = message
-            waiting = (*step.blocked, *step.waiting, *(f"eviction of pod {k} refused: {m}" for k, m in sorted(refusals.items())))
+            absent = tuple(
+                f"driver {d.name} on {self.node} unavailable while {len(d.holds)} claim(s) are prepared"
+                for d in drivers
+                if d.name in stranded and step.phase != "release"  # the release phase names them itself
+            )
+            waiting = (
+                *absent,
+                *step.blocked,
+                *step.waiting,
+                *(f"eviction of pod {k} refused: {m}" for k, m in sorted(refusals.items())),
+            )
             if waiting != last_waiting:
                 self.emit(
                     "waiting", waiting[0] if waiting else "waiting", phase=phase, reasons=list(waiting), pods=len(step.evict)
