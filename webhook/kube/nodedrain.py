@@ -70,6 +70,7 @@ class Drain(DryRuns):
         self.node = api.node
         self.me = identity()
         self.gauge_allowed = False
+        self.gauge_error = "no permission to get nodes/proxy"
         self.events_allowed = False
         self._renewed = 0.0
 
@@ -271,6 +272,8 @@ class Drain(DryRuns):
             if stranded and plan.has_taint(node, plan.DAEMONSET_TAINT):
                 self.untaint(plan.DAEMONSET_TAINT, f"driver {', '.join(stranded)} unavailable with claims prepared")
             evict = () if stranded and step.taint is plan.DAEMONSET_TAINT else step.evict
+            in_use = self.in_use(drivers) if step.phase == "drivers" and evict else ()
+            evict = () if in_use else evict
             if step.taint is not None and evict:
                 self.taint(step.taint)
             for key in evict:
@@ -303,6 +306,7 @@ class Drain(DryRuns):
             )
             waiting = (
                 *absent,
+                *in_use,
                 *step.blocked,
                 *step.waiting,
                 *(f"eviction of pod {k} refused: {m}" for k, m in sorted(refusals.items())),
@@ -321,12 +325,31 @@ class Drain(DryRuns):
                 return 1
             tracker.poll(opts.interval)
 
+    def in_use(self, drivers: list[plan.DriverState]) -> tuple[str, ...]:
+        """Before the driver pods go: what the kubelet's dra_resource_claims_in_use says is still in
+        use by the node's drivers, when it can be read (KEP-4381's check before removing a driver;
+        it also sees what the API cannot, e.g. a force delete while no drain ran). Unreadable: ()
+        and, said once, the API's word is taken."""
+        if not self.gauge_allowed:
+            return ()
+        try:
+            gauge = plan.parse_claims_in_use(self.api.node_metrics())
+        except ClusterError as exc:
+            self.gauge_allowed, self.gauge_error = False, str(exc)
+            self.emit("warning", f"the kubelet's dra_resource_claims_in_use is not readable ({exc}): the API's word is taken")
+            return ()
+        return tuple(
+            f"the kubelet's dra_resource_claims_in_use{{driver_name={d.name}}} is {gauge[d.name]:g}"
+            for d in drivers
+            if gauge.get(d.name, 0) > 0
+        )
+
     def confirm(self, unconfirmed_since: dict[str, float], now: float) -> dict[str, str]:
         """Driver name -> why it is not yet confirmed that it unprepared what a force-deleted
         consumer held (webhook.model.drain.confirm); confirmed drivers leave `unconfirmed_since`."""
         if not unconfirmed_since:
             return {}
-        gauge, why = None, "no permission to get nodes/proxy"
+        gauge, why = None, self.gauge_error
         if self.gauge_allowed:
             try:
                 gauge = plan.parse_claims_in_use(self.api.node_metrics())
