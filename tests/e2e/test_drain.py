@@ -338,6 +338,22 @@ def test_a_pdb_stops_the_drain_at_its_timeout_and_a_rerun_finishes(scene):
     assert "safe to power off" in out.stdout
 
 
+def test_a_consumer_whose_unprepare_keeps_failing_stops_the_drain_naming_pod_claim_and_driver(scene):
+    scene.add(consumer("stuck", scene.node))
+    scene.driver_pod()
+    claim = scene.reserved("stuck")
+    scene.kubelet.hold.add("stuck")
+    out = scene.drain("--evict-drivers", "--timeout", "4s")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert (
+        f"pod {NAMESPACE}/stuck is Terminating: not unprepared yet claim {NAMESPACE}/{claim} of driver {DRIVER}" in out.stdout
+    ), out.stdout
+    assert scene._driver_name() is not None, "the driver was evicted with a claim prepared"
+    scene.kubelet.hold.discard("stuck")  # the failure is gone: the rerun finishes
+    out = scene.drain("--evict-drivers", "--timeout", "60s")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_a_consumer_force_deleted_is_confirmed_before_the_driver_goes(scene):
     """The consumer's unprepare keeps failing (the fake kubelet holds it Terminating): the drain
     waits and names it; force-deleted, the API says nothing more, so the drain waits the safety

@@ -65,7 +65,7 @@ CASES = [
         {},
         "pods",
         (),
-        ("pod work/consumer is Terminating",),
+        ("pod work/consumer is Terminating: not unprepared yet claim work/consumer of driver gpu.example.com",),
         (),
     ),
     (

@@ -242,6 +242,11 @@ def next_step(
     one of its consumers is not confirmed yet (confirm()); evict_drivers: --evict-drivers.
     """
     live = [e for e in entries if not e.finished]
+    held: dict[str, list[str]] = {}  # pod -> "claim C of driver D" it still holds
+    for d in drivers:
+        for hold in d.holds:
+            for holder in hold.pods:
+                held.setdefault(holder.removesuffix(" (Terminating)"), []).append(f"claim {hold.claim} of driver {d.name}")
     for phase, role in (("pods", "pod"), ("daemonset-consumers", "daemonset-consumer")):
         pods = [e for e in live if e.role == role]
         if pods:
@@ -254,7 +259,11 @@ def next_step(
                 phase=phase,
                 taint=DAEMONSET_TAINT if role == "daemonset-consumer" else None,
                 evict=tuple(e.key for e in pods if not e.terminating and not e.tolerates),
-                waiting=tuple(f"pod {e.key} is Terminating" for e in pods if e.terminating),
+                waiting=tuple(
+                    f"pod {e.key} is Terminating" + (f": not unprepared yet {', '.join(held[e.key])}" if e.key in held else "")
+                    for e in pods
+                    if e.terminating
+                ),
                 blocked=tolerating,
                 drivers=tuple(drivers),
             )
