@@ -585,3 +585,81 @@ def test_a_daemonset_consumer_leaves_after_the_pods_and_does_not_come_back(scene
         assert scene.pod_names() == {driver}, scene.pod_names()
     finally:
         scene.cp.kubectl("admin", "delete", "daemonset", "-n", NAMESPACE, f"agent-{scene.node}", "--wait=false", check=False)
+
+
+def test_devices_reachable_from_two_nodes_each_drain_finishes_when_its_own_pod_is_gone(scene):
+    """One claim on devices a rack's nodes share (a ResourceSlice with a nodeSelector), allocated by
+    the real scheduler and reserved by a pod on each of two nodes: draining one node ends when its
+    own pod is gone, while the other pod keeps the claim reserved ("unreserved everywhere" would
+    never come)."""
+    cp = scene.cp
+    other = f"{scene.node[:50]}-b"
+    rack = {"e2e.dra-guard.test/rack": scene.node[:60]}
+    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(other, labels=rack), timeout=10).raise_for_status()
+    cp.kubectl("admin", "label", "node", scene.node, f"e2e.dra-guard.test/rack={scene.node[:60]}")
+    shared_slice = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{scene.node}-rack"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in rack.items()]}
+                ]
+            },
+            "pool": {"name": f"{scene.node}-rack", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "fabric-0"}],
+        },
+    }
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"fabric-{scene.node}"[:63], "namespace": NAMESPACE},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "fabric",
+                        "exactly": {
+                            "deviceClassName": DEVICE_CLASS,
+                            "selectors": [{"cel": {"expression": 'device.attributes["drain.example.com"].kind == "fabric"'}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    shared_slice["spec"]["devices"][0]["attributes"] = {"kind": {"string": "fabric"}}
+
+    def user(name, node):
+        pod = consumer(name, node)
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}]
+        return pod
+
+    try:
+        with FakeKubelet(cp, other):
+            scene.add(shared_slice, claim, user("here", scene.node), user("there", other))
+            scene.driver_pod()
+            wait_for(
+                "both pods reserving the claim",
+                lambda: (
+                    len(
+                        (
+                            (get_json(cp, "resourceclaim", "-n", NAMESPACE, claim["metadata"]["name"]) or {}).get("status") or {}
+                        ).get("reservedFor")
+                        or []
+                    )
+                    == 2
+                ),
+                timeout=60,
+            )
+            out = scene.drain("--evict-drivers", "--timeout", "60s")
+            assert out.returncode == 0, out.stdout + out.stderr
+            reserved = get_json(cp, "resourceclaim", "-n", NAMESPACE, claim["metadata"]["name"])["status"]["reservedFor"]
+            assert [r["name"] for r in reserved] == ["there"], reserved
+    finally:
+        cp.kubectl("admin", "delete", "pod", "-n", NAMESPACE, "there", "--grace-period=0", "--force", check=False)
+        cp.kubectl("admin", "delete", "resourceclaim", "-n", NAMESPACE, claim["metadata"]["name"], "--wait=false", check=False)
+        cp.kubectl("admin", "delete", "resourceslice", f"{scene.node}-rack", check=False)
+        cp.kubectl("admin", "delete", "node", other, check=False)
