@@ -70,7 +70,13 @@ def run_drain(args: argparse.Namespace) -> int:
         request_timeout=args.request_timeout,
     )
     api = NodeApi(client, args.node, timeout_seconds=args.request_timeout)
-    return drain(api, config, options, Printer(args.output, args.node))
+    printer = Printer(args.output, args.node)
+    try:
+        return drain(api, config, options, printer)
+    except KeyboardInterrupt:
+        # the run's annotations were removed on the way out; the cordon and taints stay for a rerun
+        printer({"event": "stopped", "node": args.node, "message": "interrupted; run it again to continue"})
+        return 1
 
 
 def run_uncordon(args: argparse.Namespace) -> int:

@@ -299,6 +299,8 @@ class Drain(DryRuns):
                 if refusals.get(key) != message:
                     self.emit("refused", f"eviction of pod {key} refused ({status}): {message}; retrying", pod=key, status=status)
                 refusals[key] = message
+            for key in [k for k in refusals if k not in step.evict]:
+                del refusals[key]  # gone, or no longer this phase's: its last refusal says nothing now
             absent = tuple(
                 f"driver {d.name} on {self.node} unavailable while {len(d.holds)} claim(s) are prepared"
                 for d in drivers
