@@ -406,6 +406,8 @@ def test_dra_guard_drain_evict_drivers_takes_the_consumers_first_and_the_driver_
     import subprocess
     import sys
 
+    from webhook.model.drain import claim_names
+
     cp, node = real_node.cp, real_node.node
     template = testdriver.consumer_objects("deployed")[1]
     named_claim = {
@@ -439,11 +441,7 @@ def test_dra_guard_drain_evict_drivers_takes_the_consumers_first_and_the_driver_
             ),
             timeout=90,
         )
-        uids = [
-            get_json(cp, "resourceclaim", "-n", "work", s["resourceClaimName"])["metadata"]["uid"]
-            for p in running
-            for s in p["status"].get("resourceClaimStatuses") or []
-        ]
+        uids = [get_json(cp, "resourceclaim", "-n", "work", name)["metadata"]["uid"] for p in running for name in claim_names(p)]
         assert len(uids) == 2 and all(testdriver.cdi_file(u).exists() for u in uids)
         driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
         log_offset = len(node.kubelet_log_text())
