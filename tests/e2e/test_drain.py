@@ -663,3 +663,42 @@ def test_devices_reachable_from_two_nodes_each_drain_finishes_when_its_own_pod_i
         cp.kubectl("admin", "delete", "resourceclaim", "-n", NAMESPACE, claim["metadata"]["name"], "--wait=false", check=False)
         cp.kubectl("admin", "delete", "resourceslice", f"{scene.node}-rack", check=False)
         cp.kubectl("admin", "delete", "node", other, check=False)
+
+
+def test_with_dra_guard_down_in_the_driver_phase_the_drain_waits_and_says_why(scene, tmp_path):
+    """dra-guard's eviction webhook (failurePolicy Fail) registered for the declared driver, its
+    server down when the drain reaches the driver: the apiserver refuses the eviction (500), which
+    `kubectl drain` would give up on; the drain retries, says why, and finishes once dra-guard is back."""
+    from tests.e2e.guard import Guard
+
+    scene.add(consumer("with-claim", scene.node))
+    driver = scene.driver_pod()
+    scene.reserved("with-claim")
+    guard = Guard(scene.cp, tmp_path / "guard")
+    guard.start(mode="enforce", declared=((NAMESPACE, f"driver-{scene.node}"),))
+    guard.register()
+    lines: list[dict] = []
+    proc = None
+    try:
+        guard.stop_server()
+        proc = scene.start("--evict-drivers", "--timeout", "120s", "-o", "json")
+        reader = threading.Thread(target=lambda: lines.extend(json.loads(line) for line in proc.stdout), daemon=True)
+        reader.start()
+        refused = wait_for(
+            "the driver's eviction refused while dra-guard is down",
+            lambda: next((e for e in list(lines) if e["event"] == "refused" and e["pod"].endswith(driver)), None),
+            timeout=60,
+        )
+        assert refused["status"] == 500 and 'failed calling webhook "driver-evictions.dra-guard.io"' in refused["message"]
+        assert "retrying" in refused["message"]
+        assert scene._driver_name() == driver
+        guard.start(mode="enforce")
+        proc.wait(timeout=90)
+        reader.join(timeout=10)
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        guard.stop()
+    assert proc.returncode == 0, lines
+    evicted = [e["pod"] for e in lines if e["event"] == "evict"]
+    assert evicted == [f"{NAMESPACE}/with-claim", f"{NAMESPACE}/{driver}"], evicted
