@@ -1,5 +1,5 @@
 """API and network failures of the commands that talk to the API (`audit --cluster`, `drain-plan
-NODE`, `serve`'s start-up, the chart's hooks `hook pre-delete` and `hook test`): one line on stderr naming the server and the cause, exit 2, never a
+NODE`, `drain NODE`, `serve`'s start-up, the chart's hooks `hook pre-delete` and `hook test`): one line on stderr naming the server and the cause, exit 2, never a
 traceback, and nothing on stdout. Exit 1 means "would refuse" / "must wait" and never an outage:
 `until dra-guard drain-plan NODE; do sleep 10; done` and CI jobs rely on it.
 
@@ -163,8 +163,8 @@ def command(
     timeout = ["--request-timeout", str(TIMEOUT)] if short else []
     if name == "audit":
         return ["audit", "--cluster", *kubeconfig, *timeout]
-    if name == "drain-plan":
-        return ["drain-plan", "node-a", *kubeconfig, *timeout]
+    if name in ("drain-plan", "drain"):
+        return [name, "node-a", *kubeconfig, *timeout]
     if name == "hook-pre-delete":  # no retries: the first failure is the answer
         return ["hook", "pre-delete", "--webhook-configuration", "dra-guard", "--retry-seconds", "0", *kubeconfig, *timeout]
     if name == "hook-test":
@@ -218,7 +218,7 @@ def assert_one_line(result: subprocess.CompletedProcess[str], endpoint: Endpoint
 TRANSIENT = {"refused", "timeout"}
 
 
-@pytest.mark.parametrize("name", ["audit", "drain-plan", "serve", "hook-pre-delete", "hook-test"])
+@pytest.mark.parametrize("name", ["audit", "drain-plan", "drain", "serve", "hook-pre-delete", "hook-test"])
 @pytest.mark.parametrize("kind", ["refused", "tls", "401", "403", "timeout"])
 def test_an_api_failure_is_one_line_naming_the_server_and_the_cause_with_exit_2(kind, name, endpoints, serving, tmp_path):
     endpoint = endpoints[kind]

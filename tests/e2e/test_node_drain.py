@@ -394,3 +394,107 @@ def test_two_evictions_of_a_surge_pair_sent_together_never_both_leave_while_a_cl
         assert sum(codes.count(201) == 1 for codes in outcomes) >= SURGE_PAIR_TRIALS * 3 // 4, outcomes
     finally:
         cp.kubectl("admin", "patch", *ds, "--type=merge", "-p", '{"spec":{"minReadySeconds":0}}')
+
+
+def test_dra_guard_drain_evict_drivers_takes_the_consumers_first_and_the_driver_last(real_node, clean_node, guard, tmp_path):
+    """`dra-guard drain NODE --evict-drivers` on the real node: a Deployment with a claim template,
+    a bare pod with a named claim and a pod without claims leave first and the driver unprepares
+    their claims; then the driver pod goes (tainted only now, so its DaemonSet does not put it back)
+    and the kubelet removes its ResourceSlice. dra-guard's webhook never had to refuse the driver
+    (the drain never asked early), no claim was unprepared after the driver's eviction, and the
+    kubelet never missed the driver. `dra-guard uncordon` brings the driver back."""
+    import subprocess
+    import sys
+
+    from webhook.model.drain import claim_names
+
+    cp, node = real_node.cp, real_node.node
+    template = testdriver.consumer_objects("deployed")[1]
+    named_claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "named", "namespace": "work"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": testdriver.DEVICE_CLASS}}]}},
+    }
+    bare = testdriver.consumer_objects("bare")[2]
+    bare["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "named"}]
+    plain = testdriver.consumer_objects("plain")[2]
+    del plain["spec"]["resourceClaims"], plain["spec"]["containers"][0]["resources"]
+    pod_template = testdriver.consumer_objects("deployed")[2]
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "deployed", "namespace": "work"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "deployed"}},
+            "template": {"metadata": {"labels": {"app": "deployed"}}, "spec": pod_template["spec"]},
+        },
+    }
+    testdriver.apply(cp, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "work"}}, template, named_claim])
+    testdriver.apply(cp, [bare, plain, deployment])
+    try:
+        running = wait_for(
+            "three consumers Running",
+            lambda: (lambda ps: ps if len(ps) == 3 and all(p["status"].get("phase") == "Running" for p in ps) else None)(
+                (get_json(cp, "pods", "-n", "work") or {"items": []})["items"]
+            ),
+            timeout=90,
+        )
+        uids = [get_json(cp, "resourceclaim", "-n", "work", name)["metadata"]["uid"] for p in running for name in claim_names(p)]
+        assert len(uids) == 2 and all(testdriver.cdi_file(u).exists() for u in uids)
+        driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+        log_offset = len(node.kubelet_log_text())
+        seen_log = [""]
+        stop = threading.Event()
+
+        def keep_log():  # the kubelet deletes a pod's log files with the pod
+            while not stop.is_set():
+                seen_log[0] = driver_log(node) or seen_log[0]
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=keep_log, daemon=True)
+        watcher.start()
+        try:
+            out = subprocess.run(
+                [sys.executable, "-m", "webhook.cli", "drain", node.name, "--evict-drivers", "--timeout", "120s", "-o", "json"]
+                + ["--kubeconfig", str(cp.kubeconfig("admin"))],
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=60)
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            watcher.join()
+        assert out.returncode == 0, out.stdout + out.stderr
+        events = [json.loads(line) for line in out.stdout.splitlines()]
+        evicted = [e["pod"] for e in events if e["event"] == "evict"]
+        assert evicted[-1] == f"{testdriver.NAMESPACE}/{driver_pod}", evicted
+        assert {p["metadata"]["name"] for p in running} == {k.split("/")[1] for k in evicted[:-1]}
+        assert not [e for e in events if e["event"] == "refused"], "dra-guard (or a PDB) refused an eviction"
+        lines = seen_log[0].splitlines()
+        stopping = next(i for i, line in enumerate(lines) if "dradriver: stopping" in line)
+        assert not [line for line in lines[stopping:] if "unprepared claim" in line], "unprepared after the driver's eviction"
+        for uid in uids:
+            assert not testdriver.cdi_file(uid).exists()
+            assert any("dradriver: unprepared claim" in line and f"uid={uid}" in line for line in lines[:stopping]), uid
+        assert "is not registered" not in node.kubelet_log_text()[log_offset:]
+        time.sleep(2)
+        assert not testdriver.driver_pods(cp, include_terminating=True), "the DaemonSet put the driver back"
+        wait_for(
+            "the kubelet to remove the driver's ResourceSlice",
+            lambda: (
+                not (get_json(cp, "resourceslices", "--field-selector", f"spec.nodeName={node.name}") or {"items": [1]})["items"]
+            ),
+            timeout=60,
+        )
+    finally:
+        cp.kubectl("admin", "delete", "deployment", "-n", "work", "deployed", "--wait=false", check=False)
+        cp.kubectl("admin", "delete", "resourceclaim", "-n", "work", "named", "--wait=false", check=False)
+        subprocess.run(
+            [sys.executable, "-m", "webhook.cli", "uncordon", node.name, "--kubeconfig", str(cp.kubeconfig("admin"))],
+            capture_output=True,
+            timeout=60,
+        )

@@ -1,7 +1,7 @@
-"""The `dra-guard` command: serve | audit | drain-plan | certs | hook | config | completion | cleanup.
+"""The `dra-guard` command: serve | audit | drain-plan | drain | uncordon | certs | hook | config | completion | cleanup.
 
 Exit codes: 0 success (audit: no finding), 1 audit found something enforce mode would refuse
-(drain-plan: some driver pod must wait), 2 usage, configuration or input errors (the message names
+(drain-plan: some driver pod must wait; drain: stopped before done), 2 usage, configuration or input errors (the message names
 the file, line or config key) and a Kubernetes API that cannot be reached or refuses (one line
 naming the server and the cause, webhook.kube.errors): 1 never means an outage.
 Parsing and exit codes only: webhook.cli.parser builds the parser, webhook.cli.commands runs the

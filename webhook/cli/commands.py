@@ -138,6 +138,18 @@ def _drain_plan(args: argparse.Namespace) -> int:
     return 0 if result["ready"] else 1
 
 
+def _drain(args: argparse.Namespace) -> int:
+    from webhook.cli import drain_command
+
+    return drain_command.run_drain(args)
+
+
+def _uncordon(args: argparse.Namespace) -> int:
+    from webhook.cli import drain_command
+
+    return drain_command.run_uncordon(args)
+
+
 def _certs(args: argparse.Namespace) -> int:
     import certs
 
@@ -275,6 +287,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve,
     "audit": _run_audit,
     "drain-plan": _drain_plan,
+    "drain": _drain,
+    "uncordon": _uncordon,
     "certs": _certs,
     "hook": _hook,
     "config": _config,

@@ -24,6 +24,7 @@ EXAMPLES = textwrap.dedent("""\
       dra-guard serve --config /etc/dra-guard/config.yaml \\
           --tls-cert-file tls.crt --tls-key-file tls.key
       dra-guard drain-plan node-a                       which pods must leave node-a before its DRA drivers
+      dra-guard drain node-a --evict-drivers            drain node-a in that order, its DRA drivers last
       dra-guard certs generate --service dra-guard --namespace dra-guard --out ./tls
 
     The config file (--config) is YAML; see docs/configuration.md for every key.
@@ -35,7 +36,25 @@ DRAIN_EXAMPLES = textwrap.dedent("""\
     examples:
       dra-guard drain-plan node-a                 the order: which pods leave first, then the driver pods
       dra-guard drain-plan node-a -o json         the same as JSON ({"ready", "driverPods", "evictFirst"})
-      until dra-guard drain-plan node-a; do sleep 10; done && kubectl drain node-a --ignore-daemonsets
+      dra-guard drain node-a --evict-drivers      does the drain in this order (`dra-guard drain --help`)
+    """)
+
+DRAIN_RUN_EXAMPLES = textwrap.dedent("""\
+    examples:
+      dra-guard drain node-a                        consumers out, wait until the DRA drivers have released
+                                                    every claim on node-a (safe to power off); drivers stay
+      dra-guard drain node-a --evict-drivers --timeout 10m
+                                                    ... then the driver pods too, last (node removal)
+      dra-guard drain node-a --dry-run=client       the plan, nothing written
+      dra-guard drain node-a --dry-run=server       cordon and evictions sent as dry runs: what PDBs and
+                                                    webhooks would refuse
+      dra-guard drain node-a -o json                one JSON event a line (for scripts, pre-drain hooks)
+      dra-guard uncordon node-a                     undo what the drain changed (a node cordoned before stays so)
+
+    Exit 0 done, 1 stopped before done (the timeout, a PodDisruptionBudget, a holder that does not
+    leave: each named with its reason; another drain of the node running), 2 usage and API errors,
+    a node that does not exist, and a missing permission (checked before anything changes).
+    Run it again after 1 (or after killing it): it continues where the node is.
     """)
 
 SERVE_EXAMPLES = textwrap.dedent("""\
@@ -114,6 +133,20 @@ def positive_seconds(text: str) -> float:
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
     return value
+
+
+def duration(text: str) -> float:
+    """A duration in seconds >= 0 (argparse type), kubectl's spelling: "90", "90s", "10m", "1h",
+    "1m30s"; 0 means no limit."""
+    import re
+
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 10m, 1h)")
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    return sum(float(n) * scale[u] for n, u in parts)
 
 
 def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
@@ -311,6 +344,95 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         default="text",
         help="text (default; wrapped to the width of a terminal) or json",
     )
+
+    run = sub.add_parser(
+        "drain",
+        help="drain NODE in the order DRA needs: consumers, then (with --evict-drivers) the drivers last",
+        description="Cordon NODE, evict its pods through the eviction API (PodDisruptionBudgets and "
+        "admission webhooks asked; a pod is never deleted), then the pods of DaemonSets that use "
+        "ResourceClaims (a NoSchedule taint keeps them from coming back), then wait until no DRA "
+        "driver of the node is still needed there (no pod of the node left in a claim's reservedFor, "
+        "Terminating ones included: the rule of dra-guard's drain-order guard) and, for a consumer "
+        "that left without the kubelet's word (force-deleted), until the kubelet's "
+        "dra_resource_claims_in_use gauge says so (nodes/proxy) or --unconfirmed-wait has passed. With "
+        "--evict-drivers the driver pods go last, a NoSchedule taint put on only then. Without it the "
+        "drivers stay and done means the node is safe to power off. Other DaemonSet pods stay. One "
+        "drain per node at a time (annotation drain.dra-guard.io/holder); while it runs the node has "
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled and karpenter.sh/do-not-disrupt.",
+        epilog=DRAIN_RUN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("node", metavar="NODE", help="the node's name, as in `kubectl get nodes`")
+    run.add_argument(
+        "--timeout",
+        type=duration,
+        default=0.0,
+        metavar="DURATION",
+        help="stop (exit 1, naming what blocks) after this long: 90, 90s, 10m, 1h (default 0: no limit)",
+    )
+    run.add_argument(
+        "--grace-period",
+        type=int,
+        default=-1,
+        metavar="SECONDS",
+        help="seconds each evicted pod gets to terminate (default -1: the pod's own)",
+    )
+    run.add_argument(
+        "--dry-run",
+        choices=["none", "client", "server"],
+        default="none",
+        help="client: print the plan, write nothing; server: send the cordon and evictions as dry "
+        "runs and report what would be refused (default: none)",
+    )
+    run.add_argument("--pod-selector", metavar="SELECTOR", help="evict only the pods this label selector selects")
+    run.add_argument(
+        "--evict-drivers", action="store_true", help="evict the DRA driver pods too, last, once their claims are released"
+    )
+    run.add_argument(
+        "--unconfirmed-wait",
+        type=positive_seconds,
+        default=90.0,
+        metavar="SECONDS",
+        help="after a consumer left without the kubelet's word (force-deleted) and the kubelet's "
+        "gauge cannot be read: wait this long for its driver to unprepare (default: %(default)g)",
+    )
+    run.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+    run.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+    run.add_argument("--config", metavar="FILE", help="the YAML config file `serve` reads (driver detection)")
+    run.add_argument(
+        "--request-timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds each API request may take (default: %(default)g)",
+    )
+    run.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="text (default: a line per step; on a terminal a status line) or json (an event a line)",
+    )
+
+    unc = sub.add_parser(
+        "uncordon",
+        help="undo what `dra-guard drain NODE` changed",
+        description="Remove the taints and annotations the drains of NODE added and uncordon it, "
+        "unless it was cordoned before the first drain (as recorded in the annotation "
+        "drain.dra-guard.io/state). Exit 0 done (nothing recorded included), 1 while a drain of "
+        "the node runs, 2 on errors.",
+    )
+    unc.add_argument("node", metavar="NODE", help="the node's name")
+    unc.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+    unc.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+    unc.add_argument(
+        "--request-timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds each API request may take (default: %(default)g)",
+    )
+    unc.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")
 
     certs_p = sub.add_parser(
         "certs",

@@ -1,0 +1,704 @@
+"""`dra-guard drain NODE` and `dra-guard uncordon NODE` on the real control plane.
+
+A fake node (cluster.fake_node) per test, with a ResourceSlice of its own, a DRA driver DaemonSet
+placed on it by the real DaemonSet controller and scheduler, and consumers whose claims the real
+scheduler allocates and reserves and the real resourceclaim controller makes from templates and
+releases. The test plays the kubelet (`FakeKubelet`): it marks pods Running and Ready, and a pod
+being deleted terminal and then deletes it, as the kubelet does once it has unprepared its claims;
+a pod it is told to hold stays Terminating (an unprepare that keeps failing). The real node's
+scenario (the real kubelet, containerd and the test driver) is in test_node_drain.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+from tests.builders import driver_daemonset
+from tests.e2e.cluster import fake_node
+from tests.e2e.kube import get_json, wait_for
+from webhook.model import drain as plan
+
+NAMESPACE = "drain-e2e"
+DRIVER = "drain.example.com"
+DEVICE_CLASS = "drain-e2e-gpu"
+#: the taints the node lifecycle controller puts on a node without kubelet: tolerated by the test
+#: pods (and nothing else: the drain's own taints must still keep them off)
+NO_KUBELET = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists"},
+]
+
+
+class FakeKubelet:
+    """Plays the kubelet for fake node `node`: pods bound there become Running and Ready; a pod with
+    a deletionTimestamp becomes Succeeded and is then deleted (grace 0, UID precondition), unless
+    its name is in `hold` (it stays Terminating, as when its driver cannot unprepare)."""
+
+    def __init__(self, cp, node: str) -> None:
+        self.cp, self.node = cp, node
+        self.hold: set[str] = set()
+        self.sess = cp.session("admin")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> FakeKubelet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        url = self.cp.url
+        while not self._stop.is_set():
+            try:
+                pods = self.sess.get(f"{url}/api/v1/pods?fieldSelector=spec.nodeName={self.node}", timeout=5).json()["items"]
+                for p in pods:
+                    meta = p["metadata"]
+                    base = f"{url}/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+                    patch = {"headers": {"Content-Type": "application/merge-patch+json"}, "timeout": 5}
+                    if meta.get("deletionTimestamp"):
+                        if meta["name"] in self.hold:
+                            continue
+                        if p["status"].get("phase") != "Succeeded":
+                            self.sess.patch(
+                                f"{base}/status",
+                                data=json.dumps(
+                                    {"status": {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False"}]}}
+                                ),
+                                **patch,
+                            )
+                        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+                        self.sess.delete(base, json=body, timeout=5)
+                    elif p["status"].get("phase") != "Running":
+                        self.sess.patch(
+                            f"{base}/status",
+                            data=json.dumps(
+                                {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+                            ),
+                            **patch,
+                        )
+            except Exception:  # noqa: BLE001 - the apiserver may be busy; the next round tries again
+                pass
+            self._stop.wait(0.2)
+
+
+def objects(node: str) -> list[dict]:
+    """The node's ResourceSlice and driver DaemonSet (on `node` only)."""
+    ds = driver_daemonset(name=f"driver-{node}", namespace=NAMESPACE, plugin_subdir=DRIVER, sa="default")
+    spec = ds["spec"]["template"]["spec"]
+    spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    spec["tolerations"] = NO_KUBELET
+    spec["terminationGracePeriodSeconds"] = 1
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-slice"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"gpu-{i}"} for i in range(4)],
+            },
+        },
+        ds,
+    ]
+
+
+def consumer(name: str, node: str, *, labels: dict | None = None, claim: bool = True) -> dict:
+    """A bare pod on `node`, with its own claim from the template (claim=True)."""
+    spec: dict = {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "tolerations": NO_KUBELET,
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "registry.example/app:v1"}],
+    }
+    if claim:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpu"}]
+        spec["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels or {"app": name}},
+        "spec": spec,
+    }
+
+
+@pytest.fixture(scope="module")
+def shared(control_plane):
+    cp = control_plane
+    cp.kubectl("admin", "create", "namespace", NAMESPACE, check=False)
+    cp.kubectl(
+        "admin",
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "DeviceClass",
+                    "metadata": {"name": DEVICE_CLASS},
+                    "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+                },
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "gpu", "namespace": NAMESPACE},
+                    "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}]}}},
+                },
+            ]
+        ),
+    )
+    return cp
+
+
+class Scene:
+    """One test's node: its name, the fake kubelet, helpers to run the command and read the node."""
+
+    def __init__(self, cp, node: str, kubelet: FakeKubelet, tmp_path) -> None:
+        self.cp, self.node, self.kubelet, self.tmp = cp, node, kubelet, tmp_path
+
+    def argv(self, *args: str, user_kubeconfig=None) -> list[str]:
+        kubeconfig = str(user_kubeconfig or self.cp.kubeconfig("admin"))
+        return [sys.executable, "-m", "webhook.cli", *args, "--kubeconfig", kubeconfig]
+
+    def run(self, *args: str, user_kubeconfig=None, limit: float = 90) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(*args, user_kubeconfig=user_kubeconfig), capture_output=True, text=True, timeout=limit)
+
+    def drain(self, *args: str, **kw) -> subprocess.CompletedProcess[str]:
+        return self.run("drain", self.node, *args, **kw)
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.argv("drain", self.node, *args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    def get_node(self) -> dict:
+        return get_json(self.cp, "node", self.node)
+
+    def pods(self) -> list[dict]:
+        return (get_json(self.cp, "pods", "-n", NAMESPACE, "--field-selector", f"spec.nodeName={self.node}") or {"items": []})[
+            "items"
+        ]
+
+    def pod_names(self) -> set[str]:
+        return {p["metadata"]["name"] for p in self.pods()}
+
+    def add(self, *objs: dict) -> None:
+        self.cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all(list(objs)))
+
+    def running(self, name: str) -> dict:
+        return wait_for(
+            f"pod {name} Running",
+            lambda: next(
+                (p for p in self.pods() if p["metadata"]["name"] == name and p["status"].get("phase") == "Running"), None
+            ),
+            timeout=60,
+        )
+
+    def reserved(self, name: str) -> str:
+        """Wait until pod `name`'s claim is allocated and reserved; its claim's name."""
+        pod = self.running(name)
+        claim = wait_for(
+            f"{name}'s claim reserved",
+            lambda: next(
+                (
+                    c
+                    for c in (get_json(self.cp, "resourceclaims", "-n", NAMESPACE) or {"items": []})["items"]
+                    if any(r.get("uid") == pod["metadata"]["uid"] for r in (c.get("status") or {}).get("reservedFor") or [])
+                ),
+                None,
+            ),
+            timeout=60,
+        )
+        return claim["metadata"]["name"]
+
+    def driver_pod(self) -> str:
+        return self.running(wait_for("the driver pod", lambda: self._driver_name(), timeout=60))["metadata"]["name"]
+
+    def _driver_name(self):
+        return next(
+            (p["metadata"]["name"] for p in self.pods() if p["metadata"]["name"].startswith(f"driver-{self.node}-")), None
+        )
+
+
+@pytest.fixture()
+def scene(shared, tmp_path, request):
+    cp = shared
+    node = f"drain-{request.node.name.removeprefix('test_').replace('_', '-')[:40]}".rstrip("-")
+    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(node), timeout=10).raise_for_status()
+    try:
+        with FakeKubelet(cp, node) as kubelet:
+            s = Scene(cp, node, kubelet, tmp_path)
+            s.add(*objects(node))
+            yield s
+    finally:
+        cp.kubectl("admin", "delete", "daemonset", "-n", NAMESPACE, f"driver-{node}", "--wait=false", check=False)
+        cp.kubectl("admin", "delete", "pdb", "-n", NAMESPACE, "--all", "--wait=false", check=False)
+        for name in {
+            p["metadata"]["name"]
+            for p in (get_json(cp, "pods", "-n", NAMESPACE, "--field-selector", f"spec.nodeName={node}") or {"items": []})[
+                "items"
+            ]
+        }:
+            cp.kubectl(
+                "admin", "delete", "pod", "-n", NAMESPACE, name, "--grace-period=0", "--force", "--wait=false", check=False
+            )
+        cp.kubectl("admin", "delete", "resourceslice", f"{node}-slice", check=False)
+        cp.kubectl("admin", "delete", "node", node, check=False)
+
+
+def events(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def pdb(name: str, app: str) -> dict:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+    }
+
+
+def test_happy_path_consumers_first_driver_last(scene):
+    """Cordon, the consumers (one with a claim, one without) evicted, the claim released, then the
+    driver (tainted only now) evicted last and not put back by its DaemonSet; the autoscalers'
+    annotations and the holder gone after; Events on the Node."""
+    scene.add(consumer("with-claim", scene.node), consumer("plain", scene.node, claim=False))
+    driver = scene.driver_pod()
+    scene.reserved("with-claim")
+    scene.running("plain")
+    out = scene.drain("--evict-drivers", "--timeout", "60s", "-o", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    seen = events(out.stdout)
+    kinds = [e["event"] for e in seen]
+    assert kinds[0] == "cordon" and kinds[-1] == "done"
+    evicted = [e["pod"] for e in seen if e["event"] == "evict"]
+    assert evicted[-1] == f"{NAMESPACE}/{driver}", evicted
+    assert {f"{NAMESPACE}/with-claim", f"{NAMESPACE}/plain"} <= set(evicted[:-1])
+    taints = [i for i, e in enumerate(seen) if e["event"] == "taint"]
+    assert len(taints) == 1 and "drain.dra-guard.io/drivers" in seen[taints[0]]["message"]
+    assert taints[0] > max(i for i, e in enumerate(seen) if e["event"] == "evict" and e["pod"] != f"{NAMESPACE}/{driver}")
+    node = scene.get_node()
+    assert node["spec"].get("unschedulable") is True
+    annotations = node["metadata"].get("annotations") or {}
+    assert plan.HOLDER not in annotations and not set(plan.AUTOSCALER_ANNOTATIONS) & set(annotations)
+    assert plan.read_state(node)["unschedulableBefore"] is False
+    time.sleep(2)  # the DaemonSet controller had its chance to put the driver back
+    assert scene.pod_names() == set(), scene.pod_names()
+    reasons = {
+        e["reason"]
+        for e in (
+            get_json(scene.cp, "events", "-n", "default", "--field-selector", f"involvedObject.name={scene.node}")
+            or {"items": []}
+        )["items"]
+    }
+    assert {"DraGuardDrainStarted", "DraGuardDrainDone"} <= reasons
+
+    # uncordon restores what the drain changed: cordon and taint gone, the record removed
+    out = scene.run("uncordon", scene.node)
+    assert out.returncode == 0, out.stderr
+    node = scene.get_node()
+    assert not node["spec"].get("unschedulable") and not node["spec"].get("taints", [])
+    assert plan.STATE not in (node["metadata"].get("annotations") or {})
+
+
+def test_a_pdb_stops_the_drain_at_its_timeout_and_a_rerun_finishes(scene):
+    scene.add(consumer("guarded", scene.node), pdb("keep-one", "guarded"))
+    scene.driver_pod()
+    scene.reserved("guarded")
+    out = scene.drain("--timeout", "4s")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "timed out" in out.stdout and f"{NAMESPACE}/guarded" in out.stdout and "disruption budget" in out.stdout.lower()
+    pod = next(p for p in scene.pods() if p["metadata"]["name"] == "guarded")
+    assert not pod["metadata"].get("deletionTimestamp"), "a PDB-protected pod was deleted"
+    assert scene._driver_name() is not None
+
+    scene.cp.kubectl("admin", "delete", "pdb", "-n", NAMESPACE, "keep-one")
+    out = scene.drain("--timeout", "60s")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "guarded" not in scene.pod_names() and scene._driver_name() is not None  # the driver stays
+    assert "safe to power off" in out.stdout
+
+
+def test_a_consumer_whose_unprepare_keeps_failing_stops_the_drain_naming_pod_claim_and_driver(scene):
+    scene.add(consumer("stuck", scene.node))
+    scene.driver_pod()
+    claim = scene.reserved("stuck")
+    scene.kubelet.hold.add("stuck")
+    out = scene.drain("--evict-drivers", "--timeout", "4s")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert (
+        f"pod {NAMESPACE}/stuck is Terminating: not unprepared yet claim {NAMESPACE}/{claim} of driver {DRIVER}" in out.stdout
+    ), out.stdout
+    assert scene._driver_name() is not None, "the driver was evicted with a claim prepared"
+    scene.kubelet.hold.discard("stuck")  # the failure is gone: the rerun finishes
+    out = scene.drain("--evict-drivers", "--timeout", "60s")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_consumer_force_deleted_is_confirmed_before_the_driver_goes(scene):
+    """The consumer's unprepare keeps failing (the fake kubelet holds it Terminating): the drain
+    waits and names it; force-deleted, the API says nothing more, so the drain waits the safety
+    period (the fake node has no kubelet to read the gauge from) before the driver."""
+    scene.add(consumer("stuck", scene.node))
+    driver = scene.driver_pod()
+    scene.reserved("stuck")
+    scene.kubelet.hold.add("stuck")
+    proc = scene.start("--evict-drivers", "--timeout", "60s", "--unconfirmed-wait", "3", "-o", "json")
+    try:
+        wait_for(
+            "the consumer Terminating", lambda: any(p["metadata"].get("deletionTimestamp") for p in scene.pods()), timeout=30
+        )
+        time.sleep(1)
+        scene.cp.kubectl("admin", "delete", "pod", "-n", NAMESPACE, "stuck", "--grace-period=0", "--force")
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stdout + stderr
+    seen = events(stdout)
+    kinds = [e["event"] for e in seen]
+    unconfirmed, confirmed = kinds.index("unconfirmed"), kinds.index("confirmed")
+    driver_evicted = next(i for i, e in enumerate(seen) if e["event"] == "evict" and e["pod"].endswith(driver))
+    assert unconfirmed < confirmed < driver_evicted, kinds
+    assert "waited the safety period of 3 s" in seen[confirmed]["message"]
+    assert "not readable" in seen[confirmed]["message"]
+
+
+def test_dry_run_client_writes_nothing_and_server_sends_dry_runs(scene, tmp_path):
+    scene.add(consumer("guarded", scene.node), consumer("free", scene.node, claim=False), pdb("keep-one", "guarded"))
+    scene.driver_pod()
+    scene.reserved("guarded")
+    scene.running("free")
+    cp = scene.cp
+    # a ServiceAccount of its own, so that the audit log shows this run's requests alone
+    cp.kubectl("admin", "create", "serviceaccount", "drainer", "-n", NAMESPACE, check=False)
+    cp.kubectl(
+        "admin",
+        "create",
+        "clusterrolebinding",
+        "drain-e2e-drainer",
+        "--clusterrole=cluster-admin",
+        f"--serviceaccount={NAMESPACE}:drainer",
+        check=False,
+    )
+    user = f"system:serviceaccount:{NAMESPACE}:drainer"
+    kubeconfig = token_kubeconfig(cp, tmp_path / "drainer", "drainer")
+
+    out = scene.drain("--dry-run=client", "--evict-drivers", user_kubeconfig=kubeconfig)
+    assert out.returncode == 0, out.stderr
+    assert "would cordon" in out.stdout and f"{NAMESPACE}/guarded" in out.stdout and "phase drivers" in out.stdout
+    time.sleep(1)  # the audit events are written just after the answers
+    mine = cp.audit_events(user)
+    assert mine and not [e for e in mine if e["verb"] in ("create", "update", "patch", "delete")], [
+        (e["verb"], e["requestURI"]) for e in mine if e["verb"] not in ("get", "list", "watch")
+    ]
+    assert not scene.get_node()["spec"].get("unschedulable")
+    # it asks only about its node: pods by field selector, claims by name, never a cluster-wide list
+    pod_reads = [e for e in mine if e.get("objectRef", {}).get("resource") == "pods" and e["verb"] in ("list", "watch")]
+    assert pod_reads and all("fieldSelector=spec.nodeName" in e["requestURI"] for e in pod_reads), pod_reads
+    assert not [e for e in mine if e["verb"] == "list" and e.get("objectRef", {}).get("resource") == "resourceclaims"]
+
+    out = scene.drain("--dry-run=server", user_kubeconfig=kubeconfig)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"eviction of pod {NAMESPACE}/free accepted (dry run)" in out.stdout
+    assert f"eviction of pod {NAMESPACE}/guarded would be refused (429)" in out.stdout
+    time.sleep(1)
+    writes = [e for e in cp.audit_events(user) if e["verb"] in ("create", "patch") and "dryRun=All" in e["requestURI"]]
+    assert {e["objectRef"]["resource"] for e in writes} == {"nodes", "pods"}
+    assert not scene.get_node()["spec"].get("unschedulable") and scene.pod_names() >= {"guarded", "free"}
+    assert not any(p["metadata"].get("deletionTimestamp") for p in scene.pods())
+
+
+def token_kubeconfig(cp, path, account: str):
+    token = cp.kubectl("admin", "create", "token", account, "-n", NAMESPACE, "--duration=1h").stdout.strip()
+    config = yaml.safe_load(cp.kubeconfig("admin").read_text())
+    config["users"][0]["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_preflight_exits_2_before_anything_changes(scene, tmp_path):
+    cp = scene.cp
+    out = scene.run("drain", "no-such-node-e2e")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [f"dra-guard: error: node no-such-node-e2e not found in {cp.url}"]
+
+    # may read everything but not patch nodes
+    cp.kubectl("admin", "create", "serviceaccount", "reader", "-n", NAMESPACE, check=False)
+    cp.kubectl(
+        "admin",
+        "create",
+        "clusterrolebinding",
+        "drain-e2e-reader",
+        "--clusterrole=view",
+        f"--serviceaccount={NAMESPACE}:reader",
+        check=False,
+    )
+    cp.kubectl("admin", "create", "clusterrole", "drain-e2e-node-reader", "--verb=get,list", "--resource=nodes", check=False)
+    cp.kubectl(
+        "admin",
+        "create",
+        "clusterrolebinding",
+        "drain-e2e-node-reader",
+        "--clusterrole=drain-e2e-node-reader",
+        f"--serviceaccount={NAMESPACE}:reader",
+        check=False,
+    )
+    out = scene.drain(user_kubeconfig=token_kubeconfig(cp, tmp_path / "reader", "reader"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "missing permission to patch nodes" in out.stderr, out.stderr
+    assert "create pods/eviction" in out.stderr
+    node = scene.get_node()
+    assert not node["spec"].get("unschedulable") and plan.HOLDER not in (node["metadata"].get("annotations") or {})
+
+
+def test_one_drain_at_a_time_a_killed_drain_continues_and_uncordon_keeps_an_earlier_cordon(scene):
+    cp = scene.cp
+    scene.add(consumer("guarded", scene.node), pdb("keep-one", "guarded"))
+    scene.driver_pod()
+    scene.reserved("guarded")
+    cp.kubectl("admin", "cordon", scene.node)  # cordoned before: stays cordoned after uncordon
+    first = scene.start("--timeout", "120s")
+    try:
+        wait_for(
+            "the first drain to hold the node",
+            lambda: plan.HOLDER in (scene.get_node()["metadata"].get("annotations") or {}),
+            timeout=30,
+        )
+        holder = scene.get_node()["metadata"]["annotations"][plan.HOLDER]
+        assert holder.endswith(f"/{first.pid}")
+        second = scene.drain("--timeout", "5s")
+        assert second.returncode == 1 and f"being drained by {holder}" in second.stdout, second.stdout + second.stderr
+        annotations = scene.get_node()["metadata"]["annotations"]
+        assert set(plan.AUTOSCALER_ANNOTATIONS) <= set(annotations)
+        assert scene.run("uncordon", scene.node).returncode == 1  # a drain still runs
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    # killed: its holder stays on the node; a rerun on this host sees the process gone and continues
+    assert scene.get_node()["metadata"]["annotations"][plan.HOLDER] == holder
+    cp.kubectl("admin", "delete", "pdb", "-n", NAMESPACE, "keep-one")
+    out = scene.drain("--timeout", "60s")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"taking the node over from {holder}" in out.stdout
+    assert "guarded" not in scene.pod_names()
+    out = scene.run("uncordon", scene.node)
+    assert out.returncode == 0 and "left cordoned (it was before the drain)" in out.stdout, out.stdout
+    node = scene.get_node()
+    assert node["spec"].get("unschedulable") is True
+    assert not set(plan.AUTOSCALER_ANNOTATIONS) & set(node["metadata"].get("annotations") or {})
+
+
+def agent_daemonset(node: str) -> dict:
+    """A DaemonSet on `node` that is not a DRA driver and whose pods each use a claim (a monitoring agent)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": f"agent-{node}", "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"app": f"agent-{node}"}},
+            "template": {"metadata": {"labels": {"app": f"agent-{node}"}}, "spec": {**consumer("x", node)["spec"]}},
+        },
+    }
+
+
+def test_a_driver_killed_mid_drain_is_reported_and_can_come_back(scene):
+    """The agent's unprepare keeps failing (held Terminating) while the DaemonSet taint is on; its
+    driver pod is then deleted: the drain reports the driver unavailable with a claim prepared and
+    lifts the DaemonSet taint so that the driver's DaemonSet can put it back; once the agent is
+    released the drain finishes."""
+    scene.add(agent_daemonset(scene.node))
+    driver = scene.driver_pod()
+    agent = wait_for("the agent pod", lambda: next((n for n in scene.pod_names() if n.startswith("agent-")), None), timeout=60)
+    scene.reserved(agent)
+    scene.kubelet.hold.add(agent)
+    proc = scene.start("--timeout", "90s", "-o", "json")
+    try:
+        wait_for("the agent Terminating", lambda: any(p["metadata"].get("deletionTimestamp") for p in scene.pods()), timeout=30)
+        scene.cp.kubectl("admin", "delete", "pod", "-n", NAMESPACE, driver, "--grace-period=0", "--force")
+        back = wait_for(
+            "a new driver pod Running",
+            lambda: next(
+                (
+                    p["metadata"]["name"]
+                    for p in scene.pods()
+                    if p["metadata"]["name"].startswith(f"driver-{scene.node}-")
+                    and p["metadata"]["name"] != driver
+                    and p["status"].get("phase") == "Running"
+                ),
+                None,
+            ),
+            timeout=60,
+        )
+        scene.kubelet.hold.discard(agent)
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        scene.cp.kubectl("admin", "delete", "daemonset", "-n", NAMESPACE, f"agent-{scene.node}", "--wait=false", check=False)
+    assert proc.returncode == 0, stdout + stderr
+    messages = [e["message"] for e in events(stdout)]
+    assert any(f"driver {DRIVER} on {scene.node} unavailable while 1 claim(s) are prepared" in m for m in messages), messages
+    assert any("removed taint drain.dra-guard.io/daemonsets" in m for m in messages), messages
+    assert back in scene.pod_names()
+
+
+def test_a_daemonset_consumer_leaves_after_the_pods_and_does_not_come_back(scene):
+    """A monitoring agent (a DaemonSet that is not a driver) with a claim: evicted after the other
+    pods, with the DaemonSet taint on the node first, so its DaemonSet does not put it back; the
+    driver stays (no --evict-drivers)."""
+    agent = agent_daemonset(scene.node)
+    scene.add(agent, consumer("plain", scene.node, claim=False))
+    driver = scene.driver_pod()
+    name = wait_for("the agent pod", lambda: next((n for n in scene.pod_names() if n.startswith("agent-")), None), timeout=60)
+    scene.reserved(name)
+    try:
+        out = scene.drain("--timeout", "60s", "-o", "json")
+        assert out.returncode == 0, out.stdout + out.stderr
+        seen = events(out.stdout)
+        order = [(e["event"], e.get("pod", e["message"])) for e in seen if e["event"] in ("evict", "taint")]
+        assert order == [
+            ("evict", f"{NAMESPACE}/plain"),
+            ("taint", "tainted drain.dra-guard.io/daemonsets=draining:NoSchedule"),
+            ("evict", f"{NAMESPACE}/{name}"),
+        ], order
+        time.sleep(2)  # the DaemonSet controller had its chance to put the agent back
+        assert scene.pod_names() == {driver}, scene.pod_names()
+    finally:
+        scene.cp.kubectl("admin", "delete", "daemonset", "-n", NAMESPACE, f"agent-{scene.node}", "--wait=false", check=False)
+
+
+def test_devices_reachable_from_two_nodes_each_drain_finishes_when_its_own_pod_is_gone(scene):
+    """One claim on devices a rack's nodes share (a ResourceSlice with a nodeSelector), allocated by
+    the real scheduler and reserved by a pod on each of two nodes: draining one node ends when its
+    own pod is gone, while the other pod keeps the claim reserved ("unreserved everywhere" would
+    never come)."""
+    cp = scene.cp
+    other = f"{scene.node[:50]}-b"
+    rack = {"e2e.dra-guard.test/rack": scene.node[:60]}
+    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(other, labels=rack), timeout=10).raise_for_status()
+    cp.kubectl("admin", "label", "node", scene.node, f"e2e.dra-guard.test/rack={scene.node[:60]}")
+    shared_slice = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{scene.node}-rack"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in rack.items()]}
+                ]
+            },
+            "pool": {"name": f"{scene.node}-rack", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "fabric-0"}],
+        },
+    }
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": f"fabric-{scene.node}"[:63], "namespace": NAMESPACE},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "fabric",
+                        "exactly": {
+                            "deviceClassName": DEVICE_CLASS,
+                            "selectors": [{"cel": {"expression": 'device.attributes["drain.example.com"].kind == "fabric"'}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    shared_slice["spec"]["devices"][0]["attributes"] = {"kind": {"string": "fabric"}}
+
+    def user(name, node):
+        pod = consumer(name, node)
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}]
+        return pod
+
+    try:
+        with FakeKubelet(cp, other):
+            scene.add(shared_slice, claim, user("here", scene.node), user("there", other))
+            scene.driver_pod()
+            wait_for(
+                "both pods reserving the claim",
+                lambda: (
+                    len(
+                        (
+                            (get_json(cp, "resourceclaim", "-n", NAMESPACE, claim["metadata"]["name"]) or {}).get("status") or {}
+                        ).get("reservedFor")
+                        or []
+                    )
+                    == 2
+                ),
+                timeout=60,
+            )
+            out = scene.drain("--evict-drivers", "--timeout", "60s")
+            assert out.returncode == 0, out.stdout + out.stderr
+            reserved = get_json(cp, "resourceclaim", "-n", NAMESPACE, claim["metadata"]["name"])["status"]["reservedFor"]
+            assert [r["name"] for r in reserved] == ["there"], reserved
+    finally:
+        cp.kubectl("admin", "delete", "pod", "-n", NAMESPACE, "there", "--grace-period=0", "--force", check=False)
+        cp.kubectl("admin", "delete", "resourceclaim", "-n", NAMESPACE, claim["metadata"]["name"], "--wait=false", check=False)
+        cp.kubectl("admin", "delete", "resourceslice", f"{scene.node}-rack", check=False)
+        cp.kubectl("admin", "delete", "node", other, check=False)
+
+
+def test_with_dra_guard_down_in_the_driver_phase_the_drain_waits_and_says_why(scene, tmp_path):
+    """dra-guard's eviction webhook (failurePolicy Fail) registered for the declared driver, its
+    server down when the drain reaches the driver: the apiserver refuses the eviction (500), which
+    `kubectl drain` would give up on; the drain retries, says why, and finishes once dra-guard is back."""
+    from tests.e2e.guard import Guard
+
+    scene.add(consumer("with-claim", scene.node))
+    driver = scene.driver_pod()
+    scene.reserved("with-claim")
+    guard = Guard(scene.cp, tmp_path / "guard")
+    guard.start(mode="enforce", declared=((NAMESPACE, f"driver-{scene.node}"),))
+    guard.register()
+    lines: list[dict] = []
+    proc = None
+    try:
+        guard.stop_server()
+        proc = scene.start("--evict-drivers", "--timeout", "120s", "-o", "json")
+        reader = threading.Thread(target=lambda: lines.extend(json.loads(line) for line in proc.stdout), daemon=True)
+        reader.start()
+        refused = wait_for(
+            "the driver's eviction refused while dra-guard is down",
+            lambda: next((e for e in list(lines) if e["event"] == "refused" and e["pod"].endswith(driver)), None),
+            timeout=60,
+        )
+        assert refused["status"] == 500 and 'failed calling webhook "driver-evictions.dra-guard.io"' in refused["message"]
+        assert "retrying" in refused["message"]
+        assert scene._driver_name() == driver
+        guard.start(mode="enforce")
+        proc.wait(timeout=90)
+        reader.join(timeout=10)
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        guard.stop()
+    assert proc.returncode == 0, lines
+    evicted = [e["pod"] for e in lines if e["event"] == "evict"]
+    assert evicted == [f"{NAMESPACE}/with-claim", f"{NAMESPACE}/{driver}"], evicted

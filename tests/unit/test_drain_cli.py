@@ -1,0 +1,64 @@
+"""`dra-guard drain`'s command line: kubectl's duration spelling for --timeout, and the output in a
+pipe (one line per step) and as JSON (one event a line)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from webhook.cli.drain_command import Printer
+from webhook.cli.parser import build_parser, duration
+
+
+@pytest.mark.parametrize(
+    "text, seconds", [("0", 0.0), ("90", 90.0), ("90s", 90.0), ("10m", 600.0), ("1h", 3600.0), ("1m30s", 90.0), ("500ms", 0.5)]
+)
+def test_duration(text, seconds):
+    assert duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "ten", "10x", "5m-", "-5s"])
+def test_bad_duration(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        duration(text)
+
+
+def test_flags_in_kubectl_spelling():
+    args = build_parser().parse_args(
+        ["drain", "node-a", "--timeout", "2m", "--grace-period", "30", "--dry-run=server", "--pod-selector", "app=x"]
+        + ["--evict-drivers", "-o", "json", "--context", "prod"]
+    )
+    assert (args.timeout, args.grace_period, args.dry_run, args.pod_selector) == (120.0, 30, "server", "app=x")
+    assert args.evict_drivers and args.output == "json" and args.context == "prod"
+    assert build_parser().parse_args(["uncordon", "node-a"]).command == "uncordon"
+
+
+EVENTS = [
+    {"event": "cordon", "node": "node-a", "message": "cordoned"},
+    {"event": "waiting", "node": "node-a", "message": "pod work/a is Terminating", "reasons": ["pod work/a is Terminating"]},
+    {"event": "stopped", "node": "node-a", "message": "timed out", "reasons": ["pdb keep-one", "pod work/b"]},
+]
+
+
+def test_text_in_a_pipe_is_one_line_per_step(capsys):
+    printer = Printer("text", "node-a")
+    for e in EVENTS:
+        printer(e)
+    assert capsys.readouterr().out.splitlines() == [
+        "drain node-a: cordoned",
+        "drain node-a: pod work/a is Terminating",
+        "drain node-a: timed out",
+        "  - pdb keep-one",
+        "  - pod work/b",
+    ]
+
+
+def test_json_is_one_event_a_line(capsys):
+    printer = Printer("json", "node-a")
+    for e in EVENTS:
+        printer(e)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [e["event"] for e in lines] == ["cordon", "waiting", "stopped"]
+    assert all(e["node"] == "node-a" and e["time"].endswith("Z") for e in lines)
