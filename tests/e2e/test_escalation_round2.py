@@ -315,3 +315,43 @@ def test_a_redirected_resource_api_makes_dra_guard_unready_within_one_check_inte
             assert any(e.get("msg") == "APIServices of the groups dra-guard reads" and e.get("redirected") for e in log)
         finally:
             guard.stop_server()
+
+
+# ------------------------------------------------------------------ round 3: what reaches the webhook port
+
+
+def test_forged_reviews_never_widen_what_dra_guard_allows(control_plane, guard):
+    """The forged sequence, POSTed straight to the webhook port (no client certificate asked by
+    default): a dry-run ClusterRole CREATE with DeviceClass write (it uses up the binding read of
+    cluster.bindingRefreshIntervalSeconds), then a fake CREATE of the existing ClusterRoleBinding
+    of bob naming only system:masters. The RBAC manager's real widening of bob's role after that
+    must still be refused: a review is judged beside what the informers hold, never instead."""
+    from tests.builders import review
+
+    cp = control_plane
+    name = "e2e-r3-forged"
+    bob = [{"kind": "User", "name": "bob", "apiGroup": RBAC}]
+    harmless = cluster_role(name, [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}])
+    widened = cluster_role(
+        name,
+        [
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+            {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]},
+        ],
+    )
+    try:
+        assert create(cp, "alice", harmless).returncode == 0
+        assert create(cp, "alice", bind(name, name, bob)).returncode == 0
+        s = guard.proc.session()
+        bait = cluster_role("e2e-r3-bait", widened["rules"])
+        out = s.post(guard.url + "/validate/rbac", json=review(bait, dry_run=True), timeout=10).json()
+        assert out["response"]["allowed"] is True  # bound to no one
+        fake = bind(name, name, [{"kind": "Group", "name": "system:masters", "apiGroup": RBAC}])
+        out = s.post(guard.url + "/validate/rbac", json=review(fake), timeout=10).json()
+        assert out["response"]["allowed"] is True  # it gives a non-admin nothing
+        out = cp.kubectl("alice", "replace", "-f", "-", input=json.dumps(widened), check=False)
+        assert out.returncode != 0 and DENIED in out.stderr and "User bob" in out.stderr, out.stderr
+        can = cp.kubectl("bob", "auth", "can-i", "create", "deviceclasses.resource.k8s.io", check=False)
+        assert can.stdout.strip() == "no", can.stdout
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", name, "--ignore-not-found")

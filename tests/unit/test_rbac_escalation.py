@@ -315,6 +315,44 @@ def test_a_refused_or_dry_run_review_leaves_nothing_pending():
     assert idx.pending.bindings_of("racy") == []
 
 
+# ------------------------------------------------------------------ forged reviews: what a review says only adds restrictions
+MASTERS = [subject("Group", "system:masters")]
+
+
+def test_a_forged_binding_review_never_hides_the_cached_binding():
+    """The forged sequence: a CREATE of an existing ClusterRoleBinding (alice -> racy) naming only
+    system:masters is allowed (it grants nothing to a non-admin) and recorded as pending; the real
+    widening of `racy` must still be judged against the cached binding of alice."""
+    index = rbac.RbacIndex.from_objects([OLD, RACY_BINDING])
+    forged = binding("racy", "racy", MASTERS)
+    assert rbac.review(review(forged)["request"], index=index, config=CONFIG).allowed
+    assert len(index.pending.bindings_of("racy")) == 1
+    widened = rbac.review(review(NEW, operation="UPDATE", old=OLD)["request"], index=index, config=CONFIG)
+    assert not widened.allowed and "User alice" in widened.findings[0].message
+    assert len(widened.findings) == 1  # the cached binding is judged once, the forged one grants nothing
+
+
+def test_a_forged_role_review_never_hides_the_cached_role():
+    """A forged UPDATE of a bound role to nothing, then the real binding of alice to it: the cached
+    role's DeviceClass write still counts."""
+    index = rbac.RbacIndex.from_objects([NEW])
+    emptied = cluster_role("racy", [])
+    assert rbac.review(review(emptied, operation="UPDATE", old=NEW)["request"], index=index, config=CONFIG).allowed
+    refused = rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG)
+    assert not refused.allowed and "deviceclasses" in refused.findings[0].message
+
+
+def test_a_refused_forged_review_drops_only_its_own_pending_record():
+    """Two versions of one binding pending: the real one (alice, allowed while the role granted
+    nothing) and a forged one refused a moment later; the refusal must not take the real one with it."""
+    index = rbac.RbacIndex.from_objects([OLD])
+    assert rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG).allowed
+    index.upsert_role(NEW)  # the role widened (by an exempt writer) before the binding reached the watch
+    forged = binding("racy", "racy", [subject("User", "mallory")])
+    assert not rbac.review(review(forged)["request"], index=index, config=CONFIG).allowed
+    assert [b["subjects"] for b in index.pending.bindings_of("racy")] == [ALICE]
+
+
 def test_dra_guards_own_cluster_role_in_self_mode_is_no_violation():
     """The chart's ClusterRole in self certificate mode: get/patch on its own webhook configurations."""
     own = cluster_role(
