@@ -83,6 +83,9 @@ POWERS = [
     ),
     ("pods", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]),
     ("namespaces", [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["patch"]}]),
+    ("namespaces/status", [{"apiGroups": [""], "resources": ["namespaces/status"], "verbs": ["update"]}]),
+    ("namespaces/finalize", [{"apiGroups": [""], "resources": ["namespaces/finalize"], "verbs": ["update"]}]),
+    ("resourceclaims/binding", [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/binding"], "verbs": ["patch"]}]),
     ("leases", [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["update"]}]),
     ("endpointslices", [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["create"]}]),
 ]
@@ -355,3 +358,36 @@ def test_forged_reviews_never_widen_what_dra_guard_allows(control_plane, guard):
         assert can.stdout.strip() == "no", can.stdout
     finally:
         cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", name, "--ignore-not-found")
+
+
+@pytest.mark.parametrize("sub", ["status", "finalize"])
+def test_the_admin_access_label_set_through_a_namespace_subresource_is_refused(control_plane, guard, sub):
+    """The apiserver keeps label changes made through PUT .../namespaces/NAME/status and /finalize.
+    bob, given update on the subresource by an admin (never sent to dra-guard; reported by the
+    audit), still cannot label a Namespace for admin access: the chart sends those updates to
+    namespaces.dra-guard.io too. Other labels through the same door pass."""
+    cp = control_plane
+    name = f"e2e-r3-ns-{sub}"
+    ns = f"r3-{sub}"
+    cp.kubectl("admin", "create", "namespace", ns, check=False)
+    rules = [{"apiGroups": [""], "resources": ["namespaces", f"namespaces/{sub}"], "verbs": ["get", "update"]}]
+    assert create(cp, "admin", cluster_role(name, rules)).returncode == 0
+    assert create(cp, "admin", bind(name, name, [{"kind": "User", "name": "bob", "apiGroup": RBAC}])).returncode == 0
+    url = f"{cp.url}/api/v1/namespaces/{ns}/{sub}"
+    bob = cp.session("bob")
+    try:
+
+        def put(labels):
+            obj = bob.get(f"{cp.url}/api/v1/namespaces/{ns}", timeout=10).json()
+            obj["metadata"]["labels"] = {**obj["metadata"].get("labels", {}), **labels}
+            return bob.put(url, json=obj, timeout=10)
+
+        assert put({"team": "r3"}).status_code == 200  # the door is real: labels set through it are kept
+        assert cp.kubectl("admin", "get", "namespace", ns, "-o", "jsonpath={.metadata.labels.team}").stdout == "r3"
+        r = put({LABEL: "true"})
+        assert r.status_code == 403 and "namespaces.dra-guard.io" in r.text, r.text
+        got = cp.kubectl("admin", "get", "namespace", ns, "-o", "json").stdout
+        assert LABEL not in json.loads(got)["metadata"].get("labels", {})
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", name, "--ignore-not-found")
+        cp.kubectl("admin", "delete", "namespace", ns, "--wait=false", check=False)

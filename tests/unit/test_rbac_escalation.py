@@ -66,6 +66,29 @@ def role_in(ns, name, rules):
             {("certificatesigningrequests/approval", "update", False)},
         ),
         ("pods read only", [rule(["pods", "pods/log"], ["get", "list", "watch"], groups=[""])], set()),
+        ("namespaces/status", [rule(["namespaces/status"], ["update"], groups=[""])], {("namespaces/status", "update", False)}),
+        (
+            "namespaces/finalize",
+            [rule(["namespaces/finalize"], ["update"], groups=[""])],
+            {("namespaces/finalize", "update", False)},
+        ),
+        ("namespaces read", [rule(["namespaces", "namespaces/status"], ["get", "list"], groups=[""])], set()),
+        (
+            "resourceclaims/binding",
+            [rule(["resourceclaims/binding"], ["patch"])],
+            {("resourceclaims/binding", "patch", False)},
+        ),
+        (
+            "resourceclaims/status",
+            [rule(["resourceclaims", "resourceclaims/status"], ["update", "get"])],
+            {("resourceclaims/status", "update", False)},
+        ),
+        (
+            "resourceclaims write (a workload's)",
+            [rule(["resourceclaims", "resourceclaimtemplates"], ["create", "update"])],
+            set(),
+        ),
+        ("resourceclaims/driver", [rule(["resourceclaims/driver"], ["associated-node:update"])], set()),
         ("configmaps read", [rule(["configmaps"], ["get"], groups=[""])], set()),
     ],
 )
@@ -313,6 +336,43 @@ def test_a_refused_or_dry_run_review_leaves_nothing_pending():
     assert len(idx.pending.bindings_of("racy")) == 1
     idx.upsert_binding(harmless)  # the watch delivers it
     assert idx.pending.bindings_of("racy") == []
+
+
+# ------------------------------------------------------------------ subresources: the admin-access label and claim allocation
+@pytest.mark.parametrize(
+    "resource, power",
+    [
+        ("namespaces/status", "namespaces/status"),
+        ("namespaces/finalize", "namespaces/finalize"),
+        ("resourceclaims/binding", "resourceclaims/binding"),
+        ("resourceclaims/status", "resourceclaims/status"),
+    ],
+)
+def test_subresource_powers_are_refused_cluster_wide_and_reported(resource, power):
+    group = "" if resource.startswith("namespaces") else "resource.k8s.io"
+    role = cluster_role("side-door", [rule([resource], ["update", "patch"], groups=[group])])
+    d = decide(binding("side-door", "side-door", ALICE), [role])
+    assert not d.allowed and power in d.findings[0].message
+    found = list(rbac.audit(rbac.RbacIndex.from_objects([role, binding("side-door", "side-door", ALICE)]), CONFIG))
+    assert [f.name for f in found] == ["side-door"] and power in found[0].message
+    # a RoleBinding outside the sensitive namespaces grants no cluster-scoped power
+    assert decide(binding("side-door", "side-door", ALICE, kind="RoleBinding", namespace="team-a"), [role]).allowed
+
+
+def test_claim_allocation_is_the_drivers_and_the_control_planes():
+    """Drivers (rbac.driverSubjects) write their claims' status; the scheduler and the
+    resource-claim controller are admins by default (their bootstrap roles hold both)."""
+    role = cluster_role("alloc", [rule(["resourceclaims/status", "resourceclaims/binding"], ["update", "patch"])])
+    driver = [subject("ServiceAccount", "driver", namespace="dra-system")]
+    assert decide(binding("alloc", "alloc", driver), [role]).allowed
+    for who in (
+        [subject("User", "system:kube-scheduler")],
+        [subject("ServiceAccount", "resource-claim-controller", namespace="kube-system")],
+    ):
+        assert decide(binding("alloc", "alloc", who), [role]).allowed, who
+    vcluster = [subject("ServiceAccount", "vc-tenant", namespace="tenant-a")]
+    d = decide(binding("alloc", "alloc", vcluster), [role])
+    assert not d.allowed and "resourceclaims/binding" in d.findings[0].message
 
 
 # ------------------------------------------------------------------ forged reviews: what a review says only adds restrictions

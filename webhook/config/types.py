@@ -136,7 +136,9 @@ class RbacConfig:
             "that hold any of these), namespace-powers (tokens, pods, exec, workloads, secrets in sensitive "
             "namespaces; Leases, Services, Endpoints and EndpointSlices in dra-guard's own), nodes-csr "
             "(nodes/proxy, CSR approval, kubelet client CSRs), api-routing (APIServices, FlowSchemas and "
-            "PriorityLevelConfigurations), admin-access (updating Namespaces: the DRA admin-access label)",
+            "PriorityLevelConfigurations), admin-access (updating Namespaces and their status and finalize "
+            "subresources: the DRA admin-access label), claim-allocation (resourceclaims/status and "
+            "resourceclaims/binding update: allocating devices, DRA drivers excepted)",
         ),
     )
     sensitive_namespaces: frozenset[str] = dataclasses.field(

@@ -88,6 +88,19 @@ API_ROUTING: Final = (
 #: authorizer and NodeRestriction then let that identity write the node's ResourceSlices)
 NODE_CLIENT_CSRS: Final = ("certificatesigningrequests/nodeclient", "certificatesigningrequests/selfnodeclient")
 
+#: DRA admin access: the Namespace label resource.kubernetes.io/admin-access lets its ResourceClaims
+#: use any device. The apiserver keeps label changes made through the status and finalize
+#: subresources too (seen on v1.37), so update/patch on each is the same power.
+NAMESPACE_LABEL_WRITERS: Final = ("namespaces", "namespaces/status", "namespaces/finalize")
+#: allocating devices: writing a ResourceClaim's status.allocation/reservedFor needs update/patch on
+#: resourceclaims/status plus resourceclaims/binding (granular status authorization, on by default
+#: since 1.36; without that feature gate resourceclaims/status alone). The apiserver does not check
+#: the devices are free: the writer can allocate another tenant's device to a second claim.
+#: Source: Kubernetes "Hardening Guide - Dynamic Resource Allocation", "DRA status update permissions".
+CLAIM_ALLOCATION: Final = ("resourceclaims/status", "resourceclaims/binding")
+#: the powers DRA drivers (rbac.driverSubjects) may hold wherever they are bound, like driverResources
+DRIVER_POWERS: Final = frozenset(CLAIM_ALLOCATION)
+
 #: impersonation: (group, resource, namespaced)
 IMPERSONATE: Final = (
     ("", "users", False),
@@ -194,8 +207,12 @@ def power_grants(
             for group, resource, power in API_ROUTING:
                 add(group, resource, write_verbs, power, False)
         if "admin-access" in checks:
-            # the namespace label resource.kubernetes.io/admin-access lets its ResourceClaims use any device
-            add("", "namespaces", ("update", "patch"), "namespaces", False)
+            for resource in NAMESPACE_LABEL_WRITERS:
+                add("", resource, ("update", "patch"), resource, False)
+        if "claim-allocation" in checks:
+            # cluster-scoped here: counted through ClusterRoleBindings (docs/threat-model.md, Limits)
+            for resource in CLAIM_ALLOCATION:
+                add("resource.k8s.io", resource, ("update", "patch"), resource, False)
         if "namespace-powers" in checks:
             for group, resource, wanted, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS:
                 add(group, resource, wanted, power, True)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.config import RbacConfig
-from webhook.model.powers import GUARD_NAMESPACE_POWERS, NAMESPACE_POWER_NAMES
+from webhook.model.powers import DRIVER_POWERS, GUARD_NAMESPACE_POWERS, NAMESPACE_POWER_NAMES
 from webhook.model.rbac import Grant, Subject, subjects_of
 from webhook.model.readers import as_map, as_str, name_of, namespace_of
 from webhook.policies.decision import Finding, short
@@ -40,7 +40,11 @@ def may_hold(subject: Subject, grant: Grant, config: RbacConfig, *, namespace: s
         return True  # dra-guard itself (self mode: patch on its own webhook configurations)
     if config.driver_subjects.contains(**kw):
         own = subject.kind == "ServiceAccount" and bool(namespace) and namespace == subject.namespace
-        return grant.resource in config.driver_resources or (own and grant.namespaced and grant.resource in NAMESPACE_POWER_NAMES)
+        return (
+            grant.resource in config.driver_resources
+            or grant.resource in DRIVER_POWERS
+            or (own and grant.namespaced and grant.resource in NAMESPACE_POWER_NAMES)
+        )
     return False
 
 
