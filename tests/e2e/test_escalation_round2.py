@@ -11,6 +11,7 @@ grant of it (never sent to dra-guard) is reported by `dra-guard audit --cluster`
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import subprocess
 import sys
@@ -52,13 +53,27 @@ def create(cp, user, doc):
     return cp.kubectl(user, "create", "-f", "-", input=json.dumps(doc), check=False)
 
 
+#: the documented exception (docs/policies/exceptions.md): a vendor's ServiceAccount may write ResourceSlices
+VENDOR_EXCEPTION = f"""exceptions:
+  - policy: rbac
+    kind: ClusterRoleBinding
+    name: e2e-r3-inventory
+    roleRef: e2e-r3-slice-writer
+    subjects: {{serviceAccounts: [r3-vendor:inventory]}}
+    resources: [resourceslices]
+    reason: vendor inventory tool
+    owner: e2e
+    expires: "{(datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")}"
+"""
+
+
 @pytest.fixture(scope="module")
 def guard(control_plane, tmp_path_factory):
     cp = control_plane
     for ns in (NAMESPACE, "dra-system", "r2-team"):
         cp.kubectl("admin", "create", "namespace", ns, check=False)
     g = Guard(cp, tmp_path_factory.mktemp("dra-guard-round2"))
-    g.start(mode="enforce", extra_config="cluster:\n  apiCheckIntervalSeconds: 2\n")
+    g.start(mode="enforce", extra_config="cluster:\n  apiCheckIntervalSeconds: 2\n" + VENDOR_EXCEPTION)
     g.register()
     try:
         yield g
@@ -391,3 +406,42 @@ def test_the_admin_access_label_set_through_a_namespace_subresource_is_refused(c
     finally:
         cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", name, "--ignore-not-found")
         cp.kubectl("admin", "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_token_minting_where_an_excepted_serviceaccount_lives_is_refused(control_plane, guard):
+    """The exception lets r3-vendor:inventory write ResourceSlices (its binding is stored); a Role
+    and RoleBinding giving bob its tokens in r3-vendor would make bob that writer: refused, like
+    in a driver's namespace."""
+    cp = control_plane
+    cp.kubectl("admin", "create", "namespace", "r3-vendor", check=False)
+    cp.kubectl("admin", "create", "serviceaccount", "inventory", "-n", "r3-vendor", check=False)
+    sa = [{"kind": "ServiceAccount", "name": "inventory", "namespace": "r3-vendor"}]
+    writer = cluster_role(
+        "e2e-r3-slice-writer", [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}]
+    )
+    tokens = {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "Role",
+        "metadata": {"name": "e2e-r3-tokens", "namespace": "r3-vendor"},
+        "rules": [{"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}],
+    }
+    minting = {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "e2e-r3-tokens", "namespace": "r3-vendor"},
+        "subjects": [{"kind": "User", "name": "bob", "apiGroup": RBAC}],
+        "roleRef": {"kind": "Role", "name": "e2e-r3-tokens", "apiGroup": RBAC},
+    }
+    try:
+        assert create(cp, "alice", writer).returncode == 0
+        out = create(cp, "alice", bind("e2e-r3-inventory", "e2e-r3-slice-writer", sa))
+        assert out.returncode == 0 and "allowed by exception" in out.stderr, out.stderr
+        assert create(cp, "alice", tokens).returncode == 0  # a Role alone grants nothing
+        out = create(cp, "alice", minting)
+        assert out.returncode != 0 and DENIED in out.stderr and "serviceaccounts/token" in out.stderr, out.stderr
+        can = cp.kubectl("bob", "auth", "can-i", "create", "serviceaccounts/token", "-n", "r3-vendor", check=False)
+        assert can.stdout.strip() == "no", can.stdout
+    finally:
+        cp.kubectl("admin", "delete", "rolebinding,role", "e2e-r3-tokens", "-n", "r3-vendor", "--ignore-not-found")
+        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-r3-inventory", "--ignore-not-found")
+        cp.kubectl("admin", "delete", "clusterrole", "e2e-r3-slice-writer", "--ignore-not-found")

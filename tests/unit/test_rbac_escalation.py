@@ -375,6 +375,53 @@ def test_claim_allocation_is_the_drivers_and_the_control_planes():
     assert not d.allowed and "resourceclaims/binding" in d.findings[0].message
 
 
+# ------------------------------------------------------------------ sensitive: wherever a ServiceAccount may write DRA objects
+WRITERS = from_mapping(
+    {
+        "rbac": {"driverSubjects": {"serviceAccounts": ["dra-system:driver"]}},
+        "drivers": {"declared": [{"namespace": "gpu-driver", "name": "plugin"}]},
+        "exceptions": [
+            {
+                "policy": "rbac",
+                "kind": "ClusterRoleBinding",
+                "name": "gpu-inventory",
+                "roleRef": "slice-writer",
+                "subjects": {"serviceAccounts": ["system:serviceaccount:gpu-tools:inventory"]},
+                "resources": ["resourceslices"],
+                "reason": "vendor inventory tool",
+                "owner": "team-gpu",
+                "expires": "2027-06-30T00:00:00Z",
+            },
+            {
+                "policy": "probes",
+                "kind": "DaemonSet",
+                "namespace": "legacy",
+                "name": "d",
+                "reason": "r",
+                "owner": "o",
+                "expires": "2027-06-30T00:00:00Z",
+            },
+        ],
+    }
+).rbac
+
+
+@pytest.mark.parametrize("namespace", ["gpu-tools", "gpu-driver", "dra-system", "kube-system"])
+def test_token_minting_where_a_dra_writer_runs_is_refused_and_reported(namespace):
+    tokens = role_in(namespace, "tokens", [rule(["serviceaccounts/token"], ["create"], groups=[""])])
+    rb = binding("t", "tokens", ALICE, kind="RoleBinding", namespace=namespace, role_kind="Role")
+    d = decide(rb, [tokens], config=WRITERS)
+    assert not d.allowed and "serviceaccounts/token" in d.findings[0].message
+    assert [f.name for f in rbac.audit(rbac.RbacIndex.from_objects([tokens, rb]), WRITERS)] == ["t"]
+
+
+def test_a_probes_exception_or_an_ordinary_namespace_is_not_sensitive():
+    for namespace in ("legacy", "team-a"):
+        tokens = role_in(namespace, "tokens", [rule(["serviceaccounts/token"], ["create"], groups=[""])])
+        rb = binding("t", "tokens", ALICE, kind="RoleBinding", namespace=namespace, role_kind="Role")
+        assert decide(rb, [tokens], config=WRITERS).allowed, namespace
+
+
 # ------------------------------------------------------------------ forged reviews: what a review says only adds restrictions
 MASTERS = [subject("Group", "system:masters")]
 
