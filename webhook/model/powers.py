@@ -110,6 +110,24 @@ IMPERSONATE: Final = (
 )
 
 
+#: the API group of each power name power_grants returns ("" for the core group), for messages
+POWER_GROUPS: Final = {
+    **{power: group for group, _, _, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS},
+    **{power: group for group, _, power in API_ROUTING},
+    **dict.fromkeys(ADMISSION_RESOURCES, ADMISSION_GROUP),
+    **{f"impersonate:{resource}": group for group, resource, _ in IMPERSONATE},
+    **{
+        f"{r}:{suffix}": RBAC_GROUP
+        for r in ("clusterroles", "clusterrolebindings", "roles")
+        for suffix in ("dra-guard", "bind-escalate")
+    },
+    **dict.fromkeys(("certificatesigningrequests/approval", *NODE_CLIENT_CSRS), "certificates.k8s.io"),
+    "nodes/proxy": "",
+    **dict.fromkeys(NAMESPACE_LABEL_WRITERS, ""),
+    **dict.fromkeys(CLAIM_ALLOCATION, "resource.k8s.io"),
+}
+
+
 def _group_ok(groups: list[str], group: str) -> bool:
     return "*" in groups or group in groups
 
