@@ -204,13 +204,26 @@ def test_powers_over_the_api_around_rbac_are_refused_cluster_wide(rules, power):
 
 @pytest.mark.parametrize(
     "resource, group",
-    [("leases", "coordination.k8s.io"), ("endpointslices", "discovery.k8s.io"), ("endpoints", ""), ("services", "")],
+    [("endpointslices", "discovery.k8s.io"), ("endpoints", ""), ("services", "")],
 )
-def test_where_reviews_go_and_dra_guards_leases_are_powers_in_its_own_namespace_only(resource, group):
+def test_where_reviews_go_is_a_power_in_its_own_namespace_only(resource, group):
     role = cluster_role("r", [rule([resource], ["create", "update"], groups=[group])])
     everywhere = decide(binding("b", "r", ALICE), [role])  # a ClusterRoleBinding reaches dra-guard's namespace
     assert not everywhere.allowed and resource in everywhere.findings[0].details["resources"]
     assert decide(binding("b", "r", ALICE, kind="RoleBinding", namespace="team-a"), [role]).allowed
+
+
+def test_lease_write_everywhere_is_no_power_denial_of_service_only():
+    """Leader election (cluster-autoscaler: leases create, get/update by name; NVIDIA's controller:
+    get/create/update) through a ClusterRoleBinding reaches dra-guard's namespace, where holding its
+    Leases stops the periodic audit and forged eviction records hold a pod for a minute at most: the
+    threat model rates that a denial of service (row 22), not worth refusing every controller chart."""
+    role = cluster_role("elect", [rule(["leases"], ["get", "create", "update", "delete"], groups=["coordination.k8s.io"])])
+    assert decide(binding("b", "elect", ALICE), [role]).allowed
+    assert list(rbac.audit(rbac.RbacIndex.from_objects([role, binding("b", "elect", ALICE)]), CONFIG)) == []
+    # a RoleBinding in dra-guard's own namespace is still the admins' alone (guard-own-rbac)
+    own = binding("b", "elect", ALICE, kind="RoleBinding", namespace="dra-guard")
+    assert not decide(own, [role]).allowed
 
 
 def test_path8_device_taint_rules_are_admin_only():
@@ -548,7 +561,7 @@ def test_the_audit_reports_every_grant_shaped_path(path):
         ),
         ("pods", [rule(["pods"], ["update"], groups=[""])]),
         ("namespaces", [rule(["namespaces"], ["patch"], groups=[""])]),
-        ("leases", [rule(["leases"], ["create"], groups=["coordination.k8s.io"])]),
+        ("endpoints", [rule(["endpoints"], ["create"], groups=[""])]),
     ],
 )
 def test_audit_of_files_reports_each_power_around_rbac(tmp_path, capsys, power, rules):
