@@ -58,6 +58,10 @@ def role_in(ns, name, rules):
         ("token", [rule(["serviceaccounts/token"], ["create"], groups=[""])], {("serviceaccounts/token", "create", True)}),
         ("exec via */exec", [rule(["*/exec"], ["get"], groups=[""])], {("pods/exec", "get", True)}),
         ("deployments", [rule(["deployments"], ["update", "get"], groups=["apps"])], {("deployments", "update", True)}),
+        # a Job's pod template is immutable: patching one (cluster-autoscaler does, everywhere) runs nothing new
+        ("jobs patch", [rule(["jobs"], ["get", "patch", "update"], groups=["batch"])], set()),
+        ("jobs create", [rule(["jobs"], ["create", "patch"], groups=["batch"])], {("jobs", "create", True)}),
+        ("cronjobs patch", [rule(["cronjobs"], ["patch"], groups=["batch"])], {("cronjobs", "patch", True)}),
         ("secrets read", [rule(["secrets"], ["list"], groups=[""])], {("secrets", "list", True)}),
         ("nodes/proxy", [rule(["nodes/proxy"], ["get"], groups=[""])], {("nodes/proxy", "get", False)}),
         (

@@ -58,7 +58,9 @@ NAMESPACE_POWERS: Final = (
     ("", "pods/attach", frozenset({"create", "get"}), "pods/attach"),
     ("", "pods/ephemeralcontainers", frozenset({"update", "patch"}), "pods/ephemeralcontainers"),
     ("", "secrets", frozenset({"get", "list", "watch", "create", "update", "patch"}), "secrets"),
-    *((g, r, WORKLOAD_VERBS, r) for g, r in WORKLOADS),
+    # a Job's pod template is immutable once created: update/patch only suspends, resumes or
+    # relabels it (cluster-autoscaler's chart patches Jobs everywhere); creating one runs a pod
+    *((g, r, frozenset({"create"}) if r == "jobs" else WORKLOAD_VERBS, r) for g, r in WORKLOADS),
 )
 _WRITE: Final = frozenset({"create", "update", "patch", "delete"})
 #: extra namespaced powers in dra-guard's own namespace: its configuration, and where the apiserver
