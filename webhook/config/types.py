@@ -91,7 +91,10 @@ class RbacConfig:
     )
     driver_resources: frozenset[str] = dataclasses.field(
         default=frozenset({"resourceslices"}),
-        metadata=key("driverResources", help="resources adminSubjects and driverSubjects may write"),
+        metadata=key(
+            "driverResources",
+            help="DRA resources of apiGroup (bare or group-qualified: resourceslices, devicetaintrules, deviceclasses, or an adminOnlyResources kind) adminSubjects and driverSubjects may write",
+        ),
     )
     write_verbs: frozenset[str] = dataclasses.field(
         default=frozenset({"create", "update", "patch", "delete", "deletecollection"}),
