@@ -101,7 +101,6 @@ POWERS = [
     ("namespaces/status", [{"apiGroups": [""], "resources": ["namespaces/status"], "verbs": ["update"]}]),
     ("namespaces/finalize", [{"apiGroups": [""], "resources": ["namespaces/finalize"], "verbs": ["update"]}]),
     ("resourceclaims/binding", [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/binding"], "verbs": ["patch"]}]),
-    ("endpoints", [{"apiGroups": [""], "resources": ["endpoints"], "verbs": ["patch"]}]),
     ("endpointslices", [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["create"]}]),
 ]
 

@@ -208,13 +208,21 @@ def test_powers_over_the_api_around_rbac_are_refused_cluster_wide(rules, power):
 
 @pytest.mark.parametrize(
     "resource, group",
-    [("endpointslices", "discovery.k8s.io"), ("endpoints", ""), ("services", "")],
+    [("endpointslices", "discovery.k8s.io"), ("services", "")],
 )
 def test_where_reviews_go_is_a_power_in_its_own_namespace_only(resource, group):
     role = cluster_role("r", [rule([resource], ["create", "update"], groups=[group])])
     everywhere = decide(binding("b", "r", ALICE), [role])  # a ClusterRoleBinding reaches dra-guard's namespace
     assert not everywhere.allowed and resource in everywhere.findings[0].details["resources"]
     assert decide(binding("b", "r", ALICE, kind="RoleBinding", namespace="team-a"), [role]).allowed
+
+
+def test_endpoints_write_everywhere_is_no_power():
+    """cluster-autoscaler's chart creates and patches Endpoints everywhere: dra-guard's own Service
+    has a selector, so its Endpoints route nothing (the apiserver reads the ClusterIP or the
+    EndpointSlices, and selector Services' Endpoints are never mirrored into EndpointSlices)."""
+    role = cluster_role("eps", [rule(["endpoints"], ["create", "patch", "update"], groups=[""])])
+    assert decide(binding("b", "eps", ALICE), [role]).allowed
 
 
 def test_lease_write_everywhere_is_no_power_denial_of_service_only():
@@ -565,7 +573,7 @@ def test_the_audit_reports_every_grant_shaped_path(path):
         ),
         ("pods", [rule(["pods"], ["update"], groups=[""])]),
         ("namespaces", [rule(["namespaces"], ["patch"], groups=[""])]),
-        ("endpoints", [rule(["endpoints"], ["create"], groups=[""])]),
+        ("endpointslices", [rule(["endpointslices"], ["create"], groups=["discovery.k8s.io"])]),
     ],
 )
 def test_audit_of_files_reports_each_power_around_rbac(tmp_path, capsys, power, rules):

@@ -137,7 +137,7 @@ class RbacConfig:
             help="escalation powers judged like DRA write: impersonate, admission (webhook configurations and "
             "admission policies), guard-rbac (dra-guard's own ClusterRole/Binding), bind-escalate (on roles "
             "that hold any of these), namespace-powers (tokens, pods, exec, workloads, secrets in sensitive "
-            "namespaces; ConfigMaps, Services, Endpoints and EndpointSlices in dra-guard's own), nodes-csr "
+            "namespaces; ConfigMaps, Services and EndpointSlices in dra-guard's own), nodes-csr "
             "(nodes/proxy, CSR approval, kubelet client CSRs), api-routing (APIServices, FlowSchemas and "
             "PriorityLevelConfigurations), admin-access (updating Namespaces and their status and finalize "
             "subresources: the DRA admin-access label), claim-allocation (resourceclaims/status and "

@@ -64,15 +64,17 @@ NAMESPACE_POWERS: Final = (
 )
 _WRITE: Final = frozenset({"create", "update", "patch", "delete"})
 #: extra namespaced powers in dra-guard's own namespace: its configuration, and where the apiserver
-#: sends its reviews (Service, Endpoints, EndpointSlices: an endpoint of one's own gets the reviews
-#: or makes them fail). Not its Leases: whoever holds the audit's or the certificates' Lease stops
-#: them and a forged eviction record holds a driver pod for a minute at most, a denial of service
-#: the gauges report (docs/threat-model.md, row 22), while Lease write in every namespace is what
-#: each leader-electing controller's chart asks for (cluster-autoscaler, Karpenter, NVIDIA's)
+#: sends its reviews (its Service, and EndpointSlices: an endpoint of one's own gets the reviews or
+#: makes them fail). Not Endpoints: the apiserver finds a webhook through the Service's ClusterIP
+#: or its EndpointSlices (kube-apiserver buildServiceResolver), and the Endpoints of a Service with
+#: a selector are never mirrored into EndpointSlices (the endpointslicemirroring controller).
+#: Not its Leases: whoever holds the audit's or the certificates' Lease stops them and a forged
+#: eviction record holds a driver pod for a minute at most, a denial of service the gauges report
+#: (docs/threat-model.md, row 22), while Lease write in every namespace is what each leader-electing
+#: controller's chart asks for (cluster-autoscaler, Karpenter, NVIDIA's).
 GUARD_NAMESPACE_POWERS: Final = (
     ("", "configmaps", _WRITE, "configmaps"),
     ("", "services", _WRITE, "services"),
-    ("", "endpoints", _WRITE, "endpoints"),
     ("discovery.k8s.io", "endpointslices", _WRITE, "endpointslices"),
 )
 #: every namespaced power name a DRA driver subject may hold (drivers run controllers of their own)
