@@ -6,6 +6,10 @@ alice and bob manage RBAC (tests/e2e/manifests/rbac-managers.yaml) and are not a
 is first shown to be a real path where that is cheap to show here (a kubelet client certificate
 from a CSR writes ResourceSlices for "its" node), then alice's grant of it is refused; an admin's
 grant of it (never sent to dra-guard) is reported by `dra-guard audit --cluster`.
+
+Round 3 (at the end): forged reviews POSTed straight to the webhook port never widen what
+dra-guard allows; the admin-access label through the Namespace subresources; token minting where
+an excepted ServiceAccount lives. dra-guard runs with the documented vendor exception.
 """
 
 from __future__ import annotations
