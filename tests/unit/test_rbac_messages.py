@@ -54,9 +54,10 @@ def grants(names, namespaced):
 def test_no_violation_message_has_an_empty_name(names):
     for s, namespace, namespaced in itertools.product(SUBJECTS, ("", "dra-system", "kube-system"), (False, True)):
         v = Violation(binding="b", subject=s, grants=grants(names, namespaced), via="r", namespace=namespace)
-        message, summary = describe(v, CONFIG)
-        for text in (message, summary):
-            assert not EMPTY.search(text), (s, namespace, names, EMPTY.search(text), text)
+        for on_role in (False, True):
+            message, summary = describe(v, CONFIG, on_role=on_role)
+            for text in (message, summary):
+                assert not EMPTY.search(text), (s, namespace, names, EMPTY.search(text), text)
         for name in names:
             assert name in message
 

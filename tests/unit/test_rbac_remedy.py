@@ -143,3 +143,18 @@ def test_the_gaudi_manifest_read_from_a_file_is_judged_as_the_stored_objects():
     [audited] = rbac.audit(build_facts(read.objects, config).rbac, config.rbac)
     assert audited.kind == "ClusterRoleBinding" and not audited.namespace
     assert "add devicetaintrules to rbac.driverResources" in audited.message
+
+
+def test_a_role_change_is_told_an_admin_makes_it_an_exception_covers_only_the_binding():
+    """An exception covers a binding, never a role: the refusal of a role update that widens a
+    bound role says a cluster admin makes the change, and names the binding's exception."""
+    old = cluster_role("ctrl", [rule(["pods"], ["get"], groups=[""])])
+    new = cluster_role("ctrl", [rule(["pods"], ["get", "patch"], groups=[""])])
+    crb = binding("ctrl", "ctrl", [subject("ServiceAccount", "ctrl", "tools")])
+    index = rbac.RbacIndex.from_objects([old, crb])
+    [finding] = rbac.review(
+        review(new, operation="UPDATE", old=old)["request"], index=index, config=from_mapping(None).rbac
+    ).findings
+    assert finding.kind == "ClusterRole"
+    assert "have a cluster admin make this change (an exception covers a binding, never a role" in finding.message
+    assert "kind: ClusterRoleBinding, name: ctrl, roleRef: ctrl, subjects: {serviceAccounts: [tools:ctrl]}" in finding.message

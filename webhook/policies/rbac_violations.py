@@ -137,7 +137,7 @@ def exception_fix(v: Violation, resources: list[str]) -> str:
     )
 
 
-def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str]) -> tuple[str, str]:
+def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str], *, on_role: bool = False) -> tuple[str, str]:
     """(who may hold the violation's grants, the one setting that admits exactly them).
 
     `dra`: the DRA resources written, `powers`: the escalation powers (both sorted, never both
@@ -147,7 +147,9 @@ def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str])
     documented setting for a driver's own DRA kinds); anything else (a power, an admin-only DRA
     resource of a non-driver) of the rbac exception pinned to this binding, roleRef, subject and
     resources. adminSubjects lifts every check: it is named only for a User or Group, as what a
-    cluster admin is.
+    cluster admin is. on_role: the change judged is a role's, which no exception covers (a role's
+    rules reach every binding of it): a cluster admin makes it, and the exception keeps the binding
+    out of the drift watch's and the audits' findings.
     """
     s = v.subject
     is_driver = config.driver_subjects.contains(kind=s.kind, name=s.name, namespace=s.namespace)
@@ -181,6 +183,11 @@ def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str])
             f"({s.namespace}) and never through a ClusterRoleBinding, which reaches every namespace)"
         )
     fix = exception_fix(v, sorted(held))
+    if on_role:
+        fix = (
+            f"have a cluster admin make this change (an exception covers a binding, never a role: a role's rules "
+            f"reach every binding of it) and, {fix}"
+        )
     if s.kind in ("User", "Group"):
         fix += (
             f"; or, if {s} is a cluster admin, add it to rbac.adminSubjects (Helm value "
@@ -189,8 +196,8 @@ def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str])
     return who, fix
 
 
-def describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
-    """(message, summary) for a violation."""
+def describe(v: Violation, config: RbacConfig, *, on_role: bool = False) -> tuple[str, str]:
+    """(message, summary) for a violation; on_role: reported on the role whose change is judged."""
     dra = sorted({g.resource for g in v.grants if g.resource in config.protected_resources})
     powers = sorted({g.resource for g in v.grants} - set(dra))
     verbs = sorted({g.verb for g in v.grants})
@@ -206,7 +213,7 @@ def describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
             f"escalation powers{where}: {', '.join(powers)} (each lets the holder act as, or switch off, "
             f"an identity that holds DRA write)"
         )
-    who, fix = _remedy(v, config, dra, powers)
+    who, fix = _remedy(v, config, dra, powers, on_role=on_role)
     message = (
         f"{v.binding_ref} grants {'; and '.join(parts)} to {v.subject} via {via}; {who}. "
         f"Bind a narrower role (ResourceClaims and ResourceClaimTemplates are enough for workloads), "
@@ -219,7 +226,7 @@ def describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
 
 def finding(v: Violation, config: RbacConfig, *, kind: str, name: str, namespace: str = "") -> Finding:
     """The Finding of a violation, reported on object `kind` `namespace`/`name`."""
-    message, summary = describe(v, config)
+    message, summary = describe(v, config, on_role=kind in ("ClusterRole", "Role"))
     if kind in ("ClusterRole", "Role"):
         message = f"{kind} {namespace + '/' if namespace else ''}{name}: " + message
     return Finding(
