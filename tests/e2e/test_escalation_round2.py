@@ -6,11 +6,16 @@ alice and bob manage RBAC (tests/e2e/manifests/rbac-managers.yaml) and are not a
 is first shown to be a real path where that is cheap to show here (a kubelet client certificate
 from a CSR writes ResourceSlices for "its" node), then alice's grant of it is refused; an admin's
 grant of it (never sent to dra-guard) is reported by `dra-guard audit --cluster`.
+
+Round 3 (at the end): forged reviews POSTed straight to the webhook port never widen what
+dra-guard allows; the admin-access label through the Namespace subresources; token minting where
+an excepted ServiceAccount lives. dra-guard runs with the documented vendor exception.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import subprocess
 import sys
@@ -52,13 +57,27 @@ def create(cp, user, doc):
     return cp.kubectl(user, "create", "-f", "-", input=json.dumps(doc), check=False)
 
 
+#: the documented exception (docs/policies/exceptions.md): a vendor's ServiceAccount may write ResourceSlices
+VENDOR_EXCEPTION = f"""exceptions:
+  - policy: rbac
+    kind: ClusterRoleBinding
+    name: e2e-r3-inventory
+    roleRef: e2e-r3-slice-writer
+    subjects: {{serviceAccounts: [r3-vendor:inventory]}}
+    resources: [resourceslices]
+    reason: vendor inventory tool
+    owner: e2e
+    expires: "{(datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")}"
+"""
+
+
 @pytest.fixture(scope="module")
 def guard(control_plane, tmp_path_factory):
     cp = control_plane
     for ns in (NAMESPACE, "dra-system", "r2-team"):
         cp.kubectl("admin", "create", "namespace", ns, check=False)
     g = Guard(cp, tmp_path_factory.mktemp("dra-guard-round2"))
-    g.start(mode="enforce", extra_config="cluster:\n  apiCheckIntervalSeconds: 2\n")
+    g.start(mode="enforce", extra_config="cluster:\n  apiCheckIntervalSeconds: 2\n" + VENDOR_EXCEPTION)
     g.register()
     try:
         yield g
@@ -83,7 +102,9 @@ POWERS = [
     ),
     ("pods", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]),
     ("namespaces", [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["patch"]}]),
-    ("leases", [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["update"]}]),
+    ("namespaces/status", [{"apiGroups": [""], "resources": ["namespaces/status"], "verbs": ["update"]}]),
+    ("namespaces/finalize", [{"apiGroups": [""], "resources": ["namespaces/finalize"], "verbs": ["update"]}]),
+    ("resourceclaims/binding", [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/binding"], "verbs": ["patch"]}]),
     ("endpointslices", [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["create"]}]),
 ]
 
@@ -315,3 +336,115 @@ def test_a_redirected_resource_api_makes_dra_guard_unready_within_one_check_inte
             assert any(e.get("msg") == "APIServices of the groups dra-guard reads" and e.get("redirected") for e in log)
         finally:
             guard.stop_server()
+
+
+# ------------------------------------------------------------------ round 3: what reaches the webhook port
+
+
+def test_forged_reviews_never_widen_what_dra_guard_allows(control_plane, guard):
+    """The forged sequence, POSTed straight to the webhook port (no client certificate asked by
+    default): a dry-run ClusterRole CREATE with DeviceClass write (it uses up the binding read of
+    cluster.bindingRefreshIntervalSeconds), then a fake CREATE of the existing ClusterRoleBinding
+    of bob naming only system:masters. The RBAC manager's real widening of bob's role after that
+    must still be refused: a review is judged beside what the informers hold, never instead."""
+    from tests.builders import review
+
+    cp = control_plane
+    name = "e2e-r3-forged"
+    bob = [{"kind": "User", "name": "bob", "apiGroup": RBAC}]
+    harmless = cluster_role(name, [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}])
+    widened = cluster_role(
+        name,
+        [
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+            {"apiGroups": ["resource.k8s.io"], "resources": ["deviceclasses"], "verbs": ["create"]},
+        ],
+    )
+    try:
+        assert create(cp, "alice", harmless).returncode == 0
+        assert create(cp, "alice", bind(name, name, bob)).returncode == 0
+        s = guard.proc.session()
+        bait = cluster_role("e2e-r3-bait", widened["rules"])
+        out = s.post(guard.url + "/validate/rbac", json=review(bait, dry_run=True), timeout=10).json()
+        assert out["response"]["allowed"] is True  # bound to no one
+        fake = bind(name, name, [{"kind": "Group", "name": "system:masters", "apiGroup": RBAC}])
+        out = s.post(guard.url + "/validate/rbac", json=review(fake), timeout=10).json()
+        assert out["response"]["allowed"] is True  # it gives a non-admin nothing
+        out = cp.kubectl("alice", "replace", "-f", "-", input=json.dumps(widened), check=False)
+        assert out.returncode != 0 and DENIED in out.stderr and "User bob" in out.stderr, out.stderr
+        can = cp.kubectl("bob", "auth", "can-i", "create", "deviceclasses.resource.k8s.io", check=False)
+        assert can.stdout.strip() == "no", can.stdout
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", name, "--ignore-not-found")
+
+
+@pytest.mark.parametrize("sub", ["status", "finalize"])
+def test_the_admin_access_label_set_through_a_namespace_subresource_is_refused(control_plane, guard, sub):
+    """The apiserver keeps label changes made through PUT .../namespaces/NAME/status and /finalize.
+    bob, given update on the subresource by an admin (never sent to dra-guard; reported by the
+    audit), still cannot label a Namespace for admin access: the chart sends those updates to
+    namespaces.dra-guard.io too. Other labels through the same door pass."""
+    cp = control_plane
+    name = f"e2e-r3-ns-{sub}"
+    ns = f"r3-{sub}"
+    cp.kubectl("admin", "create", "namespace", ns, check=False)
+    rules = [{"apiGroups": [""], "resources": ["namespaces", f"namespaces/{sub}"], "verbs": ["get", "update"]}]
+    assert create(cp, "admin", cluster_role(name, rules)).returncode == 0
+    assert create(cp, "admin", bind(name, name, [{"kind": "User", "name": "bob", "apiGroup": RBAC}])).returncode == 0
+    url = f"{cp.url}/api/v1/namespaces/{ns}/{sub}"
+    bob = cp.session("bob")
+    try:
+
+        def put(labels):
+            obj = bob.get(f"{cp.url}/api/v1/namespaces/{ns}", timeout=10).json()
+            obj["metadata"]["labels"] = {**obj["metadata"].get("labels", {}), **labels}
+            return bob.put(url, json=obj, timeout=10)
+
+        assert put({"team": "r3"}).status_code == 200  # the door is real: labels set through it are kept
+        assert cp.kubectl("admin", "get", "namespace", ns, "-o", "jsonpath={.metadata.labels.team}").stdout == "r3"
+        r = put({LABEL: "true"})
+        assert r.status_code == 403 and "namespaces.dra-guard.io" in r.text, r.text
+        got = cp.kubectl("admin", "get", "namespace", ns, "-o", "json").stdout
+        assert LABEL not in json.loads(got)["metadata"].get("labels", {})
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", name, "--ignore-not-found")
+        cp.kubectl("admin", "delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_token_minting_where_an_excepted_serviceaccount_lives_is_refused(control_plane, guard):
+    """The exception lets r3-vendor:inventory write ResourceSlices (its binding is stored); a Role
+    and RoleBinding giving bob its tokens in r3-vendor would make bob that writer: refused, like
+    in a driver's namespace."""
+    cp = control_plane
+    cp.kubectl("admin", "create", "namespace", "r3-vendor", check=False)
+    cp.kubectl("admin", "create", "serviceaccount", "inventory", "-n", "r3-vendor", check=False)
+    sa = [{"kind": "ServiceAccount", "name": "inventory", "namespace": "r3-vendor"}]
+    writer = cluster_role(
+        "e2e-r3-slice-writer", [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}]
+    )
+    tokens = {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "Role",
+        "metadata": {"name": "e2e-r3-tokens", "namespace": "r3-vendor"},
+        "rules": [{"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}],
+    }
+    minting = {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "e2e-r3-tokens", "namespace": "r3-vendor"},
+        "subjects": [{"kind": "User", "name": "bob", "apiGroup": RBAC}],
+        "roleRef": {"kind": "Role", "name": "e2e-r3-tokens", "apiGroup": RBAC},
+    }
+    try:
+        assert create(cp, "alice", writer).returncode == 0
+        out = create(cp, "alice", bind("e2e-r3-inventory", "e2e-r3-slice-writer", sa))
+        assert out.returncode == 0 and "allowed by exception" in out.stderr, out.stderr
+        assert create(cp, "alice", tokens).returncode == 0  # a Role alone grants nothing
+        out = create(cp, "alice", minting)
+        assert out.returncode != 0 and DENIED in out.stderr and "serviceaccounts/token" in out.stderr, out.stderr
+        can = cp.kubectl("bob", "auth", "can-i", "create", "serviceaccounts/token", "-n", "r3-vendor", check=False)
+        assert can.stdout.strip() == "no", can.stdout
+    finally:
+        cp.kubectl("admin", "delete", "rolebinding,role", "e2e-r3-tokens", "-n", "r3-vendor", "--ignore-not-found")
+        cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-r3-inventory", "--ignore-not-found")
+        cp.kubectl("admin", "delete", "clusterrole", "e2e-r3-slice-writer", "--ignore-not-found")

@@ -105,3 +105,14 @@ def test_the_audit_lists_labelled_namespaces_who_may_create_claims_there_and_cla
     ns = found[("admin-access-namespace", "Namespace", "", "ops")]
     assert ns.details["mayCreateClaims"] == ["Group ops-team"] and not ns.enforced
     assert "is not labelled" in found[("admin-access-claim", "ResourceClaimTemplate", "team-a", "t")].message
+
+
+@pytest.mark.parametrize("sub", ["status", "finalize"])
+def test_the_label_set_through_a_namespace_subresource_is_refused_too(sub):
+    """The apiserver keeps label changes made through namespaces/status and namespaces/finalize
+    updates (seen on v1.37): the chart sends those too, and they are judged like the Namespace's."""
+    request = ns_request("UPDATE", namespace("n", {LABEL: "true"}), namespace("n"))
+    request = {**request, "subResource": sub, "resource": {"group": "", "version": "v1", "resource": "namespaces"}}
+    d = decide(request)
+    assert not d.allowed and d.findings[0].check == "admin-access-label"
+    assert decide({**request, "userInfo": {"username": "root", "groups": ["system:masters"]}}).allowed

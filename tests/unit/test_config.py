@@ -208,3 +208,33 @@ def test_serve_stops_at_start_up_on_server_engine(tmp_path, monkeypatch, capsys)
     assert main(["serve", "--config", str(path), "--no-cluster", "--self-signed", str(tmp_path / "tls")]) == 2
     err = capsys.readouterr().err
     assert "server.engine: unknown key" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "resources, bad",
+    [
+        (["resourceslices", "pods", "leases"], "leases, pods are not DRA resources of resource.k8s.io"),
+        (["leases.coordination.k8s.io"], "leases.coordination.k8s.io is not a DRA resource of resource.k8s.io"),
+        (["resourceclaims"], "resourceclaims is not a DRA resource"),  # not an admin kind: every claim writer would be flagged
+        (["resourceslices.example.com"], "resourceslices.example.com is not a DRA resource"),
+    ],
+)
+def test_driver_resources_are_dra_resources_only(resources, bad, tmp_path):
+    """Every driver subject may write what rbac.driverResources lists, wherever it is bound: a core
+    resource there (the advice an older message gave: pods, leases) handed every driver that write
+    in every namespace, unreported. `config validate` refuses it naming the key and the entries."""
+    with pytest.raises(ConfigError, match=r"^rbac\.driverResources: " + bad):
+        from_mapping({"rbac": {"driverResources": resources}})
+    import subprocess
+    import sys
+
+    (tmp_path / "c.yaml").write_text(f"rbac:\n  driverResources: {resources}\n".replace("'", ""))
+    out = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "config", "validate", str(tmp_path / "c.yaml")], capture_output=True, text=True
+    )
+    assert out.returncode == 2 and "rbac.driverResources: " + bad in out.stderr, out.stderr
+
+
+def test_driver_resources_may_be_group_qualified():
+    config = from_mapping({"rbac": {"driverResources": ["resourceslices.resource.k8s.io", "devicetaintrules"]}})
+    assert config.rbac.driver_resources == {"resourceslices", "devicetaintrules"}

@@ -3,6 +3,8 @@ reported once, again after it went away and came back; break-glass bindings are 
 
 from __future__ import annotations
 
+import datetime
+
 from tests.builders import binding, cluster_role, rule, subject
 from webhook import metrics
 from webhook.config import from_mapping
@@ -78,3 +80,32 @@ def test_a_binding_a_live_exception_covers_is_not_reported_but_an_expired_one_is
         state._role_event("ADDED", WRITER)
         state._binding_event("ADDED", EARLY)
         assert reported() == before + reports, days
+
+
+def test_rolebindings_where_exceptions_and_declared_drivers_run_are_reported():
+    """The namespace of an rbac exception's ServiceAccount and of a declared driver are sensitive:
+    token minting there is acting as an identity that writes ResourceSlices."""
+    config = from_mapping(
+        {
+            "drivers": {"declared": [{"namespace": "gpu-driver", "name": "plugin"}]},
+            "exceptions": [
+                {
+                    "policy": "rbac",
+                    "kind": "ClusterRoleBinding",
+                    "name": "gpu-inventory",
+                    "roleRef": "slice-writer",
+                    "subjects": {"serviceAccounts": ["gpu-tools:inventory"]},
+                    "resources": ["resourceslices"],
+                    "reason": "vendor inventory tool",
+                    "owner": "team-gpu",
+                    "expires": (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=30)).isoformat(),
+                }
+            ],
+        }
+    )
+    state = ClusterState(None, config=config)
+    before = metrics.RBAC_DRIFT.labels(kind="RoleBinding", action="reported")._value.get()
+    state._role_event("ADDED", cluster_role("tokens", [rule(["serviceaccounts/token"], ["create"], groups=[""])]))
+    for ns in ("gpu-tools", "gpu-driver", "team-a"):
+        state._binding_event("ADDED", binding("t", "tokens", [subject("User", "alice")], kind="RoleBinding", namespace=ns))
+    assert metrics.RBAC_DRIFT.labels(kind="RoleBinding", action="reported")._value.get() == before + 2

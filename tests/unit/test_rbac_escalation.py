@@ -58,6 +58,10 @@ def role_in(ns, name, rules):
         ("token", [rule(["serviceaccounts/token"], ["create"], groups=[""])], {("serviceaccounts/token", "create", True)}),
         ("exec via */exec", [rule(["*/exec"], ["get"], groups=[""])], {("pods/exec", "get", True)}),
         ("deployments", [rule(["deployments"], ["update", "get"], groups=["apps"])], {("deployments", "update", True)}),
+        # a Job's pod template is immutable: patching one (cluster-autoscaler does, everywhere) runs nothing new
+        ("jobs patch", [rule(["jobs"], ["get", "patch", "update"], groups=["batch"])], set()),
+        ("jobs create", [rule(["jobs"], ["create", "patch"], groups=["batch"])], {("jobs", "create", True)}),
+        ("cronjobs patch", [rule(["cronjobs"], ["patch"], groups=["batch"])], {("cronjobs", "patch", True)}),
         ("secrets read", [rule(["secrets"], ["list"], groups=[""])], {("secrets", "list", True)}),
         ("nodes/proxy", [rule(["nodes/proxy"], ["get"], groups=[""])], {("nodes/proxy", "get", False)}),
         (
@@ -66,6 +70,29 @@ def role_in(ns, name, rules):
             {("certificatesigningrequests/approval", "update", False)},
         ),
         ("pods read only", [rule(["pods", "pods/log"], ["get", "list", "watch"], groups=[""])], set()),
+        ("namespaces/status", [rule(["namespaces/status"], ["update"], groups=[""])], {("namespaces/status", "update", False)}),
+        (
+            "namespaces/finalize",
+            [rule(["namespaces/finalize"], ["update"], groups=[""])],
+            {("namespaces/finalize", "update", False)},
+        ),
+        ("namespaces read", [rule(["namespaces", "namespaces/status"], ["get", "list"], groups=[""])], set()),
+        (
+            "resourceclaims/binding",
+            [rule(["resourceclaims/binding"], ["patch"])],
+            {("resourceclaims/binding", "patch", False)},
+        ),
+        (
+            "resourceclaims/status",
+            [rule(["resourceclaims", "resourceclaims/status"], ["update", "get"])],
+            {("resourceclaims/status", "update", False)},
+        ),
+        (
+            "resourceclaims write (a workload's)",
+            [rule(["resourceclaims", "resourceclaimtemplates"], ["create", "update"])],
+            set(),
+        ),
+        ("resourceclaims/driver", [rule(["resourceclaims/driver"], ["associated-node:update"])], set()),
         ("configmaps read", [rule(["configmaps"], ["get"], groups=[""])], set()),
     ],
 )
@@ -181,13 +208,34 @@ def test_powers_over_the_api_around_rbac_are_refused_cluster_wide(rules, power):
 
 @pytest.mark.parametrize(
     "resource, group",
-    [("leases", "coordination.k8s.io"), ("endpointslices", "discovery.k8s.io"), ("endpoints", ""), ("services", "")],
+    [("endpointslices", "discovery.k8s.io"), ("services", "")],
 )
-def test_where_reviews_go_and_dra_guards_leases_are_powers_in_its_own_namespace_only(resource, group):
+def test_where_reviews_go_is_a_power_in_its_own_namespace_only(resource, group):
     role = cluster_role("r", [rule([resource], ["create", "update"], groups=[group])])
     everywhere = decide(binding("b", "r", ALICE), [role])  # a ClusterRoleBinding reaches dra-guard's namespace
     assert not everywhere.allowed and resource in everywhere.findings[0].details["resources"]
     assert decide(binding("b", "r", ALICE, kind="RoleBinding", namespace="team-a"), [role]).allowed
+
+
+def test_endpoints_write_everywhere_is_no_power():
+    """cluster-autoscaler's chart creates and patches Endpoints everywhere: dra-guard's own Service
+    has a selector, so its Endpoints route nothing (the apiserver reads the ClusterIP or the
+    EndpointSlices, and selector Services' Endpoints are never mirrored into EndpointSlices)."""
+    role = cluster_role("eps", [rule(["endpoints"], ["create", "patch", "update"], groups=[""])])
+    assert decide(binding("b", "eps", ALICE), [role]).allowed
+
+
+def test_lease_write_everywhere_is_no_power_denial_of_service_only():
+    """Leader election (cluster-autoscaler: leases create, get/update by name; NVIDIA's controller:
+    get/create/update) through a ClusterRoleBinding reaches dra-guard's namespace, where holding its
+    Leases stops the periodic audit and forged eviction records hold a pod for a minute at most: the
+    threat model rates that a denial of service (row 22), not worth refusing every controller chart."""
+    role = cluster_role("elect", [rule(["leases"], ["get", "create", "update", "delete"], groups=["coordination.k8s.io"])])
+    assert decide(binding("b", "elect", ALICE), [role]).allowed
+    assert list(rbac.audit(rbac.RbacIndex.from_objects([role, binding("b", "elect", ALICE)]), CONFIG)) == []
+    # a RoleBinding in dra-guard's own namespace is still the admins' alone (guard-own-rbac)
+    own = binding("b", "elect", ALICE, kind="RoleBinding", namespace="dra-guard")
+    assert not decide(own, [role]).allowed
 
 
 def test_path8_device_taint_rules_are_admin_only():
@@ -315,6 +363,128 @@ def test_a_refused_or_dry_run_review_leaves_nothing_pending():
     assert idx.pending.bindings_of("racy") == []
 
 
+# ------------------------------------------------------------------ subresources: the admin-access label and claim allocation
+@pytest.mark.parametrize(
+    "resource, power",
+    [
+        ("namespaces/status", "namespaces/status"),
+        ("namespaces/finalize", "namespaces/finalize"),
+        ("resourceclaims/binding", "resourceclaims/binding"),
+        ("resourceclaims/status", "resourceclaims/status"),
+    ],
+)
+def test_subresource_powers_are_refused_cluster_wide_and_reported(resource, power):
+    group = "" if resource.startswith("namespaces") else "resource.k8s.io"
+    role = cluster_role("side-door", [rule([resource], ["update", "patch"], groups=[group])])
+    d = decide(binding("side-door", "side-door", ALICE), [role])
+    assert not d.allowed and power in d.findings[0].message
+    found = list(rbac.audit(rbac.RbacIndex.from_objects([role, binding("side-door", "side-door", ALICE)]), CONFIG))
+    assert [f.name for f in found] == ["side-door"] and power in found[0].message
+    # a RoleBinding outside the sensitive namespaces grants no cluster-scoped power
+    assert decide(binding("side-door", "side-door", ALICE, kind="RoleBinding", namespace="team-a"), [role]).allowed
+
+
+def test_claim_allocation_is_the_drivers_and_the_control_planes():
+    """Drivers (rbac.driverSubjects) write their claims' status; the scheduler and the
+    resource-claim controller are admins by default (their bootstrap roles hold both)."""
+    role = cluster_role("alloc", [rule(["resourceclaims/status", "resourceclaims/binding"], ["update", "patch"])])
+    driver = [subject("ServiceAccount", "driver", namespace="dra-system")]
+    assert decide(binding("alloc", "alloc", driver), [role]).allowed
+    for who in (
+        [subject("User", "system:kube-scheduler")],
+        [subject("ServiceAccount", "resource-claim-controller", namespace="kube-system")],
+    ):
+        assert decide(binding("alloc", "alloc", who), [role]).allowed, who
+    vcluster = [subject("ServiceAccount", "vc-tenant", namespace="tenant-a")]
+    d = decide(binding("alloc", "alloc", vcluster), [role])
+    assert not d.allowed and "resourceclaims/binding" in d.findings[0].message
+
+
+# ------------------------------------------------------------------ sensitive: wherever a ServiceAccount may write DRA objects
+WRITERS = from_mapping(
+    {
+        "rbac": {"driverSubjects": {"serviceAccounts": ["dra-system:driver"]}},
+        "drivers": {"declared": [{"namespace": "gpu-driver", "name": "plugin"}]},
+        "exceptions": [
+            {
+                "policy": "rbac",
+                "kind": "ClusterRoleBinding",
+                "name": "gpu-inventory",
+                "roleRef": "slice-writer",
+                "subjects": {"serviceAccounts": ["system:serviceaccount:gpu-tools:inventory"]},
+                "resources": ["resourceslices"],
+                "reason": "vendor inventory tool",
+                "owner": "team-gpu",
+                "expires": "2027-06-30T00:00:00Z",
+            },
+            {
+                "policy": "probes",
+                "kind": "DaemonSet",
+                "namespace": "legacy",
+                "name": "d",
+                "reason": "r",
+                "owner": "o",
+                "expires": "2027-06-30T00:00:00Z",
+            },
+        ],
+    }
+).rbac
+
+
+@pytest.mark.parametrize("namespace", ["gpu-tools", "gpu-driver", "dra-system", "kube-system"])
+def test_token_minting_where_a_dra_writer_runs_is_refused_and_reported(namespace):
+    tokens = role_in(namespace, "tokens", [rule(["serviceaccounts/token"], ["create"], groups=[""])])
+    rb = binding("t", "tokens", ALICE, kind="RoleBinding", namespace=namespace, role_kind="Role")
+    d = decide(rb, [tokens], config=WRITERS)
+    assert not d.allowed and "serviceaccounts/token" in d.findings[0].message
+    assert [f.name for f in rbac.audit(rbac.RbacIndex.from_objects([tokens, rb]), WRITERS)] == ["t"]
+
+
+def test_a_probes_exception_or_an_ordinary_namespace_is_not_sensitive():
+    for namespace in ("legacy", "team-a"):
+        tokens = role_in(namespace, "tokens", [rule(["serviceaccounts/token"], ["create"], groups=[""])])
+        rb = binding("t", "tokens", ALICE, kind="RoleBinding", namespace=namespace, role_kind="Role")
+        assert decide(rb, [tokens], config=WRITERS).allowed, namespace
+
+
+# ------------------------------------------------------------------ forged reviews: what a review says only adds restrictions
+MASTERS = [subject("Group", "system:masters")]
+
+
+def test_a_forged_binding_review_never_hides_the_cached_binding():
+    """The forged sequence: a CREATE of an existing ClusterRoleBinding (alice -> racy) naming only
+    system:masters is allowed (it grants nothing to a non-admin) and recorded as pending; the real
+    widening of `racy` must still be judged against the cached binding of alice."""
+    index = rbac.RbacIndex.from_objects([OLD, RACY_BINDING])
+    forged = binding("racy", "racy", MASTERS)
+    assert rbac.review(review(forged)["request"], index=index, config=CONFIG).allowed
+    assert len(index.pending.bindings_of("racy")) == 1
+    widened = rbac.review(review(NEW, operation="UPDATE", old=OLD)["request"], index=index, config=CONFIG)
+    assert not widened.allowed and "User alice" in widened.findings[0].message
+    assert len(widened.findings) == 1  # the cached binding is judged once, the forged one grants nothing
+
+
+def test_a_forged_role_review_never_hides_the_cached_role():
+    """A forged UPDATE of a bound role to nothing, then the real binding of alice to it: the cached
+    role's DeviceClass write still counts."""
+    index = rbac.RbacIndex.from_objects([NEW])
+    emptied = cluster_role("racy", [])
+    assert rbac.review(review(emptied, operation="UPDATE", old=NEW)["request"], index=index, config=CONFIG).allowed
+    refused = rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG)
+    assert not refused.allowed and "deviceclasses" in refused.findings[0].message
+
+
+def test_a_refused_forged_review_drops_only_its_own_pending_record():
+    """Two versions of one binding pending: the real one (alice, allowed while the role granted
+    nothing) and a forged one refused a moment later; the refusal must not take the real one with it."""
+    index = rbac.RbacIndex.from_objects([OLD])
+    assert rbac.review(review(RACY_BINDING)["request"], index=index, config=CONFIG).allowed
+    index.upsert_role(NEW)  # the role widened (by an exempt writer) before the binding reached the watch
+    forged = binding("racy", "racy", [subject("User", "mallory")])
+    assert not rbac.review(review(forged)["request"], index=index, config=CONFIG).allowed
+    assert [b["subjects"] for b in index.pending.bindings_of("racy")] == [ALICE]
+
+
 def test_dra_guards_own_cluster_role_in_self_mode_is_no_violation():
     """The chart's ClusterRole in self certificate mode: get/patch on its own webhook configurations."""
     own = cluster_role(
@@ -403,7 +573,7 @@ def test_the_audit_reports_every_grant_shaped_path(path):
         ),
         ("pods", [rule(["pods"], ["update"], groups=[""])]),
         ("namespaces", [rule(["namespaces"], ["patch"], groups=[""])]),
-        ("leases", [rule(["leases"], ["create"], groups=["coordination.k8s.io"])]),
+        ("endpointslices", [rule(["endpointslices"], ["create"], groups=["discovery.k8s.io"])]),
     ],
 )
 def test_audit_of_files_reports_each_power_around_rbac(tmp_path, capsys, power, rules):

@@ -68,9 +68,18 @@ def test_protected_grants_tolerates_non_list_rules():
 
 
 def test_configured_verbs_and_resources_are_used():
-    cfg = from_mapping({"rbac": {"writeVerbs": ["approve"], "driverResources": ["resourceslices", "resourceclaims"]}}).rbac
-    grants = rbac_model.protected_grants([rule(["resourceclaims"], ["approve", "create"])], cfg, role="r")
-    assert [(g.resource, g.verb) for g in grants] == [("resourceclaims", "approve")]
+    # a newer apiserver's admin kind: listed in adminOnlyResources, then drivers may be let write it
+    cfg = from_mapping(
+        {
+            "rbac": {
+                "writeVerbs": ["approve"],
+                "adminOnlyResources": ["newkinds"],
+                "driverResources": ["resourceslices", "newkinds"],
+            }
+        }
+    ).rbac
+    grants = rbac_model.protected_grants([rule(["newkinds"], ["approve", "create"])], cfg, role="r")
+    assert [(g.resource, g.verb) for g in grants] == [("newkinds", "approve")]
 
 
 # ------------------------------------------------------------------ ClusterRoleBinding

@@ -67,6 +67,7 @@ Example (all defaults shown)::
           - kube-system:persistent-volume-binder
           - kube-system:replicaset-controller
           - kube-system:replication-controller
+          - kube-system:resource-claim-controller
           - kube-system:resourcequota-controller
           - kube-system:root-ca-cert-publisher
           - kube-system:statefulset-controller
@@ -87,7 +88,7 @@ Example (all defaults shown)::
       aggregationControllerUsers:   # whose rule copies into aggregating roles only warn
         - system:serviceaccount:kube-system:clusterrole-aggregation-controller
         - system:kube-controller-manager
-      escalationChecks: [admin-access, admission, api-routing, bind-escalate, guard-rbac, impersonate, namespace-powers, nodes-csr]
+      escalationChecks: [admin-access, admission, api-routing, bind-escalate, claim-allocation, guard-rbac, impersonate, namespace-powers, nodes-csr]
       sensitiveNamespaces: [kube-system]  # besides the admin/driver ServiceAccounts' and dra-guard's own
       driftRemediation: false       # delete a binding a watch event shows violating (off: report only)
     certificates:                 # the serving certificate

@@ -16,7 +16,7 @@ import os
 import pathlib
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -199,7 +199,33 @@ def _never_trusted(values: Mapping[str, Any], reader: _Reader, notes: list[str])
             notes.append(f"{reader.key('users')}: {u} is never trusted")
 
 
-def _extra_subjects(values: dict[str, Any], reader: _Reader, notes: list[str]) -> None:
+#: the cluster-scoped resource.k8s.io kinds a driver may be let write (rbac.driverResources), besides
+#: any the config lists in adminOnlyResources (a newer apiserver's admin kind)
+DRA_ADMIN_KINDS: Final = ("deviceclasses", "devicetaintrules", "resourceslices")
+
+
+def _rbac(values: dict[str, Any], reader: _Reader, notes: list[str]) -> None:
+    """driverResources names DRA resources only (bare, or group-qualified with apiGroup): every
+    driver subject may write them wherever they are bound, so a core or other group's resource
+    there (pods, leases) would hand that write to every driver in every namespace, unreported.
+    Then the extra subject lists are added to theirs."""
+    group = values["api_group"]
+    known = set(DRA_ADMIN_KINDS) | set(values["admin_only_resources"])
+    resources, bad = set(), []
+    for entry in sorted(values["driver_resources"]):
+        name, _, qualifier = entry.partition(".")
+        if qualifier and qualifier != group or name not in known:
+            bad.append(entry)
+        resources.add(name)
+    if bad:
+        raise ConfigError(
+            f"{reader.key('driverResources')}: {', '.join(bad)} {'is not a DRA resource' if len(bad) == 1 else 'are not DRA resources'} "
+            f"of {group} (one of {', '.join(f'{k}.{group}' for k in sorted(known))}); every DRA driver may write "
+            f"what is listed here, in every namespace. A driver's own controllers hold namespaced powers through a "
+            f"RoleBinding in its namespace; any other grant is admitted one binding at a time by an rbac "
+            f"exception (exceptions[])"
+        )
+    values["driver_resources"] = frozenset(resources)
     values["admin_subjects"] = values["admin_subjects"].union(values["extra_admin_subjects"])
     values["driver_subjects"] = values["driver_subjects"].union(values["extra_driver_subjects"])
 
@@ -257,7 +283,7 @@ def _exception(values: dict[str, Any], reader: _Reader, notes: list[str]) -> Non
 #: (values by attribute, which it may rewrite, the section's reader, the "ignored" notes to append to)
 _AFTER: dict[type, Callable[[dict[str, Any], _Reader, list[str]], None]] = {
     SubjectSet: _subjects,
-    RbacConfig: _extra_subjects,
+    RbacConfig: _rbac,
     PolicyException: _exception,
 }
 

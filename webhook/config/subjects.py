@@ -26,6 +26,7 @@ ESCALATION_CHECKS: Final = (
     "nodes-csr",
     "api-routing",
     "admin-access",
+    "claim-allocation",
 )
 
 # kube-system ServiceAccounts the v1.37 bootstrap RBAC (the apiserver's default ClusterRoleBindings
@@ -52,6 +53,7 @@ KUBE_SYSTEM_CONTROLLERS: Final = frozenset(
         "persistent-volume-binder",
         "replicaset-controller",
         "replication-controller",
+        "resource-claim-controller",
         "resourcequota-controller",
         "root-ca-cert-publisher",
         "statefulset-controller",

@@ -91,7 +91,10 @@ class RbacConfig:
     )
     driver_resources: frozenset[str] = dataclasses.field(
         default=frozenset({"resourceslices"}),
-        metadata=key("driverResources", help="resources adminSubjects and driverSubjects may write"),
+        metadata=key(
+            "driverResources",
+            help="DRA resources of apiGroup (bare or group-qualified: resourceslices, devicetaintrules, deviceclasses, or an adminOnlyResources kind) adminSubjects and driverSubjects may write",
+        ),
     )
     write_verbs: frozenset[str] = dataclasses.field(
         default=frozenset({"create", "update", "patch", "delete", "deletecollection"}),
@@ -134,9 +137,11 @@ class RbacConfig:
             help="escalation powers judged like DRA write: impersonate, admission (webhook configurations and "
             "admission policies), guard-rbac (dra-guard's own ClusterRole/Binding), bind-escalate (on roles "
             "that hold any of these), namespace-powers (tokens, pods, exec, workloads, secrets in sensitive "
-            "namespaces; Leases, Services, Endpoints and EndpointSlices in dra-guard's own), nodes-csr "
+            "namespaces; ConfigMaps, Services and EndpointSlices in dra-guard's own), nodes-csr "
             "(nodes/proxy, CSR approval, kubelet client CSRs), api-routing (APIServices, FlowSchemas and "
-            "PriorityLevelConfigurations), admin-access (updating Namespaces: the DRA admin-access label)",
+            "PriorityLevelConfigurations), admin-access (updating Namespaces and their status and finalize "
+            "subresources: the DRA admin-access label), claim-allocation (resourceclaims/status and "
+            "resourceclaims/binding update: allocating devices, DRA drivers excepted)",
         ),
     )
     sensitive_namespaces: frozenset[str] = dataclasses.field(
@@ -159,6 +164,10 @@ class RbacConfig:
     # service and webhook configuration names, which the chart renders from its release)
     guard_namespace: str = "dra-guard"
     guard_names: frozenset[str] = frozenset({"dra-guard"})
+    # not a config key: the namespaces of the other identities that may write DRA objects, filled
+    # by Config.with_guard from the rest of the config (the ServiceAccounts rbac exceptions name,
+    # the namespaces of drivers.declared, whose pods run as ServiceAccounts that write ResourceSlices)
+    writer_namespaces: frozenset[str] = frozenset()
 
     @property
     def protected_resources(self) -> frozenset[str]:
@@ -168,11 +177,12 @@ class RbacConfig:
     @property
     def sensitive(self) -> frozenset[str]:
         """Namespaces whose ServiceAccounts hold (or may hold) DRA write: sensitiveNamespaces, the
-        namespaces of the admin and driver ServiceAccounts, and dra-guard's own."""
+        namespaces of the admin and driver ServiceAccounts, dra-guard's own, and writer_namespaces
+        (the ServiceAccounts of rbac exceptions, the declared drivers' namespaces)."""
         spaces = {
             entry.split(":", 1)[0] for entry in self.admin_subjects.service_accounts | self.driver_subjects.service_accounts
         }
-        return frozenset(self.sensitive_namespaces | spaces | {self.guard_namespace})
+        return frozenset(self.sensitive_namespaces | spaces | self.writer_namespaces | {self.guard_namespace})
 
     def is_guard(self, kind: str, name: str, namespace: str = "") -> bool:
         """Whether an RBAC subject is dra-guard's own ServiceAccount (trusted in its namespace)."""
@@ -389,10 +399,18 @@ class Config:
         """This config with dra-guard's own identity (namespace, ClusterRole/Binding and
         ServiceAccount names) filled into rbac from the certificates section."""
         names = frozenset({self.certificates.service, self.certificates.validating_webhook} - {""})
+        # an exception lets its ServiceAccounts write DRA objects, and a declared driver's pods run as
+        # ServiceAccounts of its namespace that do: acting as any of them is as good as that write
+        writers = {
+            entry.split(":", 1)[0] for e in self.exceptions if e.policy == "rbac" for entry in e.subjects.service_accounts
+        } | {d.namespace for d in self.detection.declared}
         return dataclasses.replace(
             self,
             rbac=dataclasses.replace(
-                self.rbac, guard_namespace=namespace or "dra-guard", guard_names=names or frozenset({"dra-guard"})
+                self.rbac,
+                guard_namespace=namespace or "dra-guard",
+                guard_names=names or frozenset({"dra-guard"}),
+                writer_namespaces=frozenset(writers),
             ),
         )
 

@@ -4,13 +4,20 @@ role sent at the same moment could both be stored).
 
 A review first records its own object here, then judges reading the other kind's pending
 objects; since both records happen before either read, of two concurrent reviews at least one
-sees the other (and refuses, or both do). A refused review drops its record; an allowed one stays
-until the watch delivers the object (settle) or `ttl` seconds pass. Across replicas the watch
-re-judging (webhook.kube.drift) reports what slipped through. Thread-safe; no I/O.
+sees the other (and refuses, or both do). A refused review drops its own record (and only its
+own); an allowed one stays until the watch delivers the object (settle) or `ttl` seconds pass.
+Across replicas the watch re-judging (webhook.kube.drift) reports what slipped through.
+
+What a review says is not trusted (anyone who reaches the webhook port can send one): a pending
+object is judged *beside* the informers' version of the same object and beside every other
+pending version of it, never instead of them. So a review can only add restrictions: a forged
+CREATE of an existing binding with an admin subject hides nothing, it adds a binding that grants
+nothing (docs/threat-model.md, "Callers of the webhook port"). Thread-safe; no I/O.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Mapping
@@ -28,41 +35,63 @@ def _kind(obj: Mapping[str, Any]) -> str:
     return "binding" if isinstance(obj.get("roleRef"), Mapping) else "role"
 
 
+def _key(obj: Mapping[str, Any]) -> Key:
+    return _kind(obj), namespace_of(obj), name_of(obj)
+
+
 class Pending:
-    """Objects allowed (or being judged) by this replica and not yet seen on the watch."""
+    """Objects allowed (or being judged) by this replica and not yet seen on the watch: every
+    version recorded, each with its own token and expiry."""
 
     def __init__(self, ttl: float = TTL_SECONDS) -> None:
         self.ttl = ttl
         self._lock = threading.Lock()
-        self._items: dict[Key, tuple[Mapping[str, Any], float]] = {}
+        self._tokens = itertools.count(1)
+        # key -> {token: (object, monotonic expiry)}
+        self._items: dict[Key, dict[int, tuple[Mapping[str, Any], float]]] = {}
 
-    def add(self, obj: Mapping[str, Any]) -> None:
-        """Record a ClusterRole/Role or ClusterRoleBinding/RoleBinding dict being judged."""
+    def add(self, obj: Mapping[str, Any]) -> int:
+        """Record a ClusterRole/Role or ClusterRoleBinding/RoleBinding dict being judged, beside any
+        other version of it already recorded; the token that drops this record (and no other)."""
         with self._lock:
-            self._items[_kind(obj), namespace_of(obj), name_of(obj)] = (obj, time.monotonic() + self.ttl)
+            token = next(self._tokens)
+            self._items.setdefault(_key(obj), {})[token] = (obj, time.monotonic() + self.ttl)
+            return token
 
-    def drop(self, obj: Mapping[str, Any]) -> None:
-        """Forget `obj` (its review refused it)."""
-        self.settle(_kind(obj), namespace_of(obj), name_of(obj))
+    def drop(self, token: int) -> None:
+        """Forget the record `token` (its review refused it); the other versions stay."""
+        with self._lock:
+            for key, versions in list(self._items.items()):
+                if versions.pop(token, None) is not None:
+                    if not versions:
+                        del self._items[key]
+                    return
 
     def settle(self, kind: str, namespace: str, name: str) -> None:
-        """The watch delivered (or deleted) object kind ("role" or "binding") namespace/name."""
+        """The watch delivered (or deleted) object kind ("role" or "binding") namespace/name: the
+        informers now hold what the apiserver stored, so every recorded version goes."""
         with self._lock:
             self._items.pop((kind, namespace, name), None)
 
     def _live(self) -> list[tuple[Key, Mapping[str, Any]]]:
         now = time.monotonic()
         with self._lock:
-            for key in [k for k, (_, expiry) in self._items.items() if expiry < now]:
-                del self._items[key]
-            return [(k, obj) for k, (obj, _) in self._items.items()]
+            out: list[tuple[Key, Mapping[str, Any]]] = []
+            for key, versions in list(self._items.items()):
+                for token in [t for t, (_, expiry) in versions.items() if expiry < now]:
+                    del versions[token]
+                if not versions:
+                    del self._items[key]
+                out.extend((key, obj) for obj, _ in versions.values())
+            return out
 
-    def role(self, name: str, namespace: str = "") -> Mapping[str, Any] | None:
-        """The pending ClusterRole `name` (or Role namespace/name), or None."""
-        return next((o for k, o in self._live() if k == ("role", namespace, name)), None)
+    def roles(self, name: str, namespace: str = "") -> list[Mapping[str, Any]]:
+        """Every pending version of ClusterRole `name` (or Role namespace/name)."""
+        return [o for k, o in self._live() if k == ("role", namespace, name)]
 
     def bindings_of(self, role: str, namespace: str = "") -> list[Mapping[str, Any]]:
-        """Pending bindings whose roleRef names ClusterRole `role` (namespace "") or Role namespace/role."""
+        """Pending bindings (every version) whose roleRef names ClusterRole `role` (namespace "")
+        or Role namespace/role."""
         out = []
         for (kind, ns, _), obj in self._live():
             ref = as_map(obj.get("roleRef"))

@@ -58,18 +58,24 @@ NAMESPACE_POWERS: Final = (
     ("", "pods/attach", frozenset({"create", "get"}), "pods/attach"),
     ("", "pods/ephemeralcontainers", frozenset({"update", "patch"}), "pods/ephemeralcontainers"),
     ("", "secrets", frozenset({"get", "list", "watch", "create", "update", "patch"}), "secrets"),
-    *((g, r, WORKLOAD_VERBS, r) for g, r in WORKLOADS),
+    # a Job's pod template is immutable once created: update/patch only suspends, resumes or
+    # relabels it (cluster-autoscaler's chart patches Jobs everywhere); creating one runs a pod
+    *((g, r, frozenset({"create"}) if r == "jobs" else WORKLOAD_VERBS, r) for g, r in WORKLOADS),
 )
 _WRITE: Final = frozenset({"create", "update", "patch", "delete"})
-#: extra namespaced powers in dra-guard's own namespace: its configuration, where the apiserver
-#: sends its reviews (Service, Endpoints, EndpointSlices: an endpoint of one's own gets the reviews
-#: or makes them fail) and its Leases (the holder of the audit's or the certificates' Lease stops them)
+#: extra namespaced powers in dra-guard's own namespace: its configuration, and where the apiserver
+#: sends its reviews (its Service, and EndpointSlices: an endpoint of one's own gets the reviews or
+#: makes them fail). Not Endpoints: the apiserver finds a webhook through the Service's ClusterIP
+#: or its EndpointSlices (kube-apiserver buildServiceResolver), and the Endpoints of a Service with
+#: a selector are never mirrored into EndpointSlices (the endpointslicemirroring controller).
+#: Not its Leases: whoever holds the audit's or the certificates' Lease stops them and a forged
+#: eviction record holds a driver pod for a minute at most, a denial of service the gauges report
+#: (docs/threat-model.md, row 22), while Lease write in every namespace is what each leader-electing
+#: controller's chart asks for (cluster-autoscaler, Karpenter, NVIDIA's).
 GUARD_NAMESPACE_POWERS: Final = (
     ("", "configmaps", _WRITE, "configmaps"),
     ("", "services", _WRITE, "services"),
-    ("", "endpoints", _WRITE, "endpoints"),
     ("discovery.k8s.io", "endpointslices", _WRITE, "endpointslices"),
-    ("coordination.k8s.io", "leases", _WRITE, "leases"),
 )
 #: every namespaced power name a DRA driver subject may hold (drivers run controllers of their own)
 NAMESPACE_POWER_NAMES: Final = frozenset(p[3] for p in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS)
@@ -88,6 +94,19 @@ API_ROUTING: Final = (
 #: authorizer and NodeRestriction then let that identity write the node's ResourceSlices)
 NODE_CLIENT_CSRS: Final = ("certificatesigningrequests/nodeclient", "certificatesigningrequests/selfnodeclient")
 
+#: DRA admin access: the Namespace label resource.kubernetes.io/admin-access lets its ResourceClaims
+#: use any device. The apiserver keeps label changes made through the status and finalize
+#: subresources too (seen on v1.37), so update/patch on each is the same power.
+NAMESPACE_LABEL_WRITERS: Final = ("namespaces", "namespaces/status", "namespaces/finalize")
+#: allocating devices: writing a ResourceClaim's status.allocation/reservedFor needs update/patch on
+#: resourceclaims/status plus resourceclaims/binding (granular status authorization, on by default
+#: since 1.36; without that feature gate resourceclaims/status alone). The apiserver does not check
+#: the devices are free: the writer can allocate another tenant's device to a second claim.
+#: Source: Kubernetes "Hardening Guide - Dynamic Resource Allocation", "DRA status update permissions".
+CLAIM_ALLOCATION: Final = ("resourceclaims/status", "resourceclaims/binding")
+#: the powers DRA drivers (rbac.driverSubjects) may hold wherever they are bound, like driverResources
+DRIVER_POWERS: Final = frozenset(CLAIM_ALLOCATION)
+
 #: impersonation: (group, resource, namespaced)
 IMPERSONATE: Final = (
     ("", "users", False),
@@ -95,6 +114,24 @@ IMPERSONATE: Final = (
     ("", "serviceaccounts", True),
     ("authentication.k8s.io", "uids", False),
 )
+
+
+#: the API group of each power name power_grants returns ("" for the core group), for messages
+POWER_GROUPS: Final = {
+    **{power: group for group, _, _, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS},
+    **{power: group for group, _, power in API_ROUTING},
+    **dict.fromkeys(ADMISSION_RESOURCES, ADMISSION_GROUP),
+    **{f"impersonate:{resource}": group for group, resource, _ in IMPERSONATE},
+    **{
+        f"{r}:{suffix}": RBAC_GROUP
+        for r in ("clusterroles", "clusterrolebindings", "roles")
+        for suffix in ("dra-guard", "bind-escalate")
+    },
+    **dict.fromkeys(("certificatesigningrequests/approval", *NODE_CLIENT_CSRS), "certificates.k8s.io"),
+    "nodes/proxy": "",
+    **dict.fromkeys(NAMESPACE_LABEL_WRITERS, ""),
+    **dict.fromkeys(CLAIM_ALLOCATION, "resource.k8s.io"),
+}
 
 
 def _group_ok(groups: list[str], group: str) -> bool:
@@ -194,8 +231,12 @@ def power_grants(
             for group, resource, power in API_ROUTING:
                 add(group, resource, write_verbs, power, False)
         if "admin-access" in checks:
-            # the namespace label resource.kubernetes.io/admin-access lets its ResourceClaims use any device
-            add("", "namespaces", ("update", "patch"), "namespaces", False)
+            for resource in NAMESPACE_LABEL_WRITERS:
+                add("", resource, ("update", "patch"), resource, False)
+        if "claim-allocation" in checks:
+            # cluster-scoped here: counted through ClusterRoleBindings (docs/threat-model.md, Limits)
+            for resource in CLAIM_ALLOCATION:
+                add("resource.k8s.io", resource, ("update", "patch"), resource, False)
         if "namespace-powers" in checks:
             for group, resource, wanted, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS:
                 add(group, resource, wanted, power, True)

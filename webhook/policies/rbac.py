@@ -144,18 +144,18 @@ def review(
     # path 9: recorded before judging, so that of two concurrent reviews of a role and a binding of
     # it at least one sees the other (webhook.model.pending); dropped again when refused
     dry_run = request.get("dryRun") is True
-    if not dry_run:
-        index.pending.add(obj)
+    token = None if dry_run else index.pending.add(obj)
     try:
         if kind in ("ClusterRoleBinding", "RoleBinding"):
             decision = _review_binding(obj, old, index=index, config=config, requester=requester, fetch_role=fetch_role)
         else:
             decision = _review_role(obj, old, index=index, config=config, requester=requester, refresh_bindings=refresh_bindings)
     except BaseException:
-        index.pending.drop(obj)
+        if token is not None:
+            index.pending.drop(token)
         raise
-    if not decision.allowed and not dry_run:
-        index.pending.drop(obj)
+    if not decision.allowed and token is not None:
+        index.pending.drop(token)
     return decision
 
 
@@ -249,8 +249,8 @@ def _review_binding(
     role = index.role(role_name, role_ns)
     if role is None and fetch_role is not None and role_name and role_kind == "ClusterRole":
         role = fetch_role(role_name)
-    pending = index.pending.role(role_name, role_ns)  # an UPDATE of the role allowed a moment ago
-    if role is None and pending is None:
+    pending = index.pending.roles(role_name, role_ns)  # an UPDATE of the role allowed a moment ago
+    if role is None and not pending:
         return Decision(
             warnings=(
                 short(
@@ -259,7 +259,8 @@ def _review_binding(
                 ),
             )
         )
-    grants = tuple(sorted({g for r in (role, pending) if r is not None for g in index.effective_grants(r, config)}))
+    # every version counts: the cached one and each pending one (a review adds, never replaces)
+    grants = tuple(sorted({g for r in (role, *pending) if r is not None for g in index.effective_grants(r, config)}))
     new = binding_violations(obj, grants, config, via=role_name)
     old_v = binding_violations(old, grants, config, via=role_name) if old is not None else []
     added, kept = _split_new(new, old_v)
@@ -273,18 +274,20 @@ def _role_violations(role: Mapping[str, Any], *, index: RbacIndex, config: RbacC
     grants = index.effective_grants(role, config)
     if not grants:
         return []
-    found: dict[tuple[str, str], tuple[str, Mapping[str, Any]]] = {}
+    found: list[tuple[str, Mapping[str, Any]]] = []
     vias = [name] if namespace else [name, *index.aggregators_of(labels_of(role), exclude=name)]
     for via in vias:
+        # a pending binding is judged beside its cached version, never instead of it: what a
+        # review says (anyone may send one to the webhook port) can only add restrictions
         for b in [*bindings_reaching(index, config, role, via=via), *index.pending.bindings_of(via, namespace)]:
             if not namespace_of(b) or namespace_of(b) in config.sensitive:
-                found[namespace_of(b), name_of(b)] = (via, b)  # a pending binding replaces its cached version
-    out: list[Violation] = []
-    for via, binding in found.values():
+                found.append((via, b))
+    out: dict[Violation, None] = {}
+    for via, binding in found:
         if _break_glass(binding) is not None and requester.is_admin(config.admin_subjects):
             continue
-        out.extend(binding_violations(binding, grants, config, via=via))
-    return out
+        out.update(dict.fromkeys(binding_violations(binding, grants, config, via=via)))
+    return list(out)
 
 
 def _review_role(

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.config import RbacConfig
-from webhook.model.powers import GUARD_NAMESPACE_POWERS, NAMESPACE_POWER_NAMES
+from webhook.model.powers import DRIVER_POWERS, GUARD_NAMESPACE_POWERS, NAMESPACE_POWER_NAMES, POWER_GROUPS
 from webhook.model.rbac import Grant, Subject, subjects_of
 from webhook.model.readers import as_map, as_str, name_of, namespace_of
 from webhook.policies.decision import Finding, short
@@ -40,7 +40,11 @@ def may_hold(subject: Subject, grant: Grant, config: RbacConfig, *, namespace: s
         return True  # dra-guard itself (self mode: patch on its own webhook configurations)
     if config.driver_subjects.contains(**kw):
         own = subject.kind == "ServiceAccount" and bool(namespace) and namespace == subject.namespace
-        return grant.resource in config.driver_resources or (own and grant.namespaced and grant.resource in NAMESPACE_POWER_NAMES)
+        return (
+            grant.resource in config.driver_resources
+            or grant.resource in DRIVER_POWERS
+            or (own and grant.namespaced and grant.resource in NAMESPACE_POWER_NAMES)
+        )
     return False
 
 
@@ -102,55 +106,98 @@ def binding_violations(binding: Mapping[str, Any], grants: Iterable[Grant], conf
     return out
 
 
-def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str]) -> tuple[str, str]:
-    """(who may hold the violation's grants, the narrowest setting that would accept them).
+def _group_of(resource: str, config: RbacConfig) -> str:
+    """The API group of a DRA resource or an escalation power, as messages print it ("core" for "")."""
+    if resource in config.protected_resources:
+        return config.api_group
+    return POWER_GROUPS.get(resource, "") or "core"
 
-    `dra`: the DRA resources written, `powers`: the escalation powers (both sorted names).
-    adminSubjects lifts every check, so it is offered only when nothing narrower would do: a
-    driver subject refused an admin-only DRA resource is told to add it to driverResources (every
-    driver subject may then write it); a subject that writes a driver resource (a driver not yet
-    configured) is told of driverSubjects first.
+
+def with_groups(resources: Iterable[str], config: RbacConfig) -> str:
+    """ "pods (core), leases (coordination.k8s.io)": each resource with its API group."""
+    return ", ".join(f"{r} ({_group_of(r, config)})" for r in resources)
+
+
+def _subject_entry(s: Subject) -> str:
+    """The subject as an exception's `subjects` map: {serviceAccounts: [ns:name]}, {users: [..]}..."""
+    if s.kind == "ServiceAccount":
+        return f"{{serviceAccounts: [{s.namespace}:{s.name}]}}"
+    return f"{{{'groups' if s.kind == 'Group' else 'users'}: [{s.name}]}}"
+
+
+def exception_fix(v: Violation, resources: list[str]) -> str:
+    """The rbac exception that admits exactly this binding's grant of `resources` to v.subject
+    (docs/policies/exceptions.md): pinned to the binding, its roleRef, that subject, those resources."""
+    where = f"namespace: {v.namespace}, " if v.namespace else ""
+    return (
+        f"to accept exactly this grant, add an rbac exception (Helm value config.exceptions): "
+        f"{{policy: rbac, kind: {v.binding_kind}, {where}name: {v.binding}, roleRef: {v.via}, "
+        f"subjects: {_subject_entry(v.subject)}, resources: [{', '.join(resources)}], reason: <why>, owner: <team>, "
+        f"expires: <at most 366 days ahead>}}"
+    )
+
+
+def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str], *, on_role: bool = False) -> tuple[str, str]:
+    """(who may hold the violation's grants, the one setting that admits exactly them).
+
+    `dra`: the DRA resources written, `powers`: the escalation powers (both sorted, never both
+    empty). The setting is never wider than the grant: a ServiceAccount that writes a driver
+    resource (a driver not yet configured) is told of driverSubjects; a driver subject refused an
+    admin-only DRA resource, of driverResources (every driver subject may then write it: the
+    documented setting for a driver's own DRA kinds); anything else (a power, an admin-only DRA
+    resource of a non-driver) of the rbac exception pinned to this binding, roleRef, subject and
+    resources. adminSubjects lifts every check: it is named only for a User or Group, as what a
+    cluster admin is. on_role: the change judged is a role's, which no exception covers (a role's
+    rules reach every binding of it): a cluster admin makes it, and the exception keeps the binding
+    out of the drift watch's and the audits' findings.
     """
     s = v.subject
     is_driver = config.driver_subjects.contains(kind=s.kind, name=s.name, namespace=s.namespace)
-    driver_held = {
-        g.resource
-        for g in v.grants
-        if g.resource in config.driver_resources or (g.namespaced and g.resource in NAMESPACE_POWER_NAMES)
-    }
     admin_dra = [r for r in dra if r not in config.driver_resources]
-    admin_powers = [p for p in powers if p not in driver_held]
-    # the Helm values named are the extra lists: a --set of adminSubjects itself drops its defaults
-    admins = "add the subject to rbac.adminSubjects in dra-guard's config (Helm value config.rbac.extraAdminSubjects)"
+    driver_dra = [r for r in dra if r in config.driver_resources]
+    # the Helm values named are the extra lists: a --set of a list itself drops its defaults
     widened = ", ".join(sorted(config.driver_resources | set(admin_dra)))
     widen = (
         f"add {', '.join(admin_dra)} to rbac.driverResources (drivers may then write "
         f"{'it' if len(admin_dra) == 1 else 'them'}; Helm value config.rbac.driverResources: [{widened}])"
     )
-    writes_driver_resource = any(r in config.driver_resources for r in dra)
-    if admin_powers or (not is_driver and not writes_driver_resource):
-        held = admin_powers or admin_dra or powers
-        fix = admins + (f" ({', '.join(admin_dra)} alone: {widen})" if is_driver and admin_dra else "")
-        return f"only cluster admins may hold {', '.join(held)}", fix
-    if is_driver:
-        return (
-            f"only cluster admins may write {', '.join(admin_dra)}; DRA drivers (rbac.driverSubjects, which "
-            f"{s} is one of) may write {', '.join(sorted(config.driver_resources))}"
-        ), widen
-    who = f"only cluster admins and DRA drivers may write {', '.join(r for r in dra if r not in admin_dra)}"
-    if admin_dra:
-        who += f", only cluster admins {', '.join(admin_dra)}"
-    fix = (
-        "if it is a DRA driver, add the subject to rbac.driverSubjects in dra-guard's config (Helm value "
-        "config.rbac.extraDriverSubjects)"
-        + (f" and {widen}" if admin_dra else "")
-        + "; else to rbac.adminSubjects (Helm value config.rbac.extraAdminSubjects)"
-    )
+    if not powers and s.kind == "ServiceAccount" and (is_driver and admin_dra or not is_driver and driver_dra):
+        if is_driver:
+            return (
+                f"only cluster admins may write {with_groups(admin_dra, config)}; DRA drivers (rbac.driverSubjects, "
+                f"which {s} is one of) may write {with_groups(sorted(config.driver_resources), config)}"
+            ), widen
+        who = f"only cluster admins and DRA drivers may write {with_groups(driver_dra, config)}"
+        if admin_dra:
+            who += f", only cluster admins {with_groups(admin_dra, config)}"
+        fix = (
+            f"if it is a DRA driver, add the subject to rbac.driverSubjects (Helm value "
+            f"config.rbac.extraDriverSubjects.serviceAccounts: [{s.namespace}:{s.name}])" + (f" and {widen}" if admin_dra else "")
+        )
+        return who, fix
+    held = (powers + admin_dra if is_driver else powers + dra) or dra  # never empty: `dra` or `powers` is not
+    who = f"only cluster admins may hold {with_groups(held, config)}"
+    if is_driver and s.kind == "ServiceAccount" and any(g.namespaced for g in v.grants if g.resource in powers):
+        who += (
+            f" (DRA drivers hold namespaced powers only through a RoleBinding in their own namespace "
+            f"({s.namespace}) and never through a ClusterRoleBinding, which reaches every namespace)"
+        )
+    fix = exception_fix(v, sorted(held))
+    if on_role:
+        fix = (
+            f"have a cluster admin make this change (an exception covers a binding, never a role: a role's rules "
+            f"reach every binding of it) and, {fix}"
+        )
+    if s.kind in ("User", "Group"):
+        fix += (
+            f"; or, if {s} is a cluster admin, add it to rbac.adminSubjects (Helm value "
+            f"config.rbac.extraAdminSubjects: it lifts every check)"
+        )
     return who, fix
 
 
-def describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
-    """(message, summary) for a violation."""
+def describe(v: Violation, config: RbacConfig, *, on_role: bool = False) -> tuple[str, str]:
+    """(message, summary) for a violation; on_role: reported on the role whose change is judged."""
     dra = sorted({g.resource for g in v.grants if g.resource in config.protected_resources})
     powers = sorted({g.resource for g in v.grants} - set(dra))
     verbs = sorted({g.verb for g in v.grants})
@@ -166,7 +213,7 @@ def describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
             f"escalation powers{where}: {', '.join(powers)} (each lets the holder act as, or switch off, "
             f"an identity that holds DRA write)"
         )
-    who, fix = _remedy(v, config, dra, powers)
+    who, fix = _remedy(v, config, dra, powers, on_role=on_role)
     message = (
         f"{v.binding_ref} grants {'; and '.join(parts)} to {v.subject} via {via}; {who}. "
         f"Bind a narrower role (ResourceClaims and ResourceClaimTemplates are enough for workloads), "
@@ -179,7 +226,7 @@ def describe(v: Violation, config: RbacConfig) -> tuple[str, str]:
 
 def finding(v: Violation, config: RbacConfig, *, kind: str, name: str, namespace: str = "") -> Finding:
     """The Finding of a violation, reported on object `kind` `namespace`/`name`."""
-    message, summary = describe(v, config)
+    message, summary = describe(v, config, on_role=kind in ("ClusterRole", "Role"))
     if kind in ("ClusterRole", "Role"):
         message = f"{kind} {namespace + '/' if namespace else ''}{name}: " + message
     return Finding(

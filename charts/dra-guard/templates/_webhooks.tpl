@@ -70,7 +70,8 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
     - apiGroups: [""]
       apiVersions: [v1]
       operations: [CREATE, UPDATE]
-      resources: [namespaces]
+      # the apiserver keeps label changes made through status and finalize updates too
+      resources: [namespaces, namespaces/status, namespaces/finalize]
       scope: Cluster
   matchConditions:
     - name: sets-admin-access

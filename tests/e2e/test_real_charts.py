@@ -1,0 +1,92 @@
+"""The charts people install (tests/rbac_charts.py: NVIDIA's DRA driver chart under its new name
+with its three ServiceAccounts declared as drivers, cluster-autoscaler, Karpenter), created object
+by object by an RBAC manager (alice) through the real apiserver and dra-guard in enforce mode with
+the chart's webhooks: each object is stored, or refused with a message naming the exception that
+admits exactly that grant (cluster-autoscaler is stored whole); with that exception in dra-guard's
+config the refused binding is stored."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.guard import Guard
+from tests.rbac_charts import (
+    NVIDIA_DAEMON_BINDING,
+    NVIDIA_NS,
+    NVIDIA_SERVICE_ACCOUNTS,
+    cluster_autoscaler,
+    karpenter,
+    nvidia_dra_driver_gpu,
+)
+
+DENIED = 'admission webhook "rbac.dra-guard.io" denied the request'
+EXCEPTION = f"""exceptions:
+  - policy: rbac
+    kind: ClusterRoleBinding
+    name: {NVIDIA_DAEMON_BINDING}
+    roleRef: compute-domain-daemon-role
+    subjects: {{serviceAccounts: ["{NVIDIA_NS}:compute-domain-daemon-service-account"]}}
+    resources: [pods]
+    reason: ComputeDomain daemons patch their own pods
+    owner: e2e
+    expires: "2027-06-30T00:00:00Z"
+"""
+
+
+def ref(obj):
+    ns = obj["metadata"].get("namespace")
+    return f"{obj['kind']} {ns + '/' if ns else ''}{obj['metadata']['name']}"
+
+
+@pytest.fixture(scope="module")
+def guard(control_plane, tmp_path_factory):
+    cp = control_plane
+    cp.kubectl("admin", "create", "namespace", NVIDIA_NS, check=False)
+    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-real-charts"))
+    g.start(mode="enforce", driver_service_accounts=NVIDIA_SERVICE_ACCOUNTS)
+    g.register()
+    try:
+        yield g
+    finally:
+        g.stop()
+        for obj in [*nvidia_dra_driver_gpu(), *cluster_autoscaler(), *karpenter()]:
+            ns = obj["metadata"].get("namespace")
+            cp.kubectl(
+                "admin", "delete", obj["kind"].lower(), obj["metadata"]["name"], *(["-n", ns] if ns else []), "--ignore-not-found"
+            )
+
+
+def install(cp, objects):
+    """Each object created as alice (ServiceAccounts by the admin), in helm's order: {ref: stderr}
+    of the refused ones."""
+    refused = {}
+    for obj in objects:
+        user = "admin" if obj["kind"] == "ServiceAccount" else "alice"
+        out = cp.kubectl(user, "create", "-f", "-", input=json.dumps(obj), check=False)
+        if out.returncode != 0:
+            assert DENIED in out.stderr, out.stderr
+            refused[ref(obj)] = out.stderr
+    return refused
+
+
+def test_the_charts_install_but_for_one_grant_each_named_with_its_exception(control_plane, guard):
+    cp = control_plane
+    refused = install(cp, nvidia_dra_driver_gpu())
+    assert list(refused) == [f"ClusterRoleBinding {NVIDIA_DAEMON_BINDING}"], refused
+    message = refused[f"ClusterRoleBinding {NVIDIA_DAEMON_BINDING}"]
+    assert "only cluster admins may hold pods (core)" in message
+    assert f"subjects: {{serviceAccounts: [{NVIDIA_NS}:compute-domain-daemon-service-account]}}, resources: [pods]" in message, (
+        message
+    )
+    assert "rbac.driverResources" not in message and ": ;" not in message and "add  to" not in message
+    assert install(cp, cluster_autoscaler()) == {}
+    refused = install(cp, karpenter())
+    assert list(refused) == ["RoleBinding kube-system/karpenter"], refused
+    assert "resources: [secrets]" in refused["RoleBinding kube-system/karpenter"]
+    # the setting named admits that binding
+    guard.start(mode="enforce", driver_service_accounts=NVIDIA_SERVICE_ACCOUNTS, extra_config=EXCEPTION)
+    [daemon] = [o for o in nvidia_dra_driver_gpu() if o["metadata"]["name"] == NVIDIA_DAEMON_BINDING]
+    out = cp.kubectl("alice", "create", "-f", "-", input=json.dumps(daemon), check=False)
+    assert out.returncode == 0 and "allowed by exception" in out.stderr, out.stderr
