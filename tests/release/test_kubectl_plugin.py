@@ -86,7 +86,7 @@ def test_completion_through_kubectl(path):
     commands, _ = completions(path, "")
     assert {"serve", "audit", "drain-plan", "certs", "completion"} <= set(commands) and "--help" not in commands
     assert completions(path, "audit", "-o", "j") == (["json", "junit"], ":4")
-    assert completions(path, "audit", "--sugg") == (["--suggest-values"], ":4")
+    assert completions(path, "audit", "--sugg") == (["--suggest-exception", "--suggest-values"], ":4")
     # a folder: no space after it (cobra's NoSpace, 2), so the next TAB goes into it
     assert completions(path, "audit", "-f", "examples/non") == (["examples/non-compliant/"], ":6")
 
