@@ -907,25 +907,6 @@ def test_values_comments_say_why():
         assert any("#" in line for line in window), f"{key} has no comment: {window}"
 
 
-def test_notes_say_modes_audit_to_enforce_and_break_glass(tmp_path):
-    out = helm.run(
-        "install",
-        "dra-guard",
-        str(helm.CHART),
-        "--namespace",
-        "dra-guard",
-        "--dry-run=client",
-        *helm.values_args({"config": {"mode": "audit", "policies": {"rbac": {"mode": "enforce"}}}}, tmp_path),
-    )
-    notes = out.stdout.split("NOTES:", 1)[1]
-    assert "rbac      mode enforce  webhook failurePolicy Fail, timeout 3s" in notes
-    assert "probes    mode audit    webhook failurePolicy Ignore, timeout 3s" in notes
-    assert "eviction  mode audit" in notes
-    assert "--set config.mode=enforce" in notes and "dra-guard audit --cluster" in notes
-    assert "kubectl delete validatingwebhookconfiguration,mutatingwebhookconfiguration dra-guard" in notes
-    assert "helm test dra-guard" in notes
-
-
 def _notes_and_webhooks(tmp_path, values) -> tuple[str, dict[str, str]]:
     """(NOTES as `helm install --dry-run=client` prints them, {webhook name: its failurePolicy} of
     the same rendering)."""
@@ -946,6 +927,16 @@ def _notes_and_webhooks(tmp_path, values) -> tuple[str, dict[str, str]]:
         for hook in doc["webhooks"]
     }
     return notes, policies
+
+
+def test_notes_say_modes_audit_to_enforce_and_break_glass(tmp_path):
+    notes, _ = _notes_and_webhooks(tmp_path, {"config": {"mode": "audit", "policies": {"rbac": {"mode": "enforce"}}}})
+    assert "rbac      mode enforce  webhook failurePolicy Fail, timeout 3s" in notes
+    assert "probes    mode audit    webhook failurePolicy Ignore, timeout 3s" in notes
+    assert "eviction  mode audit" in notes
+    assert "--set config.mode=enforce" in notes and "dra-guard audit --cluster" in notes
+    assert "kubectl delete validatingwebhookconfiguration,mutatingwebhookconfiguration dra-guard" in notes
+    assert "helm test dra-guard" in notes
 
 
 DRIVERS = {"config": {"drivers": {"declared": [{"namespace": "gpu", "name": "gpu-driver"}]}}}

@@ -61,28 +61,21 @@ def kcm_pod(name, qps, burst):
     )
 
 
-def audit_cluster(cp, *args, installed_config=False):
-    """`dra-guard audit --cluster -o json` as admin: (exit code, its AuditResult's findings). Without
-    installed_config the built-in defaults are used (other tests may install releases)."""
-    extra = [] if installed_config else ["--no-installed-config"]
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook.cli",
-            "audit",
-            "--cluster",
-            "--kubeconfig",
-            str(cp.kubeconfig("admin")),
-            "--output",
-            "json",
-            *extra,
-            *args,
-        ],
+def run_audit(cp, *args: str) -> subprocess.CompletedProcess[str]:
+    """`dra-guard audit --cluster ARGS` as admin (text output captured)."""
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig", str(cp.kubeconfig("admin")), *args],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def audit_cluster(cp, *args, installed_config=False):
+    """`dra-guard audit --cluster -o json` as admin: (exit code, its AuditResult's findings). Without
+    installed_config the built-in defaults are used (other tests may install releases)."""
+    extra = [] if installed_config else ["--no-installed-config"]
+    out = run_audit(cp, "--output", "json", *extra, *args)
     assert out.returncode in (0, 1), out.stderr
     result = json.loads(out.stdout)
     assert result["kind"] == "AuditResult" and result["summary"]["findings"] == len(result["findings"]), result["summary"]
@@ -345,24 +338,7 @@ def test_the_installed_release_configuration_is_used_by_default(control_plane, t
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(cm))
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     try:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "-o",
-                "json",
-                "--release-namespace",
-                ns,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        out = run_audit(cp, "-o", "json", "--release-namespace", ns)
         assert f"config: ConfigMap {ns}/dra-guard (the installed release)" in out.stderr
         findings = json.loads(out.stdout)["findings"]
         # group devs is an admin in the installed configuration: its binding is no finding
@@ -372,22 +348,7 @@ def test_the_installed_release_configuration_is_used_by_default(control_plane, t
         assert [f for f in defaults if f["name"] == "e2e-audit-devs"]
         # a mistyped --release-namespace is one line and exit 2 naming where the release is, never
         # the built-in defaults' other verdicts
-        typo = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "--release-namespace",
-                ns + "-typo",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        typo = run_audit(cp, "--release-namespace", ns + "-typo")
         assert typo.returncode == 2 and not typo.stdout, typo
         assert f"no dra-guard release in namespace '{ns}-typo' (--release-namespace); one is installed in {ns}" in typo.stderr
         assert "Traceback" not in typo.stderr
