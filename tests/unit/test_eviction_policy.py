@@ -94,27 +94,120 @@ def test_at_most_ten_claims_are_listed():
     assert "work/c09" in msg and "work/c10" not in msg and "and 3 more" in msg
 
 
-def test_delete_guard_is_off_by_default_and_lets_the_daemonset_controller_through():
-    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
-    req = eviction_request("gpu-driver-a", operation="DELETE")
-    assert decide(idx, req).allowed  # off by default
-    cfg = from_mapping({"eviction": {"guardDeletes": True}}).eviction
-    assert not eviction.review(req, index=idx, config=cfg).allowed
-    req["userInfo"]["username"] = "system:serviceaccount:kube-system:daemon-set-controller"
-    assert eviction.review(req, index=idx, config=cfg).allowed
+DS_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 
 
-def test_delete_guard_lets_the_kubelets_final_delete_of_a_terminating_pod_through():
-    """The kubelet deletes a pod for good once its containers stopped; the pod's leaving was decided
-    when its deletion began, so refusing that DELETE would only leave it Terminating."""
+def delete_request(name="gpu-driver-a", *, user="admin", generation="1", collection=False, **meta):
+    """A DELETE review of pod gpu/`name` (oldObject: the DaemonSet's pod, label
+    pod-template-generation `generation`); `collection`: as each pod of a deletecollection is
+    reviewed, with no request name."""
+    req = eviction_request(name, operation="DELETE")
+    req["userInfo"]["username"] = user
+    old = pod(name, "node-a", namespace="gpu", ds="gpu-driver")
+    old["metadata"]["labels"] = {"pod-template-generation": generation}
+    old["metadata"].update(meta)
+    req["oldObject"], req["object"] = old, None
+    if collection:
+        del req["name"]
+    return req
+
+
+def node(name="node-a", *, labels=None, taints=()):
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": [dict(zip(("key", "value", "effect"), t, strict=True)) for t in taints]},
+    }
+
+
+def rolled_index(*, generation="2", node_selector=None, tolerations=None, objects=()):
+    """index_with a held driver pod on node-a, its DaemonSet at template generation `generation`."""
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"), *objects)
+    ds = driver_daemonset(name="gpu-driver", namespace="gpu")
+    ds["metadata"]["annotations"] = {"deprecated.daemonset.template.generation": generation}
+    if node_selector is not None:
+        ds["spec"]["template"]["spec"]["nodeSelector"] = node_selector
+    if tolerations is not None:
+        ds["spec"]["template"]["spec"]["tolerations"] = tolerations
+    idx.upsert_daemonset(ds)
+    return idx
+
+
+def test_delete_of_a_held_driver_pod_is_refused_by_default():
     idx = index_with(pod("consumer", "node-a"), claim("gpu"))
-    cfg = from_mapping({"eviction": {"guardDeletes": True}}).eviction
-    req = eviction_request("gpu-driver-a", operation="DELETE")
-    req["userInfo"]["username"] = "system:node:node-a"
-    req["oldObject"] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-driver-a", "namespace": "gpu"}}
-    assert not eviction.review(req, index=idx, config=cfg).allowed  # a first DELETE is judged
-    req["oldObject"]["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
-    assert eviction.review(req, index=idx, config=cfg).allowed
+    d = decide(idx, delete_request())
+    assert not d.allowed and d.findings[0].code == 429
+    assert "delete those pods first" in d.findings[0].message
+    off = from_mapping({"eviction": {"guardDeletes": False}}).eviction
+    assert eviction.review(delete_request(), index=idx, config=off).allowed
+
+
+def test_each_pod_of_a_deletecollection_is_judged_by_its_old_object():
+    """A deletecollection's per-pod reviews carry no request name: the pod is oldObject."""
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    d = decide(idx, delete_request(collection=True))
+    assert not d.allowed and "gpu/gpu-driver-a" in d.findings[0].message
+    assert decide(idx, delete_request("gpu-driver-b", collection=True)).allowed  # node-b holds nothing
+
+
+@pytest.mark.parametrize(
+    "meta, phase",
+    [({"deletionTimestamp": "2026-12-01T12:00:00Z"}, "Running"), ({}, "Succeeded"), ({}, "Failed")],
+    ids=["terminating (the kubelet's final DELETE)", "succeeded", "failed"],
+)
+def test_delete_of_a_pod_already_stopped_is_allowed(meta, phase):
+    """Its leaving was decided before; refusing it would only keep a stopped pod."""
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    req = delete_request(user="system:node:node-a", **meta)
+    req["oldObject"]["status"]["phase"] = phase
+    assert decide(idx, req).allowed
+
+
+def test_the_garbage_collectors_delete_is_allowed():
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    assert decide(idx, delete_request(user="system:serviceaccount:kube-system:generic-garbage-collector")).allowed
+
+
+def test_a_rolling_update_that_brings_the_pod_back_is_allowed_with_a_warning():
+    idx = rolled_index(objects=[node()])
+    d = decide(idx, delete_request(user=DS_CONTROLLER, generation="1"))
+    assert d.allowed and "rolling update" in d.warnings[0] and "maxSurge 1" in d.warnings[0], d.warnings
+    # anyone else's DELETE of the same pod is refused
+    assert not decide(idx, delete_request(user="admin", generation="1")).allowed
+
+
+def test_the_daemonset_controllers_delete_of_a_current_pod_is_refused():
+    idx = rolled_index(generation="1", objects=[node()])
+    d = decide(idx, delete_request(user=DS_CONTROLLER, generation="1"))
+    assert not d.allowed and "current template" in d.findings[0].message
+
+
+@pytest.mark.parametrize(
+    "selector, taints, tolerations, why",
+    [
+        ({"gpu": "yes"}, (), None, "nodeSelector"),
+        (None, (("ToBeDeletedByClusterAutoscaler", "1", "NoSchedule"),), None, "ToBeDeletedByClusterAutoscaler=1:NoSchedule"),
+        (None, (("maintenance", "", "NoExecute"),), None, "maintenance:NoExecute"),
+    ],
+)
+def test_a_rolling_update_that_brings_no_pod_back_is_refused(selector, taints, tolerations, why):
+    """The DaemonSet controller creates the new pod only where NodeShouldRunDaemonPod says so."""
+    idx = rolled_index(node_selector=selector, tolerations=tolerations, objects=[node(taints=taints)])
+    d = decide(idx, delete_request(user=DS_CONTROLLER, generation="1"))
+    assert not d.allowed and why in d.findings[0].message and "no new pod" in d.findings[0].message
+
+
+def test_taints_the_daemonset_tolerates_or_adds_itself_do_not_stop_a_rolling_update():
+    taints = (("node.kubernetes.io/unschedulable", "", "NoSchedule"), ("ToBeDeletedByClusterAutoscaler", "1", "NoSchedule"))
+    idx = rolled_index(tolerations=[{"operator": "Exists"}], objects=[node(taints=taints)])
+    assert decide(idx, delete_request(user=DS_CONTROLLER, generation="1")).allowed
+    idx = rolled_index(objects=[node(taints=taints[:1])])  # cordoned: daemon pods tolerate it
+    assert decide(idx, delete_request(user=DS_CONTROLLER, generation="1")).allowed
+
+
+def test_a_rolling_update_on_a_node_dra_guard_does_not_know_is_refused():
+    idx = rolled_index()
+    assert not decide(idx, delete_request(user=DS_CONTROLLER, generation="1")).allowed
 
 
 def test_index_deletes_and_relists():

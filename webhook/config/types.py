@@ -335,11 +335,26 @@ class EvictionConfig:
         default=10, metadata=key("maxListedClaims", lo=1, hi=1000, help="claims named in a refusal, then 'and N more'")
     )
     guard_deletes: bool = dataclasses.field(
-        default=False, metadata=key("guardDeletes", help="also guard DELETE of driver pods (the DaemonSet controller is exempt)")
+        default=True,
+        metadata=key(
+            "guardDeletes",
+            help="also guard DELETE (and deletecollection) of declared driver pods; off: only evictions are judged",
+        ),
     )
     daemonset_controller_users: frozenset[str] = dataclasses.field(
         default=frozenset({"system:serviceaccount:kube-system:daemon-set-controller", "system:kube-controller-manager"}),
-        metadata=key("daemonSetControllerUsers", help="the DaemonSet controller's user names (exempt from guardDeletes)"),
+        metadata=key(
+            "daemonSetControllerUsers",
+            help="the DaemonSet controller's user names: their DELETE of a driver pod of an older template is a "
+            "rolling update, allowed (with a warning) when a new pod will come back on the node",
+        ),
+    )
+    garbage_collector_users: frozenset[str] = dataclasses.field(
+        default=frozenset({"system:serviceaccount:kube-system:generic-garbage-collector"}),
+        metadata=key(
+            "garbageCollectorUsers",
+            help="the garbage collector's user names: its DELETEs (the pods of a deleted DaemonSet) are never sent to dra-guard",
+        ),
     )
 
 

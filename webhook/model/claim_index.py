@@ -157,6 +157,11 @@ class ClaimIndex:
             for ds in daemonsets:
                 self.upsert_daemonset(ds)
 
+    def daemonset(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """DaemonSet namespace/name as last seen (an apps/v1 DaemonSet dict), None when not known."""
+        with self._lock:
+            return self._daemonsets.get((namespace, name))
+
     def daemonset_drivers(self) -> list[tuple[str, str, drivers.Driver | None]]:
         """(namespace, name, verdict) of every DaemonSet: its drivers.detect() result or None."""
         with self._lock:
