@@ -568,3 +568,37 @@ def test_suggest_values_from_the_live_cluster_clear_its_driver_findings(control_
         assert ours(after) == [], [f for f in after if f["name"] in ("e2e-suggest-slices", name)]
     finally:
         cp.kubectl("admin", "delete", "-f", "-", "--wait=false", input=document, check=False)
+
+
+def test_a_declared_driver_daemonset_that_does_not_exist_is_reported(control_plane, tmp_path):
+    """A stale drivers.declared entry (the release renamed, its DaemonSet under a new name) guards
+    nothing: `audit --cluster` reports it; a declared DaemonSet that exists is not reported."""
+    cp = control_plane
+    ns = "e2e-declared"
+    cp.kubectl("admin", "create", "namespace", ns, check=False)
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "renamed-driver", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"app": "renamed-driver"}},
+            "template": {
+                "metadata": {"labels": {"app": "renamed-driver"}},
+                "spec": {
+                    "nodeSelector": {"e2e": "no-such-node"},
+                    "containers": [{"name": "c", "image": "registry.example/d:v1"}],
+                },
+            },
+        },
+    }
+    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(ds))
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"drivers:\n  declared: [{{namespace: {ns}, name: old-driver}}, {{namespace: {ns}, name: renamed-driver}}]\n"
+    )
+    try:
+        _, findings = audit_cluster(cp, "--config", str(config))
+        ours = sorted((f["check"], f["name"]) for f in findings if f.get("namespace") == ns)
+        assert ours == [("declared-driver-missing", "old-driver")], ours
+    finally:
+        cp.kubectl("admin", "delete", "namespace", ns, "--wait=false", check=False)

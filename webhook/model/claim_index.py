@@ -162,6 +162,12 @@ class ClaimIndex:
         with self._lock:
             return self._daemonsets.get((namespace, name))
 
+    def daemonset_pods(self, namespace: str, name: str) -> list[PodInfo]:
+        """The indexed pods DaemonSet namespace/name controls, by name. O(pods)."""
+        with self._lock:
+            found = [p for (ns, _), p in self._pods.items() if ns == namespace and p.daemonset == name]
+        return sorted(found, key=lambda p: p.name)
+
     def daemonset_drivers(self) -> list[tuple[str, str, drivers.Driver | None]]:
         """(namespace, name, verdict) of every DaemonSet: its drivers.detect() result or None."""
         with self._lock:

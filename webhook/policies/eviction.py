@@ -297,6 +297,62 @@ def account(request: Mapping[str, Any], decision: Decision, facts: Facts, *, mod
     return Tally(driver_evictions=tuple(evictions), blocking_claims=tuple(blocking))
 
 
+# --------------------------------------------------------------------------- declared drivers
+
+#: the apiserver cuts a generateName prefix to this many characters (names.SimpleNameGenerator:
+#: 63 - 5 random characters), so the pods of DaemonSet D are named (D + "-")[:58] + 5 characters
+GENERATED_PREFIX_LIMIT = 58
+
+
+def eviction_prefix(daemonset: str) -> str:
+    """The name prefix the chart's eviction condition matches for declared DaemonSet `daemonset`:
+    the DaemonSet controller's generateName "<name>-" as the apiserver cuts it."""
+    return f"{daemonset}-"[:GENERATED_PREFIX_LIMIT]
+
+
+def declared_findings(facts: Facts, config: Config) -> Iterator[Finding]:
+    """Advisory findings for entries of drivers.declared the fail-closed webhook does not guard,
+    over a whole cluster's objects (a manifest file lacks most DaemonSets): a DaemonSet that does
+    not exist (``declared-driver-missing``: a stale entry, e.g. after a release was renamed: the
+    driver under its new name is unguarded), and pods of a declared DaemonSet whose names do not
+    start with eviction_prefix() (``declared-driver-unmatched``: their evictions never reach dra-guard)."""
+    for entry in config.detection.declared:
+        namespace, name = entry.namespace, entry.name
+        if facts.claims.daemonset(namespace, name) is None:
+            yield Finding(
+                policy=POLICY,
+                kind="DaemonSet",
+                namespace=namespace,
+                name=name,
+                check="declared-driver-missing",
+                enforced=False,
+                message=f"drivers.declared lists DaemonSet {namespace}/{name}, which does not exist: nothing is guarded "
+                f"by that entry. If the driver was renamed (a new release name), declare its DaemonSet under the new name.",
+                summary=short(f"dra-guard: declared driver DaemonSet {namespace}/{name} does not exist"),
+                details={"namespace": namespace, "name": name},
+            )
+            continue
+        prefix = eviction_prefix(name)
+        missed = [p.name for p in facts.claims.daemonset_pods(namespace, name) if not p.name.startswith(prefix)]
+        if missed:
+            yield Finding(
+                policy=POLICY,
+                kind="DaemonSet",
+                namespace=namespace,
+                name=name,
+                check="declared-driver-unmatched",
+                enforced=False,
+                message=f"{len(missed)} pod(s) of declared driver DaemonSet {namespace}/{name} are named without the prefix "
+                f"{prefix!r} the eviction webhook matches ({', '.join(missed[:5])}{' ...' if len(missed) > 5 else ''}): "
+                f"their evictions are not sent to dra-guard. Pods the DaemonSet controller creates always have it; "
+                f"find who created these.",
+                summary=short(
+                    f"dra-guard: {len(missed)} pod(s) of declared driver {namespace}/{name} escape the eviction webhook"
+                ),
+                details={"namespace": namespace, "name": name, "pods": missed, "prefix": prefix},
+            )
+
+
 # --------------------------------------------------------------------------- undeclared drivers
 
 
