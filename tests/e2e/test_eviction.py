@@ -42,6 +42,7 @@ spec:
   pool: {{name: {NODE}, generation: 1, resourceSliceCount: 1}}
   devices:
     - name: gpu-0
+    - name: gpu-1
 ---
 apiVersion: v1
 kind: Namespace
@@ -248,6 +249,53 @@ def test_the_daemonset_controller_may_roll_the_driver_but_not_take_it_off_the_no
                     "admin", "delete", "pod", "-n", "gpu", p["metadata"]["name"], "--grace-period=0", "--force", check=False
                 )
     wait_for("a driver pod of the current template", lambda: driver_pod_name(cp))
+
+
+def test_a_claim_deleted_under_its_running_pod_still_holds_the_driver(control_plane, scenario):
+    """A namespace admin (the default `admin` ClusterRole) removes the finalizer of a reserved claim
+    and deletes it while its pod still runs on the node: the claim objects no longer say the
+    devices are prepared, the node still does; dra-guard keeps refusing and names that claim."""
+    cp = control_plane
+    driver_pod = wait_guarded(cp, scenario)
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "e2e-alice-admin", "namespace": "work"},
+        "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "admin", "apiGroup": "rbac.authorization.k8s.io"},
+    }
+    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(binding))
+    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod("held")))
+    try:
+        pod = wait_for(
+            "the second consumer's claim reserved",
+            lambda: (lambda p: p if p and p["status"].get("resourceClaimStatuses") else None)(
+                get_json(cp, "pod", "-n", "work", "held")
+            ),
+        )
+        claim = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        wait_for("its claim reserved", lambda: any(c["metadata"]["name"] == claim for c in claim_reserved(cp)))
+        unprotect = cp.kubectl(
+            "alice", "patch", "resourceclaim", "-n", "work", claim, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
+        )
+        assert unprotect.returncode == 0, unprotect.stderr
+        cp.kubectl("alice", "delete", "resourceclaim", "-n", "work", claim, "--wait=false")
+        wait_for("the claim gone", lambda: get_json(cp, "resourceclaim", "-n", "work", claim) is None)
+        last = []
+
+        def names_it():
+            r = evict(cp, "gpu", driver_pod)
+            last[:] = [r.status_code, r.text]
+            return r.status_code == 429 and dra_guard_refusal(r) and f"work/{claim} (missing or not allocated" in r.text
+
+        try:
+            wait_for("dra-guard to name the deleted claim", names_it, timeout=30)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; last answer {last}") from None
+        assert "-\\u003e pod work/held" in last[1] or "-> pod work/held" in last[1], last[1]
+    finally:
+        cp.kubectl("admin", "delete", "pod", "-n", "work", "held", "--grace-period=0", "--force", check=False)
+        cp.kubectl("admin", "delete", "rolebinding", "-n", "work", "e2e-alice-admin", check=False)
 
 
 def test_drain_waits_for_the_claim_then_evicts_the_driver(control_plane, scenario, tmp_path):

@@ -36,9 +36,9 @@ def test_terminating_consumer_still_holds_the_driver():
         ("claim on node-b", [pod("consumer", "node-b"), claim("gpu", node="node-b")]),
         ("claim of another driver", [pod("consumer", "node-a"), claim("gpu", driver="net.example.com")]),
         (
-            "claim not allocated",
+            "claim not allocated, its pod finished",
             [
-                pod("consumer", "node-a"),
+                pod("consumer", "node-a", phase="Succeeded"),
                 {"kind": "ResourceClaim", "metadata": {"name": "gpu", "namespace": "work"}, "status": {}},
             ],
         ),
@@ -89,7 +89,7 @@ def test_unsynced_caches_answer_429_retry():
 
 
 def test_at_most_ten_claims_are_listed():
-    objs = [pod("consumer", "node-a")] + [claim(f"c{i:02}") for i in range(13)]
+    objs = [pod("consumer", "node-a", claims=tuple(f"c{i:02}" for i in range(13)))] + [claim(f"c{i:02}") for i in range(13)]
     msg = decide(index_with(*objs)).findings[0].message
     assert "work/c09" in msg and "work/c10" not in msg and "and 3 more" in msg
 
@@ -213,7 +213,12 @@ def test_a_rolling_update_on_a_node_dra_guard_does_not_know_is_refused():
 def test_index_deletes_and_relists():
     idx = index_with(pod("consumer", "node-a"), claim("gpu"))
     idx.delete_claim("work", "gpu")
+    assert "missing or not allocated" in decide(idx).findings[0].message  # the running consumer still references it
+    idx.replace_claims([claim("gpu", reserved=())])
+    assert "no longer reserved for its pod" in decide(idx).findings[0].message
+    idx.delete_pod("work", "consumer")
     assert decide(idx).allowed
+    idx.upsert_pod(pod("consumer", "node-a"))
     idx.replace_claims([claim("gpu")])
     assert not decide(idx).allowed
     idx.delete_pod("gpu", "gpu-driver-a")
@@ -294,3 +299,57 @@ def test_the_driver_evictions_metric_says_refused_only_when_the_eviction_was_ref
         other = "refused" if label == "would-refuse" else "would-refuse"
         assert after[other] == before[other], (mode, before, after)
     assert REGISTRY.get_sample_value("dra_guard_blocking_claims", {"node": "node-a"}) == 1
+
+
+# ------------------------------------------------------------------ held by what the node holds
+
+
+def container_states(p, state):
+    p["status"]["containerStatuses"] = [{"name": "c", "state": {state: {}}}]
+    return p
+
+
+@pytest.mark.parametrize(
+    "claim_now, why",
+    [
+        (None, "missing or not allocated"),
+        ({"kind": "ResourceClaim", "metadata": {"name": "gpu", "namespace": "work"}, "status": {}}, "missing or not allocated"),
+        (claim("gpu", reserved=()), "no longer reserved for its pod"),
+    ],
+    ids=["claim deleted", "allocation emptied", "reservation emptied"],
+)
+def test_a_claim_taken_away_under_a_running_pod_still_holds_the_driver(claim_now, why):
+    """The kubelet keeps the devices prepared until the pod stops, whatever the claim object says."""
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    if claim_now is None:
+        idx.delete_claim("work", "gpu")
+    else:
+        idx.upsert_claim(claim_now)
+    d = decide(idx)
+    assert not d.allowed and d.findings[0].code == 429
+    assert f"work/gpu ({why}, still referenced) -> pod work/consumer" in d.findings[0].message
+    assert decide(idx, eviction_request("gpu-driver-b")).allowed  # only the node the pod runs on
+
+
+def test_an_extended_resource_claim_taken_away_still_holds_the_driver():
+    idx = index_with(pod("trainer", "node-a", extended="trainer-gpu-x"), claim("trainer-gpu-x", reserved=("trainer",)))
+    assert not decide(idx).allowed
+    idx.delete_claim("work", "trainer-gpu-x")
+    assert "work/trainer-gpu-x (missing or not allocated" in decide(idx).findings[0].message
+
+
+def test_a_claim_made_from_a_template_is_known_by_the_pods_status():
+    consumer = pod("consumer", "node-a", claims=())
+    consumer["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpu-template"}]
+    consumer["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "consumer-gpu-abcde"}]
+    idx = index_with(consumer)
+    assert "work/consumer-gpu-abcde (missing or not allocated" in decide(idx).findings[0].message
+
+
+def test_a_terminal_phase_next_to_a_running_container_is_not_trusted():
+    """The kubelet writes Succeeded/Failed only once every container stopped; a pods/status
+    writer who sets it on a running pod does not release the driver."""
+    idx = index_with(container_states(pod("consumer", "node-a", phase="Succeeded"), "running"), claim("gpu"))
+    assert not decide(idx).allowed
+    idx.upsert_pod(container_states(pod("consumer", "node-a", phase="Succeeded"), "terminated"))
+    assert decide(idx).allowed
