@@ -8,6 +8,8 @@ declared DaemonSet whose 63-character name the apiserver cuts in its pods' names
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -213,36 +215,53 @@ def refused_deletes(scenario):
     return metric(scrape(scenario.proc), "dra_guard_driver_evictions_total", driver=DRIVER, decision="refused", default=0.0)
 
 
+def roll(cp, old):
+    """Wait until the DaemonSet controller deleted driver pod `old`, confirm the deletion as the
+    absent kubelet would (its final DELETE: never sent to dra-guard), return the new pod's name."""
+    wait_for(
+        "the rolling update to delete the old pod",
+        lambda: (
+            not any(
+                p["metadata"]["name"] == old and not p["metadata"].get("deletionTimestamp") for p in pods_of(cp, "e2e-gpu-driver")
+            )
+        ),
+    )
+    cp.kubectl("admin", "delete", "pod", "-n", "gpu", old, "--grace-period=0", "--force", check=False)
+    new = wait_for("the new pod on the node", lambda: driver_pod_name(cp))
+    assert new != old
+    return new
+
+
 def test_the_daemonset_controller_may_roll_the_driver_but_not_take_it_off_the_node(control_plane, scenario):
     """The real DaemonSet controller (maxUnavailable 1, the default): its DELETE of the pod of an
     older template goes through while the claim is reserved (a new pod comes back on the node);
     once the DaemonSet's nodeSelector no longer matches the node, its DELETE is refused and the
-    driver pod stays; restored, the rollout goes on."""
+    driver pod stays. While dra-guard is hung the controller's DELETE of a new rollout fails
+    (failurePolicy Fail) and the rollout waits until dra-guard answers again."""
     cp = control_plane
-    old = wait_guarded(cp, scenario)
+    pod = wait_guarded(cp, scenario)
     try:
         patch_template(cp, {"containers": [{"name": "plugin", "image": "registry.example/driver:v2"}]})
-        wait_for(
-            "the rolling update to delete the old pod",
-            lambda: (
-                not any(
-                    p["metadata"]["name"] == old and not p["metadata"].get("deletionTimestamp")
-                    for p in pods_of(cp, "e2e-gpu-driver")
-                )
-            ),
-        )
-        # no kubelet here: the final DELETE it would send once the pod stopped (never sent to dra-guard)
-        cp.kubectl("admin", "delete", "pod", "-n", "gpu", old, "--grace-period=0", "--force", check=False)
-        new = wait_for("the new pod on the node", lambda: driver_pod_name(cp))
-        assert new != old
+        pod = roll(cp, pod)
         before = refused_deletes(scenario)
         # the node no longer matches: the controller would delete the driver and put none back
         patch_template(cp, {"nodeSelector": {"kubernetes.io/hostname": NODE, "e2e-gpu": "never"}})
         wait_for("dra-guard to refuse the DaemonSet controller's DELETE", lambda: refused_deletes(scenario) > before)
         time.sleep(2)
-        assert driver_pod_name(cp) == new, "the driver pod must stay while the claim is reserved"
+        assert driver_pod_name(cp) == pod, "the driver pod must stay while the claim is reserved"
+        # matching again: the template of the running pod (the controller's revision hash matches), nothing to roll
+        patch_template(cp, {"nodeSelector": {"e2e-gpu": None}})
+        # dra-guard hung: the controller's DELETE fails, the driver pod stays until it answers
+        os.killpg(scenario.proc.proc.pid, signal.SIGSTOP)
+        try:
+            patch_template(cp, {"containers": [{"name": "plugin", "image": "registry.example/driver:v3"}]})
+            time.sleep(8)  # the webhook's timeout is 3 s: the controller has tried and been refused
+            assert driver_pod_name(cp) == pod, "the rollout must wait while dra-guard is hung"
+        finally:
+            os.killpg(scenario.proc.proc.pid, signal.SIGCONT)
+        pod = roll(cp, pod)
     finally:
-        patch_template(cp, {"nodeSelector": {"kubernetes.io/hostname": NODE}})
+        patch_template(cp, {"nodeSelector": {"e2e-gpu": None}})
         for p in pods_of(cp, "e2e-gpu-driver"):
             if p["metadata"].get("deletionTimestamp"):
                 cp.kubectl(
