@@ -23,9 +23,10 @@ must own before answering (Decision.record; webhook.kube.records writes it).
 The policy reads the ClaimIndex (webhook.model.claim_index), which webhook.kube fills from
 watches of ResourceClaims, DaemonSets, (slimmed) Pods and Nodes' labels.
 
-Scope: the chart sends dra-guard only the evictions of the pods of the drivers declared in
-``drivers.declared``, with failurePolicy Fail, so the drain order holds while dra-guard is slow,
-hung or down (the apiserver refuses them). A driver dra-guard recognises that is not declared is
+Scope: the chart sends dra-guard only the evictions and DELETEs (``eviction.guardDeletes``) of
+the pods of the drivers declared in ``drivers.declared``, with failurePolicy Fail, so the drain
+order holds while dra-guard is slow, hung or down (the apiserver refuses them); the DELETE of a
+pod already Terminating or stopped and the garbage collector's are never sent. A driver dra-guard recognises that is not declared is
 unguarded: audit_objects() reports it (check ``undeclared-driver``) with the value to set.
 """
 
