@@ -65,9 +65,12 @@ Example (all defaults shown)::
           - kube-system:job-controller
           - kube-system:legacy-service-account-token-cleaner
           - kube-system:namespace-controller
+          - kube-system:node-controller
           - kube-system:persistent-volume-binder
+          - kube-system:pod-garbage-collector
           - kube-system:replicaset-controller
           - kube-system:replication-controller
+          - kube-system:resource-claim-controller
           - kube-system:resourcequota-controller
           - kube-system:root-ca-cert-publisher
           - kube-system:statefulset-controller

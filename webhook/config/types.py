@@ -159,6 +159,8 @@ class RbacConfig:
     # service and webhook configuration names, which the chart renders from its release)
     guard_namespace: str = "dra-guard"
     guard_names: frozenset[str] = frozenset({"dra-guard"})
+    # not a config key either: the namespaces of drivers.declared (acting there is acting as a driver)
+    driver_namespaces: frozenset[str] = frozenset()
 
     @property
     def protected_resources(self) -> frozenset[str]:
@@ -168,11 +170,12 @@ class RbacConfig:
     @property
     def sensitive(self) -> frozenset[str]:
         """Namespaces whose ServiceAccounts hold (or may hold) DRA write: sensitiveNamespaces, the
-        namespaces of the admin and driver ServiceAccounts, and dra-guard's own."""
+        namespaces of the admin and driver ServiceAccounts and of the declared driver DaemonSets,
+        and dra-guard's own."""
         spaces = {
             entry.split(":", 1)[0] for entry in self.admin_subjects.service_accounts | self.driver_subjects.service_accounts
         }
-        return frozenset(self.sensitive_namespaces | spaces | {self.guard_namespace})
+        return frozenset(self.sensitive_namespaces | spaces | self.driver_namespaces | {self.guard_namespace})
 
     def is_guard(self, kind: str, name: str, namespace: str = "") -> bool:
         """Whether an RBAC subject is dra-guard's own ServiceAccount (trusted in its namespace)."""
@@ -402,12 +405,16 @@ class Config:
 
     def with_guard(self, namespace: str) -> Config:
         """This config with dra-guard's own identity (namespace, ClusterRole/Binding and
-        ServiceAccount names) filled into rbac from the certificates section."""
+        ServiceAccount names) filled into rbac from the certificates section, and the declared
+        drivers' namespaces (sensitive: webhook.config.RbacConfig.sensitive)."""
         names = frozenset({self.certificates.service, self.certificates.validating_webhook} - {""})
         return dataclasses.replace(
             self,
             rbac=dataclasses.replace(
-                self.rbac, guard_namespace=namespace or "dra-guard", guard_names=names or frozenset({"dra-guard"})
+                self.rbac,
+                guard_namespace=namespace or "dra-guard",
+                guard_names=names or frozenset({"dra-guard"}),
+                driver_namespaces=frozenset(d.namespace for d in self.detection.declared),
             ),
         )
 
