@@ -449,16 +449,24 @@ def test_webhooks_by_default():
     ):
         assert who in expression
     assert "startsWith" not in expression  # no longer every kube-system ServiceAccount
-    for name in ("driver-evictions.dra-guard.io", "evictions.dra-guard.io"):
-        assert hooks[name]["rules"] == [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["pods/eviction"],
-                "scope": "Namespaced",
-            }
-        ]
+    eviction_rule = {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE"],
+        "resources": ["pods/eviction"],
+        "scope": "Namespaced",
+    }
+    delete_rule = {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["DELETE"],
+        "resources": ["pods"],
+        "scope": "Namespaced",
+    }
+    if "driver-evictions.dra-guard.io" in hooks:  # guardDeletes is on by default
+        assert hooks["driver-evictions.dra-guard.io"]["rules"] == [eviction_rule, delete_rule]
+    if "evictions.dra-guard.io" in hooks:  # the best-effort webhook never gets DELETE
+        assert hooks["evictions.dra-guard.io"]["rules"] == [eviction_rule]
     assert hooks["probes.dra-guard.io"]["rules"][0]["resources"] == ["daemonsets"]
     assert hooks["probes.dra-guard.io"]["reinvocationPolicy"] == "Never"
 
@@ -473,17 +481,40 @@ def test_declared_drivers_pods_alone_go_to_the_fail_closed_eviction_webhook():
     assert driver["namespaceSelector"] == {
         "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-operator", "kube-system"]}]
     }
-    pods = (
+    evictions = (
         "(request.namespace == 'gpu-operator' && request.name.startsWith('nvidia-dra-driver-gpu-kubelet-plugin-'))"
         " || (request.namespace == 'kube-system' && request.name.startsWith('dra-example-driver-kubeletplugin-'))"
     )
-    assert driver["matchConditions"] == [{"name": "declared-driver-pod", "expression": pods}]
+    deletes = (
+        "(request.namespace == 'gpu-operator' && oldObject.metadata.ownerReferences.exists(o, o.kind == 'DaemonSet'"
+        " && o.name == 'nvidia-dra-driver-gpu-kubelet-plugin'))"
+        " || (request.namespace == 'kube-system' && oldObject.metadata.ownerReferences.exists(o, o.kind == 'DaemonSet'"
+        " && o.name == 'dra-example-driver-kubeletplugin'))"
+    )
+    # an eviction names the pod; a DELETE (each pod of a deletecollection too, with no request
+    # name) carries the pod whose controller ownerReference names the DaemonSet
+    pods = f"request.operation == 'DELETE' ? (has(oldObject.metadata.ownerReferences) && ({deletes})) : ({evictions})"
+    conditions = {c["name"]: c["expression"] for c in driver["matchConditions"]}
+    assert conditions["declared-driver-pod"] == pods
+    assert set(conditions) == {"declared-driver-pod", "not-already-stopped", "not-garbage-collector"}
     assert (other["failurePolicy"], other["timeoutSeconds"]) == ("Ignore", 1)
     assert other["matchConditions"] == [{"name": "not-declared-driver-pod", "expression": f"!({pods})"}]
     assert other["namespaceSelector"]["matchExpressions"][0]["values"] == ["dra-guard"]
     # dra-guard itself reads the same list (its audit reports drivers missing from it)
     config = from_mapping(config_of(rendered("declared-drivers")))
     assert [(d.namespace, d.name) for d in config.detection.declared] == [(d["namespace"], d["name"]) for d in DECLARED]
+
+
+def test_a_declared_daemonset_named_with_58_or_more_characters_is_matched_by_its_pods_cut_name():
+    """The apiserver cuts a generateName prefix to 58 characters (names.SimpleNameGenerator), so
+    the pods of DaemonSet <63 characters> are named <its first 58> + 5: the eviction condition
+    matches that cut prefix, the DELETE condition the ownerReference's whole name."""
+    name = "dra-driver-cpu-" + "r" * 48  # 63 characters
+    values = {"webhooks": {"caBundle": CA_BUNDLE}, "config": {"drivers": {"declared": [{"namespace": "cpu", "name": name}]}}}
+    driver = webhooks(helm.template(values=values))["driver-evictions.dra-guard.io"]
+    [expression] = [c["expression"] for c in driver["matchConditions"] if c["name"] == "declared-driver-pod"]
+    assert f"request.name.startsWith('{name[:58]}')" in expression
+    assert f"o.name == '{name}'" in expression
 
 
 @pytest.mark.parametrize(
@@ -562,10 +593,16 @@ def test_switches():
         "operator": "In",
         "values": ["gpu"],
     }
-    # the DaemonSet controller's deletes (its rolling updates) never wait on dra-guard
+    # the DaemonSet controller's deletes are judged (a rolling update that brings no pod back is
+    # refused); pods already stopped and the garbage collector's deletes never wait on dra-guard
     conditions = {c["name"]: c["expression"] for c in driver["matchConditions"]}
-    assert conditions["not-daemonset-controller"].startswith("!(request.operation == 'DELETE' && request.userInfo.username in [")
-    assert "system:serviceaccount:kube-system:daemon-set-controller" in conditions["not-daemonset-controller"]
+    assert "not-daemonset-controller" not in conditions
+    assert conditions["not-garbage-collector"] == (
+        "!(request.operation == 'DELETE' && request.userInfo.username in "
+        '["system:serviceaccount:kube-system:generic-garbage-collector"])'
+    )
+    assert "has(oldObject.metadata.deletionTimestamp)" in conditions["not-already-stopped"]
+    assert "['Succeeded', 'Failed']" in conditions["not-already-stopped"]
     # the RBAC guard reviews kube-system and its own namespace; only excludedNamespaces stay out
     assert hooks["rbac.dra-guard.io"]["namespaceSelector"]["matchExpressions"][0]["values"] == ["gpu-operator"]
     assert find(objs, "MutatingWebhookConfiguration", "guard").get("webhooks") is None

@@ -605,3 +605,64 @@ def test_suggest_values_from_the_live_cluster_clear_its_driver_findings(control_
         assert ours(after) == [], [f for f in after if f["name"] in ("e2e-suggest-slices", name)]
     finally:
         cp.kubectl("admin", "delete", "-f", "-", "--wait=false", input=document, check=False)
+
+
+def test_declared_drivers_the_webhooks_cannot_keep_on_their_nodes_are_reported(control_plane, tmp_path):
+    """`audit --cluster` reports what admission cannot close: a stale drivers.declared entry (the
+    release renamed, its DaemonSet under a new name) guards nothing; a declared driver that
+    scheduler preemption or a NoExecute taint can remove; a non-admin who may write pods/status
+    (mark a running consumer finished) or nodes (taint them)."""
+    cp = control_plane
+    ns = "e2e-declared"
+    cp.kubectl("admin", "create", "namespace", ns, check=False)
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "renamed-driver", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"app": "renamed-driver"}},
+            "template": {
+                "metadata": {"labels": {"app": "renamed-driver"}},
+                "spec": {
+                    "nodeSelector": {"e2e": "no-such-node"},
+                    "containers": [{"name": "c", "image": "registry.example/d:v1"}],
+                },
+            },
+        },
+    }
+    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(ds))
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"drivers:\n  declared: [{{namespace: {ns}, name: old-driver}}, {{namespace: {ns}, name: renamed-driver}}]\n"
+    )
+    writer = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "e2e-status-writer"},
+            "rules": [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "e2e-status-writer"},
+            "subjects": [{"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"kind": "ClusterRole", "name": "e2e-status-writer", "apiGroup": "rbac.authorization.k8s.io"},
+        },
+    ]
+    document = json.dumps({"apiVersion": "v1", "kind": "List", "items": writer})
+    cp.kubectl("admin", "apply", "-f", "-", input=document)
+    try:
+        _, findings = audit_cluster(cp, "--config", str(config))
+        ours = sorted((f["check"], f["name"]) for f in findings if f.get("namespace") == ns)
+        assert ours == [
+            ("declared-driver-missing", "old-driver"),
+            ("driver-preemptible", "renamed-driver"),
+            ("driver-taint-evictable", "renamed-driver"),
+        ], ours
+        writers = [f["name"] for f in findings if f["check"] == "status-writer"]
+        # the bootstrap RBAC's own writers (controllers, scheduler, nodes) are the control plane
+        assert writers == ["e2e-status-writer"], writers
+    finally:
+        cp.kubectl("admin", "delete", "-f", "-", "--wait=false", input=document, check=False)
+        cp.kubectl("admin", "delete", "namespace", ns, "--wait=false", check=False)

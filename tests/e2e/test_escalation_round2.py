@@ -448,3 +448,20 @@ def test_token_minting_where_an_excepted_serviceaccount_lives_is_refused(control
         cp.kubectl("admin", "delete", "rolebinding,role", "e2e-r3-tokens", "-n", "r3-vendor", "--ignore-not-found")
         cp.kubectl("admin", "delete", "clusterrolebinding", "e2e-r3-inventory", "--ignore-not-found")
         cp.kubectl("admin", "delete", "clusterrole", "e2e-r3-slice-writer", "--ignore-not-found")
+
+
+def test_pods_delete_in_a_driver_namespace_granted_by_an_rbac_manager_is_refused(control_plane, guard):
+    """`pods delete`/`deletecollection` where a DRA driver runs takes the driver off its nodes (the
+    DELETE itself is refused while claims need it): granting it there is an escalation power, like
+    `pods patch`; the same RoleBinding in a tenant's namespace is allowed."""
+    cp = control_plane
+    name = "e2e-r2-pods-delete"
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "deletecollection"]}]
+    try:
+        assert create(cp, "alice", cluster_role(name, rules)).returncode == 0
+        out = create(cp, "alice", bind(name, name, ALICE, namespace="dra-system"))
+        assert out.returncode != 0 and DENIED in out.stderr and "pods" in out.stderr, out.stderr
+        assert create(cp, "alice", bind(name, name, ALICE, namespace="r2-team")).returncode == 0
+    finally:
+        cp.kubectl("admin", "delete", "rolebinding", "-n", "r2-team", name, "--ignore-not-found")
+        cp.kubectl("admin", "delete", "clusterrole", name, "--ignore-not-found")

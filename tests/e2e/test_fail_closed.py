@@ -176,14 +176,13 @@ def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(c
     )
 
 
-def test_with_guard_deletes_a_terminating_driver_pods_final_delete_does_not_wait_on_a_dra_guard_that_is_down(
-    control_plane, tmp_path
-):
-    """eviction.guardDeletes sends DELETE of declared driver pods to the fail-closed webhook. With
-    nothing answering there: a first DELETE (by anyone but the DaemonSet controller) is refused,
-    but once the pod is Terminating (its deletion began as the DaemonSet controller's), the final
-    DELETE (the kubelet's; here the same request as a force delete) goes through without calling
-    dra-guard: a pod is never left Terminating by an outage."""
+def test_a_stopped_driver_pods_final_delete_does_not_wait_on_a_dra_guard_that_is_down(control_plane, tmp_path):
+    """eviction.guardDeletes (on by default) sends DELETE of declared driver pods to the
+    fail-closed webhook. With nothing answering there: a first DELETE of the DaemonSet's pod is
+    refused, but the final DELETE of a pod already Terminating (the kubelet's; here the same
+    request as a force delete) and the DELETE of a pod in a terminal phase (the DaemonSet
+    controller replacing a failed pod, the pod garbage collector) go through without calling
+    dra-guard: a stopped pod is never kept by an outage."""
     import json as json_
 
     import certs
@@ -195,44 +194,69 @@ def test_with_guard_deletes_a_terminating_driver_pods_final_delete_does_not_wait
     ca = certs.generate_ca()
     (tmp_path / "ca.crt").write_bytes(ca.cert_pem())
     closed = f"https://127.0.0.1:{free_port()}/"  # dra-guard down: nothing listens here
-    docs = webhook_configurations(
-        url=closed, ca_file=tmp_path / "ca.crt", declared=((ns, ds),), values={"config": {"eviction": {"guardDeletes": True}}}
-    )
+    docs = webhook_configurations(url=closed, ca_file=tmp_path / "ca.crt", declared=((ns, ds),))
     [config] = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
     config["metadata"]["name"] = "e2e-final-delete"
     config["webhooks"] = [w for w in config["webhooks"] if w["name"] == "driver-evictions.dra-guard.io"]
     assert config["webhooks"] and config["webhooks"][0]["failurePolicy"] == "Fail"
     cp.kubectl("admin", "create", "namespace", ns)
-    pod = f"{ds}-abcde"
-    burst.create_pods(cp.session("admin"), cp.url, [(ns, pod)])
+    # a DaemonSet that places no pod (no node matches), and pods it owns, bound to a node without kubelet
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": ds, "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"app": ds}},
+            "template": {
+                "metadata": {"labels": {"app": ds}},
+                "spec": {
+                    "nodeSelector": {"e2e": "no-such-node"},
+                    "containers": [{"name": "c", "image": "registry.example/d:v1"}],
+                },
+            },
+        },
+    }
+    cp.kubectl("admin", "apply", "-f", "-", input=json_.dumps(daemonset))
+    uid = json_.loads(cp.kubectl("admin", "get", "daemonset", "-n", ns, ds, "-o", "json").stdout)["metadata"]["uid"]
+    owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": ds, "uid": uid, "controller": True}]
+    terminating, failed = f"{ds}-abcde", f"{ds}-fghij"
+    mine = json_.dumps({"metadata": {"ownerReferences": owner, "labels": {"app": ds}}})
+    # Terminating before the webhook is in force (a pod cannot get a deletionTimestamp otherwise)
+    burst.create_pods(cp.session("admin"), cp.url, [(ns, terminating)])
+    cp.kubectl("admin", "patch", "pod", "-n", ns, terminating, "--type=merge", "-p", '{"metadata":{"finalizers":["e2e/hold"]}}')
+    cp.kubectl("admin", "delete", "pod", "-n", ns, terminating, "--wait=false")
+    cp.kubectl("admin", "patch", "pod", "-n", ns, terminating, "--type=merge", "-p", mine)
     cp.kubectl("admin", "apply", "-f", "-", input=json_.dumps(config))
+    # the DaemonSet's own pod, running: its controller would delete it (no node matches) but for the webhook
+    burst.create_pods(cp.session("admin"), cp.url, [(ns, failed)])
+    cp.kubectl("admin", "patch", "pod", "-n", ns, failed, "--type=merge", "-p", mine)
     try:
-        # the webhook is in force: a plain DELETE of the driver pod is refused (nothing answers)
-        first = wait_for(
-            "the webhook refuses a DELETE of the driver pod",
-            lambda: (lambda r: r if r.returncode and "driver-evictions.dra-guard.io" in r.stderr else None)(
-                cp.kubectl("admin", "delete", "pod", "-n", ns, pod, "--wait=false", check=False)
-            ),
-            timeout=30,
-        )
+        # the webhook is in force: a plain DELETE (dry run) of the DaemonSet's running pod is refused (nothing answers)
+        last = []
+
+        def refused():
+            r = cp.kubectl("admin", "delete", "pod", "-n", ns, failed, "--dry-run=server", check=False)
+            last[:] = [r.stderr]
+            return r if r.returncode and "driver-evictions.dra-guard.io" in r.stderr else None
+
+        try:
+            first = wait_for("the webhook refuses a DELETE of the driver pod", refused, timeout=30)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}: {last}") from None
         assert "failed calling webhook" in first.stderr, first.stderr
-        # the DaemonSet controller's delete is let through by matchConditions: the pod is now Terminating
-        cp.kubectl(
-            "admin",
-            "delete",
-            "pod",
-            "-n",
-            ns,
-            pod,
-            "--wait=false",
-            "--as=system:serviceaccount:kube-system:daemon-set-controller",
-        )
-        got = json_.loads(cp.kubectl("admin", "get", "pod", "-n", ns, pod, "-o", "json").stdout)
-        assert got["metadata"].get("deletionTimestamp"), got["metadata"]
+        pod = json_.loads(cp.kubectl("admin", "get", "pod", "-n", ns, failed, "-o", "json").stdout)
+        assert not pod["metadata"].get("deletionTimestamp"), "the DaemonSet controller's DELETE waits on dra-guard too"
+        # in a terminal phase, its DELETE is not sent: the DaemonSet controller removes it now
+        status = {"status": {"phase": "Failed"}}
+        cp.kubectl("admin", "patch", "pod", "-n", ns, failed, "--subresource=status", "--type=merge", "-p", json_.dumps(status))
         # the final DELETE of a Terminating pod: not sent to dra-guard, so not refused by its outage
-        final = cp.kubectl("admin", "delete", "pod", "-n", ns, pod, "--grace-period=0", "--force", "--wait=false", check=False)
+        cp.kubectl("admin", "patch", "pod", "-n", ns, terminating, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+        final = cp.kubectl(
+            "admin", "delete", "pod", "-n", ns, terminating, "--grace-period=0", "--force", "--wait=false", check=False
+        )
         assert final.returncode == 0, final.stderr
-        assert cp.kubectl("admin", "get", "pod", "-n", ns, pod, check=False).returncode != 0
+        for pod in (terminating, failed):
+            wait_for(f"{pod} gone", lambda pod=pod: cp.kubectl("admin", "get", "pod", "-n", ns, pod, check=False).returncode != 0)
     finally:
         cp.kubectl("admin", "delete", "validatingwebhookconfiguration", "e2e-final-delete", check=False)
         cp.kubectl("admin", "delete", "namespace", ns, "--wait=false", check=False)

@@ -165,6 +165,43 @@ def test_with_dra_guard_the_consumer_goes_first_and_then_the_driver(real_node, c
     assert "is not registered" not in node.kubelet_log_text()[log_offset:]
 
 
+def test_a_consumer_whose_claim_is_deleted_under_it_keeps_the_driver_until_the_kubelet_unprepared(real_node, clean_node, guard):
+    """A namespace admin removes the finalizer of a running consumer's claim and deletes it: the
+    claim objects say nothing is prepared, the node still holds the devices. The driver stays
+    (429 naming the vanished claim) until the consumer is gone and the kubelet has unprepared it."""
+    cp, node = real_node.cp, real_node.node
+    claim, uid = start_consumer(cp, "orphaned")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    cp.kubectl("admin", "taint", "node", node.name, TAINT)
+    cp.kubectl("admin", "patch", "resourceclaim", "-n", "work", claim, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    cp.kubectl("admin", "delete", "resourceclaim", "-n", "work", claim, "--wait=false")
+    wait_for("the claim gone", lambda: get_json(cp, "resourceclaim", "-n", "work", claim) is None, timeout=30)
+    assert testdriver.cdi_file(uid).exists(), "still prepared on the node"
+
+    answers = []
+
+    def names_the_claim():
+        r = evict(cp, testdriver.NAMESPACE, driver_pod)
+        answers.append((r.status_code, r.text[:400]))
+        assert r.status_code != 201, f"the driver was evicted with a claim prepared: {answers[-3:]}"
+        return r.status_code == 429 and f"work/{claim} (missing or not allocated" in r.json().get("message", "")
+
+    try:
+        wait_for("dra-guard to refuse naming the deleted claim", names_the_claim, timeout=60)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; answers {answers[-3:]}") from None
+
+    assert evict(cp, "work", "orphaned").status_code == 201
+    wait_for("the consumer gone", lambda: get_json(cp, "pod", "-n", "work", "orphaned") is None, timeout=60)
+    assert not testdriver.cdi_file(uid).exists()
+    assert f"dradriver: unprepared claim work/{claim} uid={uid}" in driver_log(node)
+    wait_for(
+        "the driver's eviction allowed",
+        lambda: evict(cp, testdriver.NAMESPACE, driver_pod).status_code == 201,
+        timeout=60,
+    )
+
+
 def test_drain_loop_that_evicts_daemonset_pods_empties_the_node_in_order(real_node, clean_node, guard):
     """Like node-maintenance tools and autoscalers: evict every pod on the node, DaemonSet pods
     included, retry each 429 every second, in the order listed (the driver first)."""

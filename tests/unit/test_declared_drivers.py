@@ -184,3 +184,89 @@ def test_warn_and_audit_mode_never_refuse_not_even_when_dra_guard_cannot_judge(m
             assert ("warnings" in answer["response"]) is (allowed and mode == "warn")
         shed = overload_answer(review, policy=policy, settings=settings, first=first, why="overloaded")
         assert shed["response"]["allowed"] is allowed
+
+
+def declared_checks(objects, config, *, online=True):
+    checks = ("declared-driver-missing", "declared-driver-unmatched")
+    found = audit(objects, config, served_versions=["v1"] if online else None).findings
+    return sorted((f.check, f.name, f.details.get("pods")) for f, _ in found if f.check in checks)
+
+
+def daemonset_pod(name, ds="gpu-driver"):
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "gpu",
+            "ownerReferences": [{"kind": "DaemonSet", "name": ds, "controller": True, "uid": "u"}],
+        },
+        "spec": {"nodeName": "node-a"},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_the_eviction_prefix_is_the_generated_name_prefix_as_the_apiserver_cuts_it():
+    assert eviction.eviction_prefix("gpu-driver") == "gpu-driver-"
+    long = "d" * 63
+    assert eviction.eviction_prefix(long) == long[:58]
+    assert eviction.eviction_prefix("e" * 57) == "e" * 57 + "-"
+
+
+def test_the_cluster_audit_reports_a_declared_daemonset_that_does_not_exist_and_pods_the_webhook_misses():
+    config = from_mapping(
+        {"drivers": {"declared": [{"namespace": "gpu", "name": "gpu-driver"}, {"namespace": "gpu", "name": "old"}]}}
+    )
+    ds = driver_daemonset(name="gpu-driver", namespace="gpu")
+    objects = [ds, daemonset_pod("gpu-driver-abcde"), daemonset_pod("hand-made")]
+    assert declared_checks(objects, config) == [
+        ("declared-driver-missing", "old", None),
+        ("declared-driver-unmatched", "gpu-driver", ["hand-made"]),
+    ]
+    # files are not a whole cluster: a DaemonSet missing from them is no finding
+    assert declared_checks(objects, config, online=False) == []
+
+
+def door_checks(objects, config):
+    checks = ("driver-preemptible", "driver-taint-evictable", "status-writer")
+    found = audit(objects, config, served_versions=["v1"]).findings
+    return sorted((f.check, f.name) for f, _ in found if f.check in checks)
+
+
+def test_the_cluster_audit_reports_declared_drivers_that_preemption_or_a_noexecute_taint_can_remove():
+    ds = driver_daemonset(name="gpu-driver", namespace="gpu")
+    assert door_checks([ds], from_mapping(DECLARED)) == [
+        ("driver-preemptible", "gpu-driver"),
+        ("driver-taint-evictable", "gpu-driver"),
+    ]
+    ds["spec"]["template"]["spec"].update(
+        priorityClassName="system-node-critical", tolerations=[{"operator": "Exists", "effect": "NoExecute"}]
+    )
+    assert door_checks([ds], from_mapping(DECLARED)) == []
+    assert door_checks([ds], from_mapping(None)) == []  # only declared drivers
+
+
+def test_the_cluster_audit_reports_who_may_write_pod_status_or_nodes_besides_admins_and_the_control_plane():
+    def role(name, resource, verbs):
+        rules = [{"apiGroups": [""], "resources": [resource], "verbs": verbs}]
+        return {"kind": "ClusterRole", "metadata": {"name": name}, "rules": rules}
+
+    def binding(name, role_name, subject):
+        ref = {"kind": "ClusterRole", "name": role_name, "apiGroup": "rbac.authorization.k8s.io"}
+        return {"kind": "ClusterRoleBinding", "metadata": {"name": name}, "roleRef": ref, "subjects": [subject]}
+
+    alice = {"kind": "User", "name": "alice"}
+    objects = [
+        role("status", "pods/status", ["patch"]),
+        role("nodes", "nodes", ["update"]),
+        role("reader", "pods/status", ["get"]),
+        binding("alice-status", "status", alice),
+        binding("alice-nodes", "nodes", alice),
+        binding("alice-reads", "reader", alice),
+        binding("admins-status", "status", {"kind": "Group", "name": "system:masters"}),
+        binding(
+            "system:controller:node-controller",
+            "nodes",
+            {"kind": "ServiceAccount", "name": "node-controller", "namespace": "kube-system"},
+        ),
+    ]
+    assert door_checks(objects, from_mapping(None)) == [("status-writer", "alice-nodes"), ("status-writer", "alice-status")]

@@ -36,9 +36,9 @@ def test_terminating_consumer_still_holds_the_driver():
         ("claim on node-b", [pod("consumer", "node-b"), claim("gpu", node="node-b")]),
         ("claim of another driver", [pod("consumer", "node-a"), claim("gpu", driver="net.example.com")]),
         (
-            "claim not allocated",
+            "claim not allocated, its pod finished",
             [
-                pod("consumer", "node-a"),
+                pod("consumer", "node-a", phase="Succeeded"),
                 {"kind": "ResourceClaim", "metadata": {"name": "gpu", "namespace": "work"}, "status": {}},
             ],
         ),
@@ -89,38 +89,136 @@ def test_unsynced_caches_answer_429_retry():
 
 
 def test_at_most_ten_claims_are_listed():
-    objs = [pod("consumer", "node-a")] + [claim(f"c{i:02}") for i in range(13)]
+    objs = [pod("consumer", "node-a", claims=tuple(f"c{i:02}" for i in range(13)))] + [claim(f"c{i:02}") for i in range(13)]
     msg = decide(index_with(*objs)).findings[0].message
     assert "work/c09" in msg and "work/c10" not in msg and "and 3 more" in msg
 
 
-def test_delete_guard_is_off_by_default_and_lets_the_daemonset_controller_through():
-    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
-    req = eviction_request("gpu-driver-a", operation="DELETE")
-    assert decide(idx, req).allowed  # off by default
-    cfg = from_mapping({"eviction": {"guardDeletes": True}}).eviction
-    assert not eviction.review(req, index=idx, config=cfg).allowed
-    req["userInfo"]["username"] = "system:serviceaccount:kube-system:daemon-set-controller"
-    assert eviction.review(req, index=idx, config=cfg).allowed
+DS_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 
 
-def test_delete_guard_lets_the_kubelets_final_delete_of_a_terminating_pod_through():
-    """The kubelet deletes a pod for good once its containers stopped; the pod's leaving was decided
-    when its deletion began, so refusing that DELETE would only leave it Terminating."""
+def delete_request(name="gpu-driver-a", *, user="admin", generation="1", collection=False, **meta):
+    """A DELETE review of pod gpu/`name` (oldObject: the DaemonSet's pod, label
+    pod-template-generation `generation`); `collection`: as each pod of a deletecollection is
+    reviewed, with no request name."""
+    req = eviction_request(name, operation="DELETE")
+    req["userInfo"]["username"] = user
+    old = pod(name, "node-a", namespace="gpu", ds="gpu-driver")
+    old["metadata"]["labels"] = {"pod-template-generation": generation}
+    old["metadata"].update(meta)
+    req["oldObject"], req["object"] = old, None
+    if collection:
+        del req["name"]
+    return req
+
+
+def node(name="node-a", *, labels=None, taints=()):
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": [dict(zip(("key", "value", "effect"), t, strict=True)) for t in taints]},
+    }
+
+
+def rolled_index(*, generation="2", node_selector=None, tolerations=None, objects=()):
+    """index_with a held driver pod on node-a, its DaemonSet at template generation `generation`."""
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"), *objects)
+    ds = driver_daemonset(name="gpu-driver", namespace="gpu")
+    ds["metadata"]["annotations"] = {"deprecated.daemonset.template.generation": generation}
+    if node_selector is not None:
+        ds["spec"]["template"]["spec"]["nodeSelector"] = node_selector
+    if tolerations is not None:
+        ds["spec"]["template"]["spec"]["tolerations"] = tolerations
+    idx.upsert_daemonset(ds)
+    return idx
+
+
+def test_delete_of_a_held_driver_pod_is_refused_by_default():
     idx = index_with(pod("consumer", "node-a"), claim("gpu"))
-    cfg = from_mapping({"eviction": {"guardDeletes": True}}).eviction
-    req = eviction_request("gpu-driver-a", operation="DELETE")
-    req["userInfo"]["username"] = "system:node:node-a"
-    req["oldObject"] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu-driver-a", "namespace": "gpu"}}
-    assert not eviction.review(req, index=idx, config=cfg).allowed  # a first DELETE is judged
-    req["oldObject"]["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
-    assert eviction.review(req, index=idx, config=cfg).allowed
+    d = decide(idx, delete_request())
+    assert not d.allowed and d.findings[0].code == 429
+    assert "delete those pods first" in d.findings[0].message
+    off = from_mapping({"eviction": {"guardDeletes": False}}).eviction
+    assert eviction.review(delete_request(), index=idx, config=off).allowed
+
+
+def test_each_pod_of_a_deletecollection_is_judged_by_its_old_object():
+    """A deletecollection's per-pod reviews carry no request name: the pod is oldObject."""
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    d = decide(idx, delete_request(collection=True))
+    assert not d.allowed and "gpu/gpu-driver-a" in d.findings[0].message
+    assert decide(idx, delete_request("gpu-driver-b", collection=True)).allowed  # node-b holds nothing
+
+
+@pytest.mark.parametrize(
+    "meta, phase",
+    [({"deletionTimestamp": "2026-12-01T12:00:00Z"}, "Running"), ({}, "Succeeded"), ({}, "Failed")],
+    ids=["terminating (the kubelet's final DELETE)", "succeeded", "failed"],
+)
+def test_delete_of_a_pod_already_stopped_is_allowed(meta, phase):
+    """Its leaving was decided before; refusing it would only keep a stopped pod."""
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    req = delete_request(user="system:node:node-a", **meta)
+    req["oldObject"]["status"]["phase"] = phase
+    assert decide(idx, req).allowed
+
+
+def test_the_garbage_collectors_delete_is_allowed():
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    assert decide(idx, delete_request(user="system:serviceaccount:kube-system:generic-garbage-collector")).allowed
+
+
+def test_a_rolling_update_that_brings_the_pod_back_is_allowed_with_a_warning():
+    idx = rolled_index(objects=[node()])
+    d = decide(idx, delete_request(user=DS_CONTROLLER, generation="1"))
+    assert d.allowed and "rolling update" in d.warnings[0] and "maxSurge 1" in d.warnings[0], d.warnings
+    # anyone else's DELETE of the same pod is refused
+    assert not decide(idx, delete_request(user="admin", generation="1")).allowed
+
+
+def test_the_daemonset_controllers_delete_of_a_current_pod_is_refused():
+    idx = rolled_index(generation="1", objects=[node()])
+    d = decide(idx, delete_request(user=DS_CONTROLLER, generation="1"))
+    assert not d.allowed and "current template" in d.findings[0].message
+
+
+@pytest.mark.parametrize(
+    "selector, taints, tolerations, why",
+    [
+        ({"gpu": "yes"}, (), None, "nodeSelector"),
+        (None, (("ToBeDeletedByClusterAutoscaler", "1", "NoSchedule"),), None, "ToBeDeletedByClusterAutoscaler=1:NoSchedule"),
+        (None, (("maintenance", "", "NoExecute"),), None, "maintenance:NoExecute"),
+    ],
+)
+def test_a_rolling_update_that_brings_no_pod_back_is_refused(selector, taints, tolerations, why):
+    """The DaemonSet controller creates the new pod only where NodeShouldRunDaemonPod says so."""
+    idx = rolled_index(node_selector=selector, tolerations=tolerations, objects=[node(taints=taints)])
+    d = decide(idx, delete_request(user=DS_CONTROLLER, generation="1"))
+    assert not d.allowed and why in d.findings[0].message and "no new pod" in d.findings[0].message
+
+
+def test_taints_the_daemonset_tolerates_or_adds_itself_do_not_stop_a_rolling_update():
+    taints = (("node.kubernetes.io/unschedulable", "", "NoSchedule"), ("ToBeDeletedByClusterAutoscaler", "1", "NoSchedule"))
+    idx = rolled_index(tolerations=[{"operator": "Exists"}], objects=[node(taints=taints)])
+    assert decide(idx, delete_request(user=DS_CONTROLLER, generation="1")).allowed
+    idx = rolled_index(objects=[node(taints=taints[:1])])  # cordoned: daemon pods tolerate it
+    assert decide(idx, delete_request(user=DS_CONTROLLER, generation="1")).allowed
+
+
+def test_a_rolling_update_on_a_node_dra_guard_does_not_know_is_refused():
+    idx = rolled_index()
+    assert not decide(idx, delete_request(user=DS_CONTROLLER, generation="1")).allowed
 
 
 def test_index_deletes_and_relists():
     idx = index_with(pod("consumer", "node-a"), claim("gpu"))
     idx.delete_claim("work", "gpu")
+    assert "missing or not allocated" in decide(idx).findings[0].message  # the running consumer still references it
+    idx.replace_claims([claim("gpu", reserved=())])
+    assert "no longer reserved for its pod" in decide(idx).findings[0].message
+    idx.delete_pod("work", "consumer")
     assert decide(idx).allowed
+    idx.upsert_pod(pod("consumer", "node-a"))
     idx.replace_claims([claim("gpu")])
     assert not decide(idx).allowed
     idx.delete_pod("gpu", "gpu-driver-a")
@@ -201,3 +299,57 @@ def test_the_driver_evictions_metric_says_refused_only_when_the_eviction_was_ref
         other = "refused" if label == "would-refuse" else "would-refuse"
         assert after[other] == before[other], (mode, before, after)
     assert REGISTRY.get_sample_value("dra_guard_blocking_claims", {"node": "node-a"}) == 1
+
+
+# ------------------------------------------------------------------ held by what the node holds
+
+
+def container_states(p, state):
+    p["status"]["containerStatuses"] = [{"name": "c", "state": {state: {}}}]
+    return p
+
+
+@pytest.mark.parametrize(
+    "claim_now, why",
+    [
+        (None, "missing or not allocated"),
+        ({"kind": "ResourceClaim", "metadata": {"name": "gpu", "namespace": "work"}, "status": {}}, "missing or not allocated"),
+        (claim("gpu", reserved=()), "no longer reserved for its pod"),
+    ],
+    ids=["claim deleted", "allocation emptied", "reservation emptied"],
+)
+def test_a_claim_taken_away_under_a_running_pod_still_holds_the_driver(claim_now, why):
+    """The kubelet keeps the devices prepared until the pod stops, whatever the claim object says."""
+    idx = index_with(pod("consumer", "node-a"), claim("gpu"))
+    if claim_now is None:
+        idx.delete_claim("work", "gpu")
+    else:
+        idx.upsert_claim(claim_now)
+    d = decide(idx)
+    assert not d.allowed and d.findings[0].code == 429
+    assert f"work/gpu ({why}, still referenced) -> pod work/consumer" in d.findings[0].message
+    assert decide(idx, eviction_request("gpu-driver-b")).allowed  # only the node the pod runs on
+
+
+def test_an_extended_resource_claim_taken_away_still_holds_the_driver():
+    idx = index_with(pod("trainer", "node-a", extended="trainer-gpu-x"), claim("trainer-gpu-x", reserved=("trainer",)))
+    assert not decide(idx).allowed
+    idx.delete_claim("work", "trainer-gpu-x")
+    assert "work/trainer-gpu-x (missing or not allocated" in decide(idx).findings[0].message
+
+
+def test_a_claim_made_from_a_template_is_known_by_the_pods_status():
+    consumer = pod("consumer", "node-a", claims=())
+    consumer["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpu-template"}]
+    consumer["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "consumer-gpu-abcde"}]
+    idx = index_with(consumer)
+    assert "work/consumer-gpu-abcde (missing or not allocated" in decide(idx).findings[0].message
+
+
+def test_a_terminal_phase_next_to_a_running_container_is_not_trusted():
+    """The kubelet writes Succeeded/Failed only once every container stopped; a pods/status
+    writer who sets it on a running pod does not release the driver."""
+    idx = index_with(container_states(pod("consumer", "node-a", phase="Succeeded"), "running"), claim("gpu"))
+    assert not decide(idx).allowed
+    idx.upsert_pod(container_states(pod("consumer", "node-a", phase="Succeeded"), "terminated"))
+    assert decide(idx).allowed

@@ -589,3 +589,20 @@ def test_audit_of_files_reports_each_power_around_rbac(tmp_path, capsys, power, 
     code = main(["audit", "-f", str(tmp_path / "rbac.yaml"), "-o", "json"])
     findings = json.loads(capsys.readouterr().out)["findings"]
     assert code == 1 and any(f["check"] == "rbac-write" and power in f["message"] for f in findings), findings
+
+
+def test_pods_delete_is_a_power_in_a_declared_drivers_namespace():
+    """DELETE or deletecollection of a driver's pods takes it off its node (refused at admission
+    while claims need it, eviction.guardDeletes): granting it in a declared driver's namespace,
+    or cluster-wide, is an escalation power like pods patch; elsewhere a RoleBinding is fine."""
+    assert powers([rule(["pods"], ["delete", "deletecollection"], groups=[""])]) == {
+        ("pods", "delete", True),
+        ("pods", "deletecollection", True),
+    }
+    config = from_mapping({"drivers": {"declared": [{"namespace": "gpu", "name": "gpu-driver"}]}}).rbac
+    assert "gpu" in config.sensitive
+    deleter = cluster_role("deleter", [rule(["pods"], ["delete"], groups=[""])])
+    refused = decide(binding("b", "deleter", ALICE, kind="RoleBinding", namespace="gpu"), [deleter], config=config)
+    assert not refused.allowed and "pods" in refused.findings[0].message
+    assert decide(binding("b", "deleter", ALICE, kind="RoleBinding", namespace="team-a"), [deleter], config=config).allowed
+    assert not decide(binding("b", "deleter", ALICE), [deleter], config=config).allowed  # cluster-wide

@@ -62,7 +62,10 @@ def consumers(*drivers_: str):
     """A running consumer pod and a claim reserved by it on NODE for each driver name."""
     out = []
     for i, d in enumerate(drivers_):
-        out += [pod(f"consumer-{i}", NODE), claim(f"claim-{i}", driver=d, node=NODE, reserved=(f"consumer-{i}",))]
+        out += [
+            pod(f"consumer-{i}", NODE, claims=(f"claim-{i}",)),
+            claim(f"claim-{i}", driver=d, node=NODE, reserved=(f"consumer-{i}",)),
+        ]
     return out
 
 

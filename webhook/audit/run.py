@@ -19,7 +19,7 @@ from webhook.config import CONFIG_KIND, Config, ConfigError, from_mapping
 from webhook.model import bootstrap, drivers
 from webhook.model.facts import Facts, build_facts
 from webhook.model.readers import as_map, as_str, name_of
-from webhook.policies import controlplane, exceptions, probes
+from webhook.policies import controlplane, drain_doors, eviction, exceptions, probes
 from webhook.policies.decision import Finding, short
 from webhook.policies.registry import POLICIES
 
@@ -142,6 +142,9 @@ def audit(
             + controlplane.drain_holds(claims, nodes)
         )
         findings += [(f, advisory) for f in checks]
+        findings += [(f, advisory) for f in eviction.declared_findings(facts, config)]
+        findings += [(f, advisory) for f in drain_doors.driver_findings(facts, config)]
+        findings += [(f, advisory) for f in drain_doors.writer_findings(facts, config)]
     elif any(controlplane.component_pods(system_pods, "kube-controller-manager")):
         findings += [(f, advisory) for f in controlplane.controller_manager(system_pods)]
     findings += [(f, config.policy("rbac").mode) for f in unresolved_role_refs(by_kind, facts.rbac.role, online=online)]

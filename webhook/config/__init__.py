@@ -38,8 +38,9 @@ Example (all defaults shown)::
     eviction:                     # drain order: the DRA driver leaves a node last
       maxCacheAgeSeconds: 180     # caches without news for longer answer 429 "not ready, retry"
       maxListedClaims: 10         # claims named in a refusal, then "and N more"
-      guardDeletes: false         # also guard DELETE of driver pods (DaemonSet controller exempt)
+      guardDeletes: true          # also guard DELETE and deletecollection of declared driver pods
       daemonSetControllerUsers: [system:serviceaccount:kube-system:daemon-set-controller, system:kube-controller-manager]
+      garbageCollectorUsers: [system:serviceaccount:kube-system:generic-garbage-collector]
     rbac:
       apiGroup: resource.k8s.io
       adminOnlyResources: [deviceclasses, devicetaintrules]  # only adminSubjects may write these
@@ -64,7 +65,9 @@ Example (all defaults shown)::
           - kube-system:job-controller
           - kube-system:legacy-service-account-token-cleaner
           - kube-system:namespace-controller
+          - kube-system:node-controller
           - kube-system:persistent-volume-binder
+          - kube-system:pod-garbage-collector
           - kube-system:replicaset-controller
           - kube-system:replication-controller
           - kube-system:resource-claim-controller

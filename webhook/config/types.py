@@ -345,11 +345,26 @@ class EvictionConfig:
         default=10, metadata=key("maxListedClaims", lo=1, hi=1000, help="claims named in a refusal, then 'and N more'")
     )
     guard_deletes: bool = dataclasses.field(
-        default=False, metadata=key("guardDeletes", help="also guard DELETE of driver pods (the DaemonSet controller is exempt)")
+        default=True,
+        metadata=key(
+            "guardDeletes",
+            help="also guard DELETE (and deletecollection) of declared driver pods; off: only evictions are judged",
+        ),
     )
     daemonset_controller_users: frozenset[str] = dataclasses.field(
         default=frozenset({"system:serviceaccount:kube-system:daemon-set-controller", "system:kube-controller-manager"}),
-        metadata=key("daemonSetControllerUsers", help="the DaemonSet controller's user names (exempt from guardDeletes)"),
+        metadata=key(
+            "daemonSetControllerUsers",
+            help="the DaemonSet controller's user names: their DELETE of a driver pod of an older template is a "
+            "rolling update, allowed (with a warning) when a new pod will come back on the node",
+        ),
+    )
+    garbage_collector_users: frozenset[str] = dataclasses.field(
+        default=frozenset({"system:serviceaccount:kube-system:generic-garbage-collector"}),
+        metadata=key(
+            "garbageCollectorUsers",
+            help="the garbage collector's user names: its DELETEs (the pods of a deleted DaemonSet) are never sent to dra-guard",
+        ),
     )
 
 
@@ -397,7 +412,8 @@ class Config:
 
     def with_guard(self, namespace: str) -> Config:
         """This config with dra-guard's own identity (namespace, ClusterRole/Binding and
-        ServiceAccount names) filled into rbac from the certificates section."""
+        ServiceAccount names) filled into rbac from the certificates section, and the declared
+        drivers' namespaces (sensitive: webhook.config.RbacConfig.sensitive)."""
         names = frozenset({self.certificates.service, self.certificates.validating_webhook} - {""})
         # an exception lets its ServiceAccounts write DRA objects, and a declared driver's pods run as
         # ServiceAccounts of its namespace that do: acting as any of them is as good as that write

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from webhook.config import DetectionConfig
 from webhook.model import drivers
-from webhook.model.claims import ClaimInfo, Hold, PodInfo, claim_entry, pod_info, pod_is_relevant
+from webhook.model.claims import ClaimInfo, Hold, PodInfo, claim_entry, claim_hold, pod_info, pod_is_relevant, unaccounted
 from webhook.model.leaving import Leaving
 from webhook.model.nodes import NodeIndex
 from webhook.model.readers import as_map, as_str
@@ -56,6 +56,7 @@ class ClaimIndex:
         self._slots: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}  # claim -> its (driver, node) keys
         self._anywhere_by_pod: dict[tuple[str, str], set[tuple[str, str]]] = {}  # pod -> claims usable anywhere
         self._ds_pods_by_node: dict[str, set[tuple[str, str]]] = {}  # node -> DaemonSet pods on it
+        self._claim_pods_by_node: dict[str, set[tuple[str, str]]] = {}  # node -> pods referencing claims on it
         self._claim_drivers_by_node: dict[str, set[str]] = {}  # node -> drivers of claims indexed there
         self._everywhere: dict[str, set[tuple[str, str]]] = {}  # driver -> claims held on every node
         self._by_labels: set[tuple[str, str]] = set()  # claims placed by node labels
@@ -105,6 +106,8 @@ class ClaimIndex:
             self._pods_by_uid[info.uid] = info
         if info.daemonset and info.node:
             self._ds_pods_by_node.setdefault(info.node, set()).add(key)
+        if info.claims and info.node:
+            self._claim_pods_by_node.setdefault(info.node, set()).add(key)
 
     def _drop_pod(self, key: tuple[str, str]) -> PodInfo | None:
         old = self._pods.pop(key, None)
@@ -112,6 +115,8 @@ class ClaimIndex:
             del self._pods_by_uid[old.uid]
         if old is not None and old.daemonset and old.node:
             _discard(self._ds_pods_by_node, old.node, key)
+        if old is not None and old.claims and old.node:
+            _discard(self._claim_pods_by_node, old.node, key)
         return old
 
     def replace_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
@@ -125,8 +130,9 @@ class ClaimIndex:
             if pod_is_relevant(pod):
                 fresh._put_pod(pod_info(pod))
         with self._lock:
-            old = self._pods, self._pods_by_uid, self._ds_pods_by_node
+            old = self._pods, self._pods_by_uid, self._ds_pods_by_node, self._claim_pods_by_node
             self._pods, self._pods_by_uid, self._ds_pods_by_node = fresh._pods, fresh._pods_by_uid, fresh._ds_pods_by_node
+            self._claim_pods_by_node = fresh._claim_pods_by_node
             self._reindex_anywhere_claims()
         # freed outside the lock, entry by entry (a claims relist reading the old pods meanwhile
         # misses some: the claims usable anywhere are placed again under the lock at its swap)
@@ -156,6 +162,17 @@ class ClaimIndex:
             self._drivers.clear()
             for ds in daemonsets:
                 self.upsert_daemonset(ds)
+
+    def daemonset(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """DaemonSet namespace/name as last seen (an apps/v1 DaemonSet dict), None when not known."""
+        with self._lock:
+            return self._daemonsets.get((namespace, name))
+
+    def daemonset_pods(self, namespace: str, name: str) -> list[PodInfo]:
+        """The indexed pods DaemonSet namespace/name controls, by name. O(pods)."""
+        with self._lock:
+            found = [p for (ns, _), p in self._pods.items() if ns == namespace and p.daemonset == name]
+        return sorted(found, key=lambda p: p.name)
 
     def daemonset_drivers(self) -> list[tuple[str, str, drivers.Driver | None]]:
         """(namespace, name, verdict) of every DaemonSet: its drivers.detect() result or None."""
@@ -320,22 +337,13 @@ class ClaimIndex:
         """Claims allocated to `driver` on `node` whose reserving pods on `node` have not finished,
         or reserved for a consumer that is not a pod (held wherever the allocation reaches)."""
         with self._lock:
-            out = []
-            for key in sorted(self._by_driver_node.get((driver, node), set()) | self._everywhere.get(driver, set())):
-                info = self._claims[key]
-                pods = []
-                for name, uid in info.reserved_for:
-                    pod = self._pods_by_uid.get(uid) or self._pods.get((info.namespace, name))
-                    if pod is None:
-                        if info.nodes:  # node-local claim, pod not seen (yet): assume it is there
-                            pods.append(f"{info.namespace}/{name}")
-                        continue
-                    if pod.node == node and not pod.finished:
-                        pods.append(f"{pod.namespace}/{pod.name}" + (" (Terminating)" if pod.terminating else ""))
-                pods += info.others
-                if pods:
-                    out.append(Hold(claim=f"{key[0]}/{key[1]}", pods=tuple(pods)))
-            return out
+            keys = sorted(self._by_driver_node.get((driver, node), set()) | self._everywhere.get(driver, set()))
+            held = [claim_hold(self._claims[key], node, self._find_pod) for key in keys]
+            pods_on_node = [self._pods[key] for key in sorted(self._claim_pods_by_node.get(node, ()))]
+            return [h for h in held if h is not None] + unaccounted(pods_on_node, self._claims, driver)
+
+    def _find_pod(self, namespace: str, name: str, uid: str) -> PodInfo | None:
+        return self._pods_by_uid.get(uid) or self._pods.get((namespace, name))
 
     def driver_pods_on(self, node: str) -> list[tuple[PodInfo, drivers.Driver]]:
         """The DRA driver pods on `node`, finished ones left out. O(DaemonSet pods on the node)."""

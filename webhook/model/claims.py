@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from webhook.model.nodes import Selector, named_nodes, read_selector
@@ -49,6 +49,7 @@ class PodInfo:
     terminating: bool  # metadata.deletionTimestamp set
     daemonset: str  # owning DaemonSet name ("" if none)
     ready: bool = False  # status.conditions Ready is True
+    claims: tuple[str, ...] = ()  # names of the ResourceClaims (in its namespace) it references
 
 
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
@@ -67,11 +68,34 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         name=as_str(meta.get("name")),
         uid=as_str(meta.get("uid")),
         node=_name(spec.get("nodeName")),
-        finished=as_str(status.get("phase")) in ("Succeeded", "Failed"),
+        finished=finished(status),
+        claims=referenced_claims(spec, status),
         terminating=bool(meta.get("deletionTimestamp")),
         daemonset=_name(owner),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in map(as_map, as_list(status.get("conditions")))),
     )
+
+
+def finished(status: Mapping[str, Any]) -> bool:
+    """Whether a core/v1 PodStatus dict says the pod stopped: phase Succeeded or Failed, and no
+    container or init container still running. The kubelet writes a terminal phase only once
+    every container stopped and the pod's claims were unprepared; a terminal phase next to a
+    running container was written by someone else (a pods/status writer) and is not trusted."""
+    if as_str(status.get("phase")) not in ("Succeeded", "Failed"):
+        return False
+    statuses = as_list(status.get("containerStatuses")) + as_list(status.get("initContainerStatuses"))
+    return not any("running" in as_map(as_map(c).get("state")) for c in statuses)
+
+
+def referenced_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names of the ResourceClaims a pod references (in its own namespace): spec.resourceClaims
+    by resourceClaimName, the claims made from its templates (status.resourceClaimStatuses[].
+    resourceClaimName) and the claim the scheduler made for its extended resources
+    (status.extendedResourceClaimStatus.resourceClaimName)."""
+    names = [as_str(c.get("resourceClaimName")) for c in map(as_map, as_list(spec.get("resourceClaims")))]
+    names += [as_str(c.get("resourceClaimName")) for c in map(as_map, as_list(status.get("resourceClaimStatuses")))]
+    names.append(as_str(as_map(status.get("extendedResourceClaimStatus")).get("resourceClaimName")))
+    return tuple(sys.intern(n) for n in dict.fromkeys(names) if n)
 
 
 def pod_is_relevant(pod: Mapping[str, Any]) -> bool:
@@ -156,3 +180,45 @@ def claim_entry(claim: Mapping[str, Any]) -> tuple[tuple[str, str], ClaimInfo | 
     """A ResourceClaim dict as ((namespace, name), its ClaimInfo, None when unallocated)."""
     meta = as_map(claim.get("metadata"))
     return (as_str(meta.get("namespace")), as_str(meta.get("name"))), claim_info(claim)
+
+
+def claim_hold(info: ClaimInfo, node: str, find: Callable[[str, str, str], PodInfo | None]) -> Hold | None:
+    """The Hold of allocated claim `info` on `node`: its reserving pods on `node` that have not
+    finished (a pod not seen yet counts for a node-local claim: assume it is there), and its
+    consumers that are not pods; None when nothing holds it there. find(namespace, name, uid):
+    the indexed pod."""
+    pods = []
+    for name, uid in info.reserved_for:
+        pod = find(info.namespace, name, uid)
+        if pod is None:
+            if info.nodes:
+                pods.append(f"{info.namespace}/{name}")
+        elif pod.node == node and not pod.finished:
+            pods.append(f"{pod.namespace}/{pod.name}" + (" (Terminating)" if pod.terminating else ""))
+    pods += info.others
+    return Hold(claim=f"{info.namespace}/{info.name}", pods=tuple(pods)) if pods else None
+
+
+def unaccounted(pods: Iterable[PodInfo], claims: Mapping[tuple[str, str], ClaimInfo], driver: str) -> list[Hold]:
+    """Claims `pods` (on one node) that have not finished still reference although the claim
+    objects no longer say so: the claim is missing or not allocated (not in `claims`, keyed by
+    (namespace, name); its drivers unknown, so it holds every driver on the node), or allocated
+    to `driver` without the pod in its reservedFor. The node still holds those devices until the
+    kubelet unprepares them when the pod stops (a claim deleted or de-allocated under a running pod)."""
+    out = []
+    for pod in pods:
+        if pod.finished:
+            continue
+        who = f"{pod.namespace}/{pod.name}" + (" (Terminating)" if pod.terminating else "")
+        for claim in pod.claims:
+            info = claims.get((pod.namespace, claim))
+            if info is None:
+                why = "missing or not allocated, still referenced"
+            elif driver not in info.drivers or any(
+                uid == pod.uid if uid and pod.uid else name == pod.name for name, uid in info.reserved_for
+            ):
+                continue
+            else:
+                why = "no longer reserved for its pod, still referenced"
+            out.append(Hold(claim=f"{pod.namespace}/{claim} ({why})", pods=(who,)))
+    return out

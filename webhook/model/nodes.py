@@ -5,7 +5,8 @@ and ``matchFields[]`` on ``metadata.name``; terms are ORed, the requirements of 
 operators In, NotIn, Exists, DoesNotExist, Gt, Lt), as the scheduler copies it from a
 ResourceSlice's ``spec.nodeSelector`` (or a device's, with perDeviceNodeSelection) into a claim's
 ``status.allocation.nodeSelector`` for devices usable from several nodes. NodeIndex keeps of each
-Node only its name and labels. Thread-safe; no I/O.
+Node only its name, labels, uid and its NoSchedule/NoExecute taints (``spec.taints[]``: ``{key,
+value, effect}``; whether a driver DaemonSet's pod comes back on the node). Thread-safe; no I/O.
 """
 
 from __future__ import annotations
@@ -20,6 +21,35 @@ from webhook.model.readers import as_list, as_map, as_str
 Requirement = tuple[str, str, tuple[str, ...], bool]
 #: the terms of a NodeSelector (ORed), each a tuple of requirements (ANDed)
 Selector = tuple[tuple[Requirement, ...], ...]
+#: (key, value, effect) of a node taint that keeps pods off (NoSchedule) or evicts them (NoExecute)
+Taint = tuple[str, str, str]
+#: the taint effects that decide whether a DaemonSet pod is (re)created on a node
+PLACING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def read_taints(node: Mapping[str, Any]) -> tuple[Taint, ...]:
+    """The NoSchedule and NoExecute taints of a core/v1 Node dict (PreferNoSchedule keeps no pod off)."""
+    return tuple(
+        (as_str(t.get("key")), as_str(t.get("value")), as_str(t.get("effect")))
+        for t in map(as_map, as_list(as_map(node.get("spec")).get("taints")))
+        if as_str(t.get("effect")) in PLACING_EFFECTS
+    )
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
+    """Whether one of core/v1 Toleration dicts tolerates `taint` (core/v1 ToleratesTaint: an empty
+    effect matches every effect; operator Exists with an empty key matches every taint; Equal,
+    the default, needs the same key and value)."""
+    key, value, effect = taint
+    for t in tolerations:
+        if as_str(t.get("effect")) not in ("", effect):
+            continue
+        operator = as_str(t.get("operator")) or "Equal"
+        if operator == "Exists" and (not as_str(t.get("key")) or as_str(t.get("key")) == key):
+            return True
+        if operator == "Equal" and as_str(t.get("key")) == key and as_str(t.get("value")) == value:
+            return True
+    return False
 
 
 def read_selector(node_selector: Any) -> Selector:
@@ -93,6 +123,7 @@ class NodeIndex:
         self._lock = threading.Lock()
         self._labels: dict[str, dict[str, str]] = {}
         self._uids: dict[str, str] = {}  # the owner of the node's shared records (webhook.kube.records)
+        self._taints: dict[str, tuple[Taint, ...]] = {}  # only nodes that have NoSchedule/NoExecute taints
         self._on_change = on_change
 
     @staticmethod
@@ -105,10 +136,15 @@ class NodeIndex:
         """Add or replace a Node dict (a status-only update changes nothing here)."""
         name, labels = self._entry(obj)
         uid = as_str(as_map(obj.get("metadata")).get("uid"))
+        taints = read_taints(obj)
         with self._lock:
             changed = self._labels.get(name) != labels
             self._labels[name] = labels
             self._uids[name] = uid
+            if taints:
+                self._taints[name] = taints
+            else:
+                self._taints.pop(name, None)
         if changed:
             self._on_change()
 
@@ -117,27 +153,37 @@ class NodeIndex:
         with self._lock:
             known = self._labels.pop(name, None) is not None
             self._uids.pop(name, None)
+            self._taints.pop(name, None)
         if known:
             self._on_change()
 
     def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
         """Replace every Node (after a relist); `items` is consumed and slimmed before the lock."""
         uids: dict[str, str] = {}
+        taints: dict[str, tuple[Taint, ...]] = {}
 
         def entry(obj: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
             name, labels = self._entry(obj)
             uids[name] = as_str(as_map(obj.get("metadata")).get("uid"))
+            if found := read_taints(obj):
+                taints[name] = found
             return name, labels
 
         fresh = dict(map(entry, items))
         with self._lock:
-            self._labels, self._uids = fresh, uids
+            self._labels, self._uids, self._taints = fresh, uids, taints
         self._on_change()
 
     def uid(self, name: str) -> str:
         """Node `name`'s metadata.uid ("" when unknown)."""
         with self._lock:
             return self._uids.get(name, "")
+
+    def node(self, name: str) -> tuple[dict[str, str], tuple[Taint, ...]] | None:
+        """(labels, NoSchedule/NoExecute taints) of Node `name`, None when it is not known."""
+        with self._lock:
+            labels = self._labels.get(name)
+            return None if labels is None else (labels, self._taints.get(name, ()))
 
     def selected(self, selector: Selector) -> frozenset[str]:
         """The known nodes `selector` selects. O(nodes)."""

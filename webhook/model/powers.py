@@ -52,8 +52,9 @@ WORKLOAD_VERBS: Final = frozenset({"create", "update", "patch"})
 NAMESPACE_POWERS: Final = (
     ("", "serviceaccounts/token", frozenset({"create"}), "serviceaccounts/token"),
     # create runs a pod as any ServiceAccount of the namespace; update/patch swaps a running pod's image
-    # (the kubelet restarts it with the same token and host mounts)
-    ("", "pods", frozenset({"create", "update", "patch"}), "pods"),
+    # (the kubelet restarts it with the same token and host mounts); delete/deletecollection takes a
+    # DRA driver pod off its node (refused at admission while claims need it: eviction.guardDeletes)
+    ("", "pods", frozenset({"create", "update", "patch", "delete", "deletecollection"}), "pods"),
     ("", "pods/exec", frozenset({"create", "get"}), "pods/exec"),
     ("", "pods/attach", frozenset({"create", "get"}), "pods/attach"),
     ("", "pods/ephemeralcontainers", frozenset({"update", "patch"}), "pods/ephemeralcontainers"),

@@ -101,7 +101,19 @@ def audit_view(obj: dict[str, Any]) -> dict[str, Any] | None:
             "kind": kind,
             "metadata": {k: meta[k] for k in keep if k in meta},
             "spec": {k: spec[k] for k in ("nodeName", "resourceClaims") if k in spec},
-            "status": {k: status[k] for k in ("phase", "conditions", "extendedResourceClaimStatus") if k in status},
+            "status": {
+                **{
+                    k: status[k]
+                    for k in ("phase", "conditions", "extendedResourceClaimStatus", "resourceClaimStatuses")
+                    if k in status
+                },
+                # whether a container still runs (a terminal phase is trusted only without one)
+                **{
+                    k: [{"state": as_map(c).get("state") or {}} for c in as_list(status[k])]
+                    for k in ("containerStatuses", "initContainerStatuses")
+                    if k in status
+                },
+            },
         }
     if kind == "ResourceClaim":
         return {"kind": kind, "apiVersion": obj.get("apiVersion"), "metadata": meta, "status": obj.get("status") or {}}

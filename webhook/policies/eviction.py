@@ -23,9 +23,10 @@ must own before answering (Decision.record; webhook.kube.records writes it).
 The policy reads the ClaimIndex (webhook.model.claim_index), which webhook.kube fills from
 watches of ResourceClaims, DaemonSets, (slimmed) Pods and Nodes' labels.
 
-Scope: the chart sends dra-guard only the evictions of the pods of the drivers declared in
-``drivers.declared``, with failurePolicy Fail, so the drain order holds while dra-guard is slow,
-hung or down (the apiserver refuses them). A driver dra-guard recognises that is not declared is
+Scope: the chart sends dra-guard only the evictions and DELETEs (``eviction.guardDeletes``) of
+the pods of the drivers declared in ``drivers.declared``, with failurePolicy Fail, so the drain
+order holds while dra-guard is slow, hung or down (the apiserver refuses them); the DELETE of a
+pod already Terminating or stopped and the garbage collector's are never sent. A driver dra-guard recognises that is not declared is
 unguarded: audit_objects() reports it (check ``undeclared-driver``) with the value to set.
 """
 
@@ -33,13 +34,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from webhook.config import Config, DetectionConfig, EvictionConfig
-from webhook.model import attribution, drivers
+from webhook.model import attribution, drivers, rollout
 from webhook.model.claim_index import ClaimIndex
-from webhook.model.claims import Hold
+from webhook.model.claims import Hold, PodInfo
 from webhook.model.facts import Facts
 from webhook.model.leaving import record_for
 from webhook.model.readers import as_map, as_str, name_of
@@ -58,34 +59,58 @@ def describe_holds(holds: list[Hold], limit: int) -> str:
     return "; ".join(parts) + more
 
 
+def target(request: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, name) of the pod an eviction or DELETE review is about. A deletecollection
+    reviews each pod it deletes with no request name (the apiserver's per-object validation
+    carries the collection's attributes): the pod is then oldObject."""
+    namespace, name = as_str(request.get("namespace")), as_str(request.get("name"))
+    if not name:
+        name = as_str(as_map(as_map(request.get("oldObject")).get("metadata")).get("name"))
+    return namespace, name
+
+
+def already_stopped(old: Mapping[str, Any]) -> bool:
+    """Whether a DELETE's oldObject (a core/v1 Pod dict) is Terminating or in a terminal phase:
+    its leaving was decided before (the kubelet's final DELETE, the pod garbage collector, the
+    DaemonSet controller replacing a failed pod), and an outage of dra-guard must not keep it."""
+    return bool(as_map(old.get("metadata")).get("deletionTimestamp")) or as_str(as_map(old.get("status")).get("phase")) in (
+        "Succeeded",
+        "Failed",
+    )
+
+
 def review(
     request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionConfig, synced: tuple[bool, str] = (True, "")
 ) -> Decision:
     """Judge an AdmissionReview request for CREATE of pods/eviction (policy/v1 or v1beta1 Eviction),
-    or, when config.guard_deletes, DELETE of a pod.
+    or, when config.guard_deletes, DELETE of a pod (one DELETE, or each pod of a deletecollection).
 
     synced: (True, "") when the caches are fresh; otherwise (False, why) and every eviction gets
     429 "not ready, retry" (a drain retries; nothing is lost).
     An allow on the strength of a Ready peer while claims are held (not a dry run) carries
     Decision.record: the serving replica must own the shared record of (DaemonSet, node) before it
     answers (webhook.model.leaving); the record's findings say what to answer when it cannot.
+    A DELETE by the DaemonSet controller (config.daemonset_controller_users) of a pod of an older
+    template is a rolling update: allowed with a warning when a new pod will come back on the node
+    (webhook.model.rollout), refused like anyone's DELETE when none will.
     """
     operation = as_str(request.get("operation"))
     sub = as_str(request.get("subResource"))
     resource = as_str(as_map(request.get("resource")).get("resource"))
+    user = as_str(as_map(request.get("userInfo")).get("username"))
+    old = as_map(request.get("oldObject"))
     if resource != "pods":
         return ALLOW
     if operation == "CREATE" and sub == "eviction":
         pass
     elif operation == "DELETE" and not sub and config.guard_deletes:
-        user = as_str(as_map(request.get("userInfo")).get("username"))
-        if user in config.daemonset_controller_users:
-            return ALLOW  # the DaemonSet controller's own deletes: rolling updates must work
-        if as_map(as_map(request.get("oldObject")).get("metadata")).get("deletionTimestamp"):
-            return ALLOW  # already terminating (the kubelet's final DELETE): its leaving was decided before
+        if user in config.garbage_collector_users:
+            return ALLOW  # the pods of a deleted owner: removing the driver is its owner's deletion
+        if already_stopped(old):
+            return ALLOW
     else:
         return ALLOW
-    namespace, name = as_str(request.get("namespace")), as_str(request.get("name"))
+    namespace, name = target(request)
     ok, why = synced
     if not ok:
         return Decision(
@@ -168,6 +193,8 @@ def review(
         )
 
     if not needed.peer:
+        if verb == "delete" and user in config.daemonset_controller_users:
+            return rolling_update(index, pod, old, names=names, refusal=refusal)
         return Decision(findings=(refusal(),))
     # find the peer and record this pod as leaving in one step: two evictions of a surge pair
     # sent together must not each leave on the strength of the other (webhook.model.leaving)
@@ -209,6 +236,39 @@ def review(
     return Decision(warnings=(warning,), record=Record(lease=lease, conflict=conflict, failed=failed))
 
 
+def rolling_update(
+    index: ClaimIndex, pod: PodInfo, old: Mapping[str, Any], *, names: str, refusal: Callable[[str], Finding]
+) -> Decision:
+    """The DaemonSet controller's DELETE of held driver pod `pod` (`old`: the Pod dict) with no Ready
+    peer on its node: allowed with a warning when it is a rolling update that puts a new pod back
+    (webhook.model.rollout; the node is without the driver until the new pod registers: running
+    pods keep their prepared devices, new pods wait); refused otherwise, saying why no pod comes back."""
+    daemonset = index.daemonset(pod.namespace, pod.daemonset)
+    node = index.nodes.node(pod.node)
+    if daemonset is None or node is None:
+        why = "dra-guard does not know its DaemonSet or node"
+    elif not rollout.outdated(old, daemonset):
+        why = "the pod is of the DaemonSet's current template, so this is no rolling update"
+    else:
+        why = rollout.why_not_placed(daemonset, pod.node, *node)
+    if why:
+        return Decision(
+            findings=(
+                refusal(
+                    f" (The DaemonSet controller deletes it and no new pod of {pod.daemonset} will come back on {pod.node}: {why}.)"
+                ),
+            )
+        )
+    return Decision(
+        warnings=(
+            short(
+                f"dra-guard: rolling update: {pod.node} lacks driver {names} until the new pod is up "
+                f"(maxSurge 1, maxUnavailable 0 leaves no gap)"
+            ),
+        )
+    )
+
+
 def admit(request: Mapping[str, Any], facts: Facts, config: Config) -> Decision:
     """review() over the claim index, refusing with 429 while the caches are older than
     eviction.maxCacheAgeSeconds. (The registry's `review`; its `account` says what the final answer counts.)"""
@@ -229,13 +289,69 @@ def account(request: Mapping[str, Any], decision: Decision, facts: Facts, *, mod
         evictions.extend((name, label) for name in f.details["drivers"])
         blocking.append((f.details["node"], len(f.details["claims"])))
     if not decision.findings:
-        found = facts.claims.driver_of_pod(as_str(request.get("namespace")), as_str(request.get("name")))
+        found = facts.claims.driver_of_pod(*target(request))
         if found is not None:
             pod, driver = found
             evictions.extend((name, "allowed") for name in driver.names or ("unknown",))
             if pod.node:
                 blocking.append((pod.node, 0))
     return Tally(driver_evictions=tuple(evictions), blocking_claims=tuple(blocking))
+
+
+# --------------------------------------------------------------------------- declared drivers
+
+#: the apiserver cuts a generateName prefix to this many characters (names.SimpleNameGenerator:
+#: 63 - 5 random characters), so the pods of DaemonSet D are named (D + "-")[:58] + 5 characters
+GENERATED_PREFIX_LIMIT = 58
+
+
+def eviction_prefix(daemonset: str) -> str:
+    """The name prefix the chart's eviction condition matches for declared DaemonSet `daemonset`:
+    the DaemonSet controller's generateName "<name>-" as the apiserver cuts it."""
+    return f"{daemonset}-"[:GENERATED_PREFIX_LIMIT]
+
+
+def declared_findings(facts: Facts, config: Config) -> Iterator[Finding]:
+    """Advisory findings for entries of drivers.declared the fail-closed webhook does not guard,
+    over a whole cluster's objects (a manifest file lacks most DaemonSets): a DaemonSet that does
+    not exist (``declared-driver-missing``: a stale entry, e.g. after a release was renamed: the
+    driver under its new name is unguarded), and pods of a declared DaemonSet whose names do not
+    start with eviction_prefix() (``declared-driver-unmatched``: their evictions never reach dra-guard)."""
+    for entry in config.detection.declared:
+        namespace, name = entry.namespace, entry.name
+        if facts.claims.daemonset(namespace, name) is None:
+            yield Finding(
+                policy=POLICY,
+                kind="DaemonSet",
+                namespace=namespace,
+                name=name,
+                check="declared-driver-missing",
+                enforced=False,
+                message=f"drivers.declared lists DaemonSet {namespace}/{name}, which does not exist: nothing is guarded "
+                f"by that entry. If the driver was renamed (a new release name), declare its DaemonSet under the new name.",
+                summary=short(f"dra-guard: declared driver DaemonSet {namespace}/{name} does not exist"),
+                details={"namespace": namespace, "name": name},
+            )
+            continue
+        prefix = eviction_prefix(name)
+        missed = [p.name for p in facts.claims.daemonset_pods(namespace, name) if not p.name.startswith(prefix)]
+        if missed:
+            yield Finding(
+                policy=POLICY,
+                kind="DaemonSet",
+                namespace=namespace,
+                name=name,
+                check="declared-driver-unmatched",
+                enforced=False,
+                message=f"{len(missed)} pod(s) of declared driver DaemonSet {namespace}/{name} are named without the prefix "
+                f"{prefix!r} the eviction webhook matches ({', '.join(missed[:5])}{' ...' if len(missed) > 5 else ''}): "
+                f"their evictions are not sent to dra-guard. Pods the DaemonSet controller creates always have it; "
+                f"find who created these.",
+                summary=short(
+                    f"dra-guard: {len(missed)} pod(s) of declared driver {namespace}/{name} escape the eviction webhook"
+                ),
+                details={"namespace": namespace, "name": name, "pods": missed, "prefix": prefix},
+            )
 
 
 # --------------------------------------------------------------------------- undeclared drivers

@@ -91,16 +91,27 @@ anything either); the webhook's own failurePolicy in enforce and warn. Call with
 {{- end }}
 
 {{/*
-The CEL condition true for a pod of a declared driver (config.drivers.declared): its namespace and
-its name's prefix "<DaemonSet>-" (the DaemonSet controller's generateName). The values schema
-holds namespaces and names to Kubernetes name syntax, so nothing else reaches the expression.
+The CEL condition true for a pod of a declared driver (config.drivers.declared).
+An eviction (CREATE of pods/eviction) carries only the pod's namespace and name: the name must
+start as the DaemonSet controller's generateName "<DaemonSet>-" does after the apiserver cuts a
+generated name's prefix to 58 characters (names.SimpleNameGenerator), so a DaemonSet named with
+58 or more characters is matched too. A DELETE (one pod, or each pod of a deletecollection,
+which has no request name) carries the pod as oldObject: its controller ownerReference names the
+DaemonSet exactly. The values schema holds namespaces and names to Kubernetes name syntax, so
+nothing else reaches the expression.
 */}}
 {{- define "dra-guard.declaredDriverPods" -}}
-{{- $terms := list }}
+{{- $evictions := list }}
+{{- $deletes := list }}
 {{- range .Values.config.drivers.declared }}
-{{- $terms = append $terms (printf "(request.namespace == '%s' && request.name.startsWith('%s-'))" .namespace .name) }}
+{{- $evictions = append $evictions (printf "(request.namespace == '%s' && request.name.startsWith('%s'))" .namespace (printf "%s-" .name | trunc 58)) }}
+{{- $deletes = append $deletes (printf "(request.namespace == '%s' && oldObject.metadata.ownerReferences.exists(o, o.kind == 'DaemonSet' && o.name == '%s'))" .namespace .name) }}
 {{- end }}
-{{- join " || " $terms }}
+{{- if .Values.config.eviction.guardDeletes -}}
+request.operation == 'DELETE' ? (has(oldObject.metadata.ownerReferences) && ({{ join " || " $deletes }})) : ({{ join " || " $evictions }})
+{{- else -}}
+{{ join " || " $evictions }}
+{{- end }}
 {{- end }}
 
 {{/* The namespaces of config.drivers.declared, without repeats; fails on dra-guard's own. */}}

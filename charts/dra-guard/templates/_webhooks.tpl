@@ -95,12 +95,13 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
   matchPolicy: Equivalent
   # Fail: only the pods of config.drivers.declared are sent here (namespaceSelector and
   # matchConditions below), so while dra-guard is slow, hung or down the apiserver refuses their
-  # evictions (drains retry) and every other eviction never waits on dra-guard. Break-glass: remove
-  # the driver from config.drivers.declared, or delete this configuration.
+  # evictions and DELETEs (drains retry; a DaemonSet rolling update waits) and every other eviction
+  # or DELETE never waits on dra-guard. Break-glass: remove the driver from
+  # config.drivers.declared, or delete this configuration.
   failurePolicy: {{ include "dra-guard.failurePolicy" (dict "root" . "policy" "eviction" "failurePolicy" $w.eviction.failurePolicy) }}
   timeoutSeconds: {{ $w.eviction.timeoutSeconds }}
   {{- include "dra-guard.clientConfig" (dict "root" . "path" "/validate/evictions") | nindent 2 }}
-  {{- include "dra-guard.evictionRules" . | nindent 2 }}
+  {{- include "dra-guard.evictionRules" (dict "deletes" .Values.config.eviction.guardDeletes) | nindent 2 }}
   namespaceSelector:
     matchExpressions:
       - key: kubernetes.io/metadata.name
@@ -111,15 +112,17 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
       expression: >-
         {{ include "dra-guard.declaredDriverPods" . }}
     {{- if .Values.config.eviction.guardDeletes }}
-    # the DaemonSet controller's own deletes (rolling updates) never wait on dra-guard
-    - name: not-daemonset-controller
+    # A pod already Terminating or in a terminal phase: its leaving was decided before (the
+    # kubelet's final DELETE, the pod garbage collector, the DaemonSet controller replacing a
+    # failed pod), and none of them may wait on (or be refused by) a dra-guard that is down.
+    - name: not-already-stopped
       expression: >-
-        !(request.operation == 'DELETE' && request.userInfo.username in {{ .Values.config.eviction.daemonSetControllerUsers | toJson }})
-    # a pod already terminating: its leaving was decided when its deletion began, and the
-    # kubelet's final DELETE must not wait on (or be refused by) a dra-guard that is down
-    - name: not-already-terminating
+        !(request.operation == 'DELETE' && (has(oldObject.metadata.deletionTimestamp)
+        || (has(oldObject.status) && has(oldObject.status.phase) && oldObject.status.phase in ['Succeeded', 'Failed'])))
+    # the garbage collector deleting the pods of a deleted DaemonSet (the driver's uninstall)
+    - name: not-garbage-collector
       expression: >-
-        !(request.operation == 'DELETE' && oldObject != null && has(oldObject.metadata.deletionTimestamp))
+        !(request.operation == 'DELETE' && request.userInfo.username in {{ .Values.config.eviction.garbageCollectorUsers | toJson }})
     {{- end }}
 {{- end }}
 {{- if and $w.eviction.enabled $w.eviction.bestEffort.enabled }}
@@ -134,7 +137,7 @@ changes the live configurations: certs/webhookspec.py). Call with the root conte
   failurePolicy: Ignore
   timeoutSeconds: {{ $w.eviction.bestEffort.timeoutSeconds }}
   {{- include "dra-guard.clientConfig" (dict "root" . "path" "/validate/evictions") | nindent 2 }}
-  {{- include "dra-guard.evictionRules" . | nindent 2 }}
+  {{- include "dra-guard.evictionRules" (dict "deletes" false) | nindent 2 }}
   # kube-system too (some drivers install there); only dra-guard's own namespace stays out
   {{- include "dra-guard.driverNamespaceSelector" . | nindent 2 }}
   {{- if $declared }}
@@ -154,8 +157,9 @@ rules:
     operations: [CREATE]
     resources: [pods/eviction]
     scope: Namespaced
-  {{- if .Values.config.eviction.guardDeletes }}
-  # config.eviction.guardDeletes: DELETE of driver pods too (the DaemonSet controller is exempt)
+  {{- if .deletes }}
+  # config.eviction.guardDeletes: DELETE of the declared drivers' pods too (deletecollection
+  # included: the apiserver reviews each pod it deletes); the best-effort webhook never gets DELETE
   - apiGroups: [""]
     apiVersions: [v1]
     operations: [DELETE]

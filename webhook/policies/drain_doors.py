@@ -1,0 +1,135 @@
+"""Ways a declared driver pod leaves its node that no admission webhook sees: reported (advisory
+findings of `dra-guard audit --cluster` and the periodic audit, policy "eviction").
+
+Sources (kube-scheduler and kube-controller-manager v1.37, read for ../shared/docs/dra-facts.md
+"Draining a node"): scheduler preemption deletes pods of a lower priority (the DELETE is refused
+by dra-guard while claims need the driver, but the scheduler then picks other victims and a
+pod of priority ``system-node-critical``, which any namespace may use unless a ResourceQuota
+with a PriorityClass scopeSelector limits it, outranks the driver); the taint-eviction
+controller deletes pods that do not tolerate a node's NoExecute taint (a DELETE too, refused the
+same way, but the driver is then taken off as soon as its claims are released, even while
+the node keeps running pods that need new claims); a ``pods/status`` writer can mark a running
+consumer terminal and a ``nodes`` writer can taint or relabel the node (webhook.model.claims
+trusts a terminal phase only without a running container; what else such a writer does is
+theirs to answer for). Pure over the Facts indexes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from webhook.config import Config
+from webhook.model.drivers import pod_spec
+from webhook.model.facts import Facts
+from webhook.model.powers import resource_ok
+from webhook.model.readers import as_list, as_map, as_str, name_of, strings
+from webhook.policies.decision import Finding, short
+
+POLICY = "eviction"
+#: the priority a node's DRA driver should run at: nothing a tenant schedules outranks it
+NODE_CRITICAL = "system-node-critical"
+#: write on these lets a user take a driver pod off its node, or fake that its consumers finished
+STATUS_WRITES: tuple[tuple[str, str], ...] = (("", "pods/status"), ("", "nodes"))
+WRITE_VERBS = frozenset({"update", "patch", "*"})
+#: bootstrap ClusterRoleBindings of the controllers (kube-controller-manager
+#: --use-service-account-credentials) and of the scheduler: the control plane
+CONTROL_PLANE_BINDINGS = ("system:controller:", "system:kube-scheduler", "system:kube-controller-manager", "system:node")
+
+
+def _tolerates_no_execute(spec: Mapping[str, Any]) -> bool:
+    """Whether a PodSpec dict tolerates every NoExecute taint (a toleration with no key,
+    operator Exists and effect NoExecute or empty)."""
+    return any(
+        not as_str(t.get("key")) and as_str(t.get("operator")) == "Exists" and as_str(t.get("effect")) in ("", "NoExecute")
+        for t in map(as_map, as_list(spec.get("tolerations")))
+    )
+
+
+def driver_findings(facts: Facts, config: Config) -> Iterator[Finding]:
+    """``driver-preemptible`` for a declared driver DaemonSet whose pods do not run at priority
+    system-node-critical, ``driver-taint-evictable`` for one whose pods do not tolerate every
+    NoExecute taint. (A DaemonSet that does not exist is declared-driver-missing.)"""
+    for entry in config.detection.declared:
+        ds = facts.claims.daemonset(entry.namespace, entry.name)
+        if ds is None:
+            continue
+        spec = pod_spec(ds)
+        priority = as_str(spec.get("priorityClassName"))
+        if priority != NODE_CRITICAL:
+            yield Finding(
+                policy=POLICY,
+                kind="DaemonSet",
+                namespace=entry.namespace,
+                name=entry.name,
+                check="driver-preemptible",
+                enforced=False,
+                message=f"Declared DRA driver DaemonSet {entry.namespace}/{entry.name} runs its pods at priority class "
+                f"{priority or '(none: 0)'}: kube-scheduler may preempt them for a pod of higher priority. dra-guard "
+                f"refuses that DELETE while claims need the driver, but the scheduler then keeps choosing victims. Set "
+                f"priorityClassName: {NODE_CRITICAL} in its pod template (and limit that class to kube-system and the "
+                f"drivers' namespaces with a ResourceQuota scopeSelector on PriorityClass in tenant namespaces).",
+                summary=short(f"dra-guard: driver {entry.namespace}/{entry.name} can be preempted (priority {priority or 0})"),
+                details={"priorityClassName": priority},
+            )
+        if not _tolerates_no_execute(spec):
+            yield Finding(
+                policy=POLICY,
+                kind="DaemonSet",
+                namespace=entry.namespace,
+                name=entry.name,
+                check="driver-taint-evictable",
+                enforced=False,
+                message=f"Declared DRA driver DaemonSet {entry.namespace}/{entry.name} does not tolerate every NoExecute "
+                f"taint: a NoExecute taint on a node makes the taint-eviction controller delete its pod there (refused "
+                f"by dra-guard while claims need the driver, then deleted as soon as they are released). Add the "
+                f"toleration {{operator: Exists, effect: NoExecute}} to its pod template.",
+                summary=short(f"dra-guard: driver {entry.namespace}/{entry.name} does not tolerate NoExecute taints"),
+            )
+
+
+def _grants_status_write(role: Mapping[str, Any]) -> list[str]:
+    """The resources of STATUS_WRITES a ClusterRole dict's rules give update or patch on."""
+    found = []
+    for group, resource in STATUS_WRITES:
+        for rule in map(as_map, as_list(role.get("rules"))):
+            groups, resources, verbs = strings(rule.get("apiGroups")), strings(rule.get("resources")), strings(rule.get("verbs"))
+            if ("*" in groups or group in groups) and resource_ok(resources, resource) and WRITE_VERBS & set(verbs):
+                found.append(resource)
+                break
+    return found
+
+
+def writer_findings(facts: Facts, config: Config) -> Iterator[Finding]:
+    """``status-writer`` for each ClusterRoleBinding giving a subject that is neither an admin
+    (rbac.adminSubjects) nor the control plane (CONTROL_PLANE_BINDINGS) update/patch on
+    pods/status or nodes in every namespace: who can fake a consumer's end or taint a node."""
+    for binding in facts.rbac.bindings():
+        name = name_of(binding)
+        if name.startswith(CONTROL_PLANE_BINDINGS):
+            continue
+        role = facts.rbac.role(as_str(as_map(binding.get("roleRef")).get("name")))
+        resources = _grants_status_write(role) if role is not None else []
+        if not resources:
+            continue
+        others = [
+            f"{as_str(s.get('kind'))} {as_str(s.get('namespace')) + '/' if s.get('namespace') else ''}{as_str(s.get('name'))}"
+            for s in map(as_map, as_list(binding.get("subjects")))
+            if not config.rbac.admin_subjects.contains(
+                kind=as_str(s.get("kind")), name=as_str(s.get("name")), namespace=as_str(s.get("namespace"))
+            )
+        ]
+        if not others:
+            continue
+        yield Finding(
+            policy=POLICY,
+            kind="ClusterRoleBinding",
+            name=name,
+            check="status-writer",
+            enforced=False,
+            message=f"ClusterRoleBinding {name} gives {', '.join(others)} update/patch on {', '.join(resources)} in every "
+            f"namespace: a pods/status writer can mark a running pod terminal, a nodes writer can taint or relabel a "
+            f"node, both ways to take a DRA driver off a node whose claims still need it.",
+            summary=short(f"dra-guard: {name} gives {', '.join(resources)} write to {len(others)} non-admin subject(s)"),
+            details={"resources": resources, "subjects": others},
+        )
