@@ -2,6 +2,8 @@
 
 Built on webhook.cli.suggest.Parser: mistyped commands and flags get "did you mean", and each
 subcommand reports its own errors with its own usage.
+build_parser calls one builder per subcommand (_add_<name>); the subcommands that talk to the
+Kubernetes API as a user would take its flags from one parent parser (connection_flags).
 """
 
 from __future__ import annotations
@@ -159,7 +161,8 @@ def duration(text: str) -> float:
 def connection_flags() -> argparse.ArgumentParser:
     """The flags of every subcommand that talks to the Kubernetes API as a user would (audit, drain-plan,
     drain, uncordon, cleanup), given to each as a parent parser (argparse `parents=`) so their --help
-    says the same. (serve and the chart's hooks run in the cluster, with defaults of their own.)"""
+    says the same. (serve, certs inspect and the chart's hooks declare their own: they take only some of
+    these flags, or other defaults.)"""
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("Kubernetes API")
     group.add_argument(
