@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import traceback
 
-from webhook.cli import commands
+from webhook.cli import commands, terminal
 from webhook.cli.parser import build_parser
 from webhook.config import ConfigError
 from webhook.kube.errors import ClusterError
@@ -34,14 +34,14 @@ def main(argv: list[str] | None = None, prog: str = "dra-guard") -> int:
     try:
         return commands.COMMANDS[args.command](args)
     except (ConfigError, ClusterError) as exc:
-        return commands.fail(str(exc))
+        return terminal.fail(str(exc))
     except ValueError as exc:  # certs.CertificateError and bad --ip values
-        return commands.fail(str(exc))
+        return terminal.fail(str(exc))
     except Exception:
         # a failure nobody foresaw is a bug to report, and must not exit 1 as Python would:
         # 1 means "would refuse" (audit) or "must wait" (drain-plan)
         traceback.print_exc()
-        return commands.fail("internal error (the traceback above); please report it")
+        return terminal.fail("internal error (the traceback above); please report it")
 
 
 if __name__ == "__main__":

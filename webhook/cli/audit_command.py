@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from webhook.cli import terminal
-from webhook.cli.commands import fail, say
+from webhook.cli.terminal import fail, say
 from webhook.config import load_config
 
 if TYPE_CHECKING:

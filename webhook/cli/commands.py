@@ -9,21 +9,9 @@ import sys
 from collections.abc import Callable
 
 from webhook.cli import terminal
+from webhook.cli.terminal import fail
 from webhook.config import load_config
 from webhook.kube.errors import until_reachable
-
-
-def say(kind: str, message: str) -> None:
-    """Print "dra-guard: KIND: MESSAGE" on stderr, each line of `message` on a line of its own
-    (wrapped to the width of a terminal; as-is in pipes and files)."""
-    for line in message.split("\n"):
-        print(terminal.for_stream(f"dra-guard: {kind}: {line}", sys.stderr), file=sys.stderr)
-
-
-def fail(message: str) -> int:
-    """Print the error `message` (one line each if it has several, e.g. a ConfigError's) and return 2."""
-    say("error", message)
-    return 2
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -278,7 +266,7 @@ def _cleanup(args: argparse.Namespace) -> int:
 
 
 def _run_audit(args: argparse.Namespace) -> int:
-    from webhook.cli import audit_command  # imports this module's fail() and say()
+    from webhook.cli import audit_command
 
     return audit_command.run(args)
 

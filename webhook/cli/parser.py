@@ -2,6 +2,8 @@
 
 Built on webhook.cli.suggest.Parser: mistyped commands and flags get "did you mean", and each
 subcommand reports its own errors with its own usage.
+build_parser calls one builder per subcommand (_add_<name>); the subcommands that talk to the
+Kubernetes API as a user would take its flags from one parent parser (connection_flags).
 """
 
 from __future__ import annotations
@@ -10,10 +12,17 @@ import argparse
 import math
 import os
 import textwrap
+from typing import TYPE_CHECKING
 
 from webhook.cli.suggest import Parser
 from webhook.policies.registry import POLICIES
 from webhook.version import version
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    #: what ArgumentParser.add_subparsers returns; each builder below adds its subcommand to it
+    Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 EXAMPLES = textwrap.dedent("""\
     examples:
@@ -149,6 +158,27 @@ def duration(text: str) -> float:
     return sum(float(n) * scale[u] for n, u in parts)
 
 
+def connection_flags() -> argparse.ArgumentParser:
+    """The flags of every subcommand that talks to the Kubernetes API as a user would (audit, drain-plan,
+    drain, uncordon, cleanup), given to each as a parent parser (argparse `parents=`) so their --help
+    says the same. (serve, certs inspect and the chart's hooks declare their own: they take only some of
+    these flags, or other defaults.)"""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("Kubernetes API")
+    group.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)"
+    )
+    group.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+    group.add_argument(
+        "--request-timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds each API request may take (default: %(default)g)",
+    )
+    return parent
+
+
 def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
     """The `dra-guard` parser (argparse), subcommands included; `prog` is the name usage lines and
     errors give it ("kubectl dra-guard" when run as the kubectl plugin)."""
@@ -161,7 +191,22 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dra-guard {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    connection = connection_flags()
+    _add_serve(sub)
+    _add_audit(sub, connection)
+    _add_drain_plan(sub, connection)
+    _add_drain(sub, connection)
+    _add_uncordon(sub, connection)
+    _add_certs(sub)
+    _add_hook(sub)
+    _add_config(sub)
+    _add_cleanup(sub, connection)
+    _add_completion(sub)
+    return parser
 
+
+def _add_serve(sub: Subcommands) -> None:
+    """`dra-guard serve`: the webhook server."""
     serve = sub.add_parser(
         "serve",
         help="run the admission webhook server (gunicorn over TLS)",
@@ -200,8 +245,12 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         help="the least severe JSON log lines written to stderr, gunicorn's included (default: %(default)s)",
     )
 
+
+def _add_audit(sub: Subcommands, connection: argparse.ArgumentParser) -> None:
+    """`dra-guard audit`: the policies over manifests and/or the live cluster."""
     audit = sub.add_parser(
         "audit",
+        parents=[connection],
         help="run the policies over manifests and/or the live cluster",
         description="Report what dra-guard would refuse or patch; with --cluster also the control plane's DRA tuning "
         "(kube-controller-manager QPS/Burst, served resource.k8s.io versions, old kubelets) "
@@ -225,7 +274,10 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         "with a note)",
     )
     audit.add_argument(
-        "--cluster", action="store_true", help="include the live cluster's objects, and judge the files against them"
+        "--cluster",
+        action="store_true",
+        help="include the live cluster's objects, and judge the files against them (the Kubernetes API flags "
+        "below apply only with it)",
     )
     audit.add_argument(
         "--scope",
@@ -233,15 +285,6 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         default="all",
         help="with --cluster and -f: all (default) reports everything; files reports only the findings "
         "about the files' objects or that the files introduce (a pull-request check)",
-    )
-    audit.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
-    audit.add_argument("--context", metavar="NAME", help="kubeconfig context for --cluster (default: the current one)")
-    audit.add_argument(
-        "--request-timeout",
-        type=positive_seconds,
-        default=30.0,
-        metavar="SECONDS",
-        help="--cluster: seconds each API request may take (default: %(default)g)",
     )
     audit.add_argument(
         "--qps", type=float, default=10.0, help="--cluster: API requests per second at most (default: %(default)s)"
@@ -264,6 +307,12 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         action="store_true",
         help="--cluster: use the built-in defaults instead of the installed release's configuration",
     )
+    _add_audit_output_flags(audit)
+
+
+def _add_audit_output_flags(audit: argparse.ArgumentParser) -> None:
+    """What `dra-guard audit` prints: -o, -q, the suggestions (--suggest-exception, --suggest-values) and
+    --allow-empty."""
     audit.add_argument(
         "-o",
         "--output",
@@ -311,8 +360,12 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         "to drivers.declared (the exit code stays the audit's)",
     )
 
+
+def _add_drain_plan(sub: Subcommands, connection: argparse.ArgumentParser) -> None:
+    """`dra-guard drain-plan NODE`: what a drain must wait for."""
     drain = sub.add_parser(
         "drain-plan",
+        parents=[connection],
         help="what a drain of NODE must wait for (DRA drivers last)",
         description="List NODE's DRA driver pods and, for each, its drivers (and how each name "
         "was learned: the DaemonSet's spec, label, a selector, or the node's "
@@ -327,16 +380,7 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     drain.add_argument("node", metavar="NODE", help="the node's name, as in `kubectl get nodes`")
-    drain.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
-    drain.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
     drain.add_argument("--config", metavar="FILE", help="the YAML config file `serve` reads (driver detection)")
-    drain.add_argument(
-        "--request-timeout",
-        type=positive_seconds,
-        default=30.0,
-        metavar="SECONDS",
-        help="seconds each API request may take (default: %(default)g)",
-    )
     drain.add_argument(
         "-o",
         "--output",
@@ -345,8 +389,12 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         help="text (default; wrapped to the width of a terminal) or json",
     )
 
+
+def _add_drain(sub: Subcommands, connection: argparse.ArgumentParser) -> None:
+    """`dra-guard drain NODE`: the drain in the order DRA needs."""
     run = sub.add_parser(
         "drain",
+        parents=[connection],
         help="drain NODE in the order DRA needs: consumers, then (with --evict-drivers) the drivers last",
         description="Cordon NODE, evict its pods through the eviction API (PodDisruptionBudgets and "
         "admission webhooks asked; a pod is never deleted), then the pods of DaemonSets that use "
@@ -396,16 +444,7 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         help="after a consumer left without the kubelet's word (force-deleted) and the kubelet's "
         "gauge cannot be read: wait this long for its driver to unprepare (default: %(default)g)",
     )
-    run.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
-    run.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
     run.add_argument("--config", metavar="FILE", help="the YAML config file `serve` reads (driver detection)")
-    run.add_argument(
-        "--request-timeout",
-        type=positive_seconds,
-        default=30.0,
-        metavar="SECONDS",
-        help="seconds each API request may take (default: %(default)g)",
-    )
     run.add_argument(
         "-o",
         "--output",
@@ -414,8 +453,12 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         help="text (default: a line per step; on a terminal a status line) or json (an event a line)",
     )
 
+
+def _add_uncordon(sub: Subcommands, connection: argparse.ArgumentParser) -> None:
+    """`dra-guard uncordon NODE`: undo a drain's changes."""
     unc = sub.add_parser(
         "uncordon",
+        parents=[connection],
         help="undo what `dra-guard drain NODE` changed",
         description="Remove the taints and annotations the drains of NODE added and uncordon it, "
         "unless it was cordoned before the first drain (as recorded in the annotation "
@@ -423,17 +466,11 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         "the node runs, 2 on errors.",
     )
     unc.add_argument("node", metavar="NODE", help="the node's name")
-    unc.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
-    unc.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
-    unc.add_argument(
-        "--request-timeout",
-        type=positive_seconds,
-        default=30.0,
-        metavar="SECONDS",
-        help="seconds each API request may take (default: %(default)g)",
-    )
     unc.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")
 
+
+def _add_certs(sub: Subcommands) -> None:
+    """`dra-guard certs generate | inspect`."""
     certs_p = sub.add_parser(
         "certs",
         help="certificate helpers",
@@ -475,6 +512,9 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
     insp.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig for --cluster")
     insp.add_argument("--context", metavar="NAME", help="kubeconfig context for --cluster")
 
+
+def _add_hook(sub: Subcommands) -> None:
+    """`dra-guard hook pre-delete | test`: what the chart's hook pods run."""
     hook = sub.add_parser(
         "hook",
         help="the Helm chart's hooks (pre-delete, helm test), run in dra-guard's image",
@@ -484,6 +524,12 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     hook_sub = hook.add_subparsers(dest="hook_command", metavar="ACTION")
+    _add_hook_pre_delete(hook_sub)
+    _add_hook_test(hook_sub)
+
+
+def _add_hook_pre_delete(hook_sub: Subcommands) -> None:
+    """`dra-guard hook pre-delete`: the chart's pre-delete hook."""
     pre = hook_sub.add_parser(
         "pre-delete",
         help="delete dra-guard's webhook configurations before the rest of the release goes, then its reports",
@@ -516,6 +562,10 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         help="seconds each API request may take (default: 10)",
     )
     pre.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config)")
+
+
+def _add_hook_test(hook_sub: Subcommands) -> None:
+    """`dra-guard hook test`: the chart's `helm test`."""
     test = hook_sub.add_parser(
         "test",
         help="helm test: a dry-run ClusterRoleBinding the RBAC guard must refuse (enforce) or warn about",
@@ -561,6 +611,9 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
     )
     test.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster config)")
 
+
+def _add_config(sub: Subcommands) -> None:
+    """`dra-guard config validate | schema`."""
     cfg = sub.add_parser(
         "config",
         help="check a config file, or print its JSON schema",
@@ -590,8 +643,12 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
     )
     schema.add_argument("--chart", action="store_true", help="the subtree of the chart's values.schema.json (config:)")
 
+
+def _add_cleanup(sub: Subcommands, connection: argparse.ArgumentParser) -> None:
+    """`dra-guard cleanup`: delete the reports dra-guard wrote."""
     clean = sub.add_parser(
         "cleanup",
+        parents=[connection],
         help="delete the reports dra-guard wrote (PolicyReports, openreports.io Reports)",
         description="Delete every report dra-guard wrote (label app.kubernetes.io/managed-by=dra-guard): "
         "wgpolicyk8s.io ClusterPolicyReports and PolicyReports and openreports.io ClusterReports and "
@@ -603,16 +660,10 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         "reached or refuses (one line naming the server and the cause).",
     )
     clean.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
-    clean.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster, else ~/.kube/config)")
-    clean.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
-    clean.add_argument(
-        "--request-timeout",
-        type=positive_seconds,
-        default=30.0,
-        metavar="SECONDS",
-        help="seconds each API request may take (default: %(default)g)",
-    )
 
+
+def _add_completion(sub: Subcommands) -> None:
+    """`dra-guard completion SHELL`."""
     comp = sub.add_parser(
         "completion",
         help="print shell completion code (bash, zsh, fish)",
@@ -621,4 +672,3 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     comp.add_argument("shell", choices=["bash", "zsh", "fish"], help="your shell")
-    return parser

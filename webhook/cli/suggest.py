@@ -39,6 +39,11 @@ class Parser(argparse.ArgumentParser):
         self.commands: dict[str, argparse.ArgumentParser] = {}
         self.command_word = "command"
         super().__init__(*args, **kwargs)
+        # the arguments of `parents=` are copied in without add_argument: count them here too
+        for action in self._actions:
+            if action not in self.arguments:
+                self.flags.extend(action.option_strings)
+                self.arguments.append(action)
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)

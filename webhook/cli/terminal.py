@@ -1,4 +1,5 @@
-"""What `dra-guard` does differently on a terminal: wrapped messages and a progress display.
+"""How `dra-guard` writes to the user: its messages on stderr (say, fail), wrapped on a terminal,
+and a progress display.
 
 Both depend on the stream being a TTY (``isatty()``); in pipes and files the output is exactly
 what the renderers return (scripts and CI logs parse it), and there is no progress display.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import textwrap
 import threading
 from types import TracebackType
@@ -59,6 +61,19 @@ def for_stream(text: str, stream: IO[str]) -> str:
     if not is_terminal(stream):
         return text
     return wrap(text, max(shutil.get_terminal_size().columns, 20))
+
+
+def say(kind: str, message: str) -> None:
+    """Print "dra-guard: KIND: MESSAGE" on stderr, each line of `message` on a line of its own
+    (wrapped to the width of a terminal; as-is in pipes and files)."""
+    for line in message.split("\n"):
+        print(for_stream(f"dra-guard: {kind}: {line}", sys.stderr), file=sys.stderr)
+
+
+def fail(message: str) -> int:
+    """Print the error `message` (one line each if it has several, e.g. a ConfigError's) and return 2."""
+    say("error", message)
+    return 2
 
 
 def progress_delay() -> float:

@@ -73,34 +73,66 @@ def health_port(
     without them (webhook.model.health), and only with assumeDefaultPort (`assume`, None: the
     configured one) the configured default.
     """
-    name = container.get("name")
-    if annotation:
-        if "=" in annotation:
-            for part in annotation.split(","):
-                key, _, value = part.partition("=")
-                if key.strip() == name and _port(value) is not None:
-                    return _port(value), f"annotation {PORT_ANNOTATION}"
-        elif _port(annotation) is not None:
-            return _port(annotation), f"annotation {PORT_ANNOTATION}"
-    for p in map(_map, _list(container.get("ports"))):
-        if p.get("name") in PORT_NAMES and _port(p.get("containerPort")):
-            return _port(p.get("containerPort")), f"containerPort {p.get('name')}"
-    words = [w for w in _list(container.get("command")) + _list(container.get("args")) if isinstance(w, str)]
-    for i, word in enumerate(words):
-        m = _PORT_FLAG.match(word)
-        if m:
-            value = m.group(1) if m.group(1) is not None else (words[i + 1] if i + 1 < len(words) else "")
-            if _port(value) is not None:
-                return _port(value), "--healthcheck-port"
-    for env in map(_map, _list(container.get("env"))):
-        if env.get("name") == "HEALTHCHECK_PORT" and _port(env.get("value")) is not None:
-            return _port(env.get("value")), "HEALTHCHECK_PORT"
+    found = (
+        _annotated_port(annotation, container.get("name"))
+        or _named_port(container)
+        or _flag_port(container)
+        or _env_port(container)
+    )
+    if found is not None:
+        return found
     off = health.off_by_omission(container)
     if off is not None:
         return 0, off[1] + UNSET
     if config.assume_default_port if assume is None else assume:
         return config.default_port, "probes.defaultPort"
     return None, ""
+
+
+def _annotated_port(annotation: str, name: Any) -> tuple[int, str] | None:
+    """The port the DaemonSet's annotation gives container `name`: "51515" for every container, or
+    "plugin=51515,gpus=51516" per container (a container it does not name: None)."""
+    source = f"annotation {PORT_ANNOTATION}"
+    if "=" in annotation:
+        for part in annotation.split(","):
+            key, _, value = part.partition("=")
+            port = _port(value)
+            if key.strip() == name and port is not None:
+                return port, source
+        return None
+    port = _port(annotation) if annotation else None
+    return None if port is None else (port, source)
+
+
+def _named_port(container: Mapping[str, Any]) -> tuple[int, str] | None:
+    """A containerPort named healthcheck, health or grpc-health (1..65535; 0 counts as unnamed)."""
+    for p in map(_map, _list(container.get("ports"))):
+        port = _port(p.get("containerPort"))
+        if p.get("name") in PORT_NAMES and port:
+            return port, f"containerPort {p.get('name')}"
+    return None
+
+
+def _flag_port(container: Mapping[str, Any]) -> tuple[int, str] | None:
+    """The container's --healthcheck-port (or -healthcheck-port) argument, "=PORT" or the next word."""
+    words = [w for w in _list(container.get("command")) + _list(container.get("args")) if isinstance(w, str)]
+    for i, word in enumerate(words):
+        m = _PORT_FLAG.match(word)
+        if m:
+            value = m.group(1) if m.group(1) is not None else (words[i + 1] if i + 1 < len(words) else "")
+            port = _port(value)
+            if port is not None:
+                return port, "--healthcheck-port"
+    return None
+
+
+def _env_port(container: Mapping[str, Any]) -> tuple[int, str] | None:
+    """The container's HEALTHCHECK_PORT environment variable (a literal value; valueFrom is not read)."""
+    for env in map(_map, _list(container.get("env"))):
+        port = _port(env.get("value")) if env.get("name") == "HEALTHCHECK_PORT" else None
+        if port is not None:
+            return port, "HEALTHCHECK_PORT"
+    return None
 
 
 def assume_default_port(daemonset: Mapping[str, Any], *, detection: DetectionConfig, config: ProbeConfig) -> bool:
@@ -257,84 +289,115 @@ def evaluate(
     """The DaemonSet with probes added (a modified copy) and the findings about it; `assume`:
     assumeDefaultPort for it (None: probes.assumeDefaultPort)."""
     modified = _copy_for_patch(daemonset)
-    ns, name = _ref(daemonset)
-    annotations_in = _map(_map(daemonset.get("metadata")).get("annotations"))
-    annotation = str(annotations_in.get(PORT_ANNOTATION) or "")
+    annotation = str(_annotations(daemonset).get(PORT_ANNOTATION) or "")
     containers = _list(modified["spec"]["template"]["spec"].get("containers"))
     findings: list[Finding] = []
-    added: dict[str, str] = {}
+    added: dict[str, str] = {}  # container name -> "grpc:<port>"
     for i in driver.plugin_containers:
         container = containers[i]
         if not isinstance(container, dict) or "livenessProbe" in container:
-            continue
+            continue  # a probe of the container's own, of any handler type, is never touched
         cname = container_name(container, i)
         port, source = health_port(container, annotation=annotation, config=config, assume=assume)
         if port is None:
-            findings.append(
-                _finding(
-                    daemonset,
-                    "no-healthcheck-port",
-                    f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe, "
-                    f"and dra-guard cannot tell its gRPC health port, so a hung driver will not be restarted. Declare the "
-                    f'port: annotation {PORT_ANNOTATION}: "<port>", a containerPort named healthcheck, or '
-                    f"--healthcheck-port=<port>; or add a livenessProbe yourself.",
-                    f"dra-guard: driver container {cname} has no livenessProbe and no known health port; see {PORT_ANNOTATION}",
-                    container=cname,
-                )
-            )
-            continue
-        if port == 0:
-            off = health.off_by_omission(container) if source.endswith(UNSET) else None
-            why = (
-                f"{source}: {off[0]} runs no health service without it, so probes.assumeDefaultPort is never applied to it"
-                if off
-                else f"{source} is 0 or below"
-            )
-            findings.append(
-                _finding(
-                    daemonset,
-                    "healthcheck-disabled",
-                    f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) whose health service "
-                    f"is switched off ({why}), so dra-guard adds no probe and a hung driver will not "
-                    f"be restarted. Give it a health port to have a gRPC liveness probe added.",
-                    f"dra-guard: driver container {cname} has its health service off ({source}); no probe added",
-                    container=cname,
-                )
-            )
-            continue
-        container["livenessProbe"] = grpc_probe(port, config)
-        startup = config.startup_probe and "startupProbe" not in container
-        if startup:
-            container["startupProbe"] = grpc_probe(port, config, startup=True)
-        added[cname] = f"grpc:{port}"
-        findings.append(
-            _finding(
-                daemonset,
-                "missing-liveness-probe",
-                f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe; "
-                f"dra-guard adds grpc port {port} service {config.service} (port from {source})"
-                + (
-                    f", after a startupProbe on the same endpoint ({config.startup_period_seconds * config.startup_failure_threshold} s "
-                    f"budget)"
-                    if startup
-                    else ""
-                )
-                + ".",
-                f"dra-guard would add a gRPC livenessProbe (port {port}) to driver container {cname}",
-                fixed_by_patch=True,
-                container=cname,
-                port=port,
-            )
-        )
-    metadata = daemonset.get("metadata")
-    if added and isinstance(metadata, Mapping) and isinstance(metadata.get("annotations", {}), Mapping):
-        # one key per container: a container added later gets a new key (an `add`), nothing is replaced;
-        # odd metadata (not a map, annotations null) is left alone rather than replaced
-        modified["metadata"]["annotations"] = {
-            **annotations_in,
-            **{ADDED_PREFIX + c: v for c, v in added.items() if ADDED_PREFIX + c not in annotations_in},
-        }
+            findings.append(_port_unknown(daemonset, driver, cname))
+        elif port == 0:
+            findings.append(_health_off(daemonset, driver, cname, _why_off(container, source), source))
+        else:
+            startup = _add_probes(container, port, config)
+            added[cname] = f"grpc:{port}"
+            findings.append(_probe_added(daemonset, driver, cname, port, source, config, startup=startup))
+    _record_added(daemonset, modified, added)
     return modified, findings + upgrade_findings(daemonset)
+
+
+def _annotations(daemonset: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _map(_map(daemonset.get("metadata")).get("annotations"))
+
+
+def _add_probes(container: dict[str, Any], port: int, config: ProbeConfig) -> bool:
+    """Give `container` (a copy's) the gRPC livenessProbe on `port` and, when configured and it has
+    none, the startupProbe on the same endpoint; returns whether the startupProbe was added."""
+    container["livenessProbe"] = grpc_probe(port, config)
+    startup = config.startup_probe and "startupProbe" not in container
+    if startup:
+        container["startupProbe"] = grpc_probe(port, config, startup=True)
+    return startup
+
+
+def _record_added(daemonset: Mapping[str, Any], modified: dict[str, Any], added: Mapping[str, str]) -> None:
+    """Annotate `modified` with probes.dra-guard.io/<container>: grpc:<port> for each probe added."""
+    metadata = daemonset.get("metadata")
+    if not added or not isinstance(metadata, Mapping) or not isinstance(metadata.get("annotations", {}), Mapping):
+        return  # odd metadata (not a map, annotations null) is left alone rather than replaced
+    # one key per container: a container added later gets a new key (an `add`), nothing is replaced
+    annotations_in = _annotations(daemonset)
+    modified["metadata"]["annotations"] = {
+        **annotations_in,
+        **{ADDED_PREFIX + c: v for c, v in added.items() if ADDED_PREFIX + c not in annotations_in},
+    }
+
+
+def _why_off(container: Mapping[str, Any], source: str) -> str:
+    """Why a health port of 0 means no health service: the setting's value, or a driver that runs
+    none without the setting (webhook.model.health)."""
+    off = health.off_by_omission(container) if source.endswith(UNSET) else None
+    if off:
+        return f"{source}: {off[0]} runs no health service without it, so probes.assumeDefaultPort is never applied to it"
+    return f"{source} is 0 or below"
+
+
+def _port_unknown(daemonset: Mapping[str, Any], driver: drivers_mod.Driver, cname: str) -> Finding:
+    ns, name = _ref(daemonset)
+    return _finding(
+        daemonset,
+        "no-healthcheck-port",
+        f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe, "
+        f"and dra-guard cannot tell its gRPC health port, so a hung driver will not be restarted. Declare the "
+        f'port: annotation {PORT_ANNOTATION}: "<port>", a containerPort named healthcheck, or '
+        f"--healthcheck-port=<port>; or add a livenessProbe yourself.",
+        f"dra-guard: driver container {cname} has no livenessProbe and no known health port; see {PORT_ANNOTATION}",
+        container=cname,
+    )
+
+
+def _health_off(daemonset: Mapping[str, Any], driver: drivers_mod.Driver, cname: str, why: str, source: str) -> Finding:
+    ns, name = _ref(daemonset)
+    return _finding(
+        daemonset,
+        "healthcheck-disabled",
+        f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) whose health service "
+        f"is switched off ({why}), so dra-guard adds no probe and a hung driver will not "
+        f"be restarted. Give it a health port to have a gRPC liveness probe added.",
+        f"dra-guard: driver container {cname} has its health service off ({source}); no probe added",
+        container=cname,
+    )
+
+
+def _probe_added(
+    daemonset: Mapping[str, Any],
+    driver: drivers_mod.Driver,
+    cname: str,
+    port: int,
+    source: str,
+    config: ProbeConfig,
+    *,
+    startup: bool,
+) -> Finding:
+    ns, name = _ref(daemonset)
+    budget = config.startup_period_seconds * config.startup_failure_threshold
+    return _finding(
+        daemonset,
+        "missing-liveness-probe",
+        f"DaemonSet {ns}/{name} container {cname} is a DRA driver ({driver.evidence}) without a livenessProbe; "
+        f"dra-guard adds grpc port {port} service {config.service} (port from {source})"
+        + (f", after a startupProbe on the same endpoint ({budget} s budget)" if startup else "")
+        + ".",
+        f"dra-guard would add a gRPC livenessProbe (port {port}) to driver container {cname}",
+        fixed_by_patch=True,
+        container=cname,
+        port=port,
+    )
 
 
 def review(
@@ -368,27 +431,27 @@ def review(
         and _map(_map(old.get("spec")).get("template")) == _map(_map(obj.get("spec")).get("template"))
     ):
         # adding a probe now would change the pod template and roll every driver pod on every node
-        findings = [
-            dataclasses.replace(
-                f,
-                fixed_by_patch=False,
-                message=f.message.replace("dra-guard adds", "dra-guard will add it at the next change of the pod template,"),
-                summary=short(
-                    f"dra-guard: driver container {f.details.get('container')} has no livenessProbe; "
-                    f"added at the next pod template change"
-                ),
-            )
-            if f.check == "missing-liveness-probe"
-            else f
-            for f in findings
-        ]
-        return Decision(findings=tuple(findings))
+        return Decision(findings=tuple(_deferred(f) if f.check == "missing-liveness-probe" else f for f in findings))
     patch = _patch(obj, modified)
     if any(op["op"] != "add" for op in patch):
         # a malformed object whose shape the copy could not keep: patch nothing rather than replace
         findings = [dataclasses.replace(f, fixed_by_patch=False) for f in findings]
         return Decision(findings=tuple(findings))
     return Decision(findings=tuple(findings), patch=patch)
+
+
+def _deferred(finding: Finding) -> Finding:
+    """A missing-liveness-probe finding reworded for an UPDATE that leaves the pod template alone:
+    the probe comes with the next change of the template, nothing is patched now."""
+    return dataclasses.replace(
+        finding,
+        fixed_by_patch=False,
+        message=finding.message.replace("dra-guard adds", "dra-guard will add it at the next change of the pod template,"),
+        summary=short(
+            f"dra-guard: driver container {finding.details.get('container')} has no livenessProbe; "
+            f"added at the next pod template change"
+        ),
+    )
 
 
 def audit(
