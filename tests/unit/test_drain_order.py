@@ -182,7 +182,7 @@ CASES = [
     ),
     (
         "a driver that is gone while a claim is prepared is reported and waited for",
-        [claim("consumer"), pod("consumer", "node-a", terminating=True)],
+        [claim("consumer"), pod("consumer", "node-a", terminating=True, claims=("consumer",))],
         {"evict_drivers": True, "selected": frozenset()},
         "release",
         (),

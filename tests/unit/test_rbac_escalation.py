@@ -596,8 +596,8 @@ def test_pods_delete_is_a_power_in_a_declared_drivers_namespace():
     while claims need it, eviction.guardDeletes): granting it in a declared driver's namespace,
     or cluster-wide, is an escalation power like pods patch; elsewhere a RoleBinding is fine."""
     assert powers([rule(["pods"], ["delete", "deletecollection"], groups=[""])]) == {
-        ("pods", "delete", True),
-        ("pods", "deletecollection", True),
+        ("pods:delete", "delete", True),
+        ("pods:delete", "deletecollection", True),
     }
     config = from_mapping({"drivers": {"declared": [{"namespace": "gpu", "name": "gpu-driver"}]}}).rbac
     assert "gpu" in config.sensitive
@@ -606,3 +606,6 @@ def test_pods_delete_is_a_power_in_a_declared_drivers_namespace():
     assert not refused.allowed and "pods" in refused.findings[0].message
     assert decide(binding("b", "deleter", ALICE, kind="RoleBinding", namespace="team-a"), [deleter], config=config).allowed
     assert not decide(binding("b", "deleter", ALICE), [deleter], config=config).allowed  # cluster-wide
+    # other sensitive namespaces, and a cluster with no declared driver: an autoscaler's everyday right
+    assert decide(binding("b", "deleter", ALICE, kind="RoleBinding", namespace="kube-system"), [deleter], config=config).allowed
+    assert decide(binding("b", "deleter", ALICE), [deleter], config=from_mapping(None).rbac).allowed

@@ -168,6 +168,9 @@ class RbacConfig:
     # by Config.with_guard from the rest of the config (the ServiceAccounts rbac exceptions name,
     # the namespaces of drivers.declared, whose pods run as ServiceAccounts that write ResourceSlices)
     writer_namespaces: frozenset[str] = frozenset()
+    # not a config key either: the namespaces of drivers.declared (deleting a pod there takes a driver
+    # off its node: webhook.model.powers.DRIVER_NAMESPACE_POWERS)
+    driver_namespaces: frozenset[str] = frozenset()
 
     @property
     def protected_resources(self) -> frozenset[str]:
@@ -427,6 +430,7 @@ class Config:
                 guard_namespace=namespace or "dra-guard",
                 guard_names=names or frozenset({"dra-guard"}),
                 writer_namespaces=frozenset(writers),
+                driver_namespaces=frozenset(d.namespace for d in self.detection.declared),
             ),
         )
 

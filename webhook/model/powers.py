@@ -52,9 +52,8 @@ WORKLOAD_VERBS: Final = frozenset({"create", "update", "patch"})
 NAMESPACE_POWERS: Final = (
     ("", "serviceaccounts/token", frozenset({"create"}), "serviceaccounts/token"),
     # create runs a pod as any ServiceAccount of the namespace; update/patch swaps a running pod's image
-    # (the kubelet restarts it with the same token and host mounts); delete/deletecollection takes a
-    # DRA driver pod off its node (refused at admission while claims need it: eviction.guardDeletes)
-    ("", "pods", frozenset({"create", "update", "patch", "delete", "deletecollection"}), "pods"),
+    # (the kubelet restarts it with the same token and host mounts)
+    ("", "pods", frozenset({"create", "update", "patch"}), "pods"),
     ("", "pods/exec", frozenset({"create", "get"}), "pods/exec"),
     ("", "pods/attach", frozenset({"create", "get"}), "pods/attach"),
     ("", "pods/ephemeralcontainers", frozenset({"update", "patch"}), "pods/ephemeralcontainers"),
@@ -78,8 +77,13 @@ GUARD_NAMESPACE_POWERS: Final = (
     ("", "services", _WRITE, "services"),
     ("discovery.k8s.io", "endpointslices", _WRITE, "endpointslices"),
 )
+#: extra namespaced powers in a declared driver's namespace (drivers.declared): deleting its pods takes
+#: a DRA driver off its node, which the drain order forbids while claims need it (refused at
+#: admission too: eviction.guardDeletes); elsewhere pod deletion is every autoscaler's and operator's
+#: everyday right, not an escalation
+DRIVER_NAMESPACE_POWERS: Final = (("", "pods", frozenset({"delete", "deletecollection"}), "pods:delete"),)
 #: every namespaced power name a DRA driver subject may hold (drivers run controllers of their own)
-NAMESPACE_POWER_NAMES: Final = frozenset(p[3] for p in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS)
+NAMESPACE_POWER_NAMES: Final = frozenset(p[3] for p in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS + DRIVER_NAMESPACE_POWERS)
 
 #: cluster-scoped powers over the API dra-guard and everyone else reads: (group, resource, power name).
 #: An APIService with spec.service makes the aggregator proxy a whole group/version (e.g.
@@ -119,7 +123,7 @@ IMPERSONATE: Final = (
 
 #: the API group of each power name power_grants returns ("" for the core group), for messages
 POWER_GROUPS: Final = {
-    **{power: group for group, _, _, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS},
+    **{power: group for group, _, _, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS + DRIVER_NAMESPACE_POWERS},
     **{power: group for group, _, power in API_ROUTING},
     **dict.fromkeys(ADMISSION_RESOURCES, ADMISSION_GROUP),
     **{f"impersonate:{resource}": group for group, resource, _ in IMPERSONATE},
@@ -168,7 +172,8 @@ def power_grants(
     checks: which families to look for (CHECKS). guard_names: dra-guard's own ClusterRole and
     ClusterRoleBinding names (write on them, by resourceNames, is a power; write on every
     ClusterRole is the RBAC manager's right, judged object by object instead). Write on ConfigMaps
-    and Services is returned too (GUARD_NAMESPACE_POWERS): it counts in dra-guard's own namespace only.
+    and Services is returned too (GUARD_NAMESPACE_POWERS): it counts in dra-guard's own namespace only;
+    pod deletion (DRIVER_NAMESPACE_POWERS) in the declared drivers' namespaces only.
     privileged_name(kind, name): whether an impersonation target named by resourceNames ("User",
     "Group" or "ServiceAccount") may hold DRA write; impersonation limited to names for which it
     answers False is no power. role_grants(name): whether ClusterRole `name` holds DRA write or a
@@ -239,7 +244,7 @@ def power_grants(
             for resource in CLAIM_ALLOCATION:
                 add("resource.k8s.io", resource, ("update", "patch"), resource, False)
         if "namespace-powers" in checks:
-            for group, resource, wanted, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS:
+            for group, resource, wanted, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS + DRIVER_NAMESPACE_POWERS:
                 add(group, resource, wanted, power, True)
     return sorted(out)
 

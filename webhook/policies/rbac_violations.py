@@ -19,13 +19,20 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.config import RbacConfig
-from webhook.model.powers import DRIVER_POWERS, GUARD_NAMESPACE_POWERS, NAMESPACE_POWER_NAMES, POWER_GROUPS
+from webhook.model.powers import (
+    DRIVER_NAMESPACE_POWERS,
+    DRIVER_POWERS,
+    GUARD_NAMESPACE_POWERS,
+    NAMESPACE_POWER_NAMES,
+    POWER_GROUPS,
+)
 from webhook.model.rbac import Grant, Subject, subjects_of
 from webhook.model.readers import as_map, as_str, name_of, namespace_of
 from webhook.policies.decision import Finding, short
 
 POLICY = "rbac"
 _GUARD_ONLY = frozenset(p[3] for p in GUARD_NAMESPACE_POWERS)
+_DRIVERS_ONLY = frozenset(p[3] for p in DRIVER_NAMESPACE_POWERS)
 
 
 def may_hold(subject: Subject, grant: Grant, config: RbacConfig, *, namespace: str = "") -> bool:
@@ -52,6 +59,9 @@ def reaches(grant: Grant, namespace: str, config: RbacConfig) -> bool:
     """Whether a binding in `namespace` ("" for a ClusterRoleBinding) gives `grant` where it matters."""
     if grant.resource in _GUARD_ONLY and namespace not in ("", config.guard_namespace):
         return False
+    if grant.resource in _DRIVERS_ONLY:
+        # a ClusterRoleBinding reaches every namespace, the declared drivers' among them
+        return namespace in config.driver_namespaces or (not namespace and bool(config.driver_namespaces))
     if not namespace:
         return True
     return grant.namespaced and namespace in config.sensitive
