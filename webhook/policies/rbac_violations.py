@@ -284,7 +284,7 @@ def _message(v: Violation, config: RbacConfig, *, on_role: bool, notes: bool) ->
 def _summary(v: Violation, resources: list[str]) -> str:
     """ "dra-guard: User alice would get deviceclasses, devicetaintrules and 39 more via
     ClusterRoleBinding x": as many first names as keep it within the warning limit."""
-    for limit in range(len(resources), 0, -1):
+    for limit in range(len(resources), 1 if len(resources) > 1 else 0, -1):  # a limit of 1 would name none
         text = f"dra-guard: {v.subject} would get {and_more(resources, limit=limit)} via {v.binding_ref}"
         if len(text) <= WARNING_LIMIT:
             return text
