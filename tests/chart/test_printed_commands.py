@@ -72,8 +72,9 @@ def markdown_commands(path: pathlib.Path) -> list[str]:
     return commands_in("\n".join(blocks)) + [c for c in inline if c.split()[1] in RELEASE_COMMANDS]
 
 
-def runnable(command: str) -> list[str]:
-    """argv of a printed command with only what cannot exist here replaced (module docstring)."""
+def runnable(command: str, *, release: str = RELEASE, namespace: str = NAMESPACE) -> list[str]:
+    """argv of a printed command with only what cannot exist here replaced (module docstring); the
+    release `dra-guard` and namespace `dra-guard` become `release` and `namespace`."""
     text = command.replace(OCI, str(helm.CHART)).replace("oci://REGISTRY/charts/dra-guard", str(helm.CHART))
     text = text.replace("REGISTRY/dra-guard", "registry.example/dra-guard").replace("sha256:DIGEST", DIGEST)
     for placeholder, value in PLACEHOLDERS.items():
@@ -81,16 +82,16 @@ def runnable(command: str) -> list[str]:
     argv = shlex.split(text)
     assert argv[0] == "helm" and argv[1] in RELEASE_COMMANDS, command
     if argv[2] == "dra-guard":
-        argv[2] = RELEASE
+        argv[2] = release
     for flag in ("-n", "--namespace"):
         if flag in argv and argv[argv.index(flag) + 1] == "dra-guard":
-            argv[argv.index(flag) + 1] = NAMESPACE
+            argv[argv.index(flag) + 1] = namespace
     for placeholder in ("RELEASE", "CHART", "NAMESPACE", "THIS_FILE"):
         if placeholder in argv:
             argv[argv.index(placeholder)] = {
-                "RELEASE": RELEASE,
+                "RELEASE": release,
                 "CHART": str(helm.CHART),
-                "NAMESPACE": NAMESPACE,
+                "NAMESPACE": namespace,
                 "THIS_FILE": "suggested.yaml",
             }[placeholder]
     assert not [w for w in argv if re.search(r"REGISTRY|<[a-z]+>|DIGEST", w)], argv
