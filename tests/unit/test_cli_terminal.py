@@ -73,25 +73,46 @@ def cli_on_tty(*args: str, tty: str, columns: int = 60, env: dict[str, str] | No
 def test_an_unknown_command_gets_the_closest_one():
     run = cli("adit", "-f", "examples/")
     assert run.returncode == 2 and run.stdout == ""
-    assert run.stderr.startswith("usage: dra-guard [-h]")
-    assert "dra-guard: error: unknown command 'adit'; did you mean 'audit'?" in run.stderr
+    assert run.stderr == "dra-guard: error: unknown command 'adit'; did you mean 'audit'? (see dra-guard --help)\n"
 
 
 def test_an_unknown_action_of_a_command_group_is_reported_by_that_group():
     run = cli("config", "valdate", "x.yaml")
     assert run.returncode == 2
-    assert run.stderr.startswith("usage: dra-guard config [-h] ACTION")
-    assert "dra-guard config: error: unknown action 'valdate'; did you mean 'validate'?" in run.stderr
+    assert run.stderr == (
+        "dra-guard config: error: unknown action 'valdate'; did you mean 'validate'? (see dra-guard config --help)\n"
+    )
 
 
 def test_an_unknown_flag_is_reported_by_its_subcommand_with_a_suggestion():
     run = cli("audit", "-f", "examples/", "--clustr")
     assert run.returncode == 2 and run.stdout == ""
-    assert run.stderr.startswith("usage: dra-guard audit [-h]"), run.stderr
-    assert "dra-guard audit: error: unrecognized arguments: --clustr (did you mean --cluster?)" in run.stderr
+    assert run.stderr == (
+        "dra-guard audit: error: unrecognized arguments: --clustr (did you mean --cluster?) (see dra-guard audit --help)\n"
+    )
     run = cli("certs", "generate", "--service", "s", "--namespace", "n", "--out", "o", "--forse")
-    assert run.stderr.startswith("usage: dra-guard certs generate [-h]"), run.stderr
-    assert "dra-guard certs generate: error: unrecognized arguments: --forse (did you mean --force?)" in run.stderr
+    assert run.stderr.startswith("dra-guard certs generate: error: unrecognized arguments: --forse (did you mean --force?)")
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (["audit", "-o", "xml"], "argument -o/--output: invalid choice: 'xml'"),
+        (["audit", "--expires"], "argument --expires: expected one argument"),
+        (["audit", "--qps", "x"], "argument --qps: invalid"),
+        (["drain-plan"], "the following arguments are required: NODE"),
+    ],
+    ids=["bad-choice", "missing-value", "bad-type", "missing-positional"],
+)
+def test_a_flag_error_is_one_line_not_the_usage(args, error):
+    """argparse prints the whole usage (seven lines for audit) above the error; the error alone says
+    what is wrong and where the usage is."""
+    run = cli(*args)
+    assert run.returncode == 2 and run.stdout == ""
+    [line] = run.stderr.splitlines()
+    command = f"dra-guard {args[0]}"
+    assert line.startswith(f"{command}: error: {error}") and line.endswith(f" (see {command} --help)"), line
+    assert "usage:" not in run.stderr and "Traceback" not in run.stderr
 
 
 def test_a_subcommand_flag_before_the_subcommand_says_where_it_goes():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.builders import claim, index_with, pod
@@ -125,3 +127,23 @@ def test_policy_report_shape():
     result = reports[0]["results"][0]
     assert result["result"] == "warn" and result["policy"] == "controlplane" and result["resources"][0]["kind"] == "Pod"
     assert reports[0]["summary"]["warn"] == 1
+
+
+#: words a sentence may start with in lower case: component and command names
+PROPER = re.compile(r"(kube-[a-z-]+|kubelet|kubectl|dra-guard|helm|--[a-z-]+)\b")
+
+
+@pytest.mark.parametrize(
+    "found",
+    [
+        lambda: controlplane.controller_manager([pod("coredns", "n", namespace="kube-system", claims=())]),
+        lambda: controlplane.controller_manager([kcm_pod("--kube-api-qps=5")]),
+        lambda: controlplane.scheduler([]),
+    ],
+    ids=["controller-manager-unknown", "controller-manager-below-floor", "scheduler-unknown"],
+)
+def test_every_sentence_starts_with_a_capital_or_a_name(found):
+    """A sentence of a control-plane finding starts in upper case, unless with a component's name."""
+    [finding] = found()
+    for sentence in re.split(r"(?<=[.!?])\s+", finding.message)[1:]:
+        assert sentence[0].isupper() or sentence[0].isdigit() or PROPER.match(sentence), (sentence, finding.message)

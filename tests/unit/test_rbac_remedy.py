@@ -88,7 +88,7 @@ def test_a_driver_with_a_cluster_wide_controller_power_is_told_of_the_exception_
     )
     crb = binding("gpu-driver", "gpu-driver", [subject("ServiceAccount", "driver", "gpu")])
     [finding] = judge([role, crb], from_mapping(None)).findings
-    assert "daemonsets (apps), resourceslices (resource.k8s.io)" in finding.message
+    assert "resourceslices (resource.k8s.io), daemonsets (apps)" in finding.message
     assert (
         "add an rbac exception (Helm value config.exceptions): {policy: rbac, kind: ClusterRoleBinding, name: gpu-driver, "
         "roleRef: gpu-driver, subjects: {serviceAccounts: [gpu:driver]}, resources: [daemonsets, resourceslices]"
@@ -120,7 +120,7 @@ def test_a_driver_with_a_power_only_admins_may_hold_is_told_of_the_exception_not
     )
     config = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": [GAUDI_SA]}}})
     [finding] = judge([role, crb], config).findings
-    assert "only cluster admins may hold impersonate:users (core), devicetaintrules (resource.k8s.io)" in finding.message
+    assert "only cluster admins may hold devicetaintrules (resource.k8s.io), impersonate:users (core)" in finding.message
     assert "resources: [devicetaintrules, impersonate:users]" in finding.message
     assert "rbac.adminSubjects" not in finding.message
 

@@ -21,7 +21,8 @@ HEADER = (
     "# dra-guard audit --suggest-exception: exceptions that skip these findings until {expires}.\n"
     "# Review each one: an exception lets exactly this binding (roleRef, subjects, resources) or\n"
     "# DaemonSet through. Add them to the Helm value config.exceptions (a list: keep the entries you\n"
-    "# have) and apply with helm upgrade ... --reset-then-reuse-values -f THIS_FILE.\n"
+    "# have) and apply with:\n"
+    "#   helm upgrade RELEASE CHART -n NAMESPACE --reset-then-reuse-values -f THIS_FILE\n"
 )
 BINDINGS = ("ClusterRoleBinding", "RoleBinding")
 

@@ -52,6 +52,9 @@ MESSAGE_LIMIT = 1024
 #: holds every result of a namespace in one object, which etcd limits to about 1.5 MB
 FULL_MESSAGE_LIMIT = 8192
 ELLIPSIS = "…"
+#: the lists of a finding's details a result's properties carry whole (an RBAC finding's message
+#: names the first few resources of a wide role)
+DETAIL_LISTS = ("resources", "verbs", "roles")
 #: results[].category of each policy (the page's topic); "input" is an unreadable input
 CATEGORIES = {
     "rbac": "DRA access control",
@@ -99,6 +102,17 @@ def message_fields(message: str) -> tuple[str, dict[str, str]]:
     if len(message) <= MESSAGE_LIMIT:
         return message, {}
     return cut(message, MESSAGE_LIMIT), {"message": cut(message, FULL_MESSAGE_LIMIT)}
+
+
+def detail_lists(finding: Finding) -> dict[str, str]:
+    """Properties holding a finding's lists whole (DETAIL_LISTS of its details, comma-separated, each
+    up to FULL_MESSAGE_LIMIT characters): a message names only the first items of a long list."""
+    out = {}
+    for key in DETAIL_LISTS:
+        value = finding.details.get(key)
+        if isinstance(value, (list, tuple)) and value:
+            out[key] = cut(", ".join(str(v) for v in value), FULL_MESSAGE_LIMIT)
+    return out
 
 
 def subject(kind: str, namespace: str, name: str) -> str:
@@ -184,6 +198,7 @@ def policy_reports(
             "mode": mode,
             "patch": str(f.fixed_by_patch).lower(),
             "source": source_of(f.policy),
+            **detail_lists(f),
             **{f"exception{k.capitalize()}": v for k, v in f.exception.items()},
         }
         if ref is None:

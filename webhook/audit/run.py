@@ -221,8 +221,7 @@ def note_defaults(findings: list[Result], assumed: set[str]) -> list[Result]:
         one = len(via) == 1
         note = (
             f" ClusterRole{'' if one else 's'} {', '.join(via)} {'is' if one else 'are'} not among the "
-            f"manifests: judged by {'its' if one else 'their'} Kubernetes default rules (the apiserver's "
-            f"bootstrap policy, which every cluster holds)."
+            f"manifests: judged by {'its' if one else 'their'} Kubernetes default rules (every cluster's)."
         )
         out.append((dataclasses.replace(f, message=f.message + note, details={**f.details, "judgedByDefaults": via}), mode))
     return out

@@ -19,8 +19,9 @@ from webhook.policies.decision import Finding
 
 HEADER = (
     "# dra-guard audit --suggest-values: Helm values that clear the driver findings of this audit.\n"
-    "# Apply: helm upgrade RELEASE CHART --reset-then-reuse-values -f THIS_FILE (these lists replace the ones set\n"
-    "# before, so the entries already configured are repeated here).\n"
+    "# Apply with (these lists replace the ones set before, so the entries already configured are\n"
+    "# repeated here):\n"
+    "#   helm upgrade RELEASE CHART -n NAMESPACE --reset-then-reuse-values -f THIS_FILE\n"
 )
 
 

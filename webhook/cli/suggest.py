@@ -11,7 +11,7 @@ import argparse
 import difflib
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -27,7 +27,8 @@ class Parser(argparse.ArgumentParser):
     parser must take no flag with a value, or its value would be read as the command)
     stops with "unknown command 'adit'; did you mean 'audit'?"; words and flags left over after
     parsing stop this parser, not its parent, with "unrecognized arguments: --clustr (did you mean
-    --cluster?)". Both exit 2 through ArgumentParser.error (usage, then "PROG: error: ...").
+    --cluster?)". Every usage error is one line on stderr, "PROG: error: ... (see PROG --help)",
+    and exit 2 (error()).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -69,6 +70,11 @@ class Parser(argparse.ArgumentParser):
         if extras:
             self.error("unrecognized arguments: " + " ".join(self._explain(extra) for extra in extras))
         return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        """Print "PROG: error: MESSAGE (see PROG --help)" on stderr and exit 2: one line, where
+        argparse prints the whole usage first (seven lines for audit) and the error under it."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _explain(self, extra: str) -> str:
         """A left-over argument, with the closest flag of this parser, or the subcommands that have it."""

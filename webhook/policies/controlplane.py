@@ -102,7 +102,7 @@ def controller_manager(pods: Iterable[Mapping[str, Any]]) -> list[Finding]:
                 "kube-controller-manager",
                 namespace="kube-system",
                 message=f"kube-controller-manager is not visible as a pod in kube-system (a managed control plane?), so its "
-                f"client QPS/Burst are unknown. {PAGE} found --kube-api-qps={KCM_QPS_FLOOR} "
+                f"client QPS/Burst are unknown. {PAGE.capitalize()} found --kube-api-qps={KCM_QPS_FLOOR} "
                 f"--kube-api-burst={KCM_BURST_FLOOR} the floor for DRA at scale: check them with your provider.",
                 summary="kube-controller-manager not visible: its --kube-api-qps/--kube-api-burst are unknown",
             )

@@ -15,7 +15,7 @@ do they matter; ConfigMap and Service write only in dra-guard's own namespace.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from webhook.config import RbacConfig
@@ -27,12 +27,18 @@ from webhook.model.powers import (
     POWER_GROUPS,
 )
 from webhook.model.rbac import Grant, Subject, subjects_of
-from webhook.model.readers import as_map, as_str, name_of, namespace_of
+from webhook.model.readers import WARNING_LIMIT, as_map, as_str, name_of, namespace_of
 from webhook.policies.decision import Finding, short
 
 POLICY = "rbac"
 _GUARD_ONLY = frozenset(p[3] for p in GUARD_NAMESPACE_POWERS)
 _DRIVERS_ONLY = frozenset(p[3] for p in DRIVER_NAMESPACE_POWERS)
+#: a list a message names whole up to this many items; of a longer one it names the first and
+#: "and N more" (the finding's details hold it whole): a wide role's refusal stays readable
+NAMED = 4
+#: a violation's message at most (characters, about): kubectl shows it whole, and a PolicyReport's
+#: message (webhook.audit.reports.MESSAGE_LIMIT) keeps its fix even with a role's name prefixed
+MESSAGE_BUDGET = 600
 
 
 def may_hold(subject: Subject, grant: Grant, config: RbacConfig, *, namespace: str = "") -> bool:
@@ -123,9 +129,37 @@ def _group_of(resource: str, config: RbacConfig) -> str:
     return POWER_GROUPS.get(resource, "") or "core"
 
 
-def with_groups(resources: Iterable[str], config: RbacConfig) -> str:
-    """ "pods (core), leases (coordination.k8s.io)": each resource with its API group."""
-    return ", ".join(f"{r} ({_group_of(r, config)})" for r in resources)
+def first_names(names: Sequence[str], *, limit: int = NAMED) -> tuple[list[str], int]:
+    """(the names a message shows, how many it leaves out): all of `names` when there are at most
+    `limit`, else the first limit - 1 (so that "and N more" always stands for at least 2)."""
+    if len(names) <= limit:
+        return list(names), 0
+    return list(names[: limit - 1]), len(names) - limit + 1
+
+
+def and_more(names: Sequence[str], *, limit: int = NAMED) -> str:
+    """ "a, b, c" or "a, b, c, d and 37 more" (first_names())."""
+    shown, more = first_names(names, limit=limit)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
+def with_groups(resources: Sequence[str], config: RbacConfig, *, limit: int = NAMED) -> str:
+    """ "deviceclasses, resourceslices (resource.k8s.io), pods (core) and 37 more": the first
+    resources (first_names()), each run of one API group followed by the group once."""
+    shown, more = first_names(resources, limit=limit)
+    runs: list[tuple[str, list[str]]] = []
+    for r in shown:
+        group = _group_of(r, config)
+        if runs and runs[-1][0] == group:
+            runs[-1][1].append(r)
+        else:
+            runs.append((group, [r]))
+    text = ", ".join(f"{', '.join(names)} ({group})" for group, names in runs)
+    return text + (f" and {more} more" if more else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _subject_entry(s: Subject) -> str:
@@ -137,7 +171,12 @@ def _subject_entry(s: Subject) -> str:
 
 def exception_fix(v: Violation, resources: list[str]) -> str:
     """The rbac exception that admits exactly this binding's grant of `resources` to v.subject
-    (docs/policies/exceptions.md): pinned to the binding, its roleRef, that subject, those resources."""
+    (docs/policies/exceptions.md): pinned to the binding, its roleRef, that subject, those resources.
+    The entry itself when it names at most NAMED resources; else where to get it written, since a
+    longer one would make the message a wall (the finding's details hold every resource, and
+    `dra-guard audit --suggest-exception` writes the entry from them)."""
+    if len(resources) > NAMED:
+        return "to accept exactly this grant, add an rbac exception (dra-guard audit --suggest-exception writes it)"
     where = f"namespace: {v.namespace}, " if v.namespace else ""
     return (
         f"to accept exactly this grant, add an rbac exception (Helm value config.exceptions): "
@@ -147,7 +186,9 @@ def exception_fix(v: Violation, resources: list[str]) -> str:
     )
 
 
-def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str], *, on_role: bool = False) -> tuple[str, str]:
+def _remedy(
+    v: Violation, config: RbacConfig, dra: list[str], powers: list[str], *, on_role: bool = False, notes: bool = True
+) -> tuple[str, str]:
     """(who may hold the violation's grants, the one setting that admits exactly them).
 
     `dra`: the DRA resources written, `powers`: the escalation powers (both sorted, never both
@@ -159,7 +200,7 @@ def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str],
     resources. adminSubjects lifts every check: it is named only for a User or Group, as what a
     cluster admin is. on_role: the change judged is a role's, which no exception covers (a role's
     rules reach every binding of it): a cluster admin makes it, and the exception keeps the binding
-    out of the drift watch's and the audits' findings.
+    out of the drift watch's and the audits' findings. notes: the note on drivers in full.
     """
     s = v.subject
     is_driver = config.driver_subjects.contains(kind=s.kind, name=s.name, namespace=s.namespace)
@@ -185,59 +226,86 @@ def _remedy(v: Violation, config: RbacConfig, dra: list[str], powers: list[str],
             f"config.rbac.extraDriverSubjects.serviceAccounts: [{s.namespace}:{s.name}])" + (f" and {widen}" if admin_dra else "")
         )
         return who, fix
-    held = (powers + admin_dra if is_driver else powers + dra) or dra  # never empty: `dra` or `powers` is not
+    held = (admin_dra + powers if is_driver else dra + powers) or dra  # never empty: `dra` or `powers` is not
     who = f"only cluster admins may hold {with_groups(held, config)}"
     if is_driver and s.kind == "ServiceAccount" and any(g.namespaced for g in v.grants if g.resource in powers):
-        who += (
-            f" (DRA drivers hold namespaced powers only through a RoleBinding in their own namespace "
-            f"({s.namespace}) and never through a ClusterRoleBinding, which reaches every namespace)"
+        who += f" (DRA drivers hold namespaced powers only through a RoleBinding in their own namespace ({s.namespace})" + (
+            ")" if v.namespace or not notes else ", never through a ClusterRoleBinding, which reaches every namespace)"
         )
     fix = exception_fix(v, sorted(held))
     if on_role:
-        fix = (
-            f"have a cluster admin make this change (an exception covers a binding, never a role: a role's rules "
-            f"reach every binding of it) and, {fix}"
-        )
+        fix = f"have a cluster admin make this change (an exception covers a binding, never a role) and, {fix}"
     if s.kind in ("User", "Group"):
-        fix += (
-            f"; or, if {s} is a cluster admin, add it to rbac.adminSubjects (Helm value "
-            f"config.rbac.extraAdminSubjects: it lifts every check)"
+        fix = (
+            f"if {s} is a cluster admin, add it to rbac.adminSubjects (Helm value config.rbac.extraAdminSubjects; "
+            f"it lifts every check); or, {fix}"
         )
     return who, fix
 
 
 def describe(v: Violation, config: RbacConfig, *, on_role: bool = False) -> tuple[str, str]:
-    """(message, summary) for a violation; on_role: reported on the role whose change is judged."""
+    """(message, summary) for a violation; on_role: reported on the role whose change is judged.
+
+    The message: what the binding grants (counts), who may hold it (each resource named once, the
+    first NAMED of a longer list), then the fix, with the exception entry written out when it
+    names at most NAMED resources (else the command that writes it). Whatever the role's width (a
+    cluster-admin binding included) it stays about MESSAGE_BUDGET characters, notes left out to
+    keep it so; only long object names in a written-out entry make it longer (a PolicyReport's
+    message, cut at 1024 characters, still ends with the fix). The summary (a kubectl warning)
+    is at most WARNING_LIMIT characters."""
+    message = _message(v, config, on_role=on_role, notes=True)
+    if len(message) > MESSAGE_BUDGET:
+        message = _message(v, config, on_role=on_role, notes=False)
+    dra = sorted({g.resource for g in v.grants if g.resource in config.protected_resources})
+    return message, _summary(v, dra + sorted({g.resource for g in v.grants} - set(dra)))
+
+
+def _message(v: Violation, config: RbacConfig, *, on_role: bool, notes: bool) -> str:
+    """describe()'s message; notes: with the notes (what an escalation power is, where a driver
+    holds its namespaced powers) in full."""
     dra = sorted({g.resource for g in v.grants if g.resource in config.protected_resources})
     powers = sorted({g.resource for g in v.grants} - set(dra))
     verbs = sorted({g.verb for g in v.grants})
-    verb_text = "every verb: *" if "*" in verbs else ", ".join(verbs)
+    verb_text = "every verb" if "*" in verbs else and_more(verbs)
     roles = sorted({g.role for g in v.grants} - {v.via})
-    via = f"{v.via_kind} {v.via}" + (f" (aggregating {', '.join(roles)})" if roles else "")
+    via = f"{v.via_kind} {v.via}" + (f" (aggregating {and_more(roles)})" if roles else "")
     parts = []
     if dra:
-        parts.append(f"write ({verb_text}) on {', '.join(dra)} ({config.api_group})")
+        parts.append(f"write on {_plural(len(dra), 'DRA resource')}")
     if powers:
         where = f" in namespace {v.namespace}" if v.namespace else ""
-        parts.append(
-            f"escalation powers{where}: {', '.join(powers)} (each lets the holder act as, or switch off, "
-            f"an identity that holds DRA write)"
-        )
-    who, fix = _remedy(v, config, dra, powers, on_role=on_role)
-    message = (
-        f"{v.binding_ref} grants {'; and '.join(parts)} to {v.subject} via {via}; {who}. "
-        f"Bind a narrower role (ResourceClaims and ResourceClaimTemplates are enough for workloads), "
-        f"or {fix}."
+        parts.append(f"{_plural(len(powers), 'escalation power')}{where}")
+    who, fix = _remedy(v, config, dra, powers, on_role=on_role, notes=notes)
+    # a role's change is undone by not making it; a binding's by binding another role
+    lead = (
+        "Keep the role narrow"
+        if on_role
+        else "Bind a narrower role (workloads need only ResourceClaims and ResourceClaimTemplates)"
     )
-    what = ", ".join(dra + powers)
-    summary = short(f"dra-guard: {v.subject} would get {what} via {v.binding_ref}")
-    return message, summary
+    message = (
+        f"{v.binding_ref} grants {v.subject} {' and '.join(parts)} ({verb_text}) via {via}; {who}. "
+        f"{lead}, {'or' if fix.startswith('add ') else 'or,'} {fix}."
+    )
+    if powers and notes:
+        message += " An escalation power lets its holder act as, or switch off, an identity allowed to write DRA objects."
+    return message
+
+
+def _summary(v: Violation, resources: list[str]) -> str:
+    """ "dra-guard: User alice would get deviceclasses, devicetaintrules and 39 more via
+    ClusterRoleBinding x": as many first names as keep it within the warning limit."""
+    for limit in range(len(resources), 1 if len(resources) > 1 else 0, -1):  # a limit of 1 would name none
+        text = f"dra-guard: {v.subject} would get {and_more(resources, limit=limit)} via {v.binding_ref}"
+        if len(text) <= WARNING_LIMIT:
+            return text
+    return short(f"dra-guard: {v.subject} would get {_plural(len(resources), 'grant')} via {v.binding_ref}")
 
 
 def finding(v: Violation, config: RbacConfig, *, kind: str, name: str, namespace: str = "") -> Finding:
     """The Finding of a violation, reported on object `kind` `namespace`/`name`."""
     message, summary = describe(v, config, on_role=kind in ("ClusterRole", "Role"))
-    if kind in ("ClusterRole", "Role"):
+    if kind in ("ClusterRole", "Role") and (kind, name) != (v.via_kind, v.via):
+        # a role aggregated into the bound one: the message names only the bound role
         message = f"{kind} {namespace + '/' if namespace else ''}{name}: " + message
     return Finding(
         policy=POLICY,
