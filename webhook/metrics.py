@@ -164,6 +164,15 @@ AUDIT_VIOLATIONS = Gauge(
     "Findings of the last periodic cluster audit, by policy and mode (only on the replica that ran it).",
     ["policy", "mode"],
 )
+DRIVER_DOORS = Gauge(
+    "dra_guard_driver_doors_open",
+    "Findings of the last periodic cluster audit about ways a declared DRA driver's pod can leave its node "
+    "that admission cannot refuse, by check: driver-preemptible (its priority is below system-node-critical), "
+    "driver-taint-evictable (it does not tolerate NoExecute taints), status-writer (a non-admin may write "
+    "pods/status or nodes), declared-driver-missing, declared-driver-unmatched (docs/policies/eviction.md, "
+    "'Every way off the node'); only on the replica that ran it.",
+    ["check"],
+)
 AUDIT_EXCEPTED = Gauge(
     "dra_guard_audit_excepted_findings",
     "Findings of the last periodic cluster audit covered by an exception of the config, by state: active "

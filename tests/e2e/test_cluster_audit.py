@@ -663,6 +663,26 @@ def test_declared_drivers_the_webhooks_cannot_keep_on_their_nodes_are_reported(c
         writers = [f["name"] for f in findings if f["check"] == "status-writer"]
         # the bootstrap RBAC's own writers (controllers, scheduler, nodes) are the control plane
         assert writers == ["e2e-status-writer"], writers
+        # the periodic audit counts them for the alert DraGuardDriverDoorsOpen
+        cp.kubectl("admin", "create", "namespace", "dra-guard-doors", check=False)
+        config.write_text(
+            config.read_text()
+            + "audit:\n  intervalSeconds: 600\n  policyReports: false\ncertificates:\n  namespace: dra-guard-doors\n"
+        )
+        proc = DraGuardProcess(tmp_path / "serve", "--kubeconfig", str(cp.kubeconfig("admin")), "--config", str(config))
+        try:
+            proc.wait("/readyz", timeout=60)
+            expected = {"declared-driver-missing": 1.0, "driver-preemptible": 1.0, "driver-taint-evictable": 1.0}
+
+            def doors() -> dict[str, float] | None:
+                text = scrape(proc)
+                seen = {c: metric(text, "dra_guard_driver_doors_open", check=c, default=-1.0) for c in expected}
+                return seen if seen == expected else None
+
+            wait_for("dra_guard_driver_doors_open from the periodic audit", doors, timeout=60)
+            assert metric(scrape(proc), "dra_guard_driver_doors_open", check="status-writer") >= 1
+        finally:
+            proc.stop()
     finally:
         cp.kubectl("admin", "delete", "-f", "-", "--wait=false", input=document, check=False)
         cp.kubectl("admin", "delete", "namespace", ns, "--wait=false", check=False)

@@ -27,6 +27,16 @@ from webhook.model.readers import as_list, as_map, as_str, name_of, strings
 from webhook.policies.decision import Finding, short
 
 POLICY = "eviction"
+#: the audit's findings of a declared driver that admission cannot keep on its node: these here, and
+#: the declared entries the eviction webhook cannot match (webhook.policies.eviction); counted by the
+#: periodic audit into dra_guard_driver_doors_open{check} (alert DraGuardDriverDoorsOpen)
+DOOR_CHECKS: tuple[str, ...] = (
+    "driver-preemptible",
+    "driver-taint-evictable",
+    "status-writer",
+    "declared-driver-missing",
+    "declared-driver-unmatched",
+)
 #: the priority a node's DRA driver should run at: nothing a tenant schedules outranks it
 NODE_CRITICAL = "system-node-critical"
 #: write on these lets a user take a driver pod off its node, or fake that its consumers finished

@@ -10,7 +10,7 @@ returns its memory to the system when it exits.
 
 Protocol: the parent writes one pickled AuditRequest to the child's stdin (both run the same
 code); the child writes (Cluster)PolicyReports itself and prints one JSON line on stdout: {"counts":
-[[policy, mode, n], ...], "findings": n, "excepted": {"active": n, "expired": n}, "objects": n, "seconds": s, "peakRssMiB": m, "pid": p,
+[[policy, mode, n], ...], "findings": n, "excepted": {"active": n, "expired": n}, "doors": {check: n}, "objects": n, "seconds": s, "peakRssMiB": m, "pid": p,
 "reportOwnerProblem": why the reports carry no owner or ""},
 or {"error": "..."} with exit status 3 on an API error. Its log lines go to the inherited stderr.
 """
@@ -39,6 +39,7 @@ from webhook.kube import lists
 from webhook.kube.pages import RateLimiter
 from webhook.kube.reports import REPORT_APIS, ReportOwner, ReportWriter, served_report_apis
 from webhook.model.facts import StaticFacts
+from webhook.policies.drain_doors import DOOR_CHECKS
 from webhook.policies.exceptions import EXPIRED_CHECK
 
 #: the child's nice increment: the serving worker (nice 0) gets the CPU first when both want it
@@ -67,7 +68,8 @@ class AuditSummary:
     """The child's answer: findings counted per (policy, mode) (those an exception skips left out),
     totals, the Namespaces labelled for DRA admin access, wall time (seconds), the child's peak RSS
     (MiB), its pid, the findings exceptions covered ({"active": skipped, "expired":
-    exception-expired findings}) and why the reports it wrote carry no owner ("" when they do:
+    exception-expired findings}), the findings per drain-door check (webhook.policies.drain_doors.
+    DOOR_CHECKS: {check: n}, each check present) and why the reports it wrote carry no owner ("" when they do:
     write_reports())."""
 
     counts: dict[tuple[str, str], int]
@@ -78,6 +80,7 @@ class AuditSummary:
     peak_rss_mib: float
     pid: int
     excepted: dict[str, int] = dataclasses.field(default_factory=dict)
+    doors: dict[str, int] = dataclasses.field(default_factory=dict)
     report_owner_problem: str = ""
 
 
@@ -137,12 +140,14 @@ def audit_cluster(client: Any, config: Config) -> dict[str, Any]:
     objects = lists.stream_audit_cluster(client, facts, served_versions=served, limiter=limiter)
     result = audit.audit(objects, config, served_versions=served, online=True, facts=facts)
     counts = collections.Counter((f.policy, mode) for f, mode in result.findings if not f.skipped)
+    doors = collections.Counter(f.check for f, _ in result.findings if f.check in DOOR_CHECKS and not f.skipped)
     owner_problem = ""
     if config.audit.policy_reports:
         owner_problem = write_reports(client, result, config.audit.report_format, config.audit.report_owner_cluster_role)
     return {
         "counts": [[p, m, n] for (p, m), n in sorted(counts.items())],
         "findings": len(result.findings),
+        "doors": {check: doors.get(check, 0) for check in DOOR_CHECKS},
         "adminAccessNamespaces": sum(1 for f, _ in result.findings if f.check == "admin-access-namespace"),
         "excepted": {
             "active": sum(1 for f, _ in result.findings if f.skipped),
@@ -223,6 +228,7 @@ def run_in_child(request: AuditRequest, *, timeout_seconds: float, started: Call
         peak_rss_mib=float(answer["peakRssMiB"]),
         pid=int(answer["pid"]),
         excepted={str(k): int(v) for k, v in answer.get("excepted", {}).items()},
+        doors={str(k): int(v) for k, v in answer.get("doors", {}).items()},
         report_owner_problem=str(answer.get("reportOwnerProblem") or ""),
     )
 

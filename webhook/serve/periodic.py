@@ -90,6 +90,8 @@ class PeriodicAudit:
             metrics.AUDIT_VIOLATIONS.labels(policy=policy, mode=mode).set(n)
         for state in ("active", "expired"):
             metrics.AUDIT_EXCEPTED.labels(state=state).set(summary.excepted.get(state, 0))
+        for check, n in summary.doors.items():
+            metrics.DRIVER_DOORS.labels(check=check).set(n)
         if summary.excepted.get("expired"):
             log.warning(
                 "periodic audit: expired exceptions still cover findings (reported as exception-expired)",
