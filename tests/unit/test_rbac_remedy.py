@@ -15,6 +15,7 @@ from webhook.audit import load
 from webhook.config import from_mapping
 from webhook.model.facts import build_facts
 from webhook.policies import exceptions, rbac
+from webhook.policies.rbac_violations import MESSAGE_BUDGET
 
 GAUDI_SA = "intel-gaudi-resource-driver:intel-gaudi-resource-driver-service-account"
 
@@ -89,10 +90,13 @@ def test_a_driver_with_a_cluster_wide_controller_power_is_told_of_the_exception_
     crb = binding("gpu-driver", "gpu-driver", [subject("ServiceAccount", "driver", "gpu")])
     [finding] = judge([role, crb], from_mapping(None)).findings
     assert "resourceslices (resource.k8s.io), daemonsets (apps)" in finding.message
+    # the entry as it reads in a message over MESSAGE_BUDGET: its placeholders said in words
     assert (
-        "add an rbac exception (Helm value config.exceptions): {policy: rbac, kind: ClusterRoleBinding, name: gpu-driver, "
-        "roleRef: gpu-driver, subjects: {serviceAccounts: [gpu:driver]}, resources: [daemonsets, resourceslices]"
+        "rbac exception (config.exceptions) {policy: rbac, kind: ClusterRoleBinding, name: gpu-driver, "
+        "roleRef: gpu-driver, subjects: {serviceAccounts: [gpu:driver]}, resources: [daemonsets, resourceslices]} "
+        "with reason, owner, expires"
     ) in finding.message
+    assert len(finding.message) <= MESSAGE_BUDGET + 100, finding.message
     assert "rbac.adminSubjects" not in finding.message and "rbac.driverResources" not in finding.message
     admitted = from_mapping(exception_for(finding, {"serviceAccounts": ["gpu:driver"]}, ["daemonsets", "resourceslices"]))
     decision = judge([role, crb], admitted)

@@ -169,7 +169,7 @@ def _subject_entry(s: Subject) -> str:
     return f"{{{'groups' if s.kind == 'Group' else 'users'}: [{s.name}]}}"
 
 
-def exception_fix(v: Violation, resources: list[str]) -> str:
+def exception_fix(v: Violation, resources: list[str], *, compact: bool = False) -> str:
     """The rbac exception that admits exactly this binding's grant of `resources` to v.subject
     (docs/policies/exceptions.md): pinned to the binding, its roleRef, that subject, those resources.
     The entry itself when it names at most NAMED resources; else where to get it written, since a
@@ -178,16 +178,27 @@ def exception_fix(v: Violation, resources: list[str]) -> str:
     if len(resources) > NAMED:
         return "to accept exactly this grant, add an rbac exception (dra-guard audit --suggest-exception writes it)"
     where = f"namespace: {v.namespace}, " if v.namespace else ""
+    entry = (
+        f"{{policy: rbac, kind: {v.binding_kind}, {where}name: {v.binding}, roleRef: {v.via}, "
+        f"subjects: {_subject_entry(v.subject)}, resources: [{', '.join(resources)}]"
+    )
+    if compact:  # long names: the placeholders said in words (--suggest-exception fills them)
+        return f"to accept exactly this grant, add the rbac exception (config.exceptions) {entry}}} with reason, owner, expires"
     return (
         f"to accept exactly this grant, add an rbac exception (Helm value config.exceptions): "
-        f"{{policy: rbac, kind: {v.binding_kind}, {where}name: {v.binding}, roleRef: {v.via}, "
-        f"subjects: {_subject_entry(v.subject)}, resources: [{', '.join(resources)}], reason: <why>, owner: <team>, "
-        f"expires: <at most 366 days ahead>}}"
+        f"{entry}, reason: <why>, owner: <team>, expires: <at most 366 days ahead>}}"
     )
 
 
 def _remedy(
-    v: Violation, config: RbacConfig, dra: list[str], powers: list[str], *, on_role: bool = False, notes: bool = True
+    v: Violation,
+    config: RbacConfig,
+    dra: list[str],
+    powers: list[str],
+    *,
+    on_role: bool = False,
+    notes: bool = True,
+    compact: bool = False,
 ) -> tuple[str, str]:
     """(who may hold the violation's grants, the one setting that admits exactly them).
 
@@ -200,7 +211,8 @@ def _remedy(
     resources. adminSubjects lifts every check: it is named only for a User or Group, as what a
     cluster admin is. on_role: the change judged is a role's, which no exception covers (a role's
     rules reach every binding of it): a cluster admin makes it, and the exception keeps the binding
-    out of the drift watch's and the audits' findings. notes: the note on drivers in full.
+    out of the drift watch's and the audits' findings. notes: the note on drivers in full; compact:
+    the exception entry without its placeholders (exception_fix).
     """
     s = v.subject
     is_driver = config.driver_subjects.contains(kind=s.kind, name=s.name, namespace=s.namespace)
@@ -232,7 +244,7 @@ def _remedy(
         who += f" (DRA drivers hold namespaced powers only through a RoleBinding in their own namespace ({s.namespace})" + (
             ")" if v.namespace or not notes else ", never through a ClusterRoleBinding, which reaches every namespace)"
         )
-    fix = exception_fix(v, sorted(held))
+    fix = exception_fix(v, sorted(held), compact=compact)
     if on_role:
         fix = f"have a cluster admin make this change (an exception covers a binding, never a role) and, {fix}"
     if s.kind in ("User", "Group"):
@@ -256,13 +268,16 @@ def describe(v: Violation, config: RbacConfig, *, on_role: bool = False) -> tupl
     message = _message(v, config, on_role=on_role, notes=True)
     if len(message) > MESSAGE_BUDGET:
         message = _message(v, config, on_role=on_role, notes=False)
+    if len(message) > MESSAGE_BUDGET:
+        message = _message(v, config, on_role=on_role, notes=False, compact=True)
     dra = sorted({g.resource for g in v.grants if g.resource in config.protected_resources})
     return message, _summary(v, dra + sorted({g.resource for g in v.grants} - set(dra)))
 
 
-def _message(v: Violation, config: RbacConfig, *, on_role: bool, notes: bool) -> str:
+def _message(v: Violation, config: RbacConfig, *, on_role: bool, notes: bool, compact: bool = False) -> str:
     """describe()'s message; notes: with the notes (what an escalation power is, where a driver
-    holds its namespaced powers) in full."""
+    holds its namespaced powers); compact: the shortest wording (long object names): the exception
+    entry without placeholders, the narrower-role advice without its example."""
     dra = sorted({g.resource for g in v.grants if g.resource in config.protected_resources})
     powers = sorted({g.resource for g in v.grants} - set(dra))
     verbs = sorted({g.verb for g in v.grants})
@@ -275,12 +290,12 @@ def _message(v: Violation, config: RbacConfig, *, on_role: bool, notes: bool) ->
     if powers:
         where = f" in namespace {v.namespace}" if v.namespace else ""
         parts.append(f"{_plural(len(powers), 'escalation power')}{where}")
-    who, fix = _remedy(v, config, dra, powers, on_role=on_role, notes=notes)
+    who, fix = _remedy(v, config, dra, powers, on_role=on_role, notes=notes, compact=compact)
     # a role's change is undone by not making it; a binding's by binding another role
     lead = (
         "Keep the role narrow"
         if on_role
-        else "Bind a narrower role (workloads need only ResourceClaims and ResourceClaimTemplates)"
+        else "Bind a narrower role" + ("" if compact else " (workloads need only ResourceClaims and ResourceClaimTemplates)")
     )
     message = (
         f"{v.binding_ref} grants {v.subject} {' and '.join(parts)} ({verb_text}) via {via}; {who}. "
