@@ -168,8 +168,9 @@ class RbacConfig:
     # by Config.with_guard from the rest of the config (the ServiceAccounts rbac exceptions name,
     # the namespaces of drivers.declared, whose pods run as ServiceAccounts that write ResourceSlices)
     writer_namespaces: frozenset[str] = frozenset()
-    # not a config key either: the namespaces of drivers.declared (deleting a pod there takes a driver
-    # off its node: webhook.model.powers.DRIVER_NAMESPACE_POWERS)
+    # not a config key either: where DRA drivers run, the namespaces of drivers.declared and of the
+    # driverSubjects ServiceAccounts (deleting a pod there takes a driver off its node:
+    # webhook.model.powers.DRIVER_NAMESPACE_POWERS)
     driver_namespaces: frozenset[str] = frozenset()
 
     @property
@@ -430,7 +431,8 @@ class Config:
                 guard_namespace=namespace or "dra-guard",
                 guard_names=names or frozenset({"dra-guard"}),
                 writer_namespaces=frozenset(writers),
-                driver_namespaces=frozenset(d.namespace for d in self.detection.declared),
+                driver_namespaces=frozenset(d.namespace for d in self.detection.declared)
+                | {entry.split(":", 1)[0] for entry in self.rbac.driver_subjects.service_accounts},
             ),
         )
 
