@@ -47,6 +47,24 @@ WRITE_VERBS = frozenset({"update", "patch", "*"})
 CONTROL_PLANE_BINDINGS = ("system:controller:", "system:kube-scheduler", "system:kube-controller-manager", "system:node")
 
 
+def _advisory(
+    namespace: str, name: str, check: str, message: str, what: str, details: Mapping[str, Any] | None = None
+) -> Finding:
+    """An advisory finding `check` on declared driver DaemonSet namespace/name; its kubectl summary
+    says the driver `what`."""
+    return Finding(
+        policy=POLICY,
+        kind="DaemonSet",
+        namespace=namespace,
+        name=name,
+        check=check,
+        enforced=False,
+        message=message,
+        summary=short(f"dra-guard: driver {namespace}/{name} {what}"),
+        details=dict(details or {}),
+    )
+
+
 def _tolerates_no_execute(spec: Mapping[str, Any]) -> bool:
     """Whether a PodSpec dict tolerates every NoExecute taint (a toleration with no key,
     operator Exists and effect NoExecute or empty)."""
@@ -67,34 +85,28 @@ def driver_findings(facts: Facts, config: Config) -> Iterator[Finding]:
         spec = pod_spec(ds)
         priority = as_str(spec.get("priorityClassName"))
         if priority != NODE_CRITICAL:
-            yield Finding(
-                policy=POLICY,
-                kind="DaemonSet",
-                namespace=entry.namespace,
-                name=entry.name,
-                check="driver-preemptible",
-                enforced=False,
-                message=f"Declared DRA driver DaemonSet {entry.namespace}/{entry.name} runs its pods at priority class "
+            yield _advisory(
+                entry.namespace,
+                entry.name,
+                "driver-preemptible",
+                f"Declared DRA driver DaemonSet {entry.namespace}/{entry.name} runs its pods at priority class "
                 f"{priority or '(none: 0)'}: kube-scheduler may preempt them for a pod of higher priority. dra-guard "
                 f"refuses that DELETE while claims need the driver, but the scheduler then keeps choosing victims. Set "
                 f"priorityClassName: {NODE_CRITICAL} in its pod template (and limit that class to kube-system and the "
                 f"drivers' namespaces with a ResourceQuota scopeSelector on PriorityClass in tenant namespaces).",
-                summary=short(f"dra-guard: driver {entry.namespace}/{entry.name} can be preempted (priority {priority or 0})"),
+                f"can be preempted (priority {priority or 0})",
                 details={"priorityClassName": priority},
             )
         if not _tolerates_no_execute(spec):
-            yield Finding(
-                policy=POLICY,
-                kind="DaemonSet",
-                namespace=entry.namespace,
-                name=entry.name,
-                check="driver-taint-evictable",
-                enforced=False,
-                message=f"Declared DRA driver DaemonSet {entry.namespace}/{entry.name} does not tolerate every NoExecute "
+            yield _advisory(
+                entry.namespace,
+                entry.name,
+                "driver-taint-evictable",
+                f"Declared DRA driver DaemonSet {entry.namespace}/{entry.name} does not tolerate every NoExecute "
                 f"taint: a NoExecute taint on a node makes the taint-eviction controller delete its pod there (refused "
                 f"by dra-guard while claims need the driver, then deleted as soon as they are released). Add the "
                 f"toleration {{operator: Exists, effect: NoExecute}} to its pod template.",
-                summary=short(f"dra-guard: driver {entry.namespace}/{entry.name} does not tolerate NoExecute taints"),
+                "does not tolerate NoExecute taints",
             )
 
 
