@@ -245,6 +245,22 @@ def test_the_cluster_audit_reports_declared_drivers_that_preemption_or_a_noexecu
     assert door_checks([ds], from_mapping(None)) == []  # only declared drivers
 
 
+def test_a_driver_at_system_cluster_critical_is_preemptible_by_pods_every_namespace_may_run():
+    ds = driver_daemonset(name="gpu-driver", namespace="gpu")
+    ds["spec"]["template"]["spec"].update(
+        priorityClassName="system-cluster-critical", tolerations=[{"operator": "Exists", "effect": "NoExecute"}]
+    )
+    found = [f for f, _ in audit([ds], from_mapping(DECLARED), served_versions=["v1"]).findings]
+    [preemptible] = [f for f in found if f.check == "driver-preemptible"]
+    assert "every namespace may run pods at system-node-critical" in preemptible.message
+    assert "ResourceQuota scopeSelector" in preemptible.message
+    # below it, the tenants' reach is not the point: any higher priority preempts
+    ds["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    found = [f for f, _ in audit([ds], from_mapping(DECLARED), served_versions=["v1"]).findings]
+    [preemptible] = [f for f in found if f.check == "driver-preemptible"]
+    assert "every namespace" not in preemptible.message
+
+
 def test_the_cluster_audit_reports_who_may_write_pod_status_or_nodes_besides_admins_and_the_control_plane():
     def role(name, resource, verbs):
         rules = [{"apiGroups": [""], "resources": [resource], "verbs": verbs}]

@@ -37,8 +37,17 @@ DOOR_CHECKS: tuple[str, ...] = (
     "declared-driver-missing",
     "declared-driver-unmatched",
 )
-#: the priority a node's DRA driver should run at: nothing a tenant schedules outranks it
+#: the priority a node's DRA driver should run at: no pod outranks it, whoever may use the class
+#: (user-defined PriorityClasses stop at 1,000,000,000 and kube-scheduler preempts only pods of a
+#: strictly lower priority), so a driver at it is never a victim of preemption
 NODE_CRITICAL = "system-node-critical"
+#: the one built-in class below NODE_CRITICAL: outranked by any pod at NODE_CRITICAL, which every
+#: namespace may use unless the apiserver's ResourceQuota admission limits it (limitedResources +
+#: a quota with a PriorityClass scopeSelector): a limit the API does not show, so not trusted here
+CLUSTER_CRITICAL = "system-cluster-critical"
+_TENANTS_OUTRANK = (
+    f", and every namespace may run pods at {NODE_CRITICAL} unless a ResourceQuota scopeSelector on PriorityClass limits it"
+)
 #: write on these lets a user take a driver pod off its node, or fake that its consumers finished
 STATUS_WRITES: tuple[tuple[str, str], ...] = (("", "pods/status"), ("", "nodes"))
 WRITE_VERBS = frozenset({"update", "patch", "*"})
@@ -90,10 +99,10 @@ def driver_findings(facts: Facts, config: Config) -> Iterator[Finding]:
                 entry.name,
                 "driver-preemptible",
                 f"Declared DRA driver DaemonSet {entry.namespace}/{entry.name} runs its pods at priority class "
-                f"{priority or '(none: 0)'}: kube-scheduler may preempt them for a pod of higher priority. dra-guard "
-                f"refuses that DELETE while claims need the driver, but the scheduler then keeps choosing victims. Set "
-                f"priorityClassName: {NODE_CRITICAL} in its pod template (and limit that class to kube-system and the "
-                f"drivers' namespaces with a ResourceQuota scopeSelector on PriorityClass in tenant namespaces).",
+                f"{priority or '(none: 0)'}: kube-scheduler may preempt them for a pod of higher priority"
+                f"{_TENANTS_OUTRANK if priority == CLUSTER_CRITICAL else ''}. dra-guard refuses that DELETE while claims "
+                f"need the driver, but the scheduler then keeps choosing victims. Set priorityClassName: {NODE_CRITICAL} "
+                f"in its pod template: no pod outranks it.",
                 f"can be preempted (priority {priority or 0})",
                 details={"priorityClassName": priority},
             )
