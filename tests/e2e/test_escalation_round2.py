@@ -121,29 +121,56 @@ def test_an_rbac_manager_granting_a_power_around_rbac_is_refused_and_an_admins_g
         assert out.returncode != 0 and DENIED in out.stderr and power in out.stderr, out.stderr
         # an admin's binding is not sent to dra-guard, and the audit reports it
         assert create(cp, "admin", bind(name, name, ALICE)).returncode == 0
-        audit = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "--config",
-                str(guard.workdir / "config.yaml"),
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert audit.returncode == 1, audit.stderr
-        findings = json.loads(audit.stdout)["findings"]
+        findings = cluster_audit(cp, guard)
         assert any(f["kind"] == "ClusterRoleBinding" and f["name"] == name and power in f["message"] for f in findings)
     finally:
         cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", name, "--ignore-not-found")
+
+
+def cluster_audit(cp, guard):
+    """The findings (JSON dicts) of `dra-guard audit --cluster` as an admin with the guard's config;
+    asserts it exits 1 (something found)."""
+    audit = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook.cli",
+            "audit",
+            "--cluster",
+            "--kubeconfig",
+            str(cp.kubeconfig("admin")),
+            "--config",
+            str(guard.workdir / "config.yaml"),
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert audit.returncode == 1, audit.stderr
+    return json.loads(audit.stdout)["findings"]
+
+
+def test_a_rolebinding_that_allocates_devices_in_an_ordinary_namespace_is_refused_and_reported(control_plane, guard):
+    """Claims are namespaced, devices are the cluster's: `cluster-admin` through a RoleBinding in a
+    tenant's namespace gives resourceclaims/status and /binding there, i.e. another tenant's device
+    for a claim of that namespace. alice's binding is refused naming the power; the built-in `admin`
+    role (what a namespace owner needs) is not; an admin's such binding is reported."""
+    cp = control_plane
+    ns, team = "e2e-r3-tenant", [{"kind": "Group", "name": "e2e-r3-team", "apiGroup": RBAC}]
+    cp.kubectl("admin", "create", "namespace", ns, check=False)
+    try:
+        out = create(cp, "alice", bind("e2e-r3-wide", "cluster-admin", team, namespace=ns))
+        assert out.returncode != 0 and DENIED in out.stderr and "resourceclaims/binding" in out.stderr, out.stderr
+        assert "deviceclasses" not in out.stderr  # a RoleBinding grants nothing cluster-scoped
+        assert create(cp, "alice", bind("e2e-r3-owners", "admin", team, namespace=ns)).returncode == 0
+        assert create(cp, "admin", bind("e2e-r3-wide", "cluster-admin", team, namespace=ns)).returncode == 0
+        found = [(f["kind"], f.get("namespace"), f["name"]) for f in cluster_audit(cp, guard)]
+        assert ("RoleBinding", ns, "e2e-r3-wide") in found
+        assert ("RoleBinding", ns, "e2e-r3-owners") not in found
+    finally:
+        cp.kubectl("admin", "delete", "namespace", ns, "--ignore-not-found", "--wait=false")
 
 
 def test_the_bootstrap_nodeclient_role_bound_by_an_rbac_manager_is_refused(control_plane, guard):

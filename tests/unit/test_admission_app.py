@@ -66,9 +66,11 @@ def test_per_policy_mode_overrides_global():
     assert resp["allowed"] is True and resp["warnings"]
 
 
-def test_rolebinding_to_same_role_is_allowed():
+def test_rolebinding_to_a_wide_role_is_refused_for_device_allocation_only():
     rb = binding("ns", "everything", [subject("Group", "team-a")], kind="RoleBinding", namespace="team-a")
-    assert post(make_client(), review(rb)).get_json()["response"]["allowed"] is True
+    resp = post(make_client(), review(rb)).get_json()["response"]
+    assert resp["allowed"] is False and "resourceclaims/" in resp["status"]["message"]
+    assert "deviceclasses" not in resp["status"]["message"]  # a RoleBinding grants no cluster-scoped write
 
 
 def test_dry_run_gets_the_same_answer():

@@ -80,12 +80,12 @@ def role_in(ns, name, rules):
         (
             "resourceclaims/binding",
             [rule(["resourceclaims/binding"], ["patch"])],
-            {("resourceclaims/binding", "patch", False)},
+            {("resourceclaims/binding", "patch", True)},
         ),
         (
             "resourceclaims/status",
             [rule(["resourceclaims", "resourceclaims/status"], ["update", "get"])],
-            {("resourceclaims/status", "update", False)},
+            {("resourceclaims/status", "update", True)},
         ),
         (
             "resourceclaims write (a workload's)",
@@ -380,8 +380,36 @@ def test_subresource_powers_are_refused_cluster_wide_and_reported(resource, powe
     assert not d.allowed and power in d.findings[0].message
     found = list(rbac.audit(rbac.RbacIndex.from_objects([role, binding("side-door", "side-door", ALICE)]), CONFIG))
     assert [f.name for f in found] == ["side-door"] and power in found[0].message
-    # a RoleBinding outside the sensitive namespaces grants no cluster-scoped power
-    assert decide(binding("side-door", "side-door", ALICE, kind="RoleBinding", namespace="team-a"), [role]).allowed
+    in_team_a = binding("side-door", "side-door", ALICE, kind="RoleBinding", namespace="team-a")
+    if resource.startswith("namespaces"):
+        # a RoleBinding outside the sensitive namespaces grants no cluster-scoped power
+        assert decide(in_team_a, [role]).allowed
+    else:
+        # claims are namespaced, the devices are the cluster's: allocation matters in every namespace
+        d = decide(in_team_a, [role])
+        assert not d.allowed and power in d.findings[0].message
+        found = list(rbac.audit(rbac.RbacIndex.from_objects([role, in_team_a]), CONFIG))
+        assert [(f.kind, f.namespace, f.name) for f in found] == [("RoleBinding", "team-a", "side-door")]
+
+
+def test_a_role_or_a_wide_clusterrole_that_allocates_devices_is_refused_in_any_namespace():
+    """A Role's own rules, a RoleBinding of cluster-admin, and a Role widened after its binding:
+    each would let a tenant write a claim's allocation in its namespace (another tenant's device)."""
+    tenant = [subject("Group", "team-a")]
+    own = role_in("team-a", "claims", [rule(["*"], ["*"])])
+    rb = binding("claims", "claims", tenant, kind="RoleBinding", namespace="team-a", role_kind="Role")
+    d = decide(rb, [own])
+    assert not d.allowed and "resourceclaims/binding" in d.findings[0].message
+    wide = cluster_role("cluster-admin", [rule(["*"], ["*"], groups=["*"])])
+    d = decide(binding("team-admin", "cluster-admin", tenant, kind="RoleBinding", namespace="team-a"), [wide])
+    assert not d.allowed and "resourceclaims/status" in d.findings[0].message
+    # the role is widened after its binding: the role's update is what is refused
+    narrow = dict(own, rules=[rule(["resourceclaims", "resourceclaimtemplates"], ["*"])])
+    assert decide(rb, [narrow]).allowed
+    d = decide(own, [narrow, rb], old=narrow, operation="UPDATE")
+    assert not d.allowed and "resourceclaims/binding" in d.findings[0].message
+    # what a workload operator needs (the page) stays allowed, as does the built-in admin role
+    assert decide(narrow, [rb]).allowed
 
 
 def test_claim_allocation_is_the_drivers_and_the_control_planes():

@@ -155,11 +155,17 @@ def test_missing_role_is_allowed_with_a_warning():
     assert any("not-yet" in w for w in d.warnings)
 
 
-def test_rolebinding_to_wide_clusterrole_outside_sensitive_namespaces_is_allowed_silently():
-    # a RoleBinding grants no cluster-scoped write and, outside the sensitive namespaces,
-    # no power that matters: allowed without the former informational warning (a cheap early return)
-    idx = index_of(cluster_role("everything", [WILDCARD]))
-    d = decide(binding("ns-admin", "everything", [subject("Group", "team-a")], kind="RoleBinding", namespace="team-a"), index=idx)
+def test_rolebinding_to_a_wide_clusterrole_outside_sensitive_namespaces_is_judged_for_device_allocation_only():
+    # a RoleBinding grants no cluster-scoped write and, outside the sensitive namespaces, no
+    # namespaced power that matters but device allocation (claims are namespaced, devices are not)
+    rb = binding("ns-admin", "everything", [subject("Group", "team-a")], kind="RoleBinding", namespace="team-a")
+    d = decide(rb, index=index_of(cluster_role("everything", [WILDCARD])))
+    assert not d.allowed and "resourceclaims/binding" in d.findings[0].message
+    # without allocation (write on pods, secrets, workloads): allowed at once, without a warning
+    ns_admin = cluster_role(
+        "ns-admin", [rule(["pods", "secrets"], ["*"], groups=[""]), rule(["deployments"], ["*"], groups=["apps"])]
+    )
+    d = decide(dict(rb, roleRef=dict(rb["roleRef"], name="ns-admin")), index=index_of(ns_admin))
     assert d.allowed and not d.warnings
 
 
@@ -408,6 +414,8 @@ def test_stale_caches_refuse_in_enforce_and_say_why():
     req = review(binding("b", "viewer", [subject("Group", "team-a")]))["request"]
     d = rbac.review(req, index=rbac.RbacIndex(), config=CONFIG, synced=(False, "caches not synced: clusterroles"))
     assert not d.allowed and d.findings[0].code == 503 and "not synced: clusterroles" in d.findings[0].message
+    # a RoleBinding outside the sensitive namespaces whose role grants nothing known is no RBAC
+    # decision to wait for (its role's creation is judged against it)
     rb = review(binding("b", "viewer", [subject("Group", "a")], kind="RoleBinding", namespace="n"))["request"]
     assert rbac.review(rb, index=rbac.RbacIndex(), config=CONFIG, synced=(False, "x")).allowed
     gone = review(None, old=binding("b", "viewer", []), operation="DELETE")["request"]

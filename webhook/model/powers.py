@@ -111,6 +111,11 @@ NAMESPACE_LABEL_WRITERS: Final = ("namespaces", "namespaces/status", "namespaces
 CLAIM_ALLOCATION: Final = ("resourceclaims/status", "resourceclaims/binding")
 #: the powers DRA drivers (rbac.driverSubjects) may hold wherever they are bound, like driverResources
 DRIVER_POWERS: Final = frozenset(CLAIM_ALLOCATION)
+#: namespaced powers that matter through a RoleBinding in every namespace, not only in the sensitive
+#: ones: the devices are the cluster's, so allocating them to a claim of any namespace can hand out
+#: another tenant's device (a RoleBinding of `cluster-admin` or of a `resource.k8s.io` `*` role
+#: grants it in its namespace; the built-in `admin` and `edit` roles do not)
+EVERY_NAMESPACE_POWERS: Final = frozenset(CLAIM_ALLOCATION)
 
 #: impersonation: (group, resource, namespaced)
 IMPERSONATE: Final = (
@@ -240,9 +245,9 @@ def power_grants(
             for resource in NAMESPACE_LABEL_WRITERS:
                 add("", resource, ("update", "patch"), resource, False)
         if "claim-allocation" in checks:
-            # cluster-scoped here: counted through ClusterRoleBindings (docs/threat-model.md, Limits)
+            # namespaced, and counted in every namespace (EVERY_NAMESPACE_POWERS)
             for resource in CLAIM_ALLOCATION:
-                add("resource.k8s.io", resource, ("update", "patch"), resource, False)
+                add("resource.k8s.io", resource, ("update", "patch"), resource, True)
         if "namespace-powers" in checks:
             for group, resource, wanted, power in NAMESPACE_POWERS + GUARD_NAMESPACE_POWERS + DRIVER_NAMESPACE_POWERS:
                 add(group, resource, wanted, power, True)

@@ -8,7 +8,8 @@ ResourceClaimTemplate. "Role Based Access Control Good Practices", "Privilege es
 impersonation, bind/escalate, tokens, pods and workloads, secrets, admission webhooks; each path is
 in docs/threat-model.md. What counts as a grant is in webhook.model.rbac and webhook.model.powers,
 who may hold it in webhook.policies.rbac_violations. DRA write and cluster-scoped powers come only
-through ClusterRoleBindings; namespaced powers also through RoleBindings in sensitive namespaces.
+through ClusterRoleBindings; namespaced powers also through RoleBindings in sensitive namespaces,
+device allocation through RoleBindings in every namespace.
 dra-guard's own ClusterRole/ClusterRoleBinding, and Roles/RoleBindings in its namespace, are
 written by cluster admins only (removing one rule would blind its caches).
 
@@ -29,7 +30,7 @@ from webhook.model.readers import annotations_of, as_map, as_str, labels_of, nam
 from webhook.model.slim import BREAK_GLASS_ANNOTATION
 from webhook.policies import admin_access
 from webhook.policies.decision import ALLOW, Decision, Finding, short
-from webhook.policies.rbac_violations import POLICY, Violation, binding_violations, finding
+from webhook.policies.rbac_violations import POLICY, Violation, binding_violations, finding, reaches_anywhere
 
 __all__ = [
     "POLICY",
@@ -120,7 +121,9 @@ def review(
                 ),
             )
         )
-    if operation == "DELETE" or (kind in ("Role", "RoleBinding") and namespace not in config.sensitive):
+    if operation == "DELETE":
+        return ALLOW
+    if kind in ("Role", "RoleBinding") and namespace not in config.sensitive and not _may_allocate(kind, obj, index, config):
         return ALLOW  # the common case for namespaced RBAC: no power of it matters outside the sensitive namespaces
     ok, why = synced
     if not ok and kind in ("ClusterRoleBinding", "ClusterRole", "RoleBinding", "Role"):
@@ -157,6 +160,20 @@ def review(
     if not decision.allowed and token is not None:
         index.pending.drop(token)
     return decision
+
+
+def _may_allocate(kind: str, obj: Mapping[str, Any], index: RbacIndex, config: RbacConfig) -> bool:
+    """Whether a Role or RoleBinding dict outside the sensitive namespaces may grant a power that
+    matters in every namespace (device allocation): its own rules, or its roleRef's as cached or
+    pending. A roleRef not known yet grants nothing now: its creation is judged against this
+    binding then (_role_violations reaches RoleBindings everywhere for such a role)."""
+    if kind == "Role":
+        return reaches_anywhere(index.effective_grants(obj, config))
+    role_ref = as_map(obj.get("roleRef"))
+    role_name, role_kind = as_str(role_ref.get("name")), as_str(role_ref.get("kind")) or "ClusterRole"
+    role_ns = namespace_of(obj) if role_kind == "Role" else ""
+    roles = [r for r in (index.role(role_name, role_ns), *index.pending.roles(role_name, role_ns)) if r is not None]
+    return any(reaches_anywhere(index.effective_grants(r, config)) for r in roles)
 
 
 def _guards_own(kind: str, name: str, namespace: str, config: RbacConfig) -> str | None:
@@ -236,11 +253,10 @@ def _review_binding(
     requester: _Requester,
     fetch_role: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> Decision:
-    """A ClusterRoleBinding, or a RoleBinding (which matters only in a sensitive namespace)."""
+    """A ClusterRoleBinding, or a RoleBinding (whose namespaced powers matter only in a sensitive
+    namespace, device allocation in every one: webhook.policies.rbac_violations.reaches)."""
     name, namespace = name_of(obj), namespace_of(obj)
     kind = "RoleBinding" if namespace else "ClusterRoleBinding"
-    if namespace and namespace not in config.sensitive:
-        return ALLOW  # the common case: no power of a RoleBinding matters outside them
     role_ref = as_map(obj.get("roleRef"))
     role_name, role_kind = as_str(role_ref.get("name")), as_str(role_ref.get("kind")) or "ClusterRole"
     if role_kind not in ("ClusterRole", "Role") or (role_kind == "Role" and not namespace):
@@ -269,18 +285,20 @@ def _review_binding(
 
 def _role_violations(role: Mapping[str, Any], *, index: RbacIndex, config: RbacConfig, requester: _Requester) -> list[Violation]:
     """Violations created by a ClusterRole or Role through every binding that reaches it: bindings
-    of the role itself and of every role that aggregates it; RoleBindings in sensitive namespaces."""
+    of the role itself and of every role that aggregates it; RoleBindings in sensitive namespaces,
+    and in every namespace when the role allocates devices."""
     name, namespace = name_of(role), namespace_of(role)
     grants = index.effective_grants(role, config)
     if not grants:
         return []
+    anywhere = reaches_anywhere(grants)
     found: list[tuple[str, Mapping[str, Any]]] = []
     vias = [name] if namespace else [name, *index.aggregators_of(labels_of(role), exclude=name)]
     for via in vias:
         # a pending binding is judged beside its cached version, never instead of it: what a
         # review says (anyone may send one to the webhook port) can only add restrictions
         for b in [*bindings_reaching(index, config, role, via=via), *index.pending.bindings_of(via, namespace)]:
-            if not namespace_of(b) or namespace_of(b) in config.sensitive:
+            if not namespace_of(b) or namespace_of(b) in config.sensitive or anywhere:
                 found.append((via, b))
     out: dict[Violation, None] = {}
     for via, binding in found:
@@ -301,8 +319,6 @@ def _review_role(
 ) -> Decision:
     name, namespace = name_of(obj), namespace_of(obj)
     kind = "Role" if namespace else "ClusterRole"
-    if namespace and namespace not in config.sensitive:
-        return ALLOW
     warnings: list[str] = []
     if refresh_bindings is not None and not namespace and any(not g.namespaced for g in index.effective_grants(obj, config)):
         # A role that grants DRA write or a cluster-scoped power: a binding created a moment ago may
@@ -343,13 +359,15 @@ def _review_role(
 def judge_binding(index: RbacIndex, config: RbacConfig, binding: Mapping[str, Any]) -> list[Finding]:
     """Findings of one ClusterRoleBinding or RoleBinding dict as it stands in `index`: the grants of
     its role (aggregation and bootstrap defaults included) that a subject may not hold. Skipped:
-    break-glass bindings (an admin accepted them), RoleBindings outside the sensitive namespaces,
-    bindings whose role is not known."""
+    break-glass bindings (an admin accepted them), RoleBindings outside the sensitive namespaces
+    unless their role allocates devices, bindings whose role is not known."""
     namespace = namespace_of(binding)
-    if _break_glass(binding) is not None or (namespace and namespace not in config.sensitive):
+    if _break_glass(binding) is not None:
         return []
     role = index.role(*reversed(ref_key(binding)))
     if role is None:
+        return []
+    if namespace and namespace not in config.sensitive and not reaches_anywhere(index.effective_grants(role, config)):
         return []
     kind = "RoleBinding" if namespace else "ClusterRoleBinding"
     return [
@@ -362,16 +380,21 @@ def bindings_reaching(
     index: RbacIndex, config: RbacConfig, role: Mapping[str, Any], *, via: str | None = None
 ) -> list[Mapping[str, Any]]:
     """The cached bindings a change of ClusterRole or Role dict `role` can affect: its own bindings,
-    those of every role aggregating it, and RoleBindings of them in sensitive namespaces. `via`:
-    only the bindings of that one role (`role` itself or one of its aggregators)."""
+    those of every role aggregating it, and RoleBindings of them in sensitive namespaces (in every
+    namespace when the role allocates devices). `via`: only the bindings of that one role (`role`
+    itself or one of its aggregators)."""
     name, namespace = name_of(role), namespace_of(role)
+    anywhere = reaches_anywhere(index.effective_grants(role, config))
     if namespace:
-        return index.role_bindings_of(name, namespace) if namespace in config.sensitive else []
+        return index.role_bindings_of(name, namespace) if namespace in config.sensitive or anywhere else []
     vias = [via] if via is not None else [name, *index.aggregators_of(labels_of(role), exclude=name)]
     return [
         b
         for v in vias
-        for b in [*index.bindings_of(v), *(rb for rb in index.role_bindings_of(v) if namespace_of(rb) in config.sensitive)]
+        for b in [
+            *index.bindings_of(v),
+            *(rb for rb in index.role_bindings_of(v) if anywhere or namespace_of(rb) in config.sensitive),
+        ]
     ]
 
 

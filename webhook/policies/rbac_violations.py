@@ -9,7 +9,9 @@ in the driver ServiceAccount's own namespace, the namespaced powers its own cont
 everything it is given (it is the guard; acting as it is itself a power of its namespace);
 everyone else none. A ClusterRoleBinding grants everything its role holds; a
 RoleBinding only the namespaced powers, and only in a sensitive namespace (RbacConfig.sensitive)
-do they matter; ConfigMap and Service write only in dra-guard's own namespace.
+do they matter, but for device allocation, which matters in every namespace
+(webhook.model.powers.EVERY_NAMESPACE_POWERS); ConfigMap and Service write only in dra-guard's own
+namespace.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from webhook.config import RbacConfig
 from webhook.model.powers import (
     DRIVER_NAMESPACE_POWERS,
     DRIVER_POWERS,
+    EVERY_NAMESPACE_POWERS,
     GUARD_NAMESPACE_POWERS,
     NAMESPACE_POWER_NAMES,
     POWER_GROUPS,
@@ -68,9 +71,14 @@ def reaches(grant: Grant, namespace: str, config: RbacConfig) -> bool:
     if grant.resource in _DRIVERS_ONLY:
         # a ClusterRoleBinding reaches every namespace, the declared drivers' among them
         return namespace in config.driver_namespaces or (not namespace and bool(config.driver_namespaces))
-    if not namespace:
+    if not namespace or grant.resource in EVERY_NAMESPACE_POWERS:
         return True
     return grant.namespaced and namespace in config.sensitive
+
+
+def reaches_anywhere(grants: Iterable[Grant]) -> bool:
+    """Whether any of `grants` matters through a RoleBinding outside the sensitive namespaces."""
+    return any(g.resource in EVERY_NAMESPACE_POWERS for g in grants)
 
 
 @dataclasses.dataclass(frozen=True)
