@@ -93,3 +93,19 @@ def test_the_other_rbac_findings_have_no_empty_name():
     assert len(texts) == 3
     for text in texts:
         assert not EMPTY.search(text), text
+
+
+def test_the_real_charts_messages_stay_short_with_their_longest_names():
+    """The longest names of the charts people install (NVIDIA's compute-domain daemon: a 34-character
+    binding, a 59-character ServiceAccount, each said twice) still give a message about
+    MESSAGE_BUDGET long, ending with the exception that admits it: a PolicyReport keeps 1,024
+    characters of it with the role's name in front."""
+    from tests.rbac_charts import NVIDIA_DAEMON_BINDING, NVIDIA_SERVICE_ACCOUNTS, nvidia_dra_driver_gpu
+    from webhook.policies.rbac_violations import MESSAGE_BUDGET
+
+    config = from_mapping({"rbac": {"driverSubjects": {"serviceAccounts": list(NVIDIA_SERVICE_ACCOUNTS)}}}).rbac
+    [daemon] = [
+        f for f in rbac.audit(rbac.RbacIndex.from_objects(nvidia_dra_driver_gpu()), config) if f.name == NVIDIA_DAEMON_BINDING
+    ]
+    assert len(daemon.message) <= MESSAGE_BUDGET + 70, daemon.message
+    assert daemon.message.endswith("with reason, owner, expires.") and "add the rbac exception" in daemon.message

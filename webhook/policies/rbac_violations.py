@@ -191,7 +191,7 @@ def exception_fix(v: Violation, resources: list[str], *, compact: bool = False) 
         f"subjects: {_subject_entry(v.subject)}, resources: [{', '.join(resources)}]"
     )
     if compact:  # long names: the placeholders said in words (--suggest-exception fills them)
-        return f"to accept exactly this grant, add the rbac exception (config.exceptions) {entry}}} with reason, owner, expires"
+        return f"for exactly this grant, add the rbac exception (config.exceptions) {entry}}} with reason, owner, expires"
     return (
         f"to accept exactly this grant, add an rbac exception (Helm value config.exceptions): "
         f"{entry}, reason: <why>, owner: <team>, expires: <at most 366 days ahead>}}"
@@ -249,9 +249,12 @@ def _remedy(
     held = (admin_dra + powers if is_driver else dra + powers) or dra  # never empty: `dra` or `powers` is not
     who = f"only cluster admins may hold {with_groups(held, config)}"
     if is_driver and s.kind == "ServiceAccount" and any(g.namespaced for g in v.grants if g.resource in powers):
-        who += f" (DRA drivers hold namespaced powers only through a RoleBinding in their own namespace ({s.namespace})" + (
-            ")" if v.namespace or not notes else ", never through a ClusterRoleBinding, which reaches every namespace)"
-        )
+        if compact:
+            who += f" (a driver's only through a RoleBinding in {s.namespace})"
+        else:
+            who += f" (DRA drivers hold namespaced powers only through a RoleBinding in their own namespace ({s.namespace})" + (
+                ")" if v.namespace or not notes else ", never through a ClusterRoleBinding, which reaches every namespace)"
+            )
     fix = exception_fix(v, sorted(held), compact=compact)
     if on_role:
         fix = f"have a cluster admin make this change (an exception covers a binding, never a role) and, {fix}"
