@@ -8,7 +8,8 @@ import threading
 
 from webhook.config import from_mapping
 from webhook.kube import leases
-from webhook.serve.periodic import LEASE_POLL_SECONDS, PeriodicAudit
+from webhook.kube.errors import ClusterError
+from webhook.serve.periodic import LEASE_POLL_SECONDS, PeriodicAudit, next_wait
 
 
 class Caches:
@@ -81,6 +82,37 @@ def test_a_replica_without_the_lease_asks_again_soon(monkeypatch):
     monkeypatch.setattr(stop, "wait", wait)
     audit.loop(stop)
     assert waits == [LEASE_POLL_SECONDS, LEASE_POLL_SECONDS, 600]
+
+
+def test_a_failed_audit_is_retried_with_a_backoff_not_an_interval_later(monkeypatch):
+    """An apiserver away for a minute: the reports are fresh again about a minute later, not one
+    interval later; a failure that lasts is tried at most every interval; a success resets it."""
+    config = from_mapping({"audit": {"intervalSeconds": 600}})
+    audit = PeriodicAudit.__new__(PeriodicAudit)
+    audit.config, audit.synced = config, None
+    away = ClusterError("apiserver away")
+    outcomes = iter([away, away, away, "a summary", away, *[away] * 8])
+
+    def run_once():
+        outcome = next(outcomes)
+        if outcome is away:
+            raise away
+        return outcome
+
+    monkeypatch.setattr(audit, "run_once", run_once)
+    waits = []
+    stop = threading.Event()
+
+    def wait(seconds):
+        waits.append(seconds)
+        return len(waits) == 13
+
+    monkeypatch.setattr(stop, "wait", wait)
+    audit.loop(stop)
+    poll = LEASE_POLL_SECONDS
+    assert waits[:5] == [poll, 2 * poll, 4 * poll, 600, poll]
+    assert max(waits) == 600 and waits[-1] == 600  # a failure that lasts: every interval at most
+    assert next_wait(held=False, failures=0, interval=5) == 5  # never longer than the interval
 
 
 class Leases:

@@ -28,10 +28,23 @@ from webhook.serve.audit_child import AuditChildError, AuditRequest, AuditSummar
 
 log = logging.getLogger("dra_guard.audit")
 
-#: a run that fails with one of these is logged in one line and retried next interval
+#: a run that fails with one of these is logged in one line and retried (next_wait)
 SKIPPED: tuple[type[Exception], ...] = (*kube_client.API_ERRORS, AuditChildError)
 #: seconds between two tries of a replica that does not hold the audit Lease (at most the interval)
 LEASE_POLL_SECONDS = 10.0
+
+
+def next_wait(*, held: bool, failures: int, interval: float) -> float:
+    """Seconds until the next try: the interval after a run (this replica holds the Lease);
+    LEASE_POLL_SECONDS while another replica holds it; after `failures` failed runs in a row,
+    LEASE_POLL_SECONDS doubled per failure, at most the interval (an apiserver back after a minute
+    gives fresh reports within about a minute, not one interval later; one that stays away is not
+    asked more than every interval). Never more than `interval`."""
+    if failures:
+        return min(interval, LEASE_POLL_SECONDS * 2 ** min(failures - 1, 16))
+    return interval if held else min(LEASE_POLL_SECONDS, interval)
+
+
 #: what PeriodicAudit waits on before its first run: () -> (in sync, why not)
 Synced = Callable[[], tuple[bool, str]]
 
@@ -129,26 +142,38 @@ class PeriodicAudit:
     def loop(self, stop: threading.Event) -> None:
         """run_once() once the worker's caches are in sync (checked every second), then every
         interval while this replica holds the Lease, every LEASE_POLL_SECONDS while another does,
-        until `stop` is set (the worker drains). Errors are logged and retried next interval."""
+        until `stop` is set (the worker drains). Errors are logged and retried with a backoff
+        (next_wait)."""
         while self.synced is not None and not self.synced()[0]:
             if stop.wait(1.0):
                 return
+        failures = 0
+        interval = float(self.config.audit.interval_seconds)
         while True:
-            held = True  # a failed run waits an interval, as before
+            held = True
             try:
                 held = self.run_once() is not None
+                failures = 0
             except SKIPPED as exc:  # one line, no traceback
+                failures += 1
                 metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
                 reason = str(exc) if isinstance(exc, AuditChildError) else kube_client.describe_error(exc)
                 log.warning(
-                    "periodic audit skipped; retrying next interval",
-                    extra={"error": reason[:300], "leaseNamespace": self.config.certificates.namespace},
+                    "periodic audit skipped; retrying",
+                    extra={
+                        "error": reason[:300],
+                        "leaseNamespace": self.config.certificates.namespace,
+                        "retryInSeconds": next_wait(held=held, failures=failures, interval=interval),
+                    },
                 )
             except Exception:
+                failures += 1
                 metrics.KUBE_API_ERRORS.labels(resource="audit").inc()
-                log.exception("periodic audit failed; retrying next interval")
-            wait = self.config.audit.interval_seconds if held else min(LEASE_POLL_SECONDS, self.config.audit.interval_seconds)
-            if stop.wait(wait):
+                log.exception(
+                    "periodic audit failed; retrying",
+                    extra={"retryInSeconds": next_wait(held=held, failures=failures, interval=interval)},
+                )
+            if stop.wait(next_wait(held=held, failures=failures, interval=interval)):
                 return  # the worker gives the Lease up once drained (webhook.serve.draining.at_exit)
 
     def release(self) -> None:
