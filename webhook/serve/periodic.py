@@ -41,7 +41,7 @@ def next_wait(*, held: bool, failures: int, interval: float) -> float:
     gives fresh reports within about a minute, not one interval later; one that stays away is not
     asked more than every interval). Never more than `interval`."""
     if failures:
-        return min(interval, LEASE_POLL_SECONDS * 2 ** min(failures - 1, 16))
+        return min(interval, LEASE_POLL_SECONDS * float(2 ** min(failures - 1, 16)))
     return interval if held else min(LEASE_POLL_SECONDS, interval)
 
 
