@@ -286,3 +286,10 @@ def test_the_cluster_audit_reports_who_may_write_pod_status_or_nodes_besides_adm
         ),
     ]
     assert door_checks(objects, from_mapping(None)) == [("status-writer", "alice-nodes"), ("status-writer", "alice-status")]
+    # a binding merely named like the control plane's still reports the user it names
+    disguised = binding("system:controller:alice", "status", alice)
+    assert door_checks([*objects, disguised], from_mapping(None)) == [
+        ("status-writer", "alice-nodes"),
+        ("status-writer", "alice-status"),
+        ("status-writer", "system:controller:alice"),
+    ]

@@ -54,6 +54,20 @@ WRITE_VERBS = frozenset({"update", "patch", "*"})
 #: bootstrap ClusterRoleBindings of the controllers (kube-controller-manager
 #: --use-service-account-credentials) and of the scheduler: the control plane
 CONTROL_PLANE_BINDINGS = ("system:controller:", "system:kube-scheduler", "system:kube-controller-manager", "system:node")
+#: the identities those bindings name: the controllers' kube-system ServiceAccounts, the scheduler,
+#: the controller manager and the nodes. A subject is the control plane's only in a binding of
+#: CONTROL_PLANE_BINDINGS *and* one of these: a binding merely named like one (anyone with
+#: ClusterRoleBinding create picks any name) still reports the users it names.
+CONTROL_PLANE_USERS = frozenset({"system:kube-scheduler", "system:kube-controller-manager"})
+
+
+def _control_plane_subject(subject: Mapping[str, Any]) -> bool:
+    kind, name, namespace = as_str(subject.get("kind")), as_str(subject.get("name")), as_str(subject.get("namespace"))
+    if kind == "ServiceAccount":
+        return namespace == "kube-system"
+    if kind == "User":
+        return name in CONTROL_PLANE_USERS or name.startswith("system:node:")
+    return kind == "Group" and name == "system:nodes"
 
 
 def _advisory(
@@ -133,12 +147,12 @@ def _grants_status_write(role: Mapping[str, Any]) -> list[str]:
 
 def writer_findings(facts: Facts, config: Config) -> Iterator[Finding]:
     """``status-writer`` for each ClusterRoleBinding giving a subject that is neither an admin
-    (rbac.adminSubjects) nor the control plane (CONTROL_PLANE_BINDINGS) update/patch on
-    pods/status or nodes in every namespace: who can fake a consumer's end or taint a node."""
+    (rbac.adminSubjects) nor the control plane (a CONTROL_PLANE_BINDINGS binding's controller,
+    scheduler or node identity) update/patch on pods/status or nodes in every namespace: who can
+    fake a consumer's end or taint a node."""
     for binding in facts.rbac.bindings():
         name = name_of(binding)
-        if name.startswith(CONTROL_PLANE_BINDINGS):
-            continue
+        bootstrap = name.startswith(CONTROL_PLANE_BINDINGS)
         role = facts.rbac.role(as_str(as_map(binding.get("roleRef")).get("name")))
         resources = _grants_status_write(role) if role is not None else []
         if not resources:
@@ -146,7 +160,8 @@ def writer_findings(facts: Facts, config: Config) -> Iterator[Finding]:
         others = [
             f"{as_str(s.get('kind'))} {as_str(s.get('namespace')) + '/' if s.get('namespace') else ''}{as_str(s.get('name'))}"
             for s in map(as_map, as_list(binding.get("subjects")))
-            if not config.rbac.admin_subjects.contains(
+            if not (bootstrap and _control_plane_subject(s))
+            and not config.rbac.admin_subjects.contains(
                 kind=as_str(s.get("kind")), name=as_str(s.get("name")), namespace=as_str(s.get("namespace"))
             )
         ]
