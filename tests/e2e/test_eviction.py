@@ -317,6 +317,61 @@ def test_a_claim_deleted_under_its_running_pod_still_holds_the_driver(control_pl
         cp.kubectl("admin", "delete", "rolebinding", "-n", "work", "e2e-alice-admin", check=False)
 
 
+def test_a_noexecute_device_taint_rule_takes_the_consumer_and_the_driver_is_held_while_it_terminates(control_plane, scenario):
+    """An admin's DeviceTaintRule with effect NoExecute on the device of a running consumer: the
+    device-taint-eviction controller deletes the consumer (a DELETE of a pod that is no driver's:
+    never sent to dra-guard, no PodDisruptionBudget), and while that pod terminates (the node has
+    not confirmed it stopped) the driver's eviction is refused naming it."""
+    cp = control_plane
+    driver_pod = wait_guarded(cp, scenario)
+    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod("tainted")))
+    rule = "e2e-gpu-broken"
+    try:
+        pod = wait_for(
+            "the consumer's claim allocated",
+            lambda: (lambda p: p if p and p["status"].get("resourceClaimStatuses") else None)(
+                get_json(cp, "pod", "-n", "work", "tainted")
+            ),
+        )
+        claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        claim = wait_for(
+            "its claim allocated and reserved",
+            lambda: (lambda c: c if c and (c.get("status") or {}).get("reservedFor") else None)(
+                get_json(cp, "resourceclaim", "-n", "work", claim_name)
+            ),
+        )
+        [result] = claim["status"]["allocation"]["devices"]["results"]
+        taint_rule = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": rule},
+            "spec": {
+                "deviceSelector": {"driver": result["driver"], "pool": result["pool"], "device": result["device"]},
+                "taint": {"key": "example.com/broken", "value": "true", "effect": "NoExecute"},
+            },
+        }
+        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(taint_rule))
+        wait_for(
+            "the device-taint-eviction controller to delete the consumer",
+            lambda: (get_json(cp, "pod", "-n", "work", "tainted") or {}).get("metadata", {}).get("deletionTimestamp"),
+            timeout=60,
+        )
+        last = []
+
+        def names_it():
+            r = evict(cp, "gpu", driver_pod)
+            last[:] = [r.status_code, r.text]
+            return r.status_code == 429 and dra_guard_refusal(r) and "pod work/tainted" in r.text.replace("\\u003e", ">")
+
+        try:
+            wait_for("dra-guard to name the terminating consumer", names_it, timeout=30)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; last answer {last}") from None
+    finally:
+        cp.kubectl("admin", "delete", "devicetaintrule", rule, "--ignore-not-found", check=False)
+        cp.kubectl("admin", "delete", "pod", "-n", "work", "tainted", "--grace-period=0", "--force", check=False)
+
+
 def test_drain_waits_for_the_claim_then_evicts_the_driver(control_plane, scenario, tmp_path):
     cp = control_plane
     driver_pod = wait_for("the DaemonSet controller and scheduler to place the driver pod", lambda: driver_pod_name(cp))
