@@ -317,6 +317,81 @@ def test_a_claim_deleted_under_its_running_pod_still_holds_the_driver(control_pl
         cp.kubectl("admin", "delete", "rolebinding", "-n", "work", "e2e-alice-admin", check=False)
 
 
+def test_a_running_consumer_marked_succeeded_by_a_status_writer_still_holds_the_driver(control_plane, scenario):
+    """alice, given `pods/status` patch in the consumers' namespace, writes phase Succeeded on a
+    consumer whose container the node reports running: the resourceclaim controller believes it
+    and unreserves the claim, dra-guard does not (a terminal phase next to a running container is
+    not the kubelet's) and keeps refusing the driver's eviction, naming that pod."""
+    cp = control_plane
+    driver_pod = wait_guarded(cp, scenario)
+    rbac = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "e2e-status-writer", "namespace": "work"},
+            "rules": [{"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get", "patch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "e2e-status-writer", "namespace": "work"},
+            "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"kind": "Role", "name": "e2e-status-writer", "apiGroup": "rbac.authorization.k8s.io"},
+        },
+    ]
+    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all(rbac))
+    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod("faked")))
+    try:
+        pod = wait_for(
+            "the consumer's claim reserved",
+            lambda: (lambda p: p if p and p["status"].get("resourceClaimStatuses") else None)(
+                get_json(cp, "pod", "-n", "work", "faked")
+            ),
+        )
+        claim = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        wait_for("its claim reserved", lambda: any(c["metadata"]["name"] == claim for c in claim_reserved(cp)))
+        # the node's report (this test plays the kubelet of the fake node): the container runs
+        running = {"status": {"phase": "Running", "containerStatuses": [
+            {"name": "c", "ready": True, "restartCount": 0, "image": "registry.example/app:v1", "imageID": "",
+             "state": {"running": {"startedAt": "2026-12-05T00:00:00Z"}}}
+        ]}}  # fmt: skip
+        out = cp.kubectl(
+            "admin", "patch", "pod", "-n", "work", "faked", "--subresource=status", "--type=merge", "-p", json.dumps(running)
+        )
+        assert out.returncode == 0, out.stderr
+        fake_end = cp.kubectl(
+            "alice",
+            "patch",
+            "pod",
+            "-n",
+            "work",
+            "faked",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status":{"phase":"Succeeded"}}',
+        )
+        assert fake_end.returncode == 0, fake_end.stderr
+        wait_for(
+            "the resourceclaim controller to believe it",
+            lambda: not any(c["metadata"]["name"] == claim for c in claim_reserved(cp)),
+        )
+        last = []
+
+        def names_it():
+            r = evict(cp, "gpu", driver_pod)
+            last[:] = [r.status_code, r.text]
+            return r.status_code == 429 and dra_guard_refusal(r) and "pod work/faked" in r.text.replace("\\u003e", ">")
+
+        try:
+            wait_for("dra-guard to keep the driver for the pod that still runs", names_it, timeout=30)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; last answer {last}") from None
+    finally:
+        cp.kubectl("admin", "delete", "pod", "-n", "work", "faked", "--grace-period=0", "--force", check=False)
+        cp.kubectl("admin", "delete", "-f", "-", input=yaml.safe_dump_all(rbac), check=False)
+
+
 def test_a_noexecute_device_taint_rule_takes_the_consumer_and_the_driver_is_held_while_it_terminates(control_plane, scenario):
     """An admin's DeviceTaintRule with effect NoExecute on the device of a running consumer: the
     device-taint-eviction controller deletes the consumer (a DELETE of a pod that is no driver's:
