@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.builders import binding, cluster_role, review, rule, subject
@@ -448,3 +450,23 @@ def test_a_partial_binding_read_is_judged_from_the_index_and_says_so():
     unbound = review(cluster_role("nobody-binds-it", [rule(["resourceslices"], ["update"])]))["request"]
     d = rbac.review(unbound, index=idx, config=CONFIG, refresh_bindings=lambda: note)
     assert d.allowed and d.warnings == (f"dra-guard: {note}",)
+
+
+def test_a_flood_of_reviews_cannot_grow_the_pending_records_without_bound(monkeypatch):
+    """Anyone who reaches the webhook port can send reviews: past max_records the RBAC review is
+    not judged (503, the apiserver retries) instead of recording more, and records that expired
+    make room again."""
+    from webhook.model.pending import Pending
+
+    idx = rbac.RbacIndex()
+    idx.pending = Pending(ttl=30.0, max_records=3)
+    role = cluster_role("r", [rule(["resourceclaims"], ["get"])])
+    for n in range(3):
+        assert decide(dict(role, metadata={"name": f"r{n}"}), index=idx).allowed
+    d = decide(dict(role, metadata={"name": "r3"}), index=idx)
+    assert not d.allowed and d.findings[0].code == 503 and d.findings[0].check == "pending-full"
+    assert len(idx.pending) == 3
+    later = time.monotonic() + 31  # the records' ttl passed without their watch events
+    monkeypatch.setattr("webhook.model.pending.time.monotonic", lambda: later)
+    assert decide(dict(role, metadata={"name": "r4"}), index=idx).allowed
+    assert len(idx.pending) == 1

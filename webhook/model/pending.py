@@ -29,6 +29,15 @@ Key = tuple[str, str, str]  # ("role" | "binding", namespace, name)
 
 #: seconds an allowed object waits for its watch event at most
 TTL_SECONDS = 30.0
+#: records kept at most (every version of every object). Anyone who reaches the webhook port
+#: (without server.clientCAFile) can send reviews: a flood must not grow memory, nor the scan each
+#: RBAC review makes of the records, without bound. Past it a review is not judged (PendingFull)
+#: until records expire or settle; a helm install of a few thousand RBAC objects stays far below.
+MAX_RECORDS = 10_000
+
+
+class PendingFull(RuntimeError):
+    """MAX_RECORDS records are held: the review cannot be recorded, so it is not judged."""
 
 
 def _kind(obj: Mapping[str, Any]) -> str:
@@ -43,20 +52,40 @@ class Pending:
     """Objects allowed (or being judged) by this replica and not yet seen on the watch: every
     version recorded, each with its own token and expiry."""
 
-    def __init__(self, ttl: float = TTL_SECONDS) -> None:
+    def __init__(self, ttl: float = TTL_SECONDS, max_records: int = MAX_RECORDS) -> None:
         self.ttl = ttl
+        self.max_records = max_records
         self._lock = threading.Lock()
         self._tokens = itertools.count(1)
         # key -> {token: (object, monotonic expiry)}
         self._items: dict[Key, dict[int, tuple[Mapping[str, Any], float]]] = {}
 
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._items.values())
+
     def add(self, obj: Mapping[str, Any]) -> int:
         """Record a ClusterRole/Role or ClusterRoleBinding/RoleBinding dict being judged, beside any
-        other version of it already recorded; the token that drops this record (and no other)."""
+        other version of it already recorded; the token that drops this record (and no other).
+        Raises PendingFull when max_records records are held after the expired ones are dropped."""
         with self._lock:
+            if sum(len(v) for v in self._items.values()) >= self.max_records:
+                self._expire(time.monotonic())
+                if sum(len(v) for v in self._items.values()) >= self.max_records:
+                    raise PendingFull(
+                        f"{self.max_records} RBAC objects allowed in the last {self.ttl:g} s await their watch events"
+                    )
             token = next(self._tokens)
             self._items.setdefault(_key(obj), {})[token] = (obj, time.monotonic() + self.ttl)
             return token
+
+    def _expire(self, now: float) -> None:
+        """Drop the records past their expiry (the lock held)."""
+        for key, versions in list(self._items.items()):
+            for token in [t for t, (_, expiry) in versions.items() if expiry < now]:
+                del versions[token]
+            if not versions:
+                del self._items[key]
 
     def drop(self, token: int) -> None:
         """Forget the record `token` (its review refused it); the other versions stay."""
@@ -76,14 +105,8 @@ class Pending:
     def _live(self) -> list[tuple[Key, Mapping[str, Any]]]:
         now = time.monotonic()
         with self._lock:
-            out: list[tuple[Key, Mapping[str, Any]]] = []
-            for key, versions in list(self._items.items()):
-                for token in [t for t, (_, expiry) in versions.items() if expiry < now]:
-                    del versions[token]
-                if not versions:
-                    del self._items[key]
-                out.extend((key, obj) for obj, _ in versions.values())
-            return out
+            self._expire(now)
+            return [(key, obj) for key, versions in self._items.items() for obj, _ in versions.values()]
 
     def roles(self, name: str, namespace: str = "") -> list[Mapping[str, Any]]:
         """Every pending version of ClusterRole `name` (or Role namespace/name)."""

@@ -25,6 +25,7 @@ from typing import Any
 
 from webhook.config import Config, RbacConfig, SubjectSet
 from webhook.model.facts import Facts
+from webhook.model.pending import PendingFull
 from webhook.model.rbac_index import RbacIndex, ref_key
 from webhook.model.readers import annotations_of, as_map, as_str, labels_of, name_of, namespace_of, strings
 from webhook.model.slim import BREAK_GLASS_ANNOTATION
@@ -127,27 +128,22 @@ def review(
         return ALLOW  # the common case for namespaced RBAC: no power of it matters outside the sensitive namespaces
     ok, why = synced
     if not ok and kind in ("ClusterRoleBinding", "ClusterRole", "RoleBinding", "Role"):
-        return Decision(
-            findings=(
-                Finding(
-                    policy=POLICY,
-                    kind=kind,
-                    name=name_of(obj),
-                    check="cache-not-synced",
-                    code=503,
-                    reason="ServiceUnavailable",
-                    message=f"dra-guard cannot judge this {kind} now: its RBAC caches are not in sync with the apiserver "
-                    f"({why}); it does not decide on stale data. Retry in a few seconds.",
-                    summary=short(f"dra-guard: RBAC caches not synced ({why}); not judged"),
-                ),
-            )
+        return _not_judged(
+            kind,
+            obj,
+            "cache-not-synced",
+            f"its RBAC caches are not in sync with the apiserver ({why}); it does not decide on stale data",
+            f"RBAC caches not synced ({why})",
         )
     if kind not in ("ClusterRoleBinding", "RoleBinding", "ClusterRole", "Role"):
         return ALLOW
     # path 9: recorded before judging, so that of two concurrent reviews of a role and a binding of
     # it at least one sees the other (webhook.model.pending); dropped again when refused
     dry_run = request.get("dryRun") is True
-    token = None if dry_run else index.pending.add(obj)
+    try:
+        token = None if dry_run else index.pending.add(obj)
+    except PendingFull as exc:
+        return _not_judged(kind, obj, "pending-full", f"{exc} (a flood of reviews?)", "too many RBAC reviews awaiting the watch")
     try:
         if kind in ("ClusterRoleBinding", "RoleBinding"):
             decision = _review_binding(obj, old, index=index, config=config, requester=requester, fetch_role=fetch_role)
@@ -160,6 +156,25 @@ def review(
     if not decision.allowed and token is not None:
         index.pending.drop(token)
     return decision
+
+
+def _not_judged(kind: str, obj: Mapping[str, Any], check: str, why: str, summary: str) -> Decision:
+    """A 503 refusal of a `kind` dict dra-guard cannot judge now (`why`, a clause; `summary`, the
+    kubectl warning's words): the apiserver refuses the write and the client retries."""
+    return Decision(
+        findings=(
+            Finding(
+                policy=POLICY,
+                kind=kind,
+                name=name_of(obj),
+                check=check,
+                code=503,
+                reason="ServiceUnavailable",
+                message=f"dra-guard cannot judge this {kind} now: {why}. Retry in a few seconds.",
+                summary=short(f"dra-guard: {summary}; not judged"),
+            ),
+        )
+    )
 
 
 def _may_allocate(kind: str, obj: Mapping[str, Any], index: RbacIndex, config: RbacConfig) -> bool:
