@@ -142,6 +142,36 @@ def wait_guarded(cp, scenario):
     return driver_pod
 
 
+def reserved_consumer(cp, name):
+    """Create consumer pod `name` and wait until its claim is reserved; the claim's name."""
+    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod(name)))
+    pod = wait_for(
+        f"consumer {name}'s claim made",
+        lambda: (lambda p: p if p and p["status"].get("resourceClaimStatuses") else None)(
+            get_json(cp, "pod", "-n", "work", name)
+        ),
+    )
+    claim = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    wait_for("its claim reserved", lambda: any(c["metadata"]["name"] == claim for c in claim_reserved(cp)))
+    return claim
+
+
+def wait_refused_naming(cp, driver_pod, text, why):
+    """Wait until dra-guard refuses the driver pod's eviction with `text` in its message (JSON
+    escapes undone); AssertionError with the last answer otherwise."""
+    last = []
+
+    def named():
+        r = evict(cp, "gpu", driver_pod)
+        last[:] = [r.status_code, r.text]
+        return r.status_code == 429 and dra_guard_refusal(r) and text in r.text.replace("\\u003e", ">")
+
+    try:
+        wait_for(why, named, timeout=30)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; last answer {last}") from None
+
+
 def test_delete_and_deletecollection_of_a_held_driver_pod_are_refused(control_plane, scenario):
     """eviction.guardDeletes is on by default: a DELETE of the driver pod, and each pod of a
     deletecollection (reviewed with no request name), are judged by dra-guard itself."""
@@ -284,34 +314,16 @@ def test_a_claim_deleted_under_its_running_pod_still_holds_the_driver(control_pl
         "roleRef": {"kind": "ClusterRole", "name": "admin", "apiGroup": "rbac.authorization.k8s.io"},
     }
     cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(binding))
-    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod("held")))
     try:
-        pod = wait_for(
-            "the second consumer's claim reserved",
-            lambda: (lambda p: p if p and p["status"].get("resourceClaimStatuses") else None)(
-                get_json(cp, "pod", "-n", "work", "held")
-            ),
-        )
-        claim = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-        wait_for("its claim reserved", lambda: any(c["metadata"]["name"] == claim for c in claim_reserved(cp)))
+        claim = reserved_consumer(cp, "held")
         unprotect = cp.kubectl(
             "alice", "patch", "resourceclaim", "-n", "work", claim, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
         )
         assert unprotect.returncode == 0, unprotect.stderr
         cp.kubectl("alice", "delete", "resourceclaim", "-n", "work", claim, "--wait=false")
         wait_for("the claim gone", lambda: get_json(cp, "resourceclaim", "-n", "work", claim) is None)
-        last = []
-
-        def names_it():
-            r = evict(cp, "gpu", driver_pod)
-            last[:] = [r.status_code, r.text]
-            return r.status_code == 429 and dra_guard_refusal(r) and f"work/{claim} (missing or not allocated" in r.text
-
-        try:
-            wait_for("dra-guard to name the deleted claim", names_it, timeout=30)
-        except TimeoutError as exc:
-            raise AssertionError(f"{exc}; last answer {last}") from None
-        assert "-\\u003e pod work/held" in last[1] or "-> pod work/held" in last[1], last[1]
+        wait_refused_naming(cp, driver_pod, f"work/{claim} (missing or not allocated", "dra-guard to name the deleted claim")
+        wait_refused_naming(cp, driver_pod, "-> pod work/held", "the message to name the pod too")
     finally:
         cp.kubectl("admin", "delete", "pod", "-n", "work", "held", "--grace-period=0", "--force", check=False)
         cp.kubectl("admin", "delete", "rolebinding", "-n", "work", "e2e-alice-admin", check=False)
@@ -340,16 +352,8 @@ def test_a_running_consumer_marked_succeeded_by_a_status_writer_still_holds_the_
         },
     ]
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all(rbac))
-    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod("faked")))
     try:
-        pod = wait_for(
-            "the consumer's claim reserved",
-            lambda: (lambda p: p if p and p["status"].get("resourceClaimStatuses") else None)(
-                get_json(cp, "pod", "-n", "work", "faked")
-            ),
-        )
-        claim = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-        wait_for("its claim reserved", lambda: any(c["metadata"]["name"] == claim for c in claim_reserved(cp)))
+        claim = reserved_consumer(cp, "faked")
         # the node's report (this test plays the kubelet of the fake node): the container runs
         running = {"status": {"phase": "Running", "containerStatuses": [
             {"name": "c", "ready": True, "restartCount": 0, "image": "registry.example/app:v1", "imageID": "",
@@ -376,17 +380,7 @@ def test_a_running_consumer_marked_succeeded_by_a_status_writer_still_holds_the_
             "the resourceclaim controller to believe it",
             lambda: not any(c["metadata"]["name"] == claim for c in claim_reserved(cp)),
         )
-        last = []
-
-        def names_it():
-            r = evict(cp, "gpu", driver_pod)
-            last[:] = [r.status_code, r.text]
-            return r.status_code == 429 and dra_guard_refusal(r) and "pod work/faked" in r.text.replace("\\u003e", ">")
-
-        try:
-            wait_for("dra-guard to keep the driver for the pod that still runs", names_it, timeout=30)
-        except TimeoutError as exc:
-            raise AssertionError(f"{exc}; last answer {last}") from None
+        wait_refused_naming(cp, driver_pod, "pod work/faked", "dra-guard to keep the driver for the pod that still runs")
     finally:
         cp.kubectl("admin", "delete", "pod", "-n", "work", "faked", "--grace-period=0", "--force", check=False)
         cp.kubectl("admin", "delete", "-f", "-", input=yaml.safe_dump_all(rbac), check=False)
@@ -399,22 +393,9 @@ def test_a_noexecute_device_taint_rule_takes_the_consumer_and_the_driver_is_held
     not confirmed it stopped) the driver's eviction is refused naming it."""
     cp = control_plane
     driver_pod = wait_guarded(cp, scenario)
-    cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod("tainted")))
     rule = "e2e-gpu-broken"
     try:
-        pod = wait_for(
-            "the consumer's claim allocated",
-            lambda: (lambda p: p if p and p["status"].get("resourceClaimStatuses") else None)(
-                get_json(cp, "pod", "-n", "work", "tainted")
-            ),
-        )
-        claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-        claim = wait_for(
-            "its claim allocated and reserved",
-            lambda: (lambda c: c if c and (c.get("status") or {}).get("reservedFor") else None)(
-                get_json(cp, "resourceclaim", "-n", "work", claim_name)
-            ),
-        )
+        claim = get_json(cp, "resourceclaim", "-n", "work", reserved_consumer(cp, "tainted"))
         [result] = claim["status"]["allocation"]["devices"]["results"]
         taint_rule = {
             "apiVersion": "resource.k8s.io/v1",
@@ -431,17 +412,7 @@ def test_a_noexecute_device_taint_rule_takes_the_consumer_and_the_driver_is_held
             lambda: (get_json(cp, "pod", "-n", "work", "tainted") or {}).get("metadata", {}).get("deletionTimestamp"),
             timeout=60,
         )
-        last = []
-
-        def names_it():
-            r = evict(cp, "gpu", driver_pod)
-            last[:] = [r.status_code, r.text]
-            return r.status_code == 429 and dra_guard_refusal(r) and "pod work/tainted" in r.text.replace("\\u003e", ">")
-
-        try:
-            wait_for("dra-guard to name the terminating consumer", names_it, timeout=30)
-        except TimeoutError as exc:
-            raise AssertionError(f"{exc}; last answer {last}") from None
+        wait_refused_naming(cp, driver_pod, "pod work/tainted", "dra-guard to name the terminating consumer")
     finally:
         cp.kubectl("admin", "delete", "devicetaintrule", rule, "--ignore-not-found", check=False)
         cp.kubectl("admin", "delete", "pod", "-n", "work", "tainted", "--grace-period=0", "--force", check=False)
