@@ -11,22 +11,46 @@ change what dra-guard sees (images, resources, security contexts, scripts) are s
   know it), `bash -c` scripts, HEALTHCHECK_PORT via env, the whole kubelet plugins folder mounted,
   registrar/plugins paths as chart values (kubeletRegistrarDirectoryPath); newer charts add a
   gRPC startupProbe + livenessProbe per container, older ones none.
-- intel-gpu: Intel GPU resource driver (intel/intel-resource-drivers-for-kubernetes,
-  deployments/gpu/base/resource-driver.yaml): container kubelet-plugin, command /kubelet-gpu-plugin,
-  containerPort healthcheck 51516 with startup and liveness probes, /etc/cdi and /var/run/cdi, sysfs.
+- intel-gpu: Intel GPU resource driver, its Helm chart (intel/intel-resource-drivers-for-kubernetes,
+  charts/intel-gpu-resource-driver: templates/resource-driver.yaml and values.yaml at 1ec8d68f, image
+  tag v0.11.0; templates/clusterrole.yaml and clusterrolebinding.yaml at 49701062; _helpers.tpl at
+  3f3f5500; Chart.yaml as stored says 0.7.1, older than those values) with the defaults: container
+  kubelet-plugin, command /kubelet-gpu-plugin, args --healthcheck-port=51516 and -m (health
+  monitoring through xpumd), containerPort healthcheck with startup and liveness probes, /etc/cdi,
+  /var/run/cdi, sysfs and xpumd mounts, not privileged; ServiceAccount intel-gpu-sa, ClusterRole
+  intel-gpu-resource-driver-role (ResourceSlice write, nodes and ResourceClaim get: unchanged) and
+  ClusterRoleBinding intel-gpu-resource-driver-rolebinding, both with metadata.namespace set; release
+  namespace intel-gpu-resource-driver. The kustomize manifest (deployments/gpu/base/resource-driver.yaml
+  at 075b22d2) has the same RBAC under other names.
 - example: the Kubernetes dra-example-driver (kubernetes-sigs/dra-example-driver,
-  deployments/helm/dra-example-driver/templates/kubeletplugin.yaml): container plugin, command
-  dra-example-kubeletplugin, --healthcheck-port, no probe in the shape used here.
-- cpu: the DRA CPU driver (kubernetes-sigs/dra-driver-cpu, install.yaml): DaemonSet dracpu in
-  kube-system, args [/dracpu, --v=4], hostNetwork/hostPID, NRI socket, pod-resources, /var/run/cdi;
-  no health service; driver dra.cpu.
-- net: the DRA network driver (google/dranet, install.yaml): DaemonSet dranet in kube-system,
-  args [/dranet, --v=4], an HTTP readinessProbe on 9177, no /var/run/cdi (recognised by its RBAC
-  alone); driver dra.net.
+  deployments/helm/dra-example-driver): templates/clusterrole.yaml at 04cf504d (ResourceClaim status
+  update, and resourceclaims/driver associated-node:update/patch for gpu.example.com, the granular
+  status authorization of 1.36+), clusterrolebinding.yaml at cba2ec61 (`<fullname>-role-binding`),
+  _helpers.tpl at 10b7c642; release and namespace dra-example-driver; Chart.yaml is 0.0.0-dev in the
+  repository (the version is set from the release tag). DaemonSet: container plugin, command
+  dra-example-kubeletplugin, --healthcheck-port. The stored kubeletplugin.yaml versions (009b41fc,
+  f6acdbae) are older than that shape (no health flag, an init container of the NAS era): kept.
+- cpu (`cpu_driver()`): the DRA CPU driver's Helm chart, the install its docs recommend
+  (kubernetes-sigs/dra-driver-cpu, deployment/helm/dra-driver-cpu, Chart.yaml 0.2.0 at 7f955682;
+  templates/clusterrole.yaml at 1b2274c6, clusterrolebinding.yaml at 74a0798c, daemonset.yaml at
+  40967c0b, values.yaml at 1b2274c6, _helpers.tpl at 2c7730aa; docs/user/installation.md at
+  24f5b0ef: `helm install dra-driver-cpu ... -n kube-system`; install.yaml is deprecated): DaemonSet,
+  ServiceAccount, ClusterRole and ClusterRoleBinding dra-driver-cpu in kube-system, container dracpu,
+  args [/dracpu, --v=4, --cpu-device-mode=grouped, --group-by=numanode, --bind-address=:8080], HTTP
+  liveness and readiness probes on port healthz (no gRPC health service), NRI socket, /var/run/cdi;
+  ClusterRole with ResourceSlice write, ResourceClaim status write, pods read and
+  resourceclaims/driver associated-node verbs for dra.cpu; driver dra.cpu.
+- net (`net_driver()`): the DRA network driver, now kubernetes-sigs/dranet (install.yaml at
+  19c8d05f; google/dranet's at 03e59c2c is the older shape): DaemonSet dranet in kube-system, an
+  install-hook init container (its OCI hook onto the host), args [/dranet, --v=4,
+  --hostname-override=$(NODE_NAME)], HTTP startup and readiness probes on 9177, no /var/run/cdi
+  (recognised by its RBAC alone); ClusterRole with event write, ResourceSlice write, ResourceClaim
+  status write and resourceclaims/driver associated-node verbs for dra.net; driver dra.net.
 - intel-gaudi (`intel_gaudi()`; its RBAC alone: `intel_gaudi_rbac()`): Intel's Gaudi resource driver
   (intel/intel-resource-drivers-for-kubernetes, deployments/gaudi/base/resource-driver.yaml at
-  3ef104c6, the kustomize manifest `kubectl apply -k deployments/gaudi/` installs; the stored
-  version of its Helm chart's templates/clusterrole.yaml, 5bb8ff65, has no DeviceTaintRule rule): container kubelet-plugin, command /kubelet-gaudi-plugin, SYSFS_ROOT=/sys, /etc/cdi,
+  3ef104c6, the newest stored, the kustomize manifest `kubectl apply -k deployments/gaudi/` installs;
+  its Helm chart, Chart.yaml 0.4.1 at 2b74f62f, templates/clusterrole.yaml at 5bb8ff65, has no
+  DeviceTaintRule rule: with the chart rbac.driverSubjects alone is enough): container kubelet-plugin, command /kubelet-gaudi-plugin, SYSFS_ROOT=/sys, /etc/cdi,
   /etc/habanalabs, /var/run/cdi and /sys mounts, no health port (cmd/kubelet-gaudi-plugin/main.go has
   none); ClusterRole intel-gaudi-resource-driver-role with ResourceSlice write and DeviceTaintRule
   get/list/watch/create (admin-only by default: `driver_resources`), the ClusterRole and its
@@ -36,7 +60,7 @@ change what dra-guard sees (images, resources, security contexts, scripts) are s
   real pod's token; the tests publish slices by impersonation).
 - sriov (`sriov_driver()`): the SR-IOV DRA driver (k8snetworkplumbingwg/dra-driver-sriov, Helm chart
   deployments/helm/dra-driver-sriov: templates/dra-driver.yaml at 0e0e76f0, templates/clusterrole.yaml
-  at 2713e5f4, values.yaml at 007f0f22, templates/_helpers.tpl at bb99f020; binary flags in
+  at 2713e5f4 (the newest stored: edbe7459 lacks its pods and resourceclaims/driver rules), values.yaml at 007f0f22, templates/_helpers.tpl at bb99f020; binary flags in
   cmd/dra-driver-sriov/main.go at 007f0f22, driver name in pkg/consts/consts.go), release and
   namespace dra-driver-sriov: DaemonSet dra-driver-sriov-kubeletplugin, container plugin, command
   /usr/bin/dra-driver-sriov, image repository .../dra-driver-sriov (README: ghcr.io/k8snetworkplumbingwg;
@@ -48,7 +72,7 @@ change what dra-guard sees (images, resources, security contexts, scripts) are s
   templates are not in the stored index: written from the helper's names, labelled as such.
 - tpu (`google_tpu()`): the Google TPU DRA driver (kubernetes-sigs/dra-driver-google-tpu, Helm chart
   deployments/helm/dra-driver-google-tpu: templates/kubeletplugin.yaml at d8ef3f1a,
-  templates/clusterrole.yaml at 5af6ed6d, values.yaml at 90ea4b28; cmd/tpu-dra-kubeletplugin/main.go
+  templates/clusterrole.yaml at 5af6ed6d (the only stored version), values.yaml at 90ea4b28; cmd/tpu-dra-kubeletplugin/main.go
   and health.go at d8ef3f1a; namespace from demo/scripts/install-dra-driver.sh): containers
   tpu-dra-plugin (exec readinessProbe `tpu-dra-kubeletplugin healthcheck` over a container-local Unix
   socket: no gRPC health port), sidecar-log-collector, vbar-control-agent; POD_UID and a surge
@@ -58,7 +82,8 @@ change what dra-guard sees (images, resources, security contexts, scripts) are s
   pattern of the charts it derives from.
 - memory (`memory_driver()`): the DRA memory driver; kubernetes-sigs/dra-driver-memory is not in the
   stored index, read from its development repository ffromani/dra-driver-memory
-  (hack/ci/install.tmpl.yaml at 270342d2, the manifest its CI installs; README.md): DaemonSet
+  (hack/ci/install.tmpl.yaml at 270342d2, the manifest its CI installs; README.md; the other stored
+  version, 06d423ef, has the same RBAC): DaemonSet
   dramemory in kube-system, command /bin/dramemory, NRI and cgroupfs mounts, no health service;
   driver dra.memory.
 - nvidia-compute-domain (`nvidia_compute_domain()`, with `compute_domain_daemon_slice()`,
@@ -290,12 +315,16 @@ def nvidia_gpu(
 
 
 def intel_gpu() -> CatalogueDriver:
-    """Intel's GPU resource driver kubelet plugin (gpu.intel.com)."""
-    ns, sa = "intel-gpu-resource-driver", "intel-gpu-resource-driver-service-account"
+    """Intel's GPU resource driver kubelet plugin (gpu.intel.com) as its Helm chart renders it with
+    the defaults: health port 51516 by flag with startup and liveness probes, health monitoring
+    through xpumd (`-m`), ServiceAccount intel-gpu-sa; ClusterRole and ClusterRoleBinding with
+    metadata.namespace set."""
+    ns, sa = "intel-gpu-resource-driver", "intel-gpu-sa"
     c = {
         "name": "kubelet-plugin",
-        "image": "registry.example/intel/intel-gpu-resource-driver:v0.8",
+        "image": "registry.example/intel/intel-gpu-resource-driver:v0.11.0",
         "command": ["/kubelet-gpu-plugin"],
+        "args": ["--healthcheck-port=51516", "-m"],
         "ports": [{"name": "healthcheck", "containerPort": 51516}],
         "startupProbe": _grpc(51516, period=10, threshold=60),
         "livenessProbe": _grpc(51516, period=30, threshold=3),
@@ -312,7 +341,7 @@ def intel_gpu() -> CatalogueDriver:
             ("sysfs", "/sysfs"),
             ("xpumd-socket", "/run/xpumd"),
         ),
-        "securityContext": {"privileged": True, "readOnlyRootFilesystem": True},
+        "securityContext": {"privileged": False, "readOnlyRootFilesystem": True, "runAsUser": 0},
     }
     volumes = [
         _host("plugins-registry", f"{KUBELET}/plugins_registry"),
@@ -328,18 +357,15 @@ def intel_gpu() -> CatalogueDriver:
         sa,
         [c],
         volumes,
-        labels={"app": "intel-gpu-resource-driver-kubelet-plugin"},
+        labels={"app": "intel-gpu-resource-driver"},
     )
-    ds["spec"]["template"]["spec"]["serviceAccount"] = sa
-    rbac = _rbac(
+    rbac = _rbac_of(
         ns,
         sa,
         "intel-gpu-resource-driver-role",
-        ["get", "list", "watch", "create", "update", "patch", "delete"],
-        [
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
-            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-        ],
+        "intel-gpu-resource-driver-rolebinding",
+        _rules(("", ["nodes"], ["get"]), _SLICES_RW, ("resource.k8s.io", ["resourceclaims"], ["get"])),
+        namespaced_cluster_objects=True,
     )
     return CatalogueDriver(
         key="intel-gpu", namespace=ns, names=("gpu.intel.com",), probes={"kubelet-plugin": None}, objects=(*rbac, ds)
@@ -372,88 +398,158 @@ def example_driver() -> CatalogueDriver:
     ds = _daemonset(
         "dra-example-driver-kubeletplugin", ns, sa, [c], volumes, labels={"app.kubernetes.io/name": "dra-example-driver"}
     )
-    rbac = _rbac(
+    rbac = _rbac_of(
         ns,
         sa,
         "dra-example-driver-role",
-        ["get", "list", "watch", "create", "update", "patch", "delete"],
+        "dra-example-driver-role-binding",
         [
-            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            *_rules(("resource.k8s.io", ["resourceclaims"], ["get"]), ("resource.k8s.io", ["resourceclaims/status"], ["update"])),
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceclaims/driver"],
+                "verbs": ["associated-node:update", "associated-node:patch"],
+                "resourceNames": ["gpu.example.com"],
+            },
+            *_rules(("", ["nodes"], ["get"]), _SLICES_RW),
         ],
+        namespaced_cluster_objects=True,
     )
     return CatalogueDriver(key="example", namespace=ns, names=("gpu.example.com",), probes={"plugin": 51515}, objects=(*rbac, ds))
 
 
 def _kube_system_driver(
-    name: str, driver: str, extra_mounts: list[tuple[str, str, str]], readiness: dict[str, Any] | None
+    name: str,
+    sa: str,
+    driver: str,
+    container: dict[str, Any],
+    host_mounts: list[tuple[str, str, str]],
+    rules: list[dict[str, Any]],
+    *,
+    labels: dict[str, str],
+    init: list[dict[str, Any]] | None = None,
+    extra_volumes: list[dict[str, Any]] | None = None,
 ) -> CatalogueDriver:
-    """The DRA CPU and network drivers' shared shape: DaemonSet <name> in kube-system, NRI init."""
+    """The DRA CPU and network drivers' shared shape: DaemonSet `name` in kube-system on the host
+    network, ServiceAccount, ClusterRole and ClusterRoleBinding `sa`; `host_mounts` are
+    (volume, host path, mount path) of the one container."""
+    c = {**container, "volumeMounts": _mounts(*((n, mp) for n, _, mp in host_mounts))}
+    volumes = [_host(n, hp) for n, hp, _ in host_mounts] + list(extra_volumes or [])
+    ds = _daemonset(name, "kube-system", sa, [c], volumes, labels=labels, init=init)
+    ds["spec"]["template"]["spec"]["hostNetwork"] = True
+    rbac = _rbac_of("kube-system", sa, sa, sa, rules)
+    return CatalogueDriver(key=name, namespace="kube-system", names=(driver,), probes={c["name"]: None}, objects=(*rbac, ds))
+
+
+def _http_probe(port: int | str, **extra: int) -> dict[str, Any]:
+    return {"httpGet": {"path": "/healthz", "port": port}, **extra}
+
+
+def cpu_driver() -> CatalogueDriver:
+    """The DRA CPU driver (dra.cpu) as its Helm chart renders it, release dra-driver-cpu in
+    kube-system: container dracpu with HTTP liveness and readiness probes on port healthz (8080),
+    no gRPC health service; /var/run/cdi, NRI socket; ResourceClaim status and
+    resourceclaims/driver write for dra.cpu."""
+    name = "dra-driver-cpu"
+    c = {
+        "name": "dracpu",
+        "image": "registry.example/dra-driver-cpu:v0.2.0",
+        "args": ["/dracpu", "--v=4", "--cpu-device-mode=grouped", "--group-by=numanode", "--bind-address=:8080"],
+        "ports": [{"name": "healthz", "containerPort": 8080}],
+        "livenessProbe": _http_probe("healthz", initialDelaySeconds=10),
+        "readinessProbe": _http_probe("healthz", initialDelaySeconds=5),
+        "securityContext": {"capabilities": {"add": ["NET_ADMIN", "SYS_ADMIN"]}},
+    }
     mounts = [
         ("device-plugin", f"{KUBELET}/plugins", f"{KUBELET}/plugins"),
         ("plugin-registry", f"{KUBELET}/plugins_registry", f"{KUBELET}/plugins_registry"),
         ("nri-plugin", "/var/run/nri", "/var/run/nri"),
-        *extra_mounts,
+        ("cdi-dir", "/var/run/cdi", "/var/run/cdi"),
     ]
-    c: dict[str, Any] = {
-        "name": name,
-        "image": f"registry.example/{name}:stable",
-        "args": [f"/{name}", "--v=4"],
-        "volumeMounts": _mounts(*((n, mp) for n, _, mp in mounts)),
-    }
-    if readiness:
-        c["readinessProbe"] = readiness
-    init = [
+    rules = [
+        *_rules(
+            ("", ["nodes"], ["get"]),
+            ("resource.k8s.io", ["resourceslices"], ["list", "watch", "create", "update", "delete"]),
+            ("resource.k8s.io", ["resourceclaims", "deviceclasses"], ["get"]),
+            ("resource.k8s.io", ["resourceclaims/status"], ["patch", "update"]),
+            ("", ["pods"], ["get", "list", "watch"]),
+        ),
         {
-            "name": "enable-nri",
-            "image": "registry.example/busybox:stable",
-            "command": ["/bin/sh", "-c", "true"],
-            "volumeMounts": _mounts(("etc", "/etc")),
-            "securityContext": {"privileged": True},
-        }
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "resourceNames": ["dra.cpu"],
+            "verbs": ["associated-node:patch", "associated-node:update"],
+        },
     ]
-    volumes = [_host(n, hp) for n, hp, _ in mounts] + [_host("etc", "/etc")]
-    labels = {"tier": "node", "app": name, "k8s-app": name}
-    ds = _daemonset(name, "kube-system", name, [c], volumes, labels=labels, init=init, host=True)
-    rbac = _rbac(
-        "kube-system",
-        name,
-        name,
-        ["list", "watch", "create", "update", "delete"],
-        [
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
-            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "deviceclasses"], "verbs": ["get"]},
-            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["patch", "update"]},
-        ],
-    )
-    return CatalogueDriver(key=name, namespace="kube-system", names=(driver,), probes={name: None}, objects=(*rbac, ds))
-
-
-def cpu_driver() -> CatalogueDriver:
-    """The DRA CPU driver (dra.cpu): no health service, /var/run/cdi and the pod-resources socket."""
-    return _kube_system_driver(
-        "dracpu",
-        "dra.cpu",
-        [
-            ("pod-resources-socket", f"{KUBELET}/pod-resources", f"{KUBELET}/pod-resources"),
-            ("cdi-dir", "/var/run/cdi", "/var/run/cdi"),
-        ],
-        None,
-    )
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/instance": name}
+    entry = _kube_system_driver(name, name, "dra.cpu", c, mounts, rules, labels=labels)
+    template = entry.daemonset["spec"]["template"]
+    template["metadata"]["labels"].update({"tier": "node", "k8s-app": name})
+    template["spec"]["priorityClassName"] = "system-node-critical"
+    return entry
 
 
 def net_driver() -> CatalogueDriver:
-    """The DRA network driver (dra.net): no /var/run/cdi, an HTTP readinessProbe, netns and BPF mounts."""
-    return _kube_system_driver(
-        "dranet",
+    """The DRA network driver (dra.net): no /var/run/cdi, HTTP startup and readiness probes (no
+    gRPC health service), netns and BPF mounts, an init container installing its OCI hook on the
+    host; event write, ResourceClaim status and resourceclaims/driver write for dra.net."""
+    name = "dranet"
+    image = "registry.example/networking/dranet:stable"
+    c = {
+        "name": name,
+        "image": image,
+        "args": [f"/{name}", "--v=4", "--hostname-override=$(NODE_NAME)"],
+        "env": [_fieldref("NODE_NAME", "spec.nodeName")],
+        "securityContext": {"privileged": True},
+        "startupProbe": _http_probe(9177, failureThreshold=12, periodSeconds=5),
+        "readinessProbe": _http_probe(9177),
+    }
+    mounts = [
+        ("device-plugin", f"{KUBELET}/plugins", f"{KUBELET}/plugins"),
+        ("plugin-registry", f"{KUBELET}/plugins_registry", f"{KUBELET}/plugins_registry"),
+        ("nri-plugin", "/var/run/nri", "/var/run/nri"),
+        ("netns", "/var/run/netns", "/var/run/netns"),
+        ("infiniband", "/dev/infiniband", "/dev/infiniband"),
+        ("bpf-programs", "/sys/fs/bpf", "/sys/fs/bpf"),
+        ("dranet-run", "/var/run/dranet", "/var/run/dranet"),
+    ]
+    init = [
+        {
+            "name": "install-hook",
+            "image": image,
+            "command": ["/dranet-hook", "install", "/host/opt/dranet/bin"],
+            "volumeMounts": _mounts(("hook-bin", "/host/opt/dranet/bin")),
+        }
+    ]
+    rules = [
+        *_rules(
+            ("", ["nodes"], ["get"]),
+            ("", ["events"], ["create", "patch", "update"]),
+            ("resource.k8s.io", ["resourceslices"], ["list", "watch", "create", "update", "delete"]),
+            ("resource.k8s.io", ["resourceclaims", "deviceclasses"], ["get"]),
+            ("resource.k8s.io", ["resourceclaims/status"], ["patch", "update"]),
+        ),
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "verbs": ["associated-node:patch", "associated-node:update"],
+            "resourceNames": ["dra.net"],
+        },
+    ]
+    labels = {"tier": "node", "app": name, "k8s-app": name}
+    entry = _kube_system_driver(
+        name,
+        name,
         "dra.net",
-        [
-            ("netns", "/var/run/netns", "/var/run/netns"),
-            ("infiniband", "/dev/infiniband", "/dev/infiniband"),
-            ("bpf-programs", "/sys/fs/bpf", "/sys/fs/bpf"),
-        ],
-        {"httpGet": {"path": "/healthz", "port": 9177}},
+        c,
+        mounts,
+        rules,
+        labels=labels,
+        init=init,
+        extra_volumes=[_host("hook-bin", "/opt/dranet/bin", "DirectoryOrCreate")],
     )
+    entry.daemonset["spec"]["selector"]["matchLabels"] = {"app": name}
+    return entry
 
 
 def _rules(*rules: tuple[str, list[str], list[str]]) -> list[dict[str, Any]]:

@@ -112,6 +112,14 @@ def dra_objects(entry: CatalogueDriver) -> list[dict]:
     return out
 
 
+def within(mine, theirs) -> bool:
+    """Whether `theirs` (as stored) is `mine` with defaults filled in: every key of `mine`, at any
+    depth, with the same value."""
+    if isinstance(mine, dict):
+        return isinstance(theirs, dict) and all(k in theirs and within(v, theirs[k]) for k, v in mine.items())
+    return mine == theirs
+
+
 def reserved_drivers(cp, entry: CatalogueDriver) -> set[str]:
     claims = get_json(cp, "resourceclaims", "-n", WORK) or {"items": []}
     found = set()
@@ -154,6 +162,8 @@ def test_catalogue_driver_on_the_real_control_plane(control_plane, guard, entry)
         other["subjects"][0].update(name="not-a-driver", namespace=WORK)
         out = cp.kubectl("alice", "create", "--dry-run=server", "-f", "-", input=json.dumps(other), check=False)
         assert out.returncode != 0 and "dra-guard" in out.stderr, out
+        # a ServiceAccount writing what a driver writes is told of rbac.driverSubjects, for exactly it
+        assert f"config.rbac.extraDriverSubjects.serviceAccounts: [{WORK}:not-a-driver]" in out.stderr, out.stderr
 
         # its DaemonSet: the probe patch the chart calls for, or none (existing probes untouched)
         cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(ds))
@@ -164,12 +174,10 @@ def test_catalogue_driver_on_the_real_control_plane(control_plane, guard, entry)
             if port:
                 assert containers[cname]["livenessProbe"]["grpc"] == {"port": port, "service": "liveness"}, cname
                 assert containers[cname]["startupProbe"]["grpc"] == {"port": port, "service": "liveness"}, cname
-            else:  # untouched (the apiserver only fills in defaults such as successThreshold)
+            else:  # untouched (the apiserver only fills in defaults such as successThreshold, httpGet.scheme)
                 for probe in ("livenessProbe", "startupProbe"):
                     mine, theirs = original[cname].get(probe), containers[cname].get(probe)
-                    assert (mine is None and theirs is None) or (
-                        mine is not None and theirs is not None and {k: theirs.get(k) for k in mine} == mine
-                    ), (cname, probe)
+                    assert (mine is None and theirs is None) or within(mine, theirs), (cname, probe, theirs)
         added = {k for k in (stored["metadata"].get("annotations") or {}) if k.startswith("probes.dra-guard.io/")}
         assert added == {f"probes.dra-guard.io/{c}" for c, p in entry.probes.items() if p}
 

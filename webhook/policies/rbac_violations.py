@@ -212,7 +212,8 @@ def _remedy(
 
     `dra`: the DRA resources written, `powers`: the escalation powers (both sorted, never both
     empty). The setting is never wider than the grant: a ServiceAccount that writes a driver
-    resource (a driver not yet configured) is told of driverSubjects; a driver subject refused an
+    resource (a driver not yet configured), with or without the claim-allocation powers drivers
+    may hold (DRIVER_POWERS), is told of driverSubjects; a driver subject refused an
     admin-only DRA resource, of driverResources (every driver subject may then write it: the
     documented setting for a driver's own DRA kinds); anything else (a power, an admin-only DRA
     resource of a non-driver) of the rbac exception pinned to this binding, roleRef, subject and
@@ -232,13 +233,19 @@ def _remedy(
         f"add {', '.join(admin_dra)} to rbac.driverResources (drivers may then write "
         f"{'it' if len(admin_dra) == 1 else 'them'}; Helm value config.rbac.driverResources: [{widened}])"
     )
-    if not powers and s.kind == "ServiceAccount" and (is_driver and admin_dra or not is_driver and driver_dra):
+    # a driver's own powers (claim allocation) beside its driver resources: still a driver not yet configured
+    drivers_powers = set(powers) <= DRIVER_POWERS and not is_driver
+    if (
+        (not powers or drivers_powers)
+        and s.kind == "ServiceAccount"
+        and (is_driver and admin_dra or not is_driver and driver_dra)
+    ):
         if is_driver:
             return (
                 f"only cluster admins may write {with_groups(admin_dra, config)}; DRA drivers (rbac.driverSubjects, "
                 f"which {s} is one of) may write {with_groups(sorted(config.driver_resources), config)}"
             ), widen
-        who = f"only cluster admins and DRA drivers may write {with_groups(driver_dra, config)}"
+        who = f"only cluster admins and DRA drivers may write {with_groups(sorted(driver_dra + powers), config)}"
         if admin_dra:
             who += f", only cluster admins {with_groups(admin_dra, config)}"
         fix = (
