@@ -1,4 +1,6 @@
-"""What every benchmark shares: the vegeta load generator, /proc readings, percentiles, summaries.
+"""What every benchmark shares: the vegeta load generator, /proc readings, the machine, JSON output.
+
+The statistics (percentiles, summaries, spreads) are bench/stats.py.
 
 vegeta (github.com/tsenart/vegeta, built from the Go module proxy on first use into
 ~/.cache/dra-guard/bin/vegeta) speaks HTTPS with keep-alive, as the kube-apiserver does to a
@@ -17,11 +19,12 @@ import os
 import pathlib
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from bench.stats import latency_summary
 
 VEGETA_MODULE = "github.com/tsenart/vegeta/v12@v12.12.0"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -183,33 +186,6 @@ def attack(
             bodies.append(base64.b64decode(row[6]))
     results.unlink()
     return Attack(rate=rate, seconds=seconds, latencies_ms=latencies, codes=codes, errors=errors, bodies=bodies, sent_s=sent)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0 < q <= 100) by nearest rank; NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(round(q / 100 * len(ordered), 9)))  # round: 99.9 / 100 * 1000 is 999.0000000000001
-    return ordered[rank - 1]
-
-
-def latency_summary(latencies_ms: Sequence[float]) -> dict[str, float]:
-    """{"p50", "p99", "p99.9", "max"} of latencies (ms), nearest rank."""
-    return {
-        "p50": percentile(latencies_ms, 50),
-        "p99": percentile(latencies_ms, 99),
-        "p99.9": percentile(latencies_ms, 99.9),
-        "max": max(latencies_ms) if latencies_ms else math.nan,
-    }
-
-
-def spread(values: Iterable[float]) -> dict[str, float]:
-    """Median, min and max of repeated measurements (NaN-free; empty gives NaNs)."""
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    if not vals:
-        return {"median": math.nan, "min": math.nan, "max": math.nan, "n": 0}
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
 def cpu_seconds(pid: int) -> float:

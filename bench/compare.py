@@ -31,8 +31,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import endpoints, fill  # noqa: E402
-from bench.common import machine, proc_status, spread, write_json  # noqa: E402
+from bench.common import machine, proc_status, write_json  # noqa: E402
 from bench.main import control_plane, log  # noqa: E402
+from bench.stats import spread  # noqa: E402
 
 
 def checkout(ref: str, folder: pathlib.Path) -> pathlib.Path:

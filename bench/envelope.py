@@ -54,11 +54,11 @@ from bench.common import (  # noqa: E402
     cpu_used,
     kernel_tcp_counters,
     kernel_tcp_since,
-    latency_summary,
     machine,
     proc_status,
     write_json,
 )
+from bench.stats import latency_summary  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,6 +46,7 @@ from typing import Any
 import requests
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from bench.stats import percentile  # noqa: E402
 from tests.builders import binding, cluster_role, eviction_request, review, rule, subject  # noqa: E402
 from tests.serve import free_port  # noqa: E402
 
@@ -307,8 +308,7 @@ def classify(codes: list[int], latencies_ms: list[float], bodies: list[bytes], *
             wrong += 1
 
     def pct(values: list[float], q: float) -> float | None:
-        values = sorted(values)
-        return values[min(len(values) - 1, int(len(values) * q))] / 1000 if values else None
+        return percentile(values, q) / 1000 if values else None
 
     return {
         "requests": len(codes),
@@ -318,12 +318,12 @@ def classify(codes: list[int], latencies_ms: list[float], bodies: list[bytes], *
         "answered_after_timeout": late,
         "no_answer": missing,
         "evictions_allowed_unjudged": allowed_unjudged_evictions,
-        "judged_p50_s": pct(judged, 0.5),
-        "judged_p99_s": pct(judged, 0.99),
-        "judged_max_s": pct(judged, 1.0),
-        "shed_p50_s": pct(shed, 0.5),
-        "shed_p99_s": pct(shed, 0.99),
-        "shed_max_s": pct(shed, 1.0),
+        "judged_p50_s": pct(judged, 50),
+        "judged_p99_s": pct(judged, 99),
+        "judged_max_s": pct(judged, 100),
+        "shed_p50_s": pct(shed, 50),
+        "shed_p99_s": pct(shed, 99),
+        "shed_max_s": pct(shed, 100),
     }
 
 

@@ -42,7 +42,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import apiserver, endpoints, fill  # noqa: E402
-from bench.common import machine, proc_status, spread, write_json  # noqa: E402
+from bench.common import machine, proc_status, write_json  # noqa: E402
+from bench.stats import spread  # noqa: E402
 
 PARTS = ("endpoints", "apiserver", "scale")
 OPT_IN_PARTS = ("envelope",)  # not in the default run: it takes about 45 minutes on its own

@@ -75,6 +75,7 @@ from bench.flood import (  # noqa: E402
     start,
     timed_post,
 )
+from bench.stats import percentile  # noqa: E402
 
 PROBE_PERIOD = 0.1  # seconds between recovery probes
 CPU_RATE, CPU_SECONDS = 200, 5.0  # reviews/s and seconds of the CPU-per-review runs
@@ -178,7 +179,7 @@ def one_round(
         unit = floor(url, ca)
         s = session(ca)
         idle = sorted(t for t in (timed_post(s, url + path, body) for _ in range(200)) if t is not None)
-        idle_p50, idle_p99 = statistics.median(idle), idle[int(len(idle) * 0.99)]
+        idle_p50, idle_p99 = statistics.median(idle), percentile(idle, 99)
         from bench.common import cpu_seconds, worker_pid
 
         pid = worker_pid(proc.pid)

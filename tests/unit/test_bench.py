@@ -1,28 +1,15 @@
-"""The pure parts of bench/ (no cluster, no vegeta): percentiles, answer checks, audit counting, report."""
+"""The pure parts of bench/ (no cluster, no vegeta): answer checks, audit counting, reports, the subcommands.
+
+The statistics are tests/unit/test_bench_stats.py."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 
 import pytest
 
 from bench import common, endpoints, fill, main
-
-
-def test_percentile_is_nearest_rank():
-    values = list(range(1, 1001))  # 1..1000
-    assert common.percentile(values, 50) == 500
-    assert common.percentile(values, 99) == 990
-    assert common.percentile(values, 99.9) == 999
-    assert common.percentile([7.0], 99.9) == 7.0
-    assert math.isnan(common.percentile([], 50))
-
-
-def test_spread_ignores_missing_values():
-    assert common.spread([3.0, 1.0, 2.0, None, math.nan]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
-    assert common.spread([])["n"] == 0
 
 
 def test_target_renders_vegeta_http_format(tmp_path):
