@@ -152,7 +152,7 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m bench.compare``."""
+    """Entry point of ``python -m bench compare`` (and ``python -m bench.compare``)."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -19,9 +19,9 @@ process of its own) and again after it (vegeta, answers checked), next to the no
 same server; p99 while every cache relists (the apiserver restarted during the attack: every watch breaks and relists); and
 `dra-guard audit --cluster` wall time and peak RSS.
 
-    python -m bench.envelope --out bench/results/envelope.json            # today + envelope
-    python -m bench.envelope --only envelope --out /tmp/envelope.json
-    python -m bench.envelope --smoke --out /tmp/envelope-smoke.json       # 1/100 of the envelope
+    python -m bench envelope --out bench/results/envelope.json            # today + envelope
+    python -m bench envelope --only envelope --out /tmp/envelope.json
+    python -m bench envelope --smoke --out /tmp/envelope-smoke.json       # 1/100 of the envelope
 """
 
 from __future__ import annotations

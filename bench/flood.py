@@ -1,7 +1,7 @@
 """Flood figures (issue 21): how a dra-guard worker answers forged, heavy and parallel reviews, as
 ratios to the floor (`POST /validate/noop`) measured in the same run on the same server.
 
-    python -m bench.flood [--code DIR] [--seconds 15] [--out bench/results/flood.json]
+    python -m bench flood [--code DIR] [--seconds 15] [--out bench/results/flood.json]
 
 --code DIR runs `dra-guard serve` from another checkout's webhook/ and certs/ (e.g. a
 `git archive <commit> webhook certs` extracted to DIR): the "before" figures. The server is

@@ -6,8 +6,8 @@ informers feed them (a stream, one object at a time), and reports what tracemall
 allocated by the indexes per cache and per entry, plus the top allocation sites. Memory only:
 CPU load on the machine does not change these figures.
 
-    python -m bench.index_memory                      # the envelope: 50k roles, 5k nodes, 100k pods
-    python -m bench.index_memory --roles 5000 --nodes 1000 --claims 10000
+    python -m bench index-memory                      # the envelope: 50k roles, 5k nodes, 100k pods
+    python -m bench index-memory --roles 5000 --nodes 1000 --claims 10000
 """
 
 from __future__ import annotations

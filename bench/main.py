@@ -1,9 +1,10 @@
-"""dra-guard benchmarks (issue 9): run them all, write JSON results and a Markdown report.
+"""`python -m bench suite`: the endpoint, apiserver and scale benchmarks, JSON results and a report.
 
-    bench/run                      # everything, 3 repeats (about 35 min on 2 cores)
-    bench/run --quick              # a 2-minute smoke at a small scale: checks the harness, not speed
-    bench/run --only endpoints     # endpoints | apiserver | scale | envelope, comma-separated
-    bench/run --only envelope      # issue 19: today's scale and the 5,000-node envelope (~45 min)
+    bench/run                              # builds the binaries and vegeta, then: python -m bench suite
+    python -m bench suite                  # everything, 3 repeats (about 35 min on 2 cores)
+    python -m bench suite --quick          # a 2-minute smoke at a small scale: checks the harness, not speed
+    python -m bench suite --only endpoints # endpoints | apiserver | scale | envelope, comma-separated
+    python -m bench suite --only envelope  # today's scale and the 5,000-node envelope (~45 min)
 
 Parts (each on its own real control plane, tests/e2e/cluster.py):
 
@@ -341,7 +342,9 @@ def report(results: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="bench/run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench suite", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--only",
         default=",".join(PARTS),
@@ -396,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": _now_rfc3339(),
         "machine": machine(),
         "repeats": args.repeats,
-        "command": "bench/run " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench suite " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     ok = False
     try:

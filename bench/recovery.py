@@ -2,7 +2,7 @@
 the same run: no metastable collapse means work past its deadline is dropped before it is judged,
 overload answers are cheap, and once the overload ends latency is back to its no-load level.
 
-    python -m bench.recovery [--rounds 2] [--seconds 10] [--factor 2] [--path /validate/evictions]
+    python -m bench recovery [--rounds 2] [--seconds 10] [--factor 2] [--path /validate/evictions]
                              [--servers .,DIR,ENGINE@DIR] [--profile DIR] [--pin]
                              [--out bench/results/recovery.json]
 

@@ -20,8 +20,8 @@ create call -> watch event with spec.nodeName set; also -> claim created by kcm 
 allocated by the scheduler), wall time, pods left unscheduled, CPU seconds per component, and with
 dra-guard its API requests (audit log, by verb) and peak RSS.
 
-    python -m bench.scale --repeats 1 --out bench/results/scale.json
-    python -m bench.scale --nodes 10 --long-lived 40 --churned 10 --rounds 2 --out /tmp/scale-smoke.json
+    python -m bench scale --repeats 1 --out bench/results/scale.json
+    python -m bench scale --nodes 10 --long-lived 40 --churned 10 --rounds 2 --out /tmp/scale-smoke.json
 
 Target (issue 9): scheduler SLI p99 with dra-guard / without <= 1.05. Exit code 0 when every run
 completed with all pods bound, 1 otherwise (the ratio is a figure, not a pass/fail criterion).
@@ -868,7 +868,7 @@ def source_state() -> dict[str, Any]:
     }
 
 
-#: the scale of a quick smoke run (`bench/run --quick`, or run(quick=True)): checks the harness, not speed
+#: the scale of a quick smoke run (`python -m bench suite --quick`, or run(quick=True)): checks the harness, not speed
 QUICK = {"nodes": 10, "long_lived": 40, "churned": 10, "churn_rounds": 2}
 
 
@@ -991,9 +991,9 @@ def summary_text(report: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m bench.scale``; exit 0 when every run completed with all pods bound."""
+    """Entry point of ``python -m bench scale``; exit 0 when every run completed with all pods bound."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=1, help="pairs of runs, without and with dra-guard (default: %(default)s)")
     parser.add_argument(

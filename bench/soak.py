@@ -5,7 +5,7 @@ The load is vegeta (built from the Go module proxy into ~/.cache/dra-guard/bin/v
 RBAC, DaemonSet (probe patch) and eviction reviews in equal parts. Every `--sample` seconds the
 worker process's RSS, open file descriptors and threads are read from /proc.
 
-    python bench/soak.py --rate 500 --duration 600 --out bench/results/soak.json
+    python -m bench soak --rate 500 --duration 600 --out bench/results/soak.json
 
 Pass criteria (issue 8): zero non-200 answers; RSS growth after warm-up (the first minute) < 5%;
 no file-descriptor or thread growth. Exit 0 when they hold, 1 otherwise.
@@ -61,14 +61,15 @@ def bodies(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     return paths
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the soak; 0 when its pass criteria hold, 1 otherwise."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=int, default=500, help="requests per second (default: %(default)s)")
     parser.add_argument("--duration", type=int, default=600, help="seconds (default: %(default)s)")
     parser.add_argument("--sample", type=int, default=10, help="seconds between process samples")
     parser.add_argument("--warmup", type=int, default=60, help="seconds before RSS growth is measured")
     parser.add_argument("--out", default="bench/results/soak.json", help="where the JSON result goes")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="dra-guard-soak-"))
     server = DraGuardProcess(work / "server", "--no-cluster")
