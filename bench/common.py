@@ -28,6 +28,10 @@ from bench.stats import latency_summary
 
 VEGETA_MODULE = "github.com/tsenart/vegeta/v12@v12.12.0"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: where a run writes by default: results are kept per release (bench/RESULTS.md, "Where the
+#: results are"); what is measured on main after the last release goes to "unreleased", which the
+#: release renames to its version (docs/releasing.md)
+RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "unreleased"
 
 
 def cache_dir() -> pathlib.Path:

@@ -1,7 +1,7 @@
 """Before/after: two versions of dra-guard side by side on one filled cluster, runs interleaved.
 
     python -m bench.compare --before 1d8c498            # that commit vs the working tree
-    python -m bench.compare --before v1 --after v2 --rounds 5 --out bench/results/compare.json
+    python -m bench.compare --before v1 --after v2 --rounds 5 --out bench/results/unreleased/compare-500.json
     python -m bench.compare --before v1 --before v2 --after v3   # three versions; ratios to the first
 
 Each version is checked out into a temporary git worktree (the working tree itself for the
@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import endpoints, fill  # noqa: E402
-from bench.common import machine, proc_status, write_json  # noqa: E402
+from bench.common import RESULTS, machine, proc_status, write_json  # noqa: E402
 from bench.main import control_plane, log  # noqa: E402
 from bench.stats import spread  # noqa: E402
 
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         type=pathlib.Path,
-        default=REPO / "bench" / "results" / "compare.json",
+        default=RESULTS / "compare.json",
         help="JSON result; the Markdown table goes next to it (.md)",
     )
     args = parser.parse_args(argv)

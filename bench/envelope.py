@@ -19,7 +19,7 @@ process of its own) and again after it (vegeta, answers checked), next to the no
 same server; p99 while every cache relists (the apiserver restarted during the attack: every watch breaks and relists); and
 `dra-guard audit --cluster` wall time and peak RSS.
 
-    python -m bench envelope --out bench/results/envelope.json            # today + envelope
+    python -m bench envelope --out bench/results/unreleased/envelope.json          # today + envelope
     python -m bench envelope --only envelope --out /tmp/envelope.json
     python -m bench envelope --smoke --out /tmp/envelope-smoke.json       # 1/100 of the envelope
 """
@@ -48,6 +48,7 @@ import requests  # noqa: E402
 
 from bench import endpoints, fill  # noqa: E402
 from bench.common import (  # noqa: E402
+    RESULTS,
     attack,
     context_switches,
     cpu_snapshot,
@@ -735,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="1/100 of the envelope: checks the harness, not the figures")
     parser.add_argument("--rate", type=float, default=500.0, help="reviews per second per endpoint (default 500)")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds per endpoint run (default 20)")
-    parser.add_argument("--out", type=pathlib.Path, default=REPO / "bench" / "results" / "envelope.json")
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "envelope.json")
     parser.add_argument("--workdir", type=pathlib.Path, help="keep the clusters' files here (default: a temporary folder)")
     parser.add_argument(
         "--reuse-etcd",

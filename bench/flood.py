@@ -1,7 +1,7 @@
 """Flood figures (issue 21): how a dra-guard worker answers forged, heavy and parallel reviews, as
 ratios to the floor (`POST /validate/noop`) measured in the same run on the same server.
 
-    python -m bench flood [--code DIR] [--seconds 15] [--out bench/results/flood.json]
+    python -m bench flood [--code DIR] [--seconds 15] [--out bench/results/unreleased/flood.json]
 
 --code DIR runs `dra-guard serve` from another checkout's webhook/ and certs/ (e.g. a
 `git archive <commit> webhook certs` extracted to DIR): the "before" figures. The server is
@@ -46,6 +46,7 @@ from typing import Any
 import requests
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from bench.common import machine  # noqa: E402
 from bench.stats import percentile  # noqa: E402
 from tests.builders import binding, cluster_role, eviction_request, review, rule, subject  # noqa: E402
 from tests.serve import free_port  # noqa: E402
@@ -421,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     forged = cluster_role("forged", [rule(["resourceslices"], ["create"])])
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
-        results: dict[str, Any] = {"code": str(args.code or "this checkout")}
+        results: dict[str, Any] = {"code": str(args.code or "this checkout"), "machine": machine()}
         proc, url, ca = start(work, args.code)
         try:
             unit = floor(url, ca)

@@ -26,6 +26,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import envelope, fill  # noqa: E402
+from bench.common import machine  # noqa: E402
 from webhook.config import from_mapping  # noqa: E402
 from webhook.model.claim_index import ClaimIndex  # noqa: E402
 from webhook.model.rbac_index import RbacIndex  # noqa: E402
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=envelope.ENVELOPE.nodes)
     parser.add_argument("--claims", type=int, default=envelope.ENVELOPE.claims)
     args = parser.parse_args(argv)
-    print(json.dumps(measure(args.roles, args.nodes, args.claims), indent=2))
+    print(json.dumps({**measure(args.roles, args.nodes, args.claims), "machine": machine()}, indent=2))
     return 0
 
 

@@ -22,7 +22,7 @@ Parts (each on its own real control plane, tests/e2e/cluster.py):
   side by side with today's scale: ready time, RSS, API bytes listed at start, p50/p99 at 500/s,
   p99 while every cache relists, `audit --cluster` time and RSS (bench/envelope.py).
 
-Results: bench/results/bench.json (every run) and bench/results/report.md (medians with min and
+Results: bench/results/unreleased/bench.json (every run) and report.md beside it (medians with min and
 max over the repeats, ratios, targets met or missed). bench/RESULTS.md is the reviewed write-up.
 Exit code 0 when the runs completed (targets missed are findings, not failures), 1 on an error.
 """
@@ -43,7 +43,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import apiserver, endpoints, fill  # noqa: E402
-from bench.common import machine, proc_status, write_json  # noqa: E402
+from bench.common import RESULTS, machine, proc_status, write_json  # noqa: E402
 from bench.stats import spread  # noqa: E402
 
 PARTS = ("endpoints", "apiserver", "scale")
@@ -362,8 +362,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--out",
         type=pathlib.Path,
-        default=REPO / "bench" / "results",
-        help="folder for bench.json and report.md (default: bench/results)",
+        default=RESULTS,
+        help="folder for bench.json and report.md (default: bench/results/unreleased)",
     )
     parser.add_argument(
         "--profile",

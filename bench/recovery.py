@@ -4,7 +4,7 @@ overload answers are cheap, and once the overload ends latency is back to its no
 
     python -m bench recovery [--rounds 2] [--seconds 10] [--factor 2] [--path /validate/evictions]
                              [--servers .,DIR,ENGINE@DIR] [--profile DIR] [--pin]
-                             [--out bench/results/recovery.json]
+                             [--out bench/results/unreleased/recovery.json]
 
 Per round and server (the servers interleaved), a fresh `dra-guard serve --self-signed
 --no-cluster` (1 worker, 8 threads). --servers names each one: `.` this checkout; `DIR` another
@@ -64,6 +64,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from bench.common import machine  # noqa: E402
 from bench.flood import (  # noqa: E402
     APISERVER_IDLE_CONNECTIONS,
     TIMEOUT,
@@ -370,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         server_cpus = {cpus[0]}
         os.sched_setaffinity(0, set(cpus[1:]))  # vegeta and the probe are started from here: they inherit it
     runs = []
+    measured_on = machine()
     with tempfile.TemporaryDirectory(prefix="dra-guard-recovery-") as tmp:
         for round_ in range(args.rounds):
             for index, variant in enumerate(args.servers.split(",")):
@@ -383,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                     profile=args.profile,
                     server_cpus=server_cpus,
                 )
+                run["machine"] = measured_on
                 print(json.dumps(run), flush=True)
                 runs.append(run)
     if args.out:

@@ -20,7 +20,7 @@ create call -> watch event with spec.nodeName set; also -> claim created by kcm 
 allocated by the scheduler), wall time, pods left unscheduled, CPU seconds per component, and with
 dra-guard its API requests (audit log, by verb) and peak RSS.
 
-    python -m bench scale --repeats 1 --out bench/results/scale.json
+    python -m bench scale --repeats 1 --out bench/results/unreleased/scale.json
     python -m bench scale --nodes 10 --long-lived 40 --churned 10 --rounds 2 --out /tmp/scale-smoke.json
 
 Target (issue 9): scheduler SLI p99 with dra-guard / without <= 1.05. Exit code 0 when every run
@@ -999,7 +999,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         type=pathlib.Path,
-        default=pathlib.Path("bench/results/scale.json"),
+        default=common.RESULTS / "scale.json",
         help="where the JSON report goes (default: %(default)s)",
     )
     parser.add_argument("--nodes", type=int, default=100, help="fake nodes (default: %(default)s)")
