@@ -47,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"python -m bench: unknown subcommand {name!r}\n\n{usage()}", file=sys.stderr, end="")
         return 2
     module = importlib.import_module(SUBCOMMANDS[name][0])
-    sys.argv[0] = f"python -m bench {name}"  # argparse's prog for the modules that do not set one
+    if argv is None:  # from the command line: argparse's prog for the modules that do not set one
+        sys.argv[0] = f"python -m bench {name}"
     return int(module.main(rest))
 
 

@@ -399,10 +399,10 @@ def test_every_subcommand_runs_its_modules_main_with_the_rest_of_the_command_lin
     module's own parser, under the subcommand's name."""
     from bench import __main__ as cli
 
-    monkeypatch.setattr(sys, "argv", ["bench"])
     for name, (module, _) in cli.SUBCOMMANDS.items():
+        monkeypatch.setattr(sys, "argv", ["bench/__main__.py", name, "--help"])
         with pytest.raises(SystemExit) as exit_:
-            cli.main([name, "--help"])
+            cli.main()
         assert exit_.value.code == 0, name
         out = capsys.readouterr().out
         assert out.startswith("usage: python -m bench"), (name, out[:80])
