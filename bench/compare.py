@@ -26,14 +26,12 @@ import tempfile
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from bench import endpoints, fill
+from bench.common import RESULTS, machine, proc_status, write_json
+from bench.main import control_plane, log
+from bench.stats import spread
 
-from bench import endpoints, fill  # noqa: E402
-from bench.common import RESULTS, machine, proc_status, write_json  # noqa: E402
-from bench.main import control_plane, log  # noqa: E402
-from bench.stats import spread  # noqa: E402
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def checkout(ref: str, folder: pathlib.Path) -> pathlib.Path:

@@ -40,14 +40,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import requests
 
-import requests  # noqa: E402
-
-from bench import endpoints, fill  # noqa: E402
-from bench.common import (  # noqa: E402
+from bench import endpoints, fill
+from bench.common import (
     RESULTS,
     attack,
     context_switches,
@@ -59,7 +55,7 @@ from bench.common import (  # noqa: E402
     proc_status,
     write_json,
 )
-from bench.stats import latency_summary  # noqa: E402
+from bench.stats import latency_summary
 
 
 @dataclasses.dataclass(frozen=True)

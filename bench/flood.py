@@ -45,11 +45,10 @@ from typing import Any
 
 import requests
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from bench.common import machine  # noqa: E402
-from bench.stats import percentile  # noqa: E402
-from tests.builders import binding, cluster_role, eviction_request, review, rule, subject  # noqa: E402
-from tests.serve import free_port  # noqa: E402
+from bench.common import machine
+from bench.stats import percentile
+from tests.builders import binding, cluster_role, eviction_request, review, rule, subject
+from tests.serve import free_port
 
 TIMEOUT = 3.0  # the chart's webhook timeoutSeconds
 #: idle connections the kube-apiserver's webhook client keeps per webhook host: client-go's

@@ -15,21 +15,16 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import pathlib
 import sys
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench import envelope, fill  # noqa: E402
-from bench.common import machine  # noqa: E402
-from webhook.config import from_mapping  # noqa: E402
-from webhook.model.claim_index import ClaimIndex  # noqa: E402
-from webhook.model.rbac_index import RbacIndex  # noqa: E402
+from bench import envelope, fill
+from bench.common import machine
+from webhook.config import from_mapping
+from webhook.model.claim_index import ClaimIndex
+from webhook.model.rbac_index import RbacIndex
 
 # a kubectl-applied object carries its whole last-applied configuration as an annotation
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

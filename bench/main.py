@@ -38,13 +38,9 @@ import tempfile
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench import apiserver, endpoints, fill  # noqa: E402
-from bench.common import RESULTS, machine, proc_status, write_json  # noqa: E402
-from bench.stats import spread  # noqa: E402
+from bench import apiserver, endpoints, fill
+from bench.common import RESULTS, machine, proc_status, write_json
+from bench.stats import spread
 
 PARTS = ("endpoints", "apiserver", "scale")
 OPT_IN_PARTS = ("envelope",)  # not in the default run: it takes about 45 minutes on its own

@@ -63,9 +63,8 @@ import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from bench.common import machine  # noqa: E402
-from bench.flood import (  # noqa: E402
+from bench.common import machine
+from bench.flood import (
     APISERVER_IDLE_CONNECTIONS,
     TIMEOUT,
     capacity,
@@ -76,7 +75,7 @@ from bench.flood import (  # noqa: E402
     start,
     timed_post,
 )
-from bench.stats import percentile  # noqa: E402
+from bench.stats import percentile
 
 PROBE_PERIOD = 0.1  # seconds between recovery probes
 CPU_RATE, CPU_SECONDS = 200, 5.0  # reviews/s and seconds of the CPU-per-review runs

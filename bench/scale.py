@@ -46,14 +46,12 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import requests
+import urllib3
+
+from bench import common, stats
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-import requests  # noqa: E402
-import urllib3  # noqa: E402
-
-from bench import common, stats  # noqa: E402
 
 SLI_METRIC = "scheduler_pod_scheduling_sli_duration_seconds"
 ATTEMPTS_METRIC = "scheduler_schedule_attempts_total"

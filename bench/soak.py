@@ -21,19 +21,16 @@ import sys
 import tempfile
 import time
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.common import RESULTS, machine, vegeta, worker_pid  # noqa: E402
-from bench.common import proc_status as proc_stats  # noqa: E402
-from tests.builders import (  # noqa: E402
+from bench.common import RESULTS, machine, vegeta, worker_pid
+from bench.common import proc_status as proc_stats
+from tests.builders import (
     binding,
-    driver_daemonset,  # noqa: E402
-    eviction_request,  # noqa: E402
+    driver_daemonset,
+    eviction_request,
     review,
     subject,
 )
-from tests.serve import DraGuardProcess  # noqa: E402
+from tests.serve import DraGuardProcess
 
 
 def bodies(folder: pathlib.Path) -> dict[str, pathlib.Path]:
