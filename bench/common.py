@@ -21,6 +21,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -190,6 +191,31 @@ def attack(
             bodies.append(base64.b64decode(row[6]))
     results.unlink()
     return Attack(rate=rate, seconds=seconds, latencies_ms=latencies, codes=codes, errors=errors, bodies=bodies, sent_s=sent)
+
+
+def scrape_metrics(url: str, ca_file: pathlib.Path | str, *, timeout: float = 10.0, retry_for: float = 5.0) -> str:
+    """GET `url`/metrics of a dra-guard server over TLS (its CA in `ca_file`): the Prometheus text.
+
+    The event-loop front resets a new connection to the webhook port while its worker is overloaded
+    and for 1 s after (docs/reliability.md), and the benchmarks' servers have no probe port: the
+    first scrape right after a load run can meet that reset. A reset or refused connection is tried
+    again every 0.2 s for `retry_for` seconds, as Prometheus' next scrape would; then its
+    requests.ConnectionError is raised. Other errors (a timeout, a non-2xx answer) are raised at once.
+    """
+    import requests
+
+    deadline = time.monotonic() + retry_for
+    with requests.Session() as sess:
+        sess.trust_env = False
+        while True:
+            try:
+                resp = sess.get(url + "/metrics", verify=str(ca_file), timeout=timeout)
+                resp.raise_for_status()
+                return resp.text
+            except requests.ConnectionError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -53,6 +53,7 @@ from bench.common import (
     kernel_tcp_since,
     machine,
     proc_status,
+    scrape_metrics,
     write_json,
 )
 from bench.stats import latency_summary
@@ -247,7 +248,7 @@ def apiserver_list_bytes(cp: Any) -> dict[str, float]:
 
 def scrape(server: endpoints.Server) -> str:
     """dra-guard's /metrics page (Prometheus text)."""
-    return requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+    return scrape_metrics(server.url, server.ca_file, timeout=30)
 
 
 def guard_api_requests(server: endpoints.Server) -> dict[str, float]:

@@ -418,3 +418,41 @@ def test_the_subcommand_list_and_an_unknown_subcommand(capsys):
     assert cli.main(["handshake"]) == 2  # deleted: its finding is in bench/RESULTS.md
     assert "unknown subcommand 'handshake'" in capsys.readouterr().err
     assert cli.main([]) == 2
+
+
+def test_a_metrics_scrape_reset_like_the_fronts_overload_answer_is_tried_again(tmp_path):
+    """The front resets new connections to the webhook port while overloaded and for 1 s after:
+    bench's /metrics reads after a load run retry a reset (and only for retry_for seconds)."""
+    import socket
+    import struct
+    import threading
+
+    import requests
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port, accepted = listener.getsockname()[1], []
+
+    def serve(resets: int) -> None:
+        for _ in range(resets + 1):
+            conn, _ = listener.accept()
+            accepted.append(conn)
+            if len(accepted) <= resets:  # accepted and reset, as the front's refuse_queued does
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+                continue
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nup 1.0\n")
+            conn.close()
+
+    thread = threading.Thread(target=serve, args=(2,), daemon=True)
+    thread.start()
+    assert common.scrape_metrics(f"http://127.0.0.1:{port}", tmp_path / "ca.pem") == "up 1.0\n"
+    assert len(accepted) == 3
+    thread.join(5)
+
+    accepted.clear()
+    thread = threading.Thread(target=serve, args=(1,), daemon=True)
+    thread.start()
+    with pytest.raises(requests.ConnectionError):
+        common.scrape_metrics(f"http://127.0.0.1:{port}", tmp_path / "ca.pem", retry_for=0)
+    listener.close()
