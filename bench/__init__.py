@@ -1,1 +1,1 @@
-"""Benchmarks of dra-guard (issue 9): not part of CI."""
+"""Benchmarks of dra-guard, run as `python -m bench <subcommand>` (bench/__main__.py); not part of CI."""

@@ -6,7 +6,7 @@ yaml.CSafeLoader alone (the floor), then audited in-process as `dra-guard audit 
 does (read, judge, render). The ratio audit / floor is the result (target: <= 1.5): machines differ
 in speed, the ratio much less. Best of `--repeat` runs each.
 
-    python -m bench.audit_yaml --megabytes 5 --repeat 3 [--out bench/results/audit-yaml.json]
+    python -m bench audit-yaml --megabytes 5 --repeat 3 [--out bench/results/unreleased/audit-yaml.json]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from bench.common import machine
 from tests.builders import binding, cluster_role, driver_daemonset, rule, subject
 from webhook import audit
 from webhook.config import from_mapping
@@ -106,12 +107,12 @@ def measure(megabytes: float, repeat: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print (and with --out, write) the measurement as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m bench.audit_yaml", description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench audit-yaml", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--megabytes", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args(argv)
-    result = measure(args.megabytes, args.repeat)
+    result = {**measure(args.megabytes, args.repeat), "machine": machine()}
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

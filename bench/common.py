@@ -1,4 +1,6 @@
-"""What every benchmark shares: the vegeta load generator, /proc readings, percentiles, summaries.
+"""What every benchmark shares: the vegeta load generator, /proc readings, the machine, JSON output.
+
+The statistics (percentiles, summaries, spreads) are bench/stats.py.
 
 vegeta (github.com/tsenart/vegeta, built from the Go module proxy on first use into
 ~/.cache/dra-guard/bin/vegeta) speaks HTTPS with keep-alive, as the kube-apiserver does to a
@@ -17,14 +19,20 @@ import os
 import pathlib
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from bench.stats import latency_summary
 
 VEGETA_MODULE = "github.com/tsenart/vegeta/v12@v12.12.0"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: where a run writes by default: results are kept per release (bench/RESULTS.md, "Where the
+#: results are"); what is measured on main after the last release goes to "unreleased", which the
+#: release renames to its version (docs/releasing.md)
+RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "unreleased"
 
 
 def cache_dir() -> pathlib.Path:
@@ -185,31 +193,29 @@ def attack(
     return Attack(rate=rate, seconds=seconds, latencies_ms=latencies, codes=codes, errors=errors, bodies=bodies, sent_s=sent)
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0 < q <= 100) by nearest rank; NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(round(q / 100 * len(ordered), 9)))  # round: 99.9 / 100 * 1000 is 999.0000000000001
-    return ordered[rank - 1]
+def scrape_metrics(url: str, ca_file: pathlib.Path | str, *, timeout: float = 10.0, retry_for: float = 5.0) -> str:
+    """GET `url`/metrics of a dra-guard server over TLS (its CA in `ca_file`): the Prometheus text.
 
+    The event-loop front resets a new connection to the webhook port while its worker is overloaded
+    and for 1 s after (docs/reliability.md), and the benchmarks' servers have no probe port: the
+    first scrape right after a load run can meet that reset. A reset or refused connection is tried
+    again every 0.2 s for `retry_for` seconds, as Prometheus' next scrape would; then its
+    requests.ConnectionError is raised. Other errors (a timeout, a non-2xx answer) are raised at once.
+    """
+    import requests
 
-def latency_summary(latencies_ms: Sequence[float]) -> dict[str, float]:
-    """{"p50", "p99", "p99.9", "max"} of latencies (ms), nearest rank."""
-    return {
-        "p50": percentile(latencies_ms, 50),
-        "p99": percentile(latencies_ms, 99),
-        "p99.9": percentile(latencies_ms, 99.9),
-        "max": max(latencies_ms) if latencies_ms else math.nan,
-    }
-
-
-def spread(values: Iterable[float]) -> dict[str, float]:
-    """Median, min and max of repeated measurements (NaN-free; empty gives NaNs)."""
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    if not vals:
-        return {"median": math.nan, "min": math.nan, "max": math.nan, "n": 0}
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+    deadline = time.monotonic() + retry_for
+    with requests.Session() as sess:
+        sess.trust_env = False
+        while True:
+            try:
+                resp = sess.get(url + "/metrics", verify=str(ca_file), timeout=timeout)
+                resp.raise_for_status()
+                return resp.text
+            except requests.ConnectionError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -1,7 +1,7 @@
 """Before/after: two versions of dra-guard side by side on one filled cluster, runs interleaved.
 
     python -m bench.compare --before 1d8c498            # that commit vs the working tree
-    python -m bench.compare --before v1 --after v2 --rounds 5 --out bench/results/compare.json
+    python -m bench.compare --before v1 --after v2 --rounds 5 --out bench/results/unreleased/compare-500.json
     python -m bench.compare --before v1 --before v2 --after v3   # three versions; ratios to the first
 
 Each version is checked out into a temporary git worktree (the working tree itself for the
@@ -26,13 +26,12 @@ import tempfile
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from bench import endpoints, fill
+from bench.common import RESULTS, machine, proc_status, write_json
+from bench.main import control_plane, log
+from bench.stats import spread
 
-from bench import endpoints, fill  # noqa: E402
-from bench.common import machine, proc_status, spread, write_json  # noqa: E402
-from bench.main import control_plane, log  # noqa: E402
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def checkout(ref: str, folder: pathlib.Path) -> pathlib.Path:
@@ -151,7 +150,7 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m bench.compare``."""
+    """Entry point of ``python -m bench compare`` (and ``python -m bench.compare``)."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -166,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         type=pathlib.Path,
-        default=REPO / "bench" / "results" / "compare.json",
+        default=RESULTS / "compare.json",
         help="JSON result; the Markdown table goes next to it (.md)",
     )
     args = parser.parse_args(argv)

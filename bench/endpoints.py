@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench import fill
-from bench.common import Attack, Target, attack, cpu_seconds, proc_status, worker_pid
+from bench.common import Attack, Target, attack, cpu_seconds, proc_status, scrape_metrics, worker_pid
 
 #: policy endpoint path -> short name used in the results
 ENDPOINTS = {"/validate/rbac": "rbac", "/mutate/daemonsets": "daemonsets", "/validate/evictions": "evictions"}
@@ -232,13 +232,9 @@ class Server:
     def gc_pauses(self) -> tuple[float, float, float]:
         """The worker's cyclic garbage collections so far: (count, seconds in all, count over 5 ms),
         from dra_guard_gc_pause_seconds on /metrics; zeros when the server does not expose it."""
-        import requests
-
         from tests.scrape import metric
 
-        with requests.Session() as sess:
-            sess.trust_env = False
-            text = sess.get(self.url + "/metrics", verify=str(self.ca_file), timeout=10).text
+        text = scrape_metrics(self.url, self.ca_file)
         count = metric(text, "dra_guard_gc_pause_seconds_count", default=0.0)
         within = metric(text, 'dra_guard_gc_pause_seconds_bucket{le="0.005"}', default=0.0)
         return count, metric(text, "dra_guard_gc_pause_seconds_sum", default=0.0), count - within
@@ -246,11 +242,7 @@ class Server:
     def gc_collections(self) -> dict[str, float]:
         """The worker's garbage collections so far by generation (python_gc_collections_total,
         prometheus-client's default collector, from /metrics)."""
-        import requests
-
-        with requests.Session() as sess:
-            sess.trust_env = False
-            text = sess.get(self.url + "/metrics", verify=str(self.ca_file), timeout=10).text
+        text = scrape_metrics(self.url, self.ca_file)
         out = {}
         for line in text.splitlines():
             if line.startswith("python_gc_collections_total{"):

@@ -19,9 +19,9 @@ process of its own) and again after it (vegeta, answers checked), next to the no
 same server; p99 while every cache relists (the apiserver restarted during the attack: every watch breaks and relists); and
 `dra-guard audit --cluster` wall time and peak RSS.
 
-    python -m bench.envelope --out bench/results/envelope.json            # today + envelope
-    python -m bench.envelope --only envelope --out /tmp/envelope.json
-    python -m bench.envelope --smoke --out /tmp/envelope-smoke.json       # 1/100 of the envelope
+    python -m bench envelope --out bench/results/unreleased/envelope.json          # today + envelope
+    python -m bench envelope --only envelope --out /tmp/envelope.json
+    python -m bench envelope --smoke --out /tmp/envelope-smoke.json       # 1/100 of the envelope
 """
 
 from __future__ import annotations
@@ -40,25 +40,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import requests
 
-import requests  # noqa: E402
-
-from bench import endpoints, fill  # noqa: E402
-from bench.common import (  # noqa: E402
+from bench import endpoints, fill
+from bench.common import (
+    RESULTS,
     attack,
     context_switches,
     cpu_snapshot,
     cpu_used,
     kernel_tcp_counters,
     kernel_tcp_since,
-    latency_summary,
     machine,
     proc_status,
+    scrape_metrics,
     write_json,
 )
+from bench.stats import latency_summary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,7 +248,7 @@ def apiserver_list_bytes(cp: Any) -> dict[str, float]:
 
 def scrape(server: endpoints.Server) -> str:
     """dra-guard's /metrics page (Prometheus text)."""
-    return requests.get(server.url + "/metrics", verify=str(server.ca_file), timeout=30).text
+    return scrape_metrics(server.url, server.ca_file, timeout=30)
 
 
 def guard_api_requests(server: endpoints.Server) -> dict[str, float]:
@@ -735,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="1/100 of the envelope: checks the harness, not the figures")
     parser.add_argument("--rate", type=float, default=500.0, help="reviews per second per endpoint (default 500)")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds per endpoint run (default 20)")
-    parser.add_argument("--out", type=pathlib.Path, default=REPO / "bench" / "results" / "envelope.json")
+    parser.add_argument("--out", type=pathlib.Path, default=RESULTS / "envelope.json")
     parser.add_argument("--workdir", type=pathlib.Path, help="keep the clusters' files here (default: a temporary folder)")
     parser.add_argument(
         "--reuse-etcd",

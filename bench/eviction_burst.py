@@ -8,7 +8,7 @@ evictions of the other pods take with dra-guard's webhook configuration register
 (interleaved rounds on the same apiserver), and how many driver pods were evicted (must be 0).
 
 Used by tests/e2e/test_fail_closed.py (one round each, driver safety asserted) and on its own:
-``python -m bench.eviction_burst --rounds 3`` writes bench/results/eviction-burst.json; the
+``python -m bench.eviction_burst --rounds 3`` writes bench/results/unreleased/eviction-burst.json; the
 figures are in bench/RESULTS.md.
 """
 
@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import requests
+
+from bench.common import RESULTS, machine
 
 #: the node every burst pod is bound to (no kubelet: Evictions with gracePeriodSeconds 0 delete at once)
 NODE = "burst-node"
@@ -243,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds without/with dra-guard (default 3)")
     parser.add_argument("--evictions", type=int, default=1500, help="evictions per burst (default 1500)")
     parser.add_argument("--namespaces", type=int, default=50, help="namespaces they spread over (default 50)")
-    parser.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results" / "eviction-burst.json"))
+    parser.add_argument("--out", default=str(RESULTS / "eviction-burst.json"))
     args = parser.parse_args(argv)
     import tempfile
 
@@ -274,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         finally:
             guard.stop()
+    result["machine"] = machine()
     pathlib.Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0 if result["driver_evicted"] == 0 else 1

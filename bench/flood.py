@@ -1,7 +1,7 @@
 """Flood figures (issue 21): how a dra-guard worker answers forged, heavy and parallel reviews, as
 ratios to the floor (`POST /validate/noop`) measured in the same run on the same server.
 
-    python -m bench.flood [--code DIR] [--seconds 15] [--out bench/results/flood.json]
+    python -m bench flood [--code DIR] [--seconds 15] [--out bench/results/unreleased/flood.json]
 
 --code DIR runs `dra-guard serve` from another checkout's webhook/ and certs/ (e.g. a
 `git archive <commit> webhook certs` extracted to DIR): the "before" figures. The server is
@@ -45,9 +45,10 @@ from typing import Any
 
 import requests
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from tests.builders import binding, cluster_role, eviction_request, review, rule, subject  # noqa: E402
-from tests.serve import free_port  # noqa: E402
+from bench.common import machine
+from bench.stats import percentile
+from tests.builders import binding, cluster_role, eviction_request, review, rule, subject
+from tests.serve import free_port
 
 TIMEOUT = 3.0  # the chart's webhook timeoutSeconds
 #: idle connections the kube-apiserver's webhook client keeps per webhook host: client-go's
@@ -307,8 +308,7 @@ def classify(codes: list[int], latencies_ms: list[float], bodies: list[bytes], *
             wrong += 1
 
     def pct(values: list[float], q: float) -> float | None:
-        values = sorted(values)
-        return values[min(len(values) - 1, int(len(values) * q))] / 1000 if values else None
+        return percentile(values, q) / 1000 if values else None
 
     return {
         "requests": len(codes),
@@ -318,12 +318,12 @@ def classify(codes: list[int], latencies_ms: list[float], bodies: list[bytes], *
         "answered_after_timeout": late,
         "no_answer": missing,
         "evictions_allowed_unjudged": allowed_unjudged_evictions,
-        "judged_p50_s": pct(judged, 0.5),
-        "judged_p99_s": pct(judged, 0.99),
-        "judged_max_s": pct(judged, 1.0),
-        "shed_p50_s": pct(shed, 0.5),
-        "shed_p99_s": pct(shed, 0.99),
-        "shed_max_s": pct(shed, 1.0),
+        "judged_p50_s": pct(judged, 50),
+        "judged_p99_s": pct(judged, 99),
+        "judged_max_s": pct(judged, 100),
+        "shed_p50_s": pct(shed, 50),
+        "shed_p99_s": pct(shed, 99),
+        "shed_max_s": pct(shed, 100),
     }
 
 
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     forged = cluster_role("forged", [rule(["resourceslices"], ["create"])])
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
-        results: dict[str, Any] = {"code": str(args.code or "this checkout")}
+        results: dict[str, Any] = {"code": str(args.code or "this checkout"), "machine": machine()}
         proc, url, ca = start(work, args.code)
         try:
             unit = floor(url, ca)

@@ -6,8 +6,8 @@ informers feed them (a stream, one object at a time), and reports what tracemall
 allocated by the indexes per cache and per entry, plus the top allocation sites. Memory only:
 CPU load on the machine does not change these figures.
 
-    python -m bench.index_memory                      # the envelope: 50k roles, 5k nodes, 100k pods
-    python -m bench.index_memory --roles 5000 --nodes 1000 --claims 10000
+    python -m bench index-memory                      # the envelope: 50k roles, 5k nodes, 100k pods
+    python -m bench index-memory --roles 5000 --nodes 1000 --claims 10000
 """
 
 from __future__ import annotations
@@ -15,20 +15,16 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import pathlib
 import sys
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench import envelope, fill  # noqa: E402
-from webhook.config import from_mapping  # noqa: E402
-from webhook.model.claim_index import ClaimIndex  # noqa: E402
-from webhook.model.rbac_index import RbacIndex  # noqa: E402
+from bench import envelope, fill
+from bench.common import machine
+from webhook.config import from_mapping
+from webhook.model.claim_index import ClaimIndex
+from webhook.model.rbac_index import RbacIndex
 
 # a kubectl-applied object carries its whole last-applied configuration as an annotation
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -125,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=envelope.ENVELOPE.nodes)
     parser.add_argument("--claims", type=int, default=envelope.ENVELOPE.claims)
     args = parser.parse_args(argv)
-    print(json.dumps(measure(args.roles, args.nodes, args.claims), indent=2))
+    print(json.dumps({**measure(args.roles, args.nodes, args.claims), "machine": machine()}, indent=2))
     return 0
 
 

@@ -1,9 +1,10 @@
-"""dra-guard benchmarks (issue 9): run them all, write JSON results and a Markdown report.
+"""`python -m bench suite`: the endpoint, apiserver and scale benchmarks, JSON results and a report.
 
-    bench/run                      # everything, 3 repeats (about 35 min on 2 cores)
-    bench/run --quick              # a 2-minute smoke at a small scale: checks the harness, not speed
-    bench/run --only endpoints     # endpoints | apiserver | scale | envelope, comma-separated
-    bench/run --only envelope      # issue 19: today's scale and the 5,000-node envelope (~45 min)
+    bench/run                              # builds the binaries and vegeta, then: python -m bench suite
+    python -m bench suite                  # everything, 3 repeats (about 35 min on 2 cores)
+    python -m bench suite --quick          # a 2-minute smoke at a small scale: checks the harness, not speed
+    python -m bench suite --only endpoints # endpoints | apiserver | scale | envelope, comma-separated
+    python -m bench suite --only envelope  # today's scale and the 5,000-node envelope (~45 min)
 
 Parts (each on its own real control plane, tests/e2e/cluster.py):
 
@@ -21,7 +22,7 @@ Parts (each on its own real control plane, tests/e2e/cluster.py):
   side by side with today's scale: ready time, RSS, API bytes listed at start, p50/p99 at 500/s,
   p99 while every cache relists, `audit --cluster` time and RSS (bench/envelope.py).
 
-Results: bench/results/bench.json (every run) and bench/results/report.md (medians with min and
+Results: bench/results/unreleased/bench.json (every run) and report.md beside it (medians with min and
 max over the repeats, ratios, targets met or missed). bench/RESULTS.md is the reviewed write-up.
 Exit code 0 when the runs completed (targets missed are findings, not failures), 1 on an error.
 """
@@ -37,12 +38,9 @@ import tempfile
 import time
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench import apiserver, endpoints, fill  # noqa: E402
-from bench.common import machine, proc_status, spread, write_json  # noqa: E402
+from bench import apiserver, endpoints, fill
+from bench.common import RESULTS, machine, proc_status, write_json
+from bench.stats import spread
 
 PARTS = ("endpoints", "apiserver", "scale")
 OPT_IN_PARTS = ("envelope",)  # not in the default run: it takes about 45 minutes on its own
@@ -340,7 +338,9 @@ def report(results: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="bench/run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench suite", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--only",
         default=",".join(PARTS),
@@ -358,8 +358,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--out",
         type=pathlib.Path,
-        default=REPO / "bench" / "results",
-        help="folder for bench.json and report.md (default: bench/results)",
+        default=RESULTS,
+        help="folder for bench.json and report.md (default: bench/results/unreleased)",
     )
     parser.add_argument(
         "--profile",
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": _now_rfc3339(),
         "machine": machine(),
         "repeats": args.repeats,
-        "command": "bench/run " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m bench suite " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     ok = False
     try:

@@ -2,9 +2,9 @@
 the same run: no metastable collapse means work past its deadline is dropped before it is judged,
 overload answers are cheap, and once the overload ends latency is back to its no-load level.
 
-    python -m bench.recovery [--rounds 2] [--seconds 10] [--factor 2] [--path /validate/evictions]
+    python -m bench recovery [--rounds 2] [--seconds 10] [--factor 2] [--path /validate/evictions]
                              [--servers .,DIR,ENGINE@DIR] [--profile DIR] [--pin]
-                             [--out bench/results/recovery.json]
+                             [--out bench/results/unreleased/recovery.json]
 
 Per round and server (the servers interleaved), a fresh `dra-guard serve --self-signed
 --no-cluster` (1 worker, 8 threads). --servers names each one: `.` this checkout; `DIR` another
@@ -63,8 +63,8 @@ import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from bench.flood import (  # noqa: E402
+from bench.common import machine
+from bench.flood import (
     APISERVER_IDLE_CONNECTIONS,
     TIMEOUT,
     capacity,
@@ -75,6 +75,7 @@ from bench.flood import (  # noqa: E402
     start,
     timed_post,
 )
+from bench.stats import percentile
 
 PROBE_PERIOD = 0.1  # seconds between recovery probes
 CPU_RATE, CPU_SECONDS = 200, 5.0  # reviews/s and seconds of the CPU-per-review runs
@@ -178,7 +179,7 @@ def one_round(
         unit = floor(url, ca)
         s = session(ca)
         idle = sorted(t for t in (timed_post(s, url + path, body) for _ in range(200)) if t is not None)
-        idle_p50, idle_p99 = statistics.median(idle), idle[int(len(idle) * 0.99)]
+        idle_p50, idle_p99 = statistics.median(idle), percentile(idle, 99)
         from bench.common import cpu_seconds, worker_pid
 
         pid = worker_pid(proc.pid)
@@ -369,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         server_cpus = {cpus[0]}
         os.sched_setaffinity(0, set(cpus[1:]))  # vegeta and the probe are started from here: they inherit it
     runs = []
+    measured_on = machine()
     with tempfile.TemporaryDirectory(prefix="dra-guard-recovery-") as tmp:
         for round_ in range(args.rounds):
             for index, variant in enumerate(args.servers.split(",")):
@@ -382,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                     profile=args.profile,
                     server_cpus=server_cpus,
                 )
+                run["machine"] = measured_on
                 print(json.dumps(run), flush=True)
                 runs.append(run)
     if args.out:

@@ -20,8 +20,8 @@ create call -> watch event with spec.nodeName set; also -> claim created by kcm 
 allocated by the scheduler), wall time, pods left unscheduled, CPU seconds per component, and with
 dra-guard its API requests (audit log, by verb) and peak RSS.
 
-    python -m bench.scale --repeats 1 --out bench/results/scale.json
-    python -m bench.scale --nodes 10 --long-lived 40 --churned 10 --rounds 2 --out /tmp/scale-smoke.json
+    python -m bench scale --repeats 1 --out bench/results/unreleased/scale.json
+    python -m bench scale --nodes 10 --long-lived 40 --churned 10 --rounds 2 --out /tmp/scale-smoke.json
 
 Target (issue 9): scheduler SLI p99 with dra-guard / without <= 1.05. Exit code 0 when every run
 completed with all pods bound, 1 otherwise (the ratio is a figure, not a pass/fail criterion).
@@ -37,7 +37,6 @@ import os
 import pathlib
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,14 +46,12 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import requests
+import urllib3
+
+from bench import common, stats
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-import requests  # noqa: E402
-import urllib3  # noqa: E402
-
-from bench import common  # noqa: E402
 
 SLI_METRIC = "scheduler_pod_scheduling_sli_duration_seconds"
 ATTEMPTS_METRIC = "scheduler_schedule_attempts_total"
@@ -68,32 +65,6 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 
 
 # ---------------------------------------------------------------------- pure helpers
-
-
-def percentile(values: Iterable[float], q: float) -> float | None:
-    """The q-quantile (q in [0, 1]) of `values` with linear interpolation between the closest
-    ranks (numpy's default "linear" method); None for no values."""
-    data = sorted(values)
-    if not data:
-        return None
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"q must be in [0, 1], got {q}")
-    pos = q * (len(data) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
-def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
-    """{"n", "p50", "p99", "max", "mean"} of `values` (same unit as the values; None when empty)."""
-    vals = list(values)
-    return {
-        "n": len(vals),
-        "p50": percentile(vals, 0.50),
-        "p99": percentile(vals, 0.99),
-        "max": max(vals) if vals else None,
-        "mean": statistics.fmean(vals) if vals else None,
-    }
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$")
@@ -216,22 +187,6 @@ class Pacer:
             self.sleep(target - now)
             return 0.0
         return now - target
-
-
-def median_min_max(values: Iterable[float | None]) -> dict[str, float | None]:
-    """{"median", "min", "max"} over the non-None values (all None when there are none):
-    bench.common.spread with None instead of NaN, as this report writes JSON nulls."""
-    s = common.spread(v for v in values if v is not None)
-    if not s["n"]:
-        return {"median": None, "min": None, "max": None}
-    return {"median": s["median"], "min": s["min"], "max": s["max"]}
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    """a / b, None when either is missing or b is 0."""
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
 
 
 # ---------------------------------------------------------------------- manifests
@@ -381,7 +336,7 @@ class Tracker:
                     out["create_to_claim_created"].append(claim["added"] - rec["created"])
                 if claim and "allocated" in claim:
                     out["create_to_claim_allocated"].append(claim["allocated"] - rec["created"])
-        return {k: summarize(v) for k, v in out.items()}
+        return {k: stats.summary(v, interpolate=True) for k, v in out.items()}
 
 
 class Watch(threading.Thread):
@@ -748,7 +703,7 @@ def run_scenario(
                 "rounds": rounds,
                 "scheduler_sli": {
                     "count": sli["count"],
-                    "mean": ratio(sli["sum"], sli["count"]),
+                    "mean": stats.ratio(sli["sum"], sli["count"]),
                     "p50": histogram_quantile(0.50, sli["buckets"]),
                     "p99": histogram_quantile(0.99, sli["buckets"]),
                     "buckets": {("+Inf" if math.isinf(b) else repr(b)): c for b, c in sli["buckets"].items()},
@@ -877,21 +832,21 @@ def aggregate(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for variant, flag in (("without", False), ("with", True)):
         ok = [r for r in runs if r.get("with_guard") is flag and "error" not in r]
-        out[variant] = {"runs": len(ok), **{label: median_min_max(_dig(r, path) for r in ok) for label, path in FIGURES}}
+        out[variant] = {"runs": len(ok), **{label: stats.median_min_max(_dig(r, path) for r in ok) for label, path in FIGURES}}
     out["ratio_with_over_without"] = {
-        label: ratio(out["with"][label]["median"], out["without"][label]["median"]) for label, _ in FIGURES
+        label: stats.ratio(out["with"][label]["median"], out["without"][label]["median"]) for label, _ in FIGURES
     }
     pairs = collections.defaultdict(dict)
     for r in runs:
         if "error" not in r:
             pairs[r.get("repeat")]["with" if r["with_guard"] else "without"] = r
     per_repeat = [
-        ratio(_dig(p["with"], ("scheduler_sli", "p99")), _dig(p["without"], ("scheduler_sli", "p99")))
+        stats.ratio(_dig(p["with"], ("scheduler_sli", "p99")), _dig(p["without"], ("scheduler_sli", "p99")))
         for p in pairs.values()
         if "with" in p and "without" in p
     ]
     out["sli_p99_ratio_per_repeat"] = per_repeat
-    out["sli_p99_ratio"] = median_min_max(per_repeat)
+    out["sli_p99_ratio"] = stats.median_min_max(per_repeat)
     return out
 
 
@@ -911,7 +866,7 @@ def source_state() -> dict[str, Any]:
     }
 
 
-#: the scale of a quick smoke run (`bench/run --quick`, or run(quick=True)): checks the harness, not speed
+#: the scale of a quick smoke run (`python -m bench suite --quick`, or run(quick=True)): checks the harness, not speed
 QUICK = {"nodes": 10, "long_lived": 40, "churned": 10, "churn_rounds": 2}
 
 
@@ -1034,15 +989,15 @@ def summary_text(report: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m bench.scale``; exit 0 when every run completed with all pods bound."""
+    """Entry point of ``python -m bench scale``; exit 0 when every run completed with all pods bound."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m bench scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=1, help="pairs of runs, without and with dra-guard (default: %(default)s)")
     parser.add_argument(
         "--out",
         type=pathlib.Path,
-        default=pathlib.Path("bench/results/scale.json"),
+        default=common.RESULTS / "scale.json",
         help="where the JSON report goes (default: %(default)s)",
     )
     parser.add_argument("--nodes", type=int, default=100, help="fake nodes (default: %(default)s)")

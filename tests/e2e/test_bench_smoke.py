@@ -1,4 +1,4 @@
-"""The benchmark harness itself (bench/run --quick): it must keep working and keep telling the truth.
+"""The benchmark harness itself (`python -m bench suite --quick`): it must keep working and keep telling the truth.
 
 About a minute: its own small control plane, filled, dra-guard started, every endpoint and its
 floor under vegeta at 200/s for 3 s, and the four apiserver variants. Speed is not asserted here
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 
-from bench import endpoints, main
+from bench import __main__ as bench_cli
+from bench import endpoints
 
 
 def test_quick_bench_runs_and_checks_what_it_measures(tmp_path):
-    assert main.main(["--quick", "--only", "endpoints,apiserver", "--out", str(tmp_path)]) == 0
+    assert bench_cli.main(["suite", "--quick", "--only", "endpoints,apiserver", "--out", str(tmp_path)]) == 0
     results = json.loads((tmp_path / "bench-quick.json").read_text())
     part = results["endpoints_part"]
     assert part["fill"]["objects"] > 1000

@@ -1,28 +1,16 @@
-"""The pure parts of bench/ (no cluster, no vegeta): percentiles, answer checks, audit counting, report."""
+"""The pure parts of bench/ (no cluster, no vegeta): answer checks, audit counting, reports, the subcommands.
+
+The statistics are tests/unit/test_bench_stats.py."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
+import sys
 
 import pytest
 
 from bench import common, endpoints, fill, main
-
-
-def test_percentile_is_nearest_rank():
-    values = list(range(1, 1001))  # 1..1000
-    assert common.percentile(values, 50) == 500
-    assert common.percentile(values, 99) == 990
-    assert common.percentile(values, 99.9) == 999
-    assert common.percentile([7.0], 99.9) == 7.0
-    assert math.isnan(common.percentile([], 50))
-
-
-def test_spread_ignores_missing_values():
-    assert common.spread([3.0, 1.0, 2.0, None, math.nan]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
-    assert common.spread([])["n"] == 0
 
 
 def test_target_renders_vegeta_http_format(tmp_path):
@@ -404,3 +392,67 @@ def test_an_attack_knows_how_far_vegeta_sent_behind_its_schedule():
     )
     assert late.behind_schedule_s() == pytest.approx(0.49)
     assert common.Attack(rate=100, seconds=1, latencies_ms=[], codes=[], errors=[], bodies=[]).behind_schedule_s() == 0.0
+
+
+def test_every_subcommand_runs_its_modules_main_with_the_rest_of_the_command_line(monkeypatch, capsys):
+    """`python -m bench NAME ARGS...` is `bench.<module>.main(ARGS)`: each subcommand's --help is its
+    module's own parser, under the subcommand's name."""
+    from bench import __main__ as cli
+
+    for name, (module, _) in cli.SUBCOMMANDS.items():
+        monkeypatch.setattr(sys, "argv", ["bench/__main__.py", name, "--help"])
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+        assert exit_.value.code == 0, name
+        out = capsys.readouterr().out
+        assert out.startswith("usage: python -m bench"), (name, out[:80])
+        assert f"python -m bench {name}" in out or f"python -m {module}" in out, (name, out[:80])
+
+
+def test_the_subcommand_list_and_an_unknown_subcommand(capsys):
+    from bench import __main__ as cli
+
+    assert cli.main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {name} " in listed for name in cli.SUBCOMMANDS)
+    assert cli.main(["handshake"]) == 2  # deleted: its finding is in bench/RESULTS.md
+    assert "unknown subcommand 'handshake'" in capsys.readouterr().err
+    assert cli.main([]) == 2
+
+
+def test_a_metrics_scrape_reset_like_the_fronts_overload_answer_is_tried_again(tmp_path):
+    """The front resets new connections to the webhook port while overloaded and for 1 s after:
+    bench's /metrics reads after a load run retry a reset (and only for retry_for seconds)."""
+    import socket
+    import struct
+    import threading
+
+    import requests
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port, accepted = listener.getsockname()[1], []
+
+    def serve(resets: int) -> None:
+        for _ in range(resets + 1):
+            conn, _ = listener.accept()
+            accepted.append(conn)
+            if len(accepted) <= resets:  # accepted and reset, as the front's refuse_queued does
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+                continue
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nup 1.0\n")
+            conn.close()
+
+    thread = threading.Thread(target=serve, args=(2,), daemon=True)
+    thread.start()
+    assert common.scrape_metrics(f"http://127.0.0.1:{port}", tmp_path / "ca.pem") == "up 1.0\n"
+    assert len(accepted) == 3
+    thread.join(5)
+
+    accepted.clear()
+    thread = threading.Thread(target=serve, args=(1,), daemon=True)
+    thread.start()
+    with pytest.raises(requests.ConnectionError):
+        common.scrape_metrics(f"http://127.0.0.1:{port}", tmp_path / "ca.pem", retry_for=0)
+    listener.close()

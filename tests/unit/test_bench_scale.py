@@ -74,17 +74,6 @@ def test_histogram_delta_and_quantile_of_the_delta():
     assert scale.histogram_quantile(0.99, delta["buckets"]) == pytest.approx(0.01 + 0.01 * 89 / 90)
 
 
-def test_percentile_is_linear_between_closest_ranks():
-    values = [5.0, 1.0, 4.0, 2.0, 3.0]
-    assert scale.percentile(values, 0.5) == 3.0
-    assert scale.percentile(values, 0.99) == pytest.approx(4.96)
-    assert scale.percentile(values, 0.0) == 1.0 and scale.percentile(values, 1.0) == 5.0
-    assert scale.percentile([7.0], 0.99) == 7.0
-    assert scale.percentile([], 0.5) is None
-    assert scale.summarize([1.0, 2.0, 3.0]) == {"n": 3, "p50": 2.0, "p99": pytest.approx(2.98), "max": 3.0, "mean": 2.0}
-    assert scale.summarize([])["p99"] is None
-
-
 class FakeClock:
     def __init__(self, now: float = 100.0) -> None:
         self.now = now
@@ -113,13 +102,6 @@ def test_pacer_keeps_an_absolute_schedule():
     assert pacer.calls == 5 and pacer.due(10) == pytest.approx(101.0)
     with pytest.raises(ValueError):
         scale.Pacer(0)
-
-
-def test_median_min_max_and_ratio():
-    assert scale.median_min_max([3.0, None, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0}
-    assert scale.median_min_max([None]) == {"median": None, "min": None, "max": None}
-    assert scale.ratio(1.05, 1.0) == pytest.approx(1.05)
-    assert scale.ratio(1.0, 0.0) is None and scale.ratio(None, 1.0) is None
 
 
 def test_aggregate_pairs_runs_by_repeat():

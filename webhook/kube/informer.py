@@ -45,7 +45,7 @@ def settle_page() -> None:
 
     A relist builds fresh tables of up to millions of small objects beside the old ones; unfrozen,
     they make the collector's full collections walk them all with the GIL held, stalling every
-    review for up to ~100 ms at a time during a relist (measured with bench/relist_pauses.py). Frozen objects are still freed by reference counting (cache entries
+    review for up to ~100 ms at a time during a relist (bench/RESULTS.md, "Findings the code rests on"). Frozen objects are still freed by reference counting (cache entries
     hold no reference cycles); only cyclic garbage that is younger than the last collection and
     still uncollected is frozen with them, and gen 0/1 are collected first so none is.
     """

@@ -2,7 +2,7 @@
 
 Dropping the last reference to a table of 100,000 entries frees them all in one C call chain with
 the GIL held: at the envelope the swap of a relist would stall every review for 30 to 340 ms
-(bench/relist_pauses.py). Emptied one entry at a time from Python code, the same work is spread
+(bench/RESULTS.md, "Findings the code rests on"). Emptied one entry at a time from Python code, the same work is spread
 over many bytecodes and the interpreter switches threads between them (every
 sys.getswitchinterval() seconds). Pure; no I/O.
 """
