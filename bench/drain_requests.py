@@ -21,8 +21,11 @@ ResourceClaims that is not limited to the node by field selector (must be empty)
 
     python -m bench.drain_requests                       # 5, 20, 50 pods on the node; 0 and 2,000 others
     python -m bench.drain_requests --node-pods 5 --other-pods 0,500 --out /tmp/drain.json
+    python -m bench.drain_requests --node-pods 5,20 --hold-seconds 10 --out bench/results/drain-requests-hold10.json
 
-Prints a table and writes bench/results/drain-requests.json. Exit code 0 when every drain finished
+`--hold-seconds` keeps each evicted pod Terminating that long (a slow stop or unprepare), so that
+the drain waits several rounds and the cost of a round shows. Prints a table and writes
+bench/results/drain-requests.json. Exit code 0 when every drain finished
 (exit 0) with no unscoped request, 1 otherwise. tests/e2e/test_drain_requests.py runs it small.
 """
 
@@ -82,10 +85,12 @@ Wait = Callable[[str, Callable[[], Any], float], Any]
 class FakeKubelet:
     """Plays the kubelet for fake node `node` (as admin, every `period` seconds): pods bound there
     become Running and Ready; a pod with a deletionTimestamp becomes Succeeded and is then deleted
-    (gracePeriodSeconds 0, UID precondition), as the kubelet does once it has unprepared its claims."""
+    (gracePeriodSeconds 0, UID precondition), as the kubelet does once it has unprepared its claims,
+    `hold` seconds after it was first seen Terminating (a slow stop or unprepare)."""
 
-    def __init__(self, cp: Any, node: str, *, period: float = 0.2) -> None:
-        self.cp, self.node, self.period = cp, node, period
+    def __init__(self, cp: Any, node: str, *, period: float = 0.2, hold: float = 0.0) -> None:
+        self.cp, self.node, self.period, self.hold = cp, node, period, hold
+        self.terminating: dict[str, float] = {}  # pod uid -> when first seen Terminating (monotonic)
         self.sess = cp.session("admin")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -113,6 +118,8 @@ class FakeKubelet:
                     meta = p["metadata"]
                     base = f"{url}/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
                     if meta.get("deletionTimestamp"):
+                        if time.monotonic() - self.terminating.setdefault(meta["uid"], time.monotonic()) < self.hold:
+                            continue
                         if p["status"].get("phase") != "Succeeded":
                             self._status(base, "Succeeded", False)
                         self.sess.delete(base, json={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}, timeout=5)
@@ -360,10 +367,13 @@ def targets(events: Iterable[dict[str, Any]]) -> set[tuple[str, ...]]:
     return out
 
 
-def drain_once(cp: Any, shared: dict[str, Any], node: str, pods: int, *, wait: Wait, timeout: float = 120) -> dict[str, Any]:
+def drain_once(
+    cp: Any, shared: dict[str, Any], node: str, pods: int, *, wait: Wait, timeout: float = 120, hold: float = 0.0
+) -> dict[str, Any]:
     """A fresh fake `node` with the driver and `pods` consumers (all Running, every claim reserved),
-    drained by `dra-guard drain NODE --evict-drivers` as USER; the node and what is left on it are
-    removed after. Returns {"node", "node_pods", "exit", "seconds", "requests", "by_kind":
+    drained by `dra-guard drain NODE --evict-drivers` as USER, its pods leaving `hold` seconds
+    after their eviction (FakeKubelet); the node and what is left on it are removed after.
+    Returns {"node", "node_pods", "hold_seconds", "exit", "seconds", "requests", "by_kind":
     {kind: count}, "rounds", "targets", "unscoped": [...], "output": the drain's last lines}."""
     from tests.e2e.cluster import fake_node
 
@@ -372,7 +382,7 @@ def drain_once(cp: Any, shared: dict[str, Any], node: str, pods: int, *, wait: W
     config = shared["workdir"] / f"{node}.yaml"
     config.write_text(yaml.safe_dump({"drivers": {"declared": [{"namespace": NAMESPACE, "name": f"driver-{node}"}]}}))
     try:
-        with FakeKubelet(cp, node):
+        with FakeKubelet(cp, node, hold=hold):
             _apply(cp, node_objects(node, pods))
             wait(
                 f"the driver and {pods} consumers Running on {node}",
@@ -401,6 +411,7 @@ def drain_once(cp: Any, shared: dict[str, Any], node: str, pods: int, *, wait: W
     return {
         "node": node,
         "node_pods": pods,
+        "hold_seconds": hold,
         "exit": proc.returncode,
         "seconds": round(seconds, 1),
         "requests": len(events),
@@ -415,11 +426,12 @@ def drain_once(cp: Any, shared: dict[str, Any], node: str, pods: int, *, wait: W
 def table(runs: Sequence[dict[str, Any]]) -> str:
     """A Markdown table of the runs: one row each, the request kinds as columns."""
     kinds = sorted({k for r in runs for k in r["by_kind"]})
-    head = ["pods on node", "other pods", "exit", "seconds", "rounds", "requests", "targets", *kinds]
+    head = ["pods on node", "other pods", "hold s", "exit", "seconds", "rounds", "requests", "targets", *kinds]
     rows = [
         [
             str(r["node_pods"]),
             str(r["other_pods"]),
+            f"{r['hold_seconds']:g}",
             str(r["exit"]),
             f"{r['seconds']:g}",
             str(r["rounds"]),
@@ -443,6 +455,7 @@ def run(
     other_claims: int = 200,
     wait: Wait,
     timeout: float = 120,
+    hold: float = 0.0,
 ) -> list[dict[str, Any]]:
     """For each envelope size in `other_pods` (ascending; fill() adds to the last), a drain of a
     fresh node with each count in `node_pods`. Returns drain_once()'s results, each with
@@ -452,7 +465,7 @@ def run(
     for others in sorted(other_pods):
         size = fill(cp, other_pods=others, other_nodes=other_nodes if others else 0, other_claims=other_claims)
         for pods in node_pods:
-            result = drain_once(cp, shared, f"drain-req-{pods}-{others}", pods, wait=wait, timeout=timeout)
+            result = drain_once(cp, shared, f"drain-req-{pods}-{others}", pods, wait=wait, timeout=timeout, hold=hold)
             runs.append({**result, **size})
     return runs
 
@@ -471,6 +484,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--other-nodes", type=int, default=20, help="nodes they are bound to (default 20)")
     parser.add_argument("--other-claims", type=int, default=200, help="ResourceClaims elsewhere (default 200)")
     parser.add_argument("--timeout", type=float, default=120, help="the drain's --timeout in seconds (default 120)")
+    parser.add_argument(
+        "--hold-seconds", type=float, default=0.0, help="how long an evicted pod stays Terminating (default 0: at once)"
+    )
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "drain-requests.json"))
     args = parser.parse_args(argv)
 
@@ -497,6 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             other_claims=args.other_claims,
             wait=lambda what, fn, t: wait_for(what, fn, timeout=t),
             timeout=args.timeout,
+            hold=args.hold_seconds,
         )
     result = {
         "command": "dra-guard drain NODE --evict-drivers -o json",
