@@ -16,8 +16,8 @@ The drain runs as its own ServiceAccount (ROLE: exactly what `dra-guard drain` n
 lists it uses for driver detection) and its requests are read from the audit log (ResponseComplete
 lines of that user written during the run) and counted by verb and resource. Also counted:
 `rounds` (lists of the node's ResourceSlices: one per round of about a second), the distinct
-objects and selectors asked about (`targets`), and `unscoped`: every list or watch of pods or
-ResourceClaims that is not limited to the node by field selector (must be empty).
+objects and selectors asked about (`targets`), and `unscoped`: every list or watch of pods,
+ResourceClaims or ResourceSlices that is not limited to the node by field selector (must be empty).
 
     python -m bench.drain_requests                       # 5, 20, 50 pods on the node; 0 and 2,000 others
     python -m bench.drain_requests --node-pods 5 --other-pods 0,500 --out /tmp/drain.json
@@ -187,6 +187,13 @@ def prepare(cp: Any, workdir: pathlib.Path) -> dict[str, Any]:
     return {"kubeconfig": kubeconfig, "workdir": workdir}
 
 
+def unprepare(cp: Any) -> None:
+    """Remove what prepare() made (the drain's ClusterRole and binding, the DeviceClass, NAMESPACE)."""
+    cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", NAMESPACE, "--ignore-not-found", check=False)
+    cp.kubectl("admin", "delete", "deviceclass", DEVICE_CLASS, "--ignore-not-found", check=False)
+    cp.kubectl("admin", "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
+
+
 def fill(
     cp: Any, *, other_pods: int, other_nodes: int = 20, other_claims: int = 200, namespaces: int = 10, workers: int = 8
 ) -> dict[str, int]:
@@ -339,14 +346,19 @@ def field_selector(event: dict[str, Any]) -> str:
     return (query.get("fieldSelector") or [""])[0]
 
 
+#: what a drain may list or watch only with the field selector spec.nodeName=NODE (ResourceClaims
+#: it reads by name only, and no field selector of theirs names a node)
+NODE_SCOPED = ("pods", "resourceclaims", "resourceslices")
+
+
 def unscoped(events: Iterable[dict[str, Any]], node: str) -> list[str]:
-    """Requests that ask about more than the node: a list or watch of pods or ResourceClaims
-    without the field selector spec.nodeName=`node` (their requestURIs)."""
+    """Requests that ask about more than the node: a list or watch of NODE_SCOPED resources
+    without the field selector spec.nodeName=`node` ("VERB requestURI" each)."""
     return [
         f"{e['verb']} {e.get('requestURI', '')}"
         for e in events
         if e["verb"] in ("list", "watch")
-        and (e.get("objectRef") or {}).get("resource") in ("pods", "resourceclaims")
+        and (e.get("objectRef") or {}).get("resource") in NODE_SCOPED
         and field_selector(e) != f"spec.nodeName={node}"
     ]
 

@@ -23,12 +23,16 @@ def test_only_lists_and_watches_limited_to_the_node_are_scoped():
     a_namespace = event("list", "/api/v1/namespaces/ns/pods", "pods", namespace="ns")
     claims = event("list", "/apis/resource.k8s.io/v1/resourceclaims", "resourceclaims")
     by_label = event("list", "/api/v1/pods?labelSelector=app%3Dx", "pods")
-    assert drain_requests.unscoped([every_pod, other_node, a_namespace, claims, by_label], "node-a") == [
+    slices = event("list", "/apis/resource.k8s.io/v1/resourceslices", "resourceslices")
+    node_slices = event("list", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a", "resourceslices")
+    assert drain_requests.unscoped([node_slices], "node-a") == []
+    assert drain_requests.unscoped([every_pod, other_node, a_namespace, claims, by_label, slices], "node-a") == [
         "list /api/v1/pods?limit=500",
         "watch /api/v1/pods?fieldSelector=spec.nodeName%3Dnode-b&watch=true",
         "list /api/v1/namespaces/ns/pods",
         "list /apis/resource.k8s.io/v1/resourceclaims",
         "list /api/v1/pods?labelSelector=app%3Dx",
+        "list /apis/resource.k8s.io/v1/resourceslices",
     ]
 
 
