@@ -22,6 +22,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "recovery": ("bench.recovery", "one worker at 2x its capacity: goodput, late answers, recovery after the overload"),
     "flood": ("bench.flood", "forged, heavy and parallel reviews, bursts and overload, as ratios to the floor"),
     "eviction-burst": ("bench.eviction_burst", "1,500 evictions at once with and without dra-guard; driver pods evicted"),
+    "drain-requests": (
+        "bench.drain_requests",
+        "API requests of `dra-guard drain` per node size, with and without the rest of the cluster",
+    ),
     "envelope": ("bench.envelope", "the scalability envelope (5,000 nodes) beside today's scale: ready, RSS, p99, audit"),
     "scale": ("bench.scale", "the scheduler SLI with and without dra-guard (the DRA scale scenario)"),
     "soak": ("bench.soak", "a steady mixed load for minutes: errors, RSS, fd and thread growth"),

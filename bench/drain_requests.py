@@ -21,11 +21,11 @@ ResourceClaims or ResourceSlices that is not limited to the node by field select
 
     python -m bench.drain_requests                       # 5, 20, 50 pods on the node; 0 and 2,000 others
     python -m bench.drain_requests --node-pods 5 --other-pods 0,500 --out /tmp/drain.json
-    python -m bench.drain_requests --node-pods 5,20 --hold-seconds 10 --out bench/results/drain-requests-hold10.json
+    python -m bench.drain_requests --node-pods 5,20 --hold-seconds 10 --out bench/results/unreleased/drain-requests-hold10.json
 
 `--hold-seconds` keeps each evicted pod Terminating that long (a slow stop or unprepare), so that
 the drain waits several rounds and the cost of a round shows. Prints a table and writes
-bench/results/drain-requests.json. Exit code 0 when every drain finished
+bench/results/unreleased/drain-requests.json. Exit code 0 when every drain finished
 (exit 0) with no unscoped request, 1 otherwise. tests/e2e/test_drain_requests.py runs it small.
 """
 
@@ -45,11 +45,11 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import yaml
 
-import yaml  # noqa: E402
+from bench.common import RESULTS
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 NAMESPACE = "drain-requests"
 DRIVER = "drain-requests.example.com"
@@ -499,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--hold-seconds", type=float, default=0.0, help="how long an evicted pod stays Terminating (default 0: at once)"
     )
-    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "drain-requests.json"))
+    parser.add_argument("--out", default=str(RESULTS / "drain-requests.json"))
     args = parser.parse_args(argv)
 
     from tests.e2e import binaries
