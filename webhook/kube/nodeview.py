@@ -60,13 +60,25 @@ class PodTracker:
         return out
 
 
-class Reader:
-    """What the plan reads each round besides the pods: claims by name, reserving pods elsewhere and
-    DaemonSets by name (both kept for the run), the node's ResourceSlices, RBAC once."""
+#: seconds between two reads of a claim while none of the node's pods that name it changed: 1 s,
+#: doubled after each such read, at most this. A drain held for an hour by a PodDisruptionBudget
+#: then asks about each claim ~720 times, not 3,600; any change of those pods (one leaving,
+#: terminating, its status written) makes the claim read again in the next round, so a released
+#: claim is seen at once after its pods went and at most this late otherwise.
+CLAIM_REREAD_MAX_SECONDS = 5.0
 
-    def __init__(self, api: NodeApi, config: Config) -> None:
-        self.api, self.config = api, config
+
+class Reader:
+    """What the plan reads each round besides the pods: claims by name (again once a pod naming them
+    changed, else backing off to CLAIM_REREAD_MAX_SECONDS), reserving pods elsewhere and DaemonSets
+    by name (both kept for the run), the node's ResourceSlices, RBAC once."""
+
+    def __init__(self, api: NodeApi, config: Config, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.api, self.config, self.clock = api, config, clock
         self.claim_keys: set[tuple[str, str]] = set()
+        #: (namespace, name) -> (the claim as last read or None, when it is due again (clock s),
+        #: its current interval (s), the signature of the node's pods naming it then)
+        self.claim_reads: dict[tuple[str, str], tuple[dict[str, Any] | None, float, float, tuple[tuple[str, str], ...]]] = {}
         self.elsewhere: dict[tuple[str, str], dict[str, Any] | None] = {}
         self.daemonsets: dict[tuple[str, str], dict[str, Any] | None] = {}
         self.rbac: list[dict[str, Any]] | None = None
@@ -87,11 +99,20 @@ class Reader:
                 self.daemonsets[(ns, as_str(owner.get("name")))] = self.api.get_daemonset(ns, as_str(owner.get("name")))
         claims = []
         on_node = {as_str(as_map(p.get("metadata")).get("uid")) for p in pods}
+        naming: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for pod in pods:
+            meta = as_map(pod.get("metadata"))
+            for n in plan.claim_names(pod):
+                naming.setdefault((as_str(meta.get("namespace")), n), []).append(
+                    (as_str(meta.get("uid")), as_str(meta.get("resourceVersion")))
+                )
+        now = self.clock()
         for ns, name in sorted(self.claim_keys):
-            claim = self.api.get_claim(ns, name)
+            claim = self._claim(ns, name, tuple(sorted(naming.get((ns, name), ()))), now)
             reserved = as_list(as_map((claim or {}).get("status")).get("reservedFor"))
             if claim is None or not reserved:
                 self.claim_keys.discard((ns, name))  # released: nobody on this node needs it any more
+                self.claim_reads.pop((ns, name), None)
                 if claim is None:
                     continue
             claims.append({**claim, "kind": "ResourceClaim"})
@@ -114,6 +135,17 @@ class Reader:
             *claims,
         ]
         return build_facts(objects, self.config).claims, claims
+
+    def _claim(self, ns: str, name: str, signature: tuple[tuple[str, str], ...], now: float) -> dict[str, Any] | None:
+        """Claim ns/name read now, or as last read while it is not due and the node's pods naming
+        it (`signature`: their uids and resourceVersions) did not change."""
+        last = self.claim_reads.get((ns, name))
+        if last is not None and last[3] == signature and now < last[1]:
+            return last[0]
+        interval = 1.0 if last is None or last[3] != signature else min(last[2] * 2, CLAIM_REREAD_MAX_SECONDS)
+        claim = self.api.get_claim(ns, name)
+        self.claim_reads[(ns, name)] = (claim, now + interval, interval, signature)
+        return claim
 
 
 class DryRuns:
