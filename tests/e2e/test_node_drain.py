@@ -646,16 +646,15 @@ class DrainRun:
     def wait_event(self, what: str, pred, timeout: float = 60):
         return wait_for(what, lambda: next((e for e in list(self.events) if pred(e)), None), timeout=timeout, interval=0.2)
 
-    def finish(self, timeout: float = 120) -> int:
-        import os
-        import signal
+    def finish(self, timeout: float = 120) -> int | None:
+        """The drain's exit code; None when it had to be killed after `timeout` seconds."""
+        import subprocess
 
         try:
             self.proc.wait(timeout=timeout)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
         self._reader.join(timeout=10)
         return self.proc.returncode
 
@@ -717,6 +716,23 @@ def drain_scene(real_node, clean_node, guard):
     import sys
 
     cp = real_node.cp
+    ds = ["daemonset", "-n", testdriver.NAMESPACE, testdriver.NAME]
+    if not get_json(cp, *ds)["spec"]["template"]["spec"]["containers"][0].get("startupProbe"):
+        # made before dra-guard was registered: an update lets dra-guard add its probes, whose
+        # startupProbe keeps a restarted driver not Ready while testdriver.UNHEALTHY_FILE exists
+        patch = {"spec": {"template": {"metadata": {"annotations": {"e2e/probes": "dra-guard"}}}}}
+        cp.kubectl("admin", "patch", *ds, "--type=merge", "-p", json.dumps(patch))
+        assert get_json(cp, *ds)["spec"]["template"]["spec"]["containers"][0].get("startupProbe"), "dra-guard added no probe"
+        wait_for(
+            "one Ready driver pod with dra-guard's probes",
+            lambda: (
+                (pods := testdriver.driver_pods(cp, include_terminating=True))
+                and len(pods) == 1
+                and testdriver.ready(pods[0])
+                and pods[0]["spec"]["containers"][0].get("startupProbe")
+            ),
+            timeout=90,
+        )
     yield real_node
     for f in (testdriver.UNPREPARE_FAIL_FILE, testdriver.UNPREPARE_DELAY_FILE, testdriver.UNHEALTHY_FILE):
         f.unlink(missing_ok=True)
@@ -816,41 +832,69 @@ def test_drain_with_an_unprepare_that_keeps_failing_stops_naming_pod_claim_and_d
 def test_drain_keeps_the_driver_until_the_kubelet_unprepared_a_consumer_force_deleted_mid_drain(drain_scene):
     """The consumer is force-deleted while the driver is unpreparing its claim (a 6 s unprepare
     delay): pod and reservation vanish before the node has unprepared. The drain sees the pod leave
-    without a terminal phase, reads the kubelet's dra_resource_claims_in_use through nodes/proxy
-    and evicts the driver only once it is 0, i.e. after the driver logged the unprepare."""
+    without a terminal phase and waits before the driver goes: here by the safety period
+    (--unconfirmed-wait 12 s), because the kubelet's dra_resource_claims_in_use cannot be read
+    through nodes/proxy on this node (its address is 127.0.0.1, which the apiserver's node proxy
+    refuses: "address not allowed"); the drain says so. Without that wait the driver would be
+    evicted mid-unprepare and log the unprepare after its "stopping"."""
     cp, node = drain_scene.cp, drain_scene.node
     claim, uid = start_consumer(cp, "forced")
     driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
     offset = len(node.kubelet_log_text())
     testdriver.UNPREPARE_DELAY_FILE.write_text("6s")
     with DriverLogs() as logs:
-        run = DrainRun(drain_scene, "--evict-drivers", "--timeout", "60s")
+        run = DrainRun(drain_scene, "--evict-drivers", "--timeout", "60s", "--unconfirmed-wait", "12")
         try:
             wait_for(
                 "the driver unpreparing", lambda: "unprepare of 1 claim(s) sleeping" in logs.text(), timeout=30, interval=0.1
             )
             cp.kubectl("admin", "delete", "pod", "-n", "work", "forced", "--grace-period=0", "--force")
-        finally:
-            rc = run.finish(60)
+        except BaseException:
+            run.kill()
+            raise
+        rc = run.finish(60)
         assert rc == 0, run.messages() + [run.stderr()]
         kinds = [e["event"] for e in run.events]
         unconfirmed, confirmed = kinds.index("unconfirmed"), kinds.index("confirmed")
         driver_evicted = run.evicted().index(f"{testdriver.NAMESPACE}/{driver_pod}")
         assert unconfirmed < confirmed < [i for i, e in enumerate(run.events) if e["event"] == "evict"][driver_evicted], kinds
-        assert "dra_resource_claims_in_use" in run.events[confirmed]["message"], run.events[confirmed]
+        how = run.events[confirmed]["message"]
+        assert "dra_resource_claims_in_use" in how or "address not allowed" in how, how  # the gauge, or why not
+        assert "waited the safety period of 12 s" in how or " is 0" in how, how
         wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
     assert_driver_last([run], logs, node, offset, [uid])
 
 
+def kill_driver_process() -> int:
+    """SIGKILL the test driver's process on this host (a crash: the kubelet restarts the container
+    in the same pod); its pid. A crash, not a pod deletion: dra-guard refuses deleting a driver pod
+    whose claims are held, as it refuses its eviction."""
+    import os
+    import pathlib
+    import signal
+
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0] == b"/dradriver" and f"--driver-name={testdriver.DRIVER}".encode() in argv:
+            os.kill(int(entry.name), signal.SIGKILL)
+            return int(entry.name)
+    raise AssertionError("no driver process found")
+
+
 def test_drain_reports_a_driver_killed_mid_drain_waits_for_it_and_finishes_when_it_is_back(drain_scene):
-    """The consumer's unprepare keeps failing; the driver pod is then force-deleted and its
-    replacement is not Ready (testdriver.UNHEALTHY_FILE): the drain says "driver D on N unavailable
-    while 1 claim(s) are prepared" and waits (no driver taint, so its DaemonSet put it back); with
-    both faults gone the kubelet unprepares through the new driver pod and the drain evicts it last.
-    The kubelet may miss the driver while the test has it killed, never after the drain evicted it."""
+    """The consumer's unprepare keeps failing; the driver's process is then killed and comes back
+    not Ready (testdriver.UNHEALTHY_FILE fails its startupProbe): the drain says "driver D on N
+    unavailable while 1 claim(s) are prepared" and waits, evicting nothing; with both faults gone
+    the kubelet unprepares through the restarted driver and the drain evicts it last. The kubelet
+    may miss the driver while the test has it killed, never after the drain evicted it."""
     cp, node = drain_scene.cp, drain_scene.node
     claim, uid = start_consumer(cp, "orphan")
-    old = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
     offset = len(node.kubelet_log_text())
     testdriver.UNPREPARE_FAIL_FILE.touch()
     with DriverLogs() as logs:
@@ -858,27 +902,36 @@ def test_drain_reports_a_driver_killed_mid_drain_waits_for_it_and_finishes_when_
         try:
             wait_for("the unprepare failing", lambda: f"unprepare of claim work/{claim}" in logs.text(), timeout=30)
             testdriver.UNHEALTHY_FILE.touch()
-            cp.kubectl("admin", "delete", "pod", "-n", testdriver.NAMESPACE, old, "--grace-period=0", "--force")
-            run.wait_event(
-                "the drain to report the driver unavailable",
-                lambda e: any(
-                    f"driver {testdriver.DRIVER} on {node.name} unavailable while 1 claim(s) are prepared" in r
-                    for r in [e["message"], *(e.get("reasons") or [])]
-                ),
+            kill_driver_process()
+            try:
+                run.wait_event(
+                    "the drain to report the driver unavailable",
+                    lambda e: any(
+                        f"driver {testdriver.DRIVER} on {node.name} unavailable while 1 claim(s) are prepared" in r
+                        for r in [e["message"], *(e.get("reasons") or [])]
+                    ),
+                    timeout=60,
+                )
+            except TimeoutError as exc:
+                pod = get_json(cp, "pod", "-n", testdriver.NAMESPACE, driver_pod) or {}
+                raise AssertionError(
+                    f"{exc}: {run.messages()}\nstatus: {json.dumps(pod.get('status'))[:3000]}\n"
+                    f"probes: {[(k, v) for k, v in pod['spec']['containers'][0].items() if 'robe' in k]}"
+                ) from None
+            wait_for(
+                "the driver restarted",
+                lambda: testdriver.restarts(get_json(cp, "pod", "-n", testdriver.NAMESPACE, driver_pod)) >= 1,
                 timeout=60,
             )
-            new = wait_for(
-                "a new driver pod",
-                lambda: [p["metadata"]["name"] for p in testdriver.driver_pods(cp) if p["metadata"]["name"] != old],
-                timeout=60,
-            )[0]
-            assert not run.evicted(), run.evicted()
+            assert run.evicted() == ["work/orphan"], run.evicted()
             testdriver.UNHEALTHY_FILE.unlink()
             testdriver.UNPREPARE_FAIL_FILE.unlink()
-        finally:
-            rc = run.finish(90)
+        except BaseException:
+            run.kill()
+            raise
+        rc = run.finish(90)
         assert rc == 0, run.messages() + [run.stderr()]
-        assert run.evicted() == [f"{testdriver.NAMESPACE}/{new}"], run.evicted()
+        assert run.evicted() == ["work/orphan", f"{testdriver.NAMESPACE}/{driver_pod}"], run.evicted()
         wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
     assert run.kubelet_offset_at_driver_eviction is not None
     assert_driver_last([run], logs, node, offset, [uid], not_registered_from=run.kubelet_offset_at_driver_eviction)
