@@ -18,6 +18,7 @@ import pytest
 from tests.e2e import testdriver
 from tests.e2e.guard import EVICTION_REFUSED, Guard
 from tests.e2e.kube import evict, get_json, wait_for
+from webhook.model.drain import AUTOSCALER_ANNOTATIONS
 
 TAINT = "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule"
 GUARD_REFUSAL = EVICTION_REFUSED
@@ -747,7 +748,8 @@ def drain_scene(real_node, clean_node, guard):
 def test_drain_stopped_by_a_pdb_names_it_keeps_the_driver_and_a_rerun_after_relaxing_it_finishes(drain_scene):
     """A PDB (minAvailable 1) over the only consumer: `drain --evict-drivers` stops at its timeout
     (exit 1) naming the PDB and the pod, nothing deleted, the driver still there; with the PDB
-    relaxed (minAvailable 0; a bare pod cannot have maxUnavailable) a rerun exits 0: the consumer first, the driver last."""
+    relaxed (minAvailable 0; a bare pod cannot have maxUnavailable) a rerun without
+    --evict-drivers exits 0 "safe to power off": the consumer gone and unprepared, the driver kept."""
     cp, node = drain_scene.cp, drain_scene.node
     claim, uid = start_consumer(cp, "guarded", {"app": "guarded"})
     testdriver.apply(
@@ -794,10 +796,12 @@ def test_drain_stopped_by_a_pdb_names_it_keeps_the_driver_and_a_rerun_after_rela
             lambda: ((get_json(cp, "pdb", "-n", "work", "keep-one") or {}).get("status") or {}).get("disruptionsAllowed") == 1,
             timeout=30,
         )
-        second = drain(drain_scene, "--evict-drivers", "--timeout", "60s")
+        second = drain(drain_scene, "--timeout", "60s")  # without --evict-drivers: the driver stays
         assert second.proc.returncode == 0, second.messages() + [second.stderr()]
-        assert second.evicted() == ["work/guarded", f"{testdriver.NAMESPACE}/{driver_pod}"], second.evicted()
-        wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+        assert second.evicted() == ["work/guarded"], second.evicted()
+        assert "safe to power off" in second.messages()[-1], second.messages()
+        assert get_json(cp, "pod", "-n", "work", "guarded") is None
+        assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
     assert_driver_last([first, second], logs, node, offset, [uid])
 
 
@@ -956,6 +960,8 @@ def test_drain_one_at_a_time_killed_and_rerun_continues_and_uncordon_keeps_an_ea
             second = drain(drain_scene, "--evict-drivers", "--timeout", "5s", timeout=30)
             assert second.proc.returncode == 1 and f"being drained by {holder}" in second.stopped(), second.messages()
             assert uncordon(drain_scene).returncode == 1
+            annotations = get_json(cp, "node", node.name)["metadata"]["annotations"]
+            assert set(AUTOSCALER_ANNOTATIONS) <= set(annotations), annotations
         finally:
             first.kill()
         testdriver.UNPREPARE_FAIL_FILE.unlink()
@@ -967,7 +973,9 @@ def test_drain_one_at_a_time_killed_and_rerun_continues_and_uncordon_keeps_an_ea
     assert_driver_last([first, second, rerun], logs, node, offset, [uid])
     out = uncordon(drain_scene)
     assert out.returncode == 0 and "left cordoned (it was before the drain)" in out.stdout, out.stdout + out.stderr
-    assert get_json(cp, "node", node.name)["spec"].get("unschedulable") is True
+    after = get_json(cp, "node", node.name)
+    assert after["spec"].get("unschedulable") is True
+    assert not {plan_holder(), *AUTOSCALER_ANNOTATIONS} & set(after["metadata"].get("annotations") or {})
 
 
 def plan_holder() -> str:
@@ -1023,3 +1031,94 @@ def test_drain_dry_runs_change_nothing_and_the_server_one_reports_dra_guards_ref
     assert pod and not pod["metadata"].get("deletionTimestamp") and testdriver.cdi_file(uid).exists()
     assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
     assert_driver_last([client, server], logs, node, offset)
+
+
+def test_drain_of_a_node_sharing_a_claim_with_a_simulated_second_node_finishes_when_its_own_pod_is_gone(drain_scene):
+    """Devices reachable from two nodes: a ResourceSlice of the test driver with a nodeSelector (a
+    rack label on the real node and on a second, simulated node the test plays kubelet for), one
+    claim on it allocated by the real scheduler and reserved by a pod on each node. `drain
+    --evict-drivers` of the real node exits 0 once its own pod is gone and the real kubelet had the
+    driver unprepare the claim there, while the pod on the other node keeps the claim reserved
+    ("unreserved everywhere" would never come); the driver goes last."""
+    from tests.e2e.cluster import fake_node
+    from tests.e2e.fakekubelet import NO_KUBELET, FakeKubelet
+
+    cp, node = drain_scene.cp, drain_scene.node
+    other, rack = f"{node.name}-simulated", {"e2e.dra-guard.test/rack": "r1"}
+    # the simulated node keeps the driver's DaemonSet away (its pods would only be played there)
+    simulated = fake_node(other, labels=rack)
+    simulated["spec"] = {"taints": [{"key": "e2e.dra-guard.test/simulated", "value": "true", "effect": "NoSchedule"}]}
+    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=simulated, timeout=10).raise_for_status()
+    cp.kubectl("admin", "label", "node", node.name, "e2e.dra-guard.test/rack=r1", "--overwrite")
+    shared_slice = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "e2e-rack-r1"},
+        "spec": {
+            "driver": testdriver.DRIVER,
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in rack.items()]}
+                ]
+            },
+            "pool": {"name": "rack-r1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "fabric-0", "attributes": {"kind": {"string": "fabric"}}}],
+        },
+    }
+    selector = f'device.attributes["{testdriver.DRIVER}"].kind == "fabric"'
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "fabric", "namespace": "work"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "fabric",
+                        "exactly": {"deviceClassName": testdriver.DEVICE_CLASS, "selectors": [{"cel": {"expression": selector}}]},
+                    }
+                ]
+            }
+        },
+    }
+
+    def user(name, on, tolerations=()):
+        pod = testdriver.consumer_objects(name)[2]
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "fabric"}]
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": on}
+        if tolerations:
+            pod["spec"]["tolerations"] = list(tolerations)
+        return pod
+
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    try:
+        with FakeKubelet(cp, other), DriverLogs() as logs:
+            testdriver.apply(cp, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "work"}}, shared_slice, claim])
+            away = [*NO_KUBELET, {"key": "e2e.dra-guard.test/simulated", "operator": "Exists"}]
+            testdriver.apply(cp, [user("here", node.name), user("there", other, away)])
+            reserved = wait_for(
+                "both pods reserving the claim, the one here Running",
+                lambda: (
+                    (c := get_json(cp, "resourceclaim", "-n", "work", "fabric"))
+                    and len((c.get("status") or {}).get("reservedFor") or []) == 2
+                    and (get_json(cp, "pod", "-n", "work", "here") or {}).get("status", {}).get("phase") == "Running"
+                    and c
+                ),
+                timeout=60,
+            )
+            uid = reserved["metadata"]["uid"]
+            assert testdriver.cdi_file(uid).exists(), "the real node did not prepare the shared claim"
+            run = drain(drain_scene, "--evict-drivers", "--timeout", "60s")
+            assert run.proc.returncode == 0, run.messages() + [run.stderr()]
+            assert run.evicted() == ["work/here", f"{testdriver.NAMESPACE}/{driver_pod}"], run.evicted()
+            after = get_json(cp, "resourceclaim", "-n", "work", "fabric")["status"]["reservedFor"]
+            assert [r["name"] for r in after] == ["there"], after
+            wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+        assert_driver_last([run], logs, node, offset, [uid])
+    finally:
+        cp.kubectl("admin", "delete", "pod", "-n", "work", "there", "--grace-period=0", "--force", check=False)
+        cp.kubectl("admin", "delete", "resourceclaim", "-n", "work", "fabric", "--wait=false", check=False)
+        cp.kubectl("admin", "delete", "resourceslice", "e2e-rack-r1", check=False)
+        cp.kubectl("admin", "delete", "node", other, check=False)
+        cp.kubectl("admin", "label", "node", node.name, "e2e.dra-guard.test/rack-", check=False)
