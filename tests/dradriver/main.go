@@ -127,8 +127,9 @@ func (d *driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 func (d *driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := map[types.UID]error{}
 	if delay := d.unprepareDelay(); delay > 0 {
-		// not cut short by a SIGTERM: a driver stopped mid-unprepare finishes it and logs it after
-		// "stopping", which is how the tests see a driver evicted too early
+		// a plain sleep: on SIGTERM main returns and the process exits while the call still sleeps,
+		// so a driver stopped mid-unprepare never logs that claim's "unprepared claim" line before
+		// its "stopping" (how the tests see a driver evicted too early)
 		log.Printf("dradriver: unprepare of %d claim(s) sleeping %s", len(claims), delay)
 		time.Sleep(delay)
 	}
