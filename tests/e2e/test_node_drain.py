@@ -18,7 +18,7 @@ import pytest
 from tests.e2e import testdriver
 from tests.e2e.guard import EVICTION_REFUSED, Guard
 from tests.e2e.kube import evict, get_json, wait_for
-from webhook.model.drain import AUTOSCALER_ANNOTATIONS
+from webhook.model.drain import AUTOSCALER_ANNOTATIONS, HOLDER, STATE
 
 TAINT = "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule"
 GUARD_REFUSAL = EVICTION_REFUSED
@@ -955,7 +955,7 @@ def test_drain_one_at_a_time_killed_and_rerun_continues_and_uncordon_keeps_an_ea
         first = DrainRun(drain_scene, "--evict-drivers", "--timeout", "120s")
         try:
             first.wait_event("the first drain's eviction", lambda e: e["event"] == "evict", timeout=30)
-            holder = get_json(cp, "node", node.name)["metadata"]["annotations"][plan_holder()]
+            holder = get_json(cp, "node", node.name)["metadata"]["annotations"][HOLDER]
             assert holder.endswith(f"/{first.proc.pid}"), holder
             second = drain(drain_scene, "--evict-drivers", "--timeout", "5s", timeout=30)
             assert second.proc.returncode == 1 and f"being drained by {holder}" in second.stopped(), second.messages()
@@ -975,13 +975,7 @@ def test_drain_one_at_a_time_killed_and_rerun_continues_and_uncordon_keeps_an_ea
     assert out.returncode == 0 and "left cordoned (it was before the drain)" in out.stdout, out.stdout + out.stderr
     after = get_json(cp, "node", node.name)
     assert after["spec"].get("unschedulable") is True
-    assert not {plan_holder(), *AUTOSCALER_ANNOTATIONS} & set(after["metadata"].get("annotations") or {})
-
-
-def plan_holder() -> str:
-    from webhook.model.drain import HOLDER
-
-    return HOLDER
+    assert not {HOLDER, *AUTOSCALER_ANNOTATIONS} & set(after["metadata"].get("annotations") or {})
 
 
 def uncordon(real_node):
@@ -1026,7 +1020,7 @@ def test_drain_dry_runs_change_nothing_and_the_server_one_reports_dra_guards_ref
         assert GUARD_REFUSAL in text and f"work/{claim}" in text, text
     n = get_json(cp, "node", node.name)
     assert not n["spec"].get("unschedulable") and not n["spec"].get("taints")
-    assert not {plan_holder(), "drain.dra-guard.io/state"} & set(n["metadata"].get("annotations") or {})
+    assert not {HOLDER, STATE} & set(n["metadata"].get("annotations") or {})
     pod = get_json(cp, "pod", "-n", "work", "planned")
     assert pod and not pod["metadata"].get("deletionTimestamp") and testdriver.cdi_file(uid).exists()
     assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
