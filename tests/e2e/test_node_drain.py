@@ -838,9 +838,10 @@ def test_drain_keeps_the_driver_until_the_kubelet_unprepared_a_consumer_force_de
     delay): pod and reservation vanish before the node has unprepared. The drain sees the pod leave
     without a terminal phase and waits before the driver goes: here by the safety period
     (--unconfirmed-wait 12 s), because the kubelet's dra_resource_claims_in_use cannot be read
-    through nodes/proxy on this node (its address is 127.0.0.1, which the apiserver's node proxy
-    refuses: "address not allowed"); the drain says so. Without that wait the driver would be
-    evicted mid-unprepare and log the unprepare after its "stopping"."""
+    through nodes/proxy here (the apiserver reaches the kubelet by the node's host name, which
+    resolves to 127.0.0.1 on this machine, and its node proxy refuses loopback: "address not
+    allowed"); the drain says so. Without that wait the driver would be evicted mid-unprepare: no
+    "unprepared claim" line before its "stopping", and the kubelet would miss it."""
     cp, node = drain_scene.cp, drain_scene.node
     claim, uid = start_consumer(cp, "forced")
     driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
