@@ -17,7 +17,12 @@
 //
 // Fault switches for the tests:
 //   - --start-delay=D: sleep D before anything (health port closed meanwhile: a slow start);
-//   - --unhealthy-file=PATH: while PATH exists, health answers NOT_SERVING (checked every 0.5 s).
+//   - --unhealthy-file=PATH: while PATH exists, health answers NOT_SERVING (checked every 0.5 s);
+//   - --unprepare-fail-file=PATH: while PATH exists, every unprepare fails (the kubelet keeps the
+//     consumer Terminating and retries), logged as
+//     "dradriver: unprepare of claim <namespace>/<name> uid=<uid> failed: <PATH> exists";
+//   - --unprepare-delay-file=PATH: when PATH holds a Go duration ("3s"), each unprepare call sleeps
+//     that long first (read at each call, so a test changes it without restarting the driver).
 //
 // With --pod-uid (the downward API's metadata.uid) it uses the kubelet's rolling-update
 // registration, so two instances can serve during a surge rollout of its DaemonSet.
@@ -54,6 +59,26 @@ import (
 type driver struct {
 	name   string
 	cdiDir string
+	// failFile, delayFile: the fault switches --unprepare-fail-file and --unprepare-delay-file ("": off)
+	failFile  string
+	delayFile string
+}
+
+// unprepareDelay is the duration written in delayFile (0 when it is absent, empty or unreadable).
+func (d *driver) unprepareDelay() time.Duration {
+	if d.delayFile == "" {
+		return 0
+	}
+	raw, err := os.ReadFile(d.delayFile)
+	if err != nil {
+		return 0
+	}
+	delay, err := time.ParseDuration(strings.TrimSpace(string(raw)))
+	if err != nil {
+		log.Printf("dradriver: ignoring %s: %v", d.delayFile, err)
+		return 0
+	}
+	return delay
 }
 
 func (d *driver) cdiFile(uid types.UID) string {
@@ -97,10 +122,26 @@ func (d *driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	return out, nil
 }
 
-// UnprepareResourceClaims removes the claims' CDI spec files (idempotent).
+// UnprepareResourceClaims removes the claims' CDI spec files (idempotent), after the delay of
+// --unprepare-delay-file; while --unprepare-fail-file exists it fails each claim instead.
 func (d *driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := map[types.UID]error{}
+	if delay := d.unprepareDelay(); delay > 0 {
+		// a plain sleep: on SIGTERM main returns and the process exits while the call still sleeps,
+		// so a driver stopped mid-unprepare never logs that claim's "unprepared claim" line before
+		// its "stopping" (how the tests see a driver evicted too early)
+		log.Printf("dradriver: unprepare of %d claim(s) sleeping %s", len(claims), delay)
+		time.Sleep(delay)
+	}
 	for _, claim := range claims {
+		if d.failFile != "" {
+			if _, err := os.Stat(d.failFile); err == nil {
+				log.Printf("dradriver: unprepare of claim %s/%s uid=%s failed: %s exists", claim.Namespace, claim.Name,
+					claim.UID, d.failFile)
+				out[claim.UID] = fmt.Errorf("unprepare fails while %s exists", d.failFile)
+				continue
+			}
+		}
 		file := d.cdiFile(claim.UID)
 		err := os.Remove(file)
 		removed := err == nil
@@ -139,6 +180,8 @@ func main() {
 	healthPort := flag.Int("healthcheck-port", 51515, "port of the gRPC health service (services \"\" and \"liveness\"); <=0 disables it")
 	startDelay := flag.Duration("start-delay", 0, "sleep this long before starting (a slow driver)")
 	unhealthyFile := flag.String("unhealthy-file", "", "while this file exists, health answers NOT_SERVING")
+	failFile := flag.String("unprepare-fail-file", "", "while this file exists, every unprepare fails")
+	delayFile := flag.String("unprepare-delay-file", "", "a file holding a Go duration each unprepare sleeps first")
 	podUID := flag.String("pod-uid", os.Getenv("POD_UID"), "pod UID: enables rolling-update registration (default $POD_UID)")
 	flag.Parse()
 	if *pluginDir == "" {
@@ -169,7 +212,7 @@ func main() {
 	if err := os.MkdirAll(*cdiDir, 0o755); err != nil {
 		log.Fatalf("dradriver: %v", err)
 	}
-	d := &driver{name: *name, cdiDir: *cdiDir}
+	d := &driver{name: *name, cdiDir: *cdiDir, failFile: *failFile, delayFile: *delayFile}
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(*name), kubeletplugin.NodeName(*nodeName), kubeletplugin.KubeClient(client),
 		kubeletplugin.PluginDataDirectoryPath(*pluginDir), kubeletplugin.RegistrarDirectoryPath(*registryDir),

@@ -5,8 +5,15 @@ placed on it by the real DaemonSet controller and scheduler, and consumers whose
 scheduler allocates and reserves and the real resourceclaim controller makes from templates and
 releases. The test plays the kubelet (`FakeKubelet`): it marks pods Running and Ready, and a pod
 being deleted terminal and then deletes it, as the kubelet does once it has unprepared its claims;
-a pod it is told to hold stays Terminating (an unprepare that keeps failing). The real node's
-scenario (the real kubelet, containerd and the test driver) is in test_node_drain.py.
+a pod it is told to hold stays Terminating (an unprepare that keeps failing).
+
+What runs here is what the real node (test_node_drain.py: the real kubelet, containerd and the
+test driver) does not cover: Events, taint order and uncordon on the happy path; the client dry
+run read in the audit log (the real node's control plane keeps none); preflight; a DaemonSet
+consumer, and a driver killed while one holds a claim (the DaemonSet taint lifted); dra-guard down
+in the driver phase. A blocking PDB, an unprepare that keeps failing, a force-deleted consumer, a
+driver crash, two drains at once, a killed drain rerun, both dry runs and devices reachable from
+two nodes (the real one and a simulated one) run on the real node only.
 """
 
 from __future__ import annotations
@@ -24,73 +31,13 @@ import yaml
 
 from tests.builders import driver_daemonset
 from tests.e2e.cluster import fake_node
+from tests.e2e.fakekubelet import NO_KUBELET, FakeKubelet
 from tests.e2e.kube import get_json, wait_for
 from webhook.model import drain as plan
 
 NAMESPACE = "drain-e2e"
 DRIVER = "drain.example.com"
 DEVICE_CLASS = "drain-e2e-gpu"
-#: the taints the node lifecycle controller puts on a node without kubelet: tolerated by the test
-#: pods (and nothing else: the drain's own taints must still keep them off)
-NO_KUBELET = [
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
-    {"key": "node.kubernetes.io/unreachable", "operator": "Exists"},
-]
-
-
-class FakeKubelet:
-    """Plays the kubelet for fake node `node`: pods bound there become Running and Ready; a pod with
-    a deletionTimestamp becomes Succeeded and is then deleted (grace 0, UID precondition), unless
-    its name is in `hold` (it stays Terminating, as when its driver cannot unprepare)."""
-
-    def __init__(self, cp, node: str) -> None:
-        self.cp, self.node = cp, node
-        self.hold: set[str] = set()
-        self.sess = cp.session("admin")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> FakeKubelet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        url = self.cp.url
-        while not self._stop.is_set():
-            try:
-                pods = self.sess.get(f"{url}/api/v1/pods?fieldSelector=spec.nodeName={self.node}", timeout=5).json()["items"]
-                for p in pods:
-                    meta = p["metadata"]
-                    base = f"{url}/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
-                    patch = {"headers": {"Content-Type": "application/merge-patch+json"}, "timeout": 5}
-                    if meta.get("deletionTimestamp"):
-                        if meta["name"] in self.hold:
-                            continue
-                        if p["status"].get("phase") != "Succeeded":
-                            self.sess.patch(
-                                f"{base}/status",
-                                data=json.dumps(
-                                    {"status": {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False"}]}}
-                                ),
-                                **patch,
-                            )
-                        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
-                        self.sess.delete(base, json=body, timeout=5)
-                    elif p["status"].get("phase") != "Running":
-                        self.sess.patch(
-                            f"{base}/status",
-                            data=json.dumps(
-                                {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
-                            ),
-                            **patch,
-                        )
-            except Exception:  # noqa: BLE001 - the apiserver may be busy; the next round tries again
-                pass
-            self._stop.wait(0.2)
 
 
 def objects(node: str) -> list[dict]:
@@ -320,69 +267,6 @@ def test_happy_path_consumers_first_driver_last(scene):
     assert plan.STATE not in (node["metadata"].get("annotations") or {})
 
 
-def test_a_pdb_stops_the_drain_at_its_timeout_and_a_rerun_finishes(scene):
-    scene.add(consumer("guarded", scene.node), pdb("keep-one", "guarded"))
-    scene.driver_pod()
-    scene.reserved("guarded")
-    out = scene.drain("--timeout", "4s")
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert "timed out" in out.stdout and f"{NAMESPACE}/guarded" in out.stdout and "disruption budget" in out.stdout.lower()
-    pod = next(p for p in scene.pods() if p["metadata"]["name"] == "guarded")
-    assert not pod["metadata"].get("deletionTimestamp"), "a PDB-protected pod was deleted"
-    assert scene._driver_name() is not None
-
-    scene.cp.kubectl("admin", "delete", "pdb", "-n", NAMESPACE, "keep-one")
-    out = scene.drain("--timeout", "60s")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "guarded" not in scene.pod_names() and scene._driver_name() is not None  # the driver stays
-    assert "safe to power off" in out.stdout
-
-
-def test_a_consumer_whose_unprepare_keeps_failing_stops_the_drain_naming_pod_claim_and_driver(scene):
-    scene.add(consumer("stuck", scene.node))
-    scene.driver_pod()
-    claim = scene.reserved("stuck")
-    scene.kubelet.hold.add("stuck")
-    out = scene.drain("--evict-drivers", "--timeout", "4s")
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert (
-        f"pod {NAMESPACE}/stuck is Terminating: not unprepared yet claim {NAMESPACE}/{claim} of driver {DRIVER}" in out.stdout
-    ), out.stdout
-    assert scene._driver_name() is not None, "the driver was evicted with a claim prepared"
-    scene.kubelet.hold.discard("stuck")  # the failure is gone: the rerun finishes
-    out = scene.drain("--evict-drivers", "--timeout", "60s")
-    assert out.returncode == 0, out.stdout + out.stderr
-
-
-def test_a_consumer_force_deleted_is_confirmed_before_the_driver_goes(scene):
-    """The consumer's unprepare keeps failing (the fake kubelet holds it Terminating): the drain
-    waits and names it; force-deleted, the API says nothing more, so the drain waits the safety
-    period (the fake node has no kubelet to read the gauge from) before the driver."""
-    scene.add(consumer("stuck", scene.node))
-    driver = scene.driver_pod()
-    scene.reserved("stuck")
-    scene.kubelet.hold.add("stuck")
-    proc = scene.start("--evict-drivers", "--timeout", "60s", "--unconfirmed-wait", "3", "-o", "json")
-    try:
-        wait_for(
-            "the consumer Terminating", lambda: any(p["metadata"].get("deletionTimestamp") for p in scene.pods()), timeout=30
-        )
-        time.sleep(1)
-        scene.cp.kubectl("admin", "delete", "pod", "-n", NAMESPACE, "stuck", "--grace-period=0", "--force")
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, stdout + stderr
-    seen = events(stdout)
-    kinds = [e["event"] for e in seen]
-    unconfirmed, confirmed = kinds.index("unconfirmed"), kinds.index("confirmed")
-    driver_evicted = next(i for i, e in enumerate(seen) if e["event"] == "evict" and e["pod"].endswith(driver))
-    assert unconfirmed < confirmed < driver_evicted, kinds
-    assert "waited the safety period of 3 s" in seen[confirmed]["message"]
-    assert "not readable" in seen[confirmed]["message"]
-
-
 def test_dry_run_client_writes_nothing_and_server_sends_dry_runs(scene, tmp_path):
     scene.add(consumer("guarded", scene.node), consumer("free", scene.node, claim=False), pdb("keep-one", "guarded"))
     scene.driver_pod()
@@ -471,43 +355,6 @@ def test_preflight_exits_2_before_anything_changes(scene, tmp_path):
     assert not node["spec"].get("unschedulable") and plan.HOLDER not in (node["metadata"].get("annotations") or {})
 
 
-def test_one_drain_at_a_time_a_killed_drain_continues_and_uncordon_keeps_an_earlier_cordon(scene):
-    cp = scene.cp
-    scene.add(consumer("guarded", scene.node), pdb("keep-one", "guarded"))
-    scene.driver_pod()
-    scene.reserved("guarded")
-    cp.kubectl("admin", "cordon", scene.node)  # cordoned before: stays cordoned after uncordon
-    first = scene.start("--timeout", "120s")
-    try:
-        wait_for(
-            "the first drain to hold the node",
-            lambda: plan.HOLDER in (scene.get_node()["metadata"].get("annotations") or {}),
-            timeout=30,
-        )
-        holder = scene.get_node()["metadata"]["annotations"][plan.HOLDER]
-        assert holder.endswith(f"/{first.pid}")
-        second = scene.drain("--timeout", "5s")
-        assert second.returncode == 1 and f"being drained by {holder}" in second.stdout, second.stdout + second.stderr
-        annotations = scene.get_node()["metadata"]["annotations"]
-        assert set(plan.AUTOSCALER_ANNOTATIONS) <= set(annotations)
-        assert scene.run("uncordon", scene.node).returncode == 1  # a drain still runs
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
-    # killed: its holder stays on the node; a rerun on this host sees the process gone and continues
-    assert scene.get_node()["metadata"]["annotations"][plan.HOLDER] == holder
-    cp.kubectl("admin", "delete", "pdb", "-n", NAMESPACE, "keep-one")
-    out = scene.drain("--timeout", "60s")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert f"taking the node over from {holder}" in out.stdout
-    assert "guarded" not in scene.pod_names()
-    out = scene.run("uncordon", scene.node)
-    assert out.returncode == 0 and "left cordoned (it was before the drain)" in out.stdout, out.stdout
-    node = scene.get_node()
-    assert node["spec"].get("unschedulable") is True
-    assert not set(plan.AUTOSCALER_ANNOTATIONS) & set(node["metadata"].get("annotations") or {})
-
-
 def agent_daemonset(node: str) -> dict:
     """A DaemonSet on `node` that is not a DRA driver and whose pods each use a claim (a monitoring agent)."""
     return {
@@ -585,84 +432,6 @@ def test_a_daemonset_consumer_leaves_after_the_pods_and_does_not_come_back(scene
         assert scene.pod_names() == {driver}, scene.pod_names()
     finally:
         scene.cp.kubectl("admin", "delete", "daemonset", "-n", NAMESPACE, f"agent-{scene.node}", "--wait=false", check=False)
-
-
-def test_devices_reachable_from_two_nodes_each_drain_finishes_when_its_own_pod_is_gone(scene):
-    """One claim on devices a rack's nodes share (a ResourceSlice with a nodeSelector), allocated by
-    the real scheduler and reserved by a pod on each of two nodes: draining one node ends when its
-    own pod is gone, while the other pod keeps the claim reserved ("unreserved everywhere" would
-    never come)."""
-    cp = scene.cp
-    other = f"{scene.node[:50]}-b"
-    rack = {"e2e.dra-guard.test/rack": scene.node[:60]}
-    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(other, labels=rack), timeout=10).raise_for_status()
-    cp.kubectl("admin", "label", "node", scene.node, f"e2e.dra-guard.test/rack={scene.node[:60]}")
-    shared_slice = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{scene.node}-rack"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in rack.items()]}
-                ]
-            },
-            "pool": {"name": f"{scene.node}-rack", "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "fabric-0"}],
-        },
-    }
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": f"fabric-{scene.node}"[:63], "namespace": NAMESPACE},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "fabric",
-                        "exactly": {
-                            "deviceClassName": DEVICE_CLASS,
-                            "selectors": [{"cel": {"expression": 'device.attributes["drain.example.com"].kind == "fabric"'}}],
-                        },
-                    }
-                ]
-            }
-        },
-    }
-    shared_slice["spec"]["devices"][0]["attributes"] = {"kind": {"string": "fabric"}}
-
-    def user(name, node):
-        pod = consumer(name, node)
-        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}]
-        return pod
-
-    try:
-        with FakeKubelet(cp, other):
-            scene.add(shared_slice, claim, user("here", scene.node), user("there", other))
-            scene.driver_pod()
-            wait_for(
-                "both pods reserving the claim",
-                lambda: (
-                    len(
-                        (
-                            (get_json(cp, "resourceclaim", "-n", NAMESPACE, claim["metadata"]["name"]) or {}).get("status") or {}
-                        ).get("reservedFor")
-                        or []
-                    )
-                    == 2
-                ),
-                timeout=60,
-            )
-            out = scene.drain("--evict-drivers", "--timeout", "60s")
-            assert out.returncode == 0, out.stdout + out.stderr
-            reserved = get_json(cp, "resourceclaim", "-n", NAMESPACE, claim["metadata"]["name"])["status"]["reservedFor"]
-            assert [r["name"] for r in reserved] == ["there"], reserved
-    finally:
-        cp.kubectl("admin", "delete", "pod", "-n", NAMESPACE, "there", "--grace-period=0", "--force", check=False)
-        cp.kubectl("admin", "delete", "resourceclaim", "-n", NAMESPACE, claim["metadata"]["name"], "--wait=false", check=False)
-        cp.kubectl("admin", "delete", "resourceslice", f"{scene.node}-rack", check=False)
-        cp.kubectl("admin", "delete", "node", other, check=False)
 
 
 def test_with_dra_guard_down_in_the_driver_phase_the_drain_waits_and_says_why(scene, tmp_path):

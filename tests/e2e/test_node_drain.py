@@ -18,6 +18,7 @@ import pytest
 from tests.e2e import testdriver
 from tests.e2e.guard import EVICTION_REFUSED, Guard
 from tests.e2e.kube import evict, get_json, wait_for
+from webhook.model.drain import AUTOSCALER_ANNOTATIONS, HOLDER, STATE
 
 TAINT = "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule"
 GUARD_REFUSAL = EVICTION_REFUSED
@@ -81,10 +82,13 @@ def guard(real_node, driver, tmp_path_factory):
         g.stop()
 
 
-def start_consumer(cp, name):
-    """Create consumer pod `name` (its own claim from a template); return its claim's UID once the
-    pod runs and the driver has written the claim's CDI spec."""
-    testdriver.apply(cp, testdriver.consumer_objects(name))
+def start_consumer(cp, name, labels=None):
+    """Create consumer pod `name` (its own claim from a template; `labels` on the pod); return its
+    claim's name and UID once the pod runs and the driver has written the claim's CDI spec."""
+    objs = testdriver.consumer_objects(name)
+    if labels:
+        objs[2]["metadata"]["labels"] = labels
+    testdriver.apply(cp, objs)
     pod = wait_for(
         f"{name} Running",
         lambda: (lambda p: p if p and p["status"].get("phase") == "Running" else None)(get_json(cp, "pod", "-n", "work", name)),
@@ -535,3 +539,581 @@ def test_dra_guard_drain_evict_drivers_takes_the_consumers_first_and_the_driver_
             capture_output=True,
             timeout=60,
         )
+
+
+# ------------------------------------------------------------------ `dra-guard drain` scenarios
+#
+# Each runs `dra-guard drain` against the real node with the module's driver and dra-guard, and
+# checks what the issue's acceptance asks of every scenario: the exit code, that no claim's
+# "unprepared claim" line in the driver's log comes after the evicted driver pod's "stopping" line
+# (its SIGTERM), and that the kubelet never logged "DRA driver ... is not registered". Timeouts are
+# short (the drain's 1 s rounds) and the driver's unprepare delay a few seconds, to keep the set fast.
+
+NOT_REGISTERED = f"DRA driver {testdriver.DRIVER} is not registered"
+
+
+def cri_time(stamp: str) -> float:
+    """Seconds since the epoch of a CRI log line's RFC 3339 timestamp (nanoseconds, trailing zeros cut)."""
+    import datetime
+    import re
+
+    m = re.fullmatch(r"([0-9T:-]+)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", stamp)
+    assert m, stamp
+    zone = "+00:00" if m.group(3) == "Z" else m.group(3)
+    return datetime.datetime.fromisoformat(m.group(1) + zone).timestamp() + float("0." + (m.group(2) or "0"))
+
+
+class DriverLogs:
+    """Every driver pod's log, kept while the scenario runs (the kubelet deletes a pod's log files
+    with the pod): `lines()` gives (time, pod name, message) of all of them, oldest first."""
+
+    def __init__(self) -> None:
+        from tests.e2e.node import POD_LOGS
+
+        self.root = POD_LOGS
+        self.texts: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DriverLogs:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._read()
+
+    def _read(self) -> None:
+        for pod_dir in self.root.glob(f"{testdriver.NAMESPACE}_{testdriver.NAME}-*"):
+            parts = []
+            for log in sorted((pod_dir / "plugin").glob("*.log"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
+                try:
+                    parts.append(log.read_text(errors="replace"))
+                except OSError:
+                    continue
+            if "".join(parts):
+                self.texts[pod_dir.name] = "".join(parts)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._read()
+            self._stop.wait(0.2)
+
+    def lines(self) -> list[tuple[float, str, str]]:
+        self._read()
+        out = []
+        for pod_dir, text in self.texts.items():
+            pod = pod_dir.split("_")[1]
+            for line in text.splitlines():
+                stamp, _, rest = line.partition(" ")
+                content = rest.split(" ", 2)[-1]  # after the stream and the CRI tag
+                at = content.find("dradriver:")  # after the driver's own date and time
+                out.append((cri_time(stamp), pod, content[at:] if at >= 0 else content))
+        return sorted(out)
+
+    def text(self) -> str:
+        return "\n".join(f"{pod}: {msg}" for _, pod, msg in self.lines())
+
+
+class DrainRun:
+    """`dra-guard drain NODE ARGS -o json --kubeconfig admin` started in the background; `events`
+    fills as it prints; `kubelet_offset_at_driver_eviction`: the kubelet log's length when the drain
+    said it evicted a driver pod."""
+
+    def __init__(self, real_node, *args: str) -> None:
+        import subprocess
+        import sys
+
+        self.node = real_node.node
+        argv = [sys.executable, "-m", "webhook.cli", "drain", self.node.name, *args, "-o", "json"]
+        argv += ["--kubeconfig", str(real_node.cp.kubeconfig("admin"))]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.events: list[dict] = []
+        self.kubelet_offset_at_driver_eviction: int | None = None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event["event"] == "evict" and event["pod"].startswith(f"{testdriver.NAMESPACE}/"):
+                if self.kubelet_offset_at_driver_eviction is None:
+                    self.kubelet_offset_at_driver_eviction = len(self.node.kubelet_log_text())
+            self.events.append(event)
+
+    def wait_event(self, what: str, pred, timeout: float = 60):
+        return wait_for(what, lambda: next((e for e in list(self.events) if pred(e)), None), timeout=timeout, interval=0.2)
+
+    def finish(self, timeout: float = 120) -> int | None:
+        """The drain's exit code; None when it had to be killed after `timeout` seconds."""
+        import subprocess
+
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+        self._reader.join(timeout=10)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        import os
+        import signal
+
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._reader.join(timeout=10)
+
+    def stderr(self) -> str:
+        return self.proc.stderr.read() if self.proc.stderr else ""
+
+    def messages(self) -> list[str]:
+        return [e["message"] for e in self.events]
+
+    def evicted(self) -> list[str]:
+        return [e["pod"] for e in self.events if e["event"] == "evict"]
+
+    def stopped(self) -> str:
+        return "\n".join(
+            e["message"] + "".join(f"\n  - {r}" for r in e.get("reasons") or []) for e in self.events if e["event"] == "stopped"
+        )
+
+
+def drain(real_node, *args: str, timeout: float = 120) -> DrainRun:
+    run = DrainRun(real_node, *args)
+    run.finish(timeout)
+    return run
+
+
+def assert_driver_last(runs: list[DrainRun], logs: DriverLogs, node, kubelet_offset: int, uids=(), *, not_registered_from=None):
+    """The acceptance's checks on a scenario's drain runs: no "unprepared claim" line of the driver
+    after the SIGTERM ("stopping") of a driver pod the drains evicted; each claim uid in `uids`
+    unprepared before; the kubelet never logged NOT_REGISTERED since `kubelet_offset` (or, when
+    given, since `not_registered_from`)."""
+    lines = logs.lines()
+    evicted = {pod.split("/")[1] for run in runs for pod in run.evicted() if pod.startswith(f"{testdriver.NAMESPACE}/")}
+    stops = [t for t, pod, msg in lines if pod in evicted and msg.startswith("dradriver: stopping")]
+    assert not evicted or stops, f"evicted driver pods {evicted} never logged stopping:\n{logs.text()[-3000:]}"
+    first_stop = min(stops, default=float("inf"))
+    late = [f"{pod}: {msg}" for t, pod, msg in lines if "unprepared claim" in msg and t > first_stop]
+    assert not late, f"unprepared after the driver pod's eviction: {late}"
+    for uid in uids:
+        assert any("unprepared claim" in msg and f"uid={uid}" in msg for t, _, msg in lines if t < first_stop), (
+            f"claim {uid} never unprepared before the driver left:\n{logs.text()[-3000:]}"
+        )
+        assert not testdriver.cdi_file(uid).exists()
+    since = kubelet_offset if not_registered_from is None else not_registered_from
+    assert NOT_REGISTERED not in node.kubelet_log_text()[since:], "the kubelet missed the driver"
+
+
+@pytest.fixture()
+def drain_scene(real_node, clean_node, guard):
+    """A scenario of `dra-guard drain` on the real node: the driver's fault files removed, PDBs
+    deleted and `dra-guard uncordon` run after it (before clean_node's own restore)."""
+    import subprocess
+    import sys
+
+    cp = real_node.cp
+    ds = ["daemonset", "-n", testdriver.NAMESPACE, testdriver.NAME]
+    if not get_json(cp, *ds)["spec"]["template"]["spec"]["containers"][0].get("startupProbe"):
+        # made before dra-guard was registered: an update lets dra-guard add its probes, whose
+        # startupProbe keeps a restarted driver not Ready while testdriver.UNHEALTHY_FILE exists
+        patch = {"spec": {"template": {"metadata": {"annotations": {"e2e/probes": "dra-guard"}}}}}
+        cp.kubectl("admin", "patch", *ds, "--type=merge", "-p", json.dumps(patch))
+        assert get_json(cp, *ds)["spec"]["template"]["spec"]["containers"][0].get("startupProbe"), "dra-guard added no probe"
+        wait_for(
+            "one Ready driver pod with dra-guard's probes",
+            lambda: (
+                (pods := testdriver.driver_pods(cp, include_terminating=True))
+                and len(pods) == 1
+                and testdriver.ready(pods[0])
+                and pods[0]["spec"]["containers"][0].get("startupProbe")
+            ),
+            timeout=90,
+        )
+    yield real_node
+    for f in (testdriver.UNPREPARE_FAIL_FILE, testdriver.UNPREPARE_DELAY_FILE, testdriver.UNHEALTHY_FILE):
+        f.unlink(missing_ok=True)
+    cp.kubectl("admin", "delete", "pdb", "-n", "work", "--all", "--wait=false", check=False)
+    subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "uncordon", real_node.node.name, "--kubeconfig", str(cp.kubeconfig("admin"))],
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def test_drain_stopped_by_a_pdb_names_it_keeps_the_driver_and_a_rerun_after_relaxing_it_finishes(drain_scene):
+    """A PDB (minAvailable 1) over the only consumer: `drain --evict-drivers` stops at its timeout
+    (exit 1) naming the PDB and the pod, nothing deleted, the driver still there; with the PDB
+    relaxed (minAvailable 0; a bare pod cannot have maxUnavailable) a rerun without
+    --evict-drivers exits 0 "safe to power off": the consumer gone and unprepared, the driver kept."""
+    cp, node = drain_scene.cp, drain_scene.node
+    claim, uid = start_consumer(cp, "guarded", {"app": "guarded"})
+    testdriver.apply(
+        cp,
+        [
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "keep-one", "namespace": "work"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+            }
+        ],
+    )
+    wait_for(
+        "the PDB counted",
+        lambda: ((get_json(cp, "pdb", "-n", "work", "keep-one") or {}).get("status") or {}).get("currentHealthy") == 1,
+        timeout=30,
+    )
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    with DriverLogs() as logs:
+        first = drain(drain_scene, "--evict-drivers", "--timeout", "6s")
+        assert first.proc.returncode == 1, first.messages() + [first.stderr()]
+        stopped = first.stopped()
+        assert "timed out" in stopped and "work/guarded" in stopped and "keep-one" in stopped, stopped
+        pod = get_json(cp, "pod", "-n", "work", "guarded")
+        assert pod and not pod["metadata"].get("deletionTimestamp"), "a PDB-protected pod was deleted"
+        assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
+        assert testdriver.cdi_file(uid).exists()
+
+        cp.kubectl(
+            "admin",
+            "patch",
+            "pdb",
+            "-n",
+            "work",
+            "keep-one",
+            "--type=merge",
+            "-p",
+            '{"spec":{"minAvailable":0}}',
+        )
+        wait_for(
+            "the PDB relaxed",
+            lambda: ((get_json(cp, "pdb", "-n", "work", "keep-one") or {}).get("status") or {}).get("disruptionsAllowed") == 1,
+            timeout=30,
+        )
+        second = drain(drain_scene, "--timeout", "60s")  # without --evict-drivers: the driver stays
+        assert second.proc.returncode == 0, second.messages() + [second.stderr()]
+        assert second.evicted() == ["work/guarded"], second.evicted()
+        assert "safe to power off" in second.messages()[-1], second.messages()
+        assert get_json(cp, "pod", "-n", "work", "guarded") is None
+        assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
+    assert_driver_last([first, second], logs, node, offset, [uid])
+
+
+def test_drain_with_an_unprepare_that_keeps_failing_stops_naming_pod_claim_and_driver_and_a_rerun_finishes(drain_scene):
+    """The driver's unprepare fails (testdriver.UNPREPARE_FAIL_FILE): the evicted consumer stays
+    Terminating, the drain stops at its timeout (exit 1) naming the pod, its claim and the driver,
+    and the driver stays; the failure removed, a rerun exits 0 with the driver evicted last."""
+    cp, node = drain_scene.cp, drain_scene.node
+    claim, uid = start_consumer(cp, "stuck")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    testdriver.UNPREPARE_FAIL_FILE.touch()
+    with DriverLogs() as logs:
+        first = drain(drain_scene, "--evict-drivers", "--timeout", "12s")
+        assert first.proc.returncode == 1, first.messages() + [first.stderr()]
+        stopped = first.stopped()
+        assert f"pod work/stuck is Terminating: not unprepared yet claim work/{claim} of driver {testdriver.DRIVER}" in stopped, (
+            stopped
+        )
+        assert f"dradriver: unprepare of claim work/{claim} uid={uid} failed" in logs.text(), "the kubelet never asked"
+        assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
+        assert testdriver.cdi_file(uid).exists()
+
+        testdriver.UNPREPARE_FAIL_FILE.unlink()
+        second = drain(drain_scene, "--evict-drivers", "--timeout", "60s")
+        assert second.proc.returncode == 0, second.messages() + [second.stderr()]
+        assert second.evicted() == [f"{testdriver.NAMESPACE}/{driver_pod}"], second.evicted()
+        wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+    assert_driver_last([first, second], logs, node, offset, [uid])
+
+
+def test_drain_keeps_the_driver_until_the_kubelet_unprepared_a_consumer_force_deleted_mid_drain(drain_scene):
+    """The consumer is force-deleted while the driver is unpreparing its claim (a 6 s unprepare
+    delay): pod and reservation vanish before the node has unprepared. The drain sees the pod leave
+    without a terminal phase and waits before the driver goes: here by the safety period
+    (--unconfirmed-wait 12 s), because the kubelet's dra_resource_claims_in_use cannot be read
+    through nodes/proxy here (the apiserver reaches the kubelet by the node's host name, which
+    resolves to 127.0.0.1 on this machine, and its node proxy refuses loopback: "address not
+    allowed"); the drain says so. Without that wait the driver would be evicted mid-unprepare: no
+    "unprepared claim" line before its "stopping", and the kubelet would miss it."""
+    cp, node = drain_scene.cp, drain_scene.node
+    claim, uid = start_consumer(cp, "forced")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    testdriver.UNPREPARE_DELAY_FILE.write_text("6s")
+    with DriverLogs() as logs:
+        run = DrainRun(drain_scene, "--evict-drivers", "--timeout", "60s", "--unconfirmed-wait", "12")
+        try:
+            wait_for(
+                "the driver unpreparing", lambda: "unprepare of 1 claim(s) sleeping" in logs.text(), timeout=30, interval=0.1
+            )
+            cp.kubectl("admin", "delete", "pod", "-n", "work", "forced", "--grace-period=0", "--force")
+        except BaseException:
+            run.kill()
+            raise
+        rc = run.finish(60)
+        assert rc == 0, run.messages() + [run.stderr()]
+        kinds = [e["event"] for e in run.events]
+        unconfirmed, confirmed = kinds.index("unconfirmed"), kinds.index("confirmed")
+        driver_evicted = run.evicted().index(f"{testdriver.NAMESPACE}/{driver_pod}")
+        assert unconfirmed < confirmed < [i for i, e in enumerate(run.events) if e["event"] == "evict"][driver_evicted], kinds
+        how = run.events[confirmed]["message"]
+        assert "dra_resource_claims_in_use" in how or "address not allowed" in how, how  # the gauge, or why not
+        assert "waited the safety period of 12 s" in how or " is 0" in how, how
+        wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+    assert_driver_last([run], logs, node, offset, [uid])
+
+
+def kill_driver_process() -> int:
+    """SIGKILL the test driver's process on this host (a crash: the kubelet restarts the container
+    in the same pod); its pid. A crash, not a pod deletion: dra-guard refuses deleting a driver pod
+    whose claims are held, as it refuses its eviction."""
+    import os
+    import pathlib
+    import signal
+
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0] == b"/dradriver" and f"--driver-name={testdriver.DRIVER}".encode() in argv:
+            os.kill(int(entry.name), signal.SIGKILL)
+            return int(entry.name)
+    raise AssertionError("no driver process found")
+
+
+def test_drain_reports_a_driver_killed_mid_drain_waits_for_it_and_finishes_when_it_is_back(drain_scene):
+    """The consumer's unprepare keeps failing; the driver's process is then killed and comes back
+    not Ready (testdriver.UNHEALTHY_FILE fails its startupProbe): the drain says "driver D on N
+    unavailable while 1 claim(s) are prepared" and waits, evicting nothing; with both faults gone
+    the kubelet unprepares through the restarted driver and the drain evicts it last. The kubelet
+    may miss the driver while the test has it killed, never after the drain evicted it."""
+    cp, node = drain_scene.cp, drain_scene.node
+    claim, uid = start_consumer(cp, "orphan")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    testdriver.UNPREPARE_FAIL_FILE.touch()
+    with DriverLogs() as logs:
+        run = DrainRun(drain_scene, "--evict-drivers", "--timeout", "90s")
+        try:
+            wait_for("the unprepare failing", lambda: f"unprepare of claim work/{claim}" in logs.text(), timeout=30)
+            testdriver.UNHEALTHY_FILE.touch()
+            kill_driver_process()
+            try:
+                run.wait_event(
+                    "the drain to report the driver unavailable",
+                    lambda e: any(
+                        f"driver {testdriver.DRIVER} on {node.name} unavailable while 1 claim(s) are prepared" in r
+                        for r in [e["message"], *(e.get("reasons") or [])]
+                    ),
+                    timeout=60,
+                )
+            except TimeoutError as exc:
+                pod = get_json(cp, "pod", "-n", testdriver.NAMESPACE, driver_pod) or {}
+                raise AssertionError(
+                    f"{exc}: {run.messages()}\nstatus: {json.dumps(pod.get('status'))[:3000]}\n"
+                    f"probes: {[(k, v) for k, v in pod['spec']['containers'][0].items() if 'robe' in k]}"
+                ) from None
+            wait_for(
+                "the driver restarted",
+                lambda: testdriver.restarts(get_json(cp, "pod", "-n", testdriver.NAMESPACE, driver_pod)) >= 1,
+                timeout=60,
+            )
+            assert run.evicted() == ["work/orphan"], run.evicted()
+            testdriver.UNHEALTHY_FILE.unlink()
+            testdriver.UNPREPARE_FAIL_FILE.unlink()
+        except BaseException:
+            run.kill()
+            raise
+        rc = run.finish(90)
+        assert rc == 0, run.messages() + [run.stderr()]
+        assert run.evicted() == ["work/orphan", f"{testdriver.NAMESPACE}/{driver_pod}"], run.evicted()
+        wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+    assert run.kubelet_offset_at_driver_eviction is not None
+    assert_driver_last([run], logs, node, offset, [uid], not_registered_from=run.kubelet_offset_at_driver_eviction)
+
+
+def test_drain_one_at_a_time_killed_and_rerun_continues_and_uncordon_keeps_an_earlier_cordon(drain_scene):
+    """The node cordoned before; a drain waits for a consumer whose unprepare fails: a second drain
+    exits 1 naming the first (holder annotation), `uncordon` refuses (exit 1) while it runs; the
+    first is killed (SIGKILL) mid-drain; with the failure removed a rerun takes the node over and
+    exits 0 (driver last); `uncordon` then leaves the node cordoned, as it was before."""
+    cp, node = drain_scene.cp, drain_scene.node
+    claim, uid = start_consumer(cp, "slow")
+    cp.kubectl("admin", "cordon", node.name)
+    offset = len(node.kubelet_log_text())
+    testdriver.UNPREPARE_FAIL_FILE.touch()
+    with DriverLogs() as logs:
+        first = DrainRun(drain_scene, "--evict-drivers", "--timeout", "120s")
+        try:
+            first.wait_event("the first drain's eviction", lambda e: e["event"] == "evict", timeout=30)
+            holder = get_json(cp, "node", node.name)["metadata"]["annotations"][HOLDER]
+            assert holder.endswith(f"/{first.proc.pid}"), holder
+            second = drain(drain_scene, "--evict-drivers", "--timeout", "5s", timeout=30)
+            assert second.proc.returncode == 1 and f"being drained by {holder}" in second.stopped(), second.messages()
+            assert uncordon(drain_scene).returncode == 1
+            annotations = get_json(cp, "node", node.name)["metadata"]["annotations"]
+            assert set(AUTOSCALER_ANNOTATIONS) <= set(annotations), annotations
+        finally:
+            first.kill()
+        testdriver.UNPREPARE_FAIL_FILE.unlink()
+        rerun = drain(drain_scene, "--evict-drivers", "--timeout", "60s")
+        assert rerun.proc.returncode == 0, rerun.messages() + [rerun.stderr()]
+        assert any(f"taking the node over from {holder}" in m for m in rerun.messages()), rerun.messages()
+        assert [e for e in rerun.events if e["event"] == "evict"][-1]["pod"].startswith(f"{testdriver.NAMESPACE}/")
+        wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+    assert_driver_last([first, second, rerun], logs, node, offset, [uid])
+    out = uncordon(drain_scene)
+    assert out.returncode == 0 and "left cordoned (it was before the drain)" in out.stdout, out.stdout + out.stderr
+    after = get_json(cp, "node", node.name)
+    assert after["spec"].get("unschedulable") is True
+    assert not {HOLDER, *AUTOSCALER_ANNOTATIONS} & set(after["metadata"].get("annotations") or {})
+
+
+def uncordon(real_node):
+    import subprocess
+    import sys
+
+    argv = [
+        sys.executable,
+        "-m",
+        "webhook.cli",
+        "uncordon",
+        real_node.node.name,
+        "--kubeconfig",
+        str(real_node.cp.kubeconfig("admin")),
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def test_drain_dry_runs_change_nothing_and_the_server_one_reports_dra_guards_refusal_of_the_driver(drain_scene):
+    """--dry-run=client prints the plan (cordon, the consumer, the release wait, the driver last)
+    and changes nothing; --dry-run=server sends the cordon and the evictions with dryRun=All: the
+    consumer's is accepted, the driver's refused by dra-guard's real webhook (its claim is held),
+    and nothing changes either. (That the client run writes nothing at all is read in the audit log
+    on a fake node, test_drain.py: the real node's control plane keeps none.)"""
+    cp, node = drain_scene.cp, drain_scene.node
+    claim, uid = start_consumer(cp, "planned")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    with DriverLogs() as logs:
+        client = drain(drain_scene, "--evict-drivers", "--dry-run=client", timeout=60)
+        assert client.proc.returncode == 0, client.messages() + [client.stderr()]
+        text = "\n".join(client.messages())
+        assert "would cordon the node" in text and "would evict work/planned" in text, text
+        assert f"would wait until driver {testdriver.DRIVER} is not needed (work/{claim} -> work/planned" in text, text
+        assert f"then evict {testdriver.NAMESPACE}/{driver_pod}" in text, text
+
+        server = drain(drain_scene, "--evict-drivers", "--dry-run=server", timeout=60)
+        assert server.proc.returncode == 0, server.messages() + [server.stderr()]
+        text = "\n".join(server.messages())
+        assert "cordon accepted (dry run)" in text and "eviction of pod work/planned accepted (dry run)" in text, text
+        assert f"eviction of driver pod {testdriver.NAMESPACE}/{driver_pod} refused now (429): " in text, text
+        assert GUARD_REFUSAL in text and f"work/{claim}" in text, text
+    n = get_json(cp, "node", node.name)
+    assert not n["spec"].get("unschedulable") and not n["spec"].get("taints")
+    assert not {HOLDER, STATE} & set(n["metadata"].get("annotations") or {})
+    pod = get_json(cp, "pod", "-n", "work", "planned")
+    assert pod and not pod["metadata"].get("deletionTimestamp") and testdriver.cdi_file(uid).exists()
+    assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
+    assert_driver_last([client, server], logs, node, offset)
+
+
+def test_drain_of_a_node_sharing_a_claim_with_a_simulated_second_node_finishes_when_its_own_pod_is_gone(drain_scene):
+    """Devices reachable from two nodes: a ResourceSlice of the test driver with a nodeSelector (a
+    rack label on the real node and on a second, simulated node the test plays kubelet for), one
+    claim on it allocated by the real scheduler and reserved by a pod on each node. `drain
+    --evict-drivers` of the real node exits 0 once its own pod is gone and the real kubelet had the
+    driver unprepare the claim there, while the pod on the other node keeps the claim reserved
+    ("unreserved everywhere" would never come); the driver goes last."""
+    from tests.e2e.cluster import fake_node
+    from tests.e2e.fakekubelet import NO_KUBELET, FakeKubelet
+
+    cp, node = drain_scene.cp, drain_scene.node
+    other, rack = f"{node.name}-simulated", {"e2e.dra-guard.test/rack": "r1"}
+    # the simulated node keeps the driver's DaemonSet away (its pods would only be played there)
+    simulated = fake_node(other, labels=rack)
+    simulated["spec"] = {"taints": [{"key": "e2e.dra-guard.test/simulated", "value": "true", "effect": "NoSchedule"}]}
+    cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=simulated, timeout=10).raise_for_status()
+    cp.kubectl("admin", "label", "node", node.name, "e2e.dra-guard.test/rack=r1", "--overwrite")
+    shared_slice = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "e2e-rack-r1"},
+        "spec": {
+            "driver": testdriver.DRIVER,
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": k, "operator": "In", "values": [v]} for k, v in rack.items()]}
+                ]
+            },
+            "pool": {"name": "rack-r1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "fabric-0", "attributes": {"kind": {"string": "fabric"}}}],
+        },
+    }
+    selector = f'device.attributes["{testdriver.DRIVER}"].kind == "fabric"'
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "fabric", "namespace": "work"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "fabric",
+                        "exactly": {"deviceClassName": testdriver.DEVICE_CLASS, "selectors": [{"cel": {"expression": selector}}]},
+                    }
+                ]
+            }
+        },
+    }
+
+    def user(name, on, tolerations=()):
+        pod = testdriver.consumer_objects(name)[2]
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "fabric"}]
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": on}
+        if tolerations:
+            pod["spec"]["tolerations"] = list(tolerations)
+        return pod
+
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    try:
+        with FakeKubelet(cp, other), DriverLogs() as logs:
+            testdriver.apply(cp, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "work"}}, shared_slice, claim])
+            away = [*NO_KUBELET, {"key": "e2e.dra-guard.test/simulated", "operator": "Exists"}]
+            testdriver.apply(cp, [user("here", node.name), user("there", other, away)])
+            reserved = wait_for(
+                "both pods reserving the claim, the one here Running",
+                lambda: (
+                    (c := get_json(cp, "resourceclaim", "-n", "work", "fabric"))
+                    and len((c.get("status") or {}).get("reservedFor") or []) == 2
+                    and (get_json(cp, "pod", "-n", "work", "here") or {}).get("status", {}).get("phase") == "Running"
+                    and c
+                ),
+                timeout=60,
+            )
+            uid = reserved["metadata"]["uid"]
+            assert testdriver.cdi_file(uid).exists(), "the real node did not prepare the shared claim"
+            run = drain(drain_scene, "--evict-drivers", "--timeout", "60s")
+            assert run.proc.returncode == 0, run.messages() + [run.stderr()]
+            assert run.evicted() == ["work/here", f"{testdriver.NAMESPACE}/{driver_pod}"], run.evicted()
+            after = get_json(cp, "resourceclaim", "-n", "work", "fabric")["status"]["reservedFor"]
+            assert [r["name"] for r in after] == ["there"], after
+            wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+        assert_driver_last([run], logs, node, offset, [uid])
+    finally:
+        cp.kubectl("admin", "delete", "pod", "-n", "work", "there", "--grace-period=0", "--force", check=False)
+        cp.kubectl("admin", "delete", "resourceclaim", "-n", "work", "fabric", "--wait=false", check=False)
+        cp.kubectl("admin", "delete", "resourceslice", "e2e-rack-r1", check=False)
+        cp.kubectl("admin", "delete", "node", other, check=False)
+        cp.kubectl("admin", "label", "node", node.name, "e2e.dra-guard.test/rack-", check=False)

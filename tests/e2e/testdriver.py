@@ -10,7 +10,9 @@ ServiceAccount token (the control plane runs without the ServiceAccount admissio
 token volume is declared here). The image is node.DRIVER_IMAGE (``imagePullPolicy: Never``).
 
 The driver's own log lines (see tests/dradriver/main.go) are the evidence the tests read:
-``dradriver: prepared claim ...``, ``dradriver: unprepared claim ...``, ``dradriver: health ...``.
+``dradriver: prepared claim ...``, ``dradriver: unprepared claim ...``, ``dradriver: health ...``,
+``dradriver: unprepare of claim ... failed`` (while `UNPREPARE_FAIL_FILE` exists), ``dradriver:
+stopping`` (SIGTERM). `UNPREPARE_DELAY_FILE` makes each unprepare sleep first.
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ DEVICE_CLASS = "e2e-test-gpu"
 TOKEN_DIR = "/var/run/secrets/dra-test-driver"
 #: while this host file exists, the driver's health service answers NOT_SERVING (its plugin folder is mounted)
 UNHEALTHY_FILE = KUBELET_ROOT / "plugins" / DRIVER / "unhealthy"
+#: while this host file exists, every unprepare of the driver fails (the kubelet retries it and
+#: keeps the consumer Terminating); the driver logs "dradriver: unprepare of claim ... failed"
+UNPREPARE_FAIL_FILE = KUBELET_ROOT / "plugins" / DRIVER / "unprepare-fail"
+#: a host file holding a Go duration ("3s"): each unprepare call of the driver sleeps that long
+#: first (read at each call); absent: no delay
+UNPREPARE_DELAY_FILE = KUBELET_ROOT / "plugins" / DRIVER / "unprepare-delay"
 
 
 def cdi_file(claim_uid: str) -> pathlib.Path:
@@ -64,6 +72,8 @@ def driver_objects(
             f"--healthcheck-port={HEALTH_PORT}",
             "--kubeconfig=/etc/dradriver/kubeconfig",
             f"--unhealthy-file=/var/lib/kubelet/plugins/{DRIVER}/unhealthy",
+            f"--unprepare-fail-file=/var/lib/kubelet/plugins/{DRIVER}/unprepare-fail",
+            f"--unprepare-delay-file=/var/lib/kubelet/plugins/{DRIVER}/unprepare-delay",
             *args,
         ],
         "env": [

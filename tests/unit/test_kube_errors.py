@@ -30,3 +30,47 @@ def test_an_answer_that_is_not_json_says_so():
     except ValueError as exc:
         error = api_failure("list pods", "https://10.0.0.1:6443", exc)
     assert str(error).startswith("cannot list pods from https://10.0.0.1:6443: the answer is not JSON")
+
+
+def pdb_refusal() -> ApiException:
+    """The apiserver's answer to an eviction a PodDisruptionBudget refuses (k8s.io/kubernetes
+    pkg/registry/core/pod/storage/eviction.go: the budget's name only in details.causes)."""
+    exc = ApiException(status=429, reason="Too Many Requests")
+    exc.body = json.dumps(
+        {
+            "kind": "Status",
+            "status": "Failure",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "reason": "TooManyRequests",
+            "details": {
+                "causes": [
+                    {
+                        "reason": "DisruptionBudget",
+                        "message": "The disruption budget keep-one needs 1 healthy pods and has 1 currently",
+                    }
+                ]
+            },
+            "code": 429,
+        }
+    )
+    return exc
+
+
+def test_with_details_a_pdb_refusal_names_the_budget():
+    assert cause(pdb_refusal(), details=True) == (
+        "429 Too Many Requests (Cannot evict pod as it would violate the pod's disruption budget: "
+        "The disruption budget keep-one needs 1 healthy pods and has 1 currently)"
+    )
+    assert "keep-one" not in cause(pdb_refusal())  # the one-line default is unchanged
+
+
+def test_with_details_a_cause_already_in_the_message_is_not_repeated():
+    exc = ApiException(status=422, reason="Unprocessable Entity")
+    exc.body = json.dumps(
+        {
+            "kind": "Status",
+            "message": 'Pod "p" is invalid: spec.x: Required value',
+            "details": {"causes": [{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.x"}]},
+        }
+    )
+    assert cause(exc, details=True) == cause(exc) == '422 Unprocessable Entity (Pod "p" is invalid: spec.x: Required value)'

@@ -28,21 +28,24 @@ class ClusterError(RuntimeError):
         self.transient = transient
 
 
-def cause(exc: BaseException, *, timeout_seconds: float | None = None) -> str:
+def cause(exc: BaseException, *, timeout_seconds: float | None = None, details: bool = False) -> str:
     """Why an API request failed, in one line without the exception chain:
 
     "403 Forbidden (User "bob" cannot list ...)", "401 Unauthorized (...)" and "<status> <reason>
     (<the server's message>)" for an HTTP answer; "connection refused", "TLS verification failed
     (<what OpenSSL said>)", "no answer within <timeout_seconds> s", "cannot resolve <host>" for the
     network; "<type>: <text>" for anything else. timeout_seconds: the request's timeout, named in
-    the timeout's text when given.
+    the timeout's text when given. details: also the messages of the Status's details.causes that
+    its message does not contain (an eviction refused by a PodDisruptionBudget names the budget only
+    there: "429 Too Many Requests (Cannot evict pod as it would violate the pod's disruption budget:
+    The disruption budget keep-one needs 1 healthy pods and has 1 currently)").
     """
     from kubernetes.client.rest import ApiException
     from urllib3.exceptions import NewConnectionError, ProtocolError
     from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
     if isinstance(exc, ApiException):
-        return _http_cause(exc)
+        return _http_cause(exc, details=details)
     chain = list(_chain(exc))
 
     def first(*types: type[BaseException]) -> BaseException | None:
@@ -123,11 +126,14 @@ def calling(server: str, action: str, *, timeout_seconds: float | None = None) -
         raise api_failure(action, server, exc, timeout_seconds=timeout_seconds) from exc
 
 
-def _http_cause(exc: BaseException) -> str:
+def _http_cause(exc: BaseException, *, details: bool = False) -> str:
     status, reason = getattr(exc, "status", None), getattr(exc, "reason", None) or ""
     if not status:  # raised by the client itself (a missing parameter), not an answer
         return f"{reason or exc}".strip()
     message = _status_message(getattr(exc, "body", None))
+    extra = [c for c in _status_causes(getattr(exc, "body", None)) if c not in message] if details else []
+    if extra:
+        message = f"{message.rstrip('.')}: {'; '.join(extra)}" if message else "; ".join(extra)
     if status == 403 and " is forbidden: " in message:
         message = message.split(" is forbidden: ", 1)[1]  # the resource is named by the action already
     if status == 401:
@@ -149,6 +155,21 @@ def _status_message(body: object) -> str:
         return " ".join(body.split())[:300]
     message = status.get("message") if isinstance(status, dict) else None
     return " ".join(str(message).split()) if message else ""
+
+
+def _status_causes(body: object) -> list[str]:
+    """The messages of a metav1.Status body's details.causes (each on one line); [] when none."""
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    try:
+        status = json.loads(body) if isinstance(body, str) else None
+    except ValueError:
+        return []
+    details = status.get("details") if isinstance(status, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(causes, list):
+        return []
+    return [" ".join(str(c["message"]).split()) for c in causes if isinstance(c, dict) and c.get("message")]
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

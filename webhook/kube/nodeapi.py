@@ -256,7 +256,7 @@ class NodeApi:
 
     def evict(self, namespace: str, name: str, *, grace_period: int, dry_run: bool) -> tuple[int, str]:
         """POST an Eviction (policy/v1) of pod namespace/name: (HTTP status, the refusal's message
-        ("" when evicted)). 201 evicted, 404 gone, 429 a PodDisruptionBudget or a webhook asking to
+        ("" when evicted; a PodDisruptionBudget's names the budget)). 201 evicted, 404 gone, 429 a PodDisruptionBudget or a webhook asking to
         retry, 500 a webhook that did not answer, other codes as the server gave them. Network
         failures raise ClusterError (transient: retried by the caller)."""
         count("create", "pods/eviction")
@@ -269,7 +269,8 @@ class NodeApi:
                 name, namespace, body, dry_run="All" if dry_run else None, _request_timeout=self.timeout
             )
         except ApiException as exc:
-            return exc.status or 0, cause(exc)
+            # details: a PodDisruptionBudget's refusal names the budget only in its causes
+            return exc.status or 0, cause(exc, details=True)
         except Exception as exc:
             raise api_failure(f"evict pod {namespace}/{name}", self.server, exc, timeout_seconds=self.timeout) from exc
         return 201, ""
