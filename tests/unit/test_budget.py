@@ -1,6 +1,7 @@
 """Every review answered within its budget through the Flask app (no network):
-size limits, selector values held as sets, the per-review deadline, lanes that keep threads for
-evictions, and the overload answer (eviction 429 retry, never an allow).
+size limits, selector values held as sets, the per-review deadline and the gate that decides it
+(webhook.serve.lanes: a short queue for evictions), and the overload answer (eviction 429 retry,
+never an allow).
 
 Times: CPU time of this thread where the claim is about work (robust on a shared 2-core machine),
 wall time only with generous bounds.

@@ -14,7 +14,6 @@ def front(threads: int = 8) -> Front:
         app=lambda environ, start_response: [],
         table=ConnectionTable(10),
         executors={"reviews": None, "first": None},  # type: ignore[dict-item]  # never used here
-        lane_of=lambda path: "reviews",
         lane_threads={"reviews": threads, "first": threads},
         gates={},
         max_request_bytes=1024,

@@ -49,7 +49,6 @@ from webhook.kube.client import api_client
 from webhook.kube.informer import watch_collector_pauses
 from webhook.kube.records import KubeLeases, LeaseRecords
 from webhook.kube.state import ClusterState
-from webhook.policies.registry import POLICIES
 from webhook.serve import front
 from webhook.serve.app import Readiness, create_app
 from webhook.serve.draining import DRAINING, at_exit
@@ -194,7 +193,6 @@ def front_settings(config: Config, context_for: Callable[[int], Any], *, gracefu
     server = config.server
     return front.FrontSettings(
         context_for=context_for,
-        first_paths=frozenset(p.path for p in POLICIES if p.first),
         gates=gates(config),
         threads=server.threads,
         max_connections=server.threads + front.KEEPALIVE_CONNECTIONS,

@@ -5,7 +5,10 @@ FrontWorker is a gunicorn worker on its documented extension point, gunicorn.wor
 (uvloop's) per worker accepts, does the TLS handshakes, reads requests with httptools and writes answers; the Flask
 app (WSGI) runs in threads, one executor per lane (LANES: the eviction guard's paths, the other
 admission paths, and the rest: probes and metrics, never queued behind reviews), so policy code
-never runs on the loop and a slow client costs a coroutine, not a thread.
+never runs on the loop and a slow client costs a coroutine, not a thread. The front judges
+nothing: whether an admission review may still be judged, and its answer when not, it asks the
+ReviewGate of the review's path it was given (webhook.serve.lanes.Gate, wired by the composition
+root); it imports no review logic (an import contract).
 
   listeners.py   accept loops, one SSLContext per listener, handshake timeout, kernel-wait drop
   connection.py  one coroutine per connection: timeouts, keep-alive, pipelining, JSON protocol errors
@@ -58,8 +61,7 @@ class FrontSettings:
     """What the composition root (webhook.serve.server) gives the front, before the fork.
 
     context_for: listener port -> the SSLContext for a connection accepted there now (called per
-    connection, in the worker: certificates are reloaded without a restart). first_paths: the
-    paths whose requests have the first executor (the eviction guard). gates: admission path ->
+    connection, in the worker: certificates are reloaded without a restart). gates: admission path ->
     what decides whether its review may still be judged and answers it if not (ReviewGate:
     webhook.serve.lanes.Gate). threads: the threads of each admission lane (server.threads): the
     eviction guard's and the other admission paths'. max_connections: the cap per worker. probe_port:
@@ -67,7 +69,6 @@ class FrontSettings:
     seconds, sizes in bytes."""
 
     context_for: Callable[[int], ssl.SSLContext]
-    first_paths: frozenset[str]
     gates: Mapping[str, ReviewGate]
     threads: int
     max_connections: int
@@ -88,16 +89,10 @@ def make_front(app: Any, s: FrontSettings, *, multiprocess: bool) -> Front:
         for name in LANES
     }
 
-    def lane_of(path: str) -> str:
-        if path in s.first_paths:
-            return "first"
-        return "reviews" if path in s.gates else "service"
-
     return Front(
         app=app,
         table=ConnectionTable(s.max_connections),
         executors=executors,
-        lane_of=lane_of,
         lane_threads=lane_threads,
         gates=s.gates,
         max_request_bytes=s.max_request_bytes,

@@ -199,7 +199,8 @@ class Connection(asyncio.Protocol):
         while True:
             if reader.requests:
                 request = reader.requests.popleft()
-                self.front.table.resume_paused()  # its bytes no longer count as incomplete
+                if self.front.table.paused:  # its bytes no longer count as incomplete
+                    self.front.table.resume_paused()
                 return request
             if reader.error is not None:
                 raise reader.error
@@ -223,8 +224,9 @@ class Connection(asyncio.Protocol):
         self._enter(State.BUSY)
         self.transport.pause_reading()  # a pipelined request waits in the kernel meanwhile
         path = request.target.partition(b"?")[0].decode("latin-1")  # the admission paths need no unquoting
-        lane = self.front.lane_of(path)
-        gate = self.front.gates.get(path) if request.method == b"POST" else None  # None: not an admission review
+        lane, gate = self.front.route(path)
+        if request.method != b"POST":
+            gate = None  # not an admission review: the app answers it (405)
         answer = self._refused(gate, lane, request.body) if gate is not None else None
         if answer is None:
             env = wsgi.environ(

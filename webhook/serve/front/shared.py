@@ -6,7 +6,7 @@ and the overload answer: webhook.serve.lanes.Gate, given through ReviewGate)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from typing import Protocol
 
@@ -25,6 +25,10 @@ OVERLOAD_HOLD = 1.0
 class ReviewGate(Protocol):
     """May a review of one admission path still be judged, and its overload answer if not: the
     front asks, it never decides (webhook.serve.lanes.Gate). A refusal is (cause, why)."""
+
+    @property
+    def first(self) -> bool:
+        """Whether its reviews have the "first" lane (the eviction guard's), else "reviews"."""
 
     @property
     def budget(self) -> float: ...
@@ -55,7 +59,6 @@ class Front:
         app: wsgi.WsgiApp,
         table: ConnectionTable,
         executors: Mapping[str, Executor],
-        lane_of: Callable[[str], str],
         lane_threads: Mapping[str, int],
         gates: Mapping[str, ReviewGate],
         max_request_bytes: int,
@@ -65,7 +68,6 @@ class Front:
         self.app = app
         self.table = table
         self.executors = executors
-        self.lane_of = lane_of
         self.threads = dict(lane_threads)  # lane -> its executor's threads
         self.queued = dict.fromkeys(executors, 0)  # reviews submitted to each lane and not finished
         self.pace = dict.fromkeys(executors, 0.0)  # seconds per review finished while others waited (moving average)
@@ -76,6 +78,14 @@ class Front:
         self.multiprocess = multiprocess
         self.closing = False  # draining: answer with Connection: close, take no new request
         self.shed_at = float("-inf")  # time.monotonic() of the last review shed, or of saturation
+
+    def route(self, path: str) -> tuple[str, ReviewGate | None]:
+        """(lane, gate) of a request for `path`: an admission path's gate and its lane ("first" for
+        the eviction guard's, else "reviews"); any other path ("service": probes, metrics), no gate."""
+        gate = self.gates.get(path)
+        if gate is None:
+            return "service", None
+        return ("first" if gate.first else "reviews"), gate
 
     def expected_wait(self, lane: str) -> float:
         """Seconds a review submitted to `lane` now would wait before its turn: the reviews queued
