@@ -206,7 +206,7 @@ def test_large_reviews_are_judged_one_at_a_time_and_small_ones_never_wait_for_th
 
 # ------------------------------------------------------------------ the gate: may a review still be judged
 def gate(path: str, **server) -> lanes.Gate:
-    return lanes.gates(from_mapping({"server": {"reviewDeadlineSeconds": 1.0, **server}}))[path]
+    return lanes.gates(from_mapping({"server": {"reviewDeadlineSeconds": 1.0} | server}))[path]
 
 
 def test_a_review_is_taken_while_what_is_queued_before_it_ends_by_its_deadline():
@@ -244,10 +244,17 @@ def test_evictions_queue_at_most_a_few_per_thread_then_get_429_at_once():
 def test_a_judgment_that_ends_past_its_deadline_is_not_the_answer():
     """Gate.judge judges in the calling thread; a decision reached after the deadline raises
     NotJudged (the front has answered the review at its deadline already)."""
-    g = gate("/validate/evictions")
+    g = gate("/validate/evictions", reviewDeadlineSeconds=0.1)
     assert g.judge(lambda r: "decision", {}, time.monotonic()) == "decision"
     with pytest.raises(admission.NotJudged, match="not judged within server.reviewDeadlineSeconds"):
-        g.judge(lambda r: "decision", {}, time.monotonic() - 1.0)
+        g.judge(lambda r: time.sleep(0.2), {}, time.monotonic())
+
+
+def test_work_whose_deadline_passed_before_its_judgment_began_is_not_run():
+    ran = []
+    with pytest.raises(admission.NotJudged, match="not judged within server.reviewDeadlineSeconds"):
+        gate("/validate/evictions").judge(ran.append, {}, time.monotonic() - 1.0)
+    assert ran == []
 
 
 def test_server_reserved_threads_is_refused_at_start_up_with_what_became_of_it():

@@ -117,12 +117,15 @@ class Gate:
         return data
 
     def judge(self, evaluate: Callable[[Mapping[str, Any]], Decision], request: Mapping[str, Any], arrival: float) -> Decision:
-        """evaluate(request) in the calling thread. Raises NotJudged (cause "deadline") when the
-        judgment ended past the deadline: the front answered the review then, and this decision is
+        """evaluate(request) in the calling thread. Raises NotJudged (cause "deadline") without
+        evaluating when the deadline has passed already (reading and parsing the body took it), and
+        when the judgment ended past it: the front answered the review then, and this decision is
         not the one sent."""
+        cause, why = self.at_deadline
+        if time.monotonic() - arrival >= self.budget:
+            raise NotJudged(why, cause=cause)
         decision = evaluate(request)
         if time.monotonic() - arrival >= self.budget:
-            cause, why = self.at_deadline
             raise NotJudged(why, cause=cause)
         return decision
 
