@@ -229,16 +229,29 @@ class Server:
         """CPU seconds of the worker and the master so far."""
         return cpu_seconds(self.worker) + cpu_seconds(self.master)
 
+    def metrics_text(self) -> str:
+        """GET /metrics on a new connection, again while it is reset: a worker overloaded within
+        the last second resets new connections to the webhook port (webhook.serve.front.listeners)."""
+        import requests
+
+        for attempt in range(20):
+            try:
+                with requests.Session() as sess:
+                    sess.trust_env = False
+                    return sess.get(self.url + "/metrics", verify=str(self.ca_file), timeout=10).text
+            except requests.ConnectionError:
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
+        raise AssertionError("unreachable")
+
     def gc_pauses(self) -> tuple[float, float, float]:
         """The worker's cyclic garbage collections so far: (count, seconds in all, count over 5 ms),
         from dra_guard_gc_pause_seconds on /metrics; zeros when the server does not expose it."""
-        import requests
 
         from tests.scrape import metric
 
-        with requests.Session() as sess:
-            sess.trust_env = False
-            text = sess.get(self.url + "/metrics", verify=str(self.ca_file), timeout=10).text
+        text = self.metrics_text()
         count = metric(text, "dra_guard_gc_pause_seconds_count", default=0.0)
         within = metric(text, 'dra_guard_gc_pause_seconds_bucket{le="0.005"}', default=0.0)
         return count, metric(text, "dra_guard_gc_pause_seconds_sum", default=0.0), count - within
@@ -246,11 +259,8 @@ class Server:
     def gc_collections(self) -> dict[str, float]:
         """The worker's garbage collections so far by generation (python_gc_collections_total,
         prometheus-client's default collector, from /metrics)."""
-        import requests
 
-        with requests.Session() as sess:
-            sess.trust_env = False
-            text = sess.get(self.url + "/metrics", verify=str(self.ca_file), timeout=10).text
+        text = self.metrics_text()
         out = {}
         for line in text.splitlines():
             if line.startswith("python_gc_collections_total{"):
