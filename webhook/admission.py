@@ -105,7 +105,7 @@ def overload_answer(
 ) -> dict[str, Any]:
     """The AdmissionReview answer (apiVersion, kind, response with the request's uid) for a review
     not judged, as not_judged() fills it; counted in dra_guard_reviews_not_judged_total unless
-    `counted` is False (whoever still judges it counts it: webhook.serve.lanes.Lane.judge)."""
+    `counted` is False (whoever still judges it counts it: webhook.serve.lanes.Gate.judge)."""
     response: dict[str, Any] = {"uid": review["request"]["uid"], "allowed": True}
     not_judged(response, policy=policy, settings=settings, first=first, why=why)
     if counted:

@@ -9,6 +9,9 @@ connections it comes on."""
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
+import threading
 import time
 
 import pytest
@@ -21,6 +24,7 @@ from tests.serve import DraGuardProcess
 from webhook.config import from_mapping
 from webhook.config.process import ServerConfig
 from webhook.kube.state import ClusterState
+from webhook.policies.decision import ALLOW
 from webhook.serve import app as app_module
 from webhook.serve.front.shared import OVERLOAD_HOLD
 
@@ -174,3 +178,47 @@ def test_at_the_connection_limit_with_the_connections_busy_new_ones_are_reset_no
     assert outcomes == {"new connection reset": 3}, dict(outcomes)
     refused = (REGISTRY.get_sample_value("dra_guard_connections_refused_total") or 0.0) - refused_before
     assert refused >= 3, refused
+
+
+def test_heavy_rbac_reviews_never_hold_the_threads_kept_for_evictions(tmp_path, monkeypatch):
+    """Evictions have a lane of their own (server.threads threads): with every thread of the RBAC
+    and DaemonSet lane held by an RBAC judgment and more RBAC reviews queued behind them, an
+    eviction is judged at once, by the eviction guard, while they are still held; the RBAC reviews
+    queued are not refused (their deadline is far: a burst that can be judged in time is taken
+    whole) and each is answered by its own judgment once released. The real front in this process,
+    the RBAC judgments held until the test releases them (a busy lane at any speed of the machine)."""
+    threads, queued = 2, 2
+    holding, release = threading.Semaphore(0), threading.Event()
+
+    def held_rbac(request, facts, config):
+        holding.release()
+        release.wait(30)
+        return ALLOW
+
+    monkeypatch.setattr(
+        app_module,
+        "POLICIES",
+        tuple(dataclasses.replace(p, review=held_rbac) if p.name == "rbac" else p for p in app_module.POLICIES),
+    )
+    config = from_mapping({"server": {"threads": threads, "reviewDeadlineSeconds": 29}})
+    app = app_module.create_app(config=config, cluster=ClusterState(None))
+    with serving(app, config, tmp_path) as served:
+        rbac = [connect(served, timeout=30) for _ in range(threads + queued)]
+        try:
+            for i, tls in enumerate(rbac):
+                tls.sendall(rbac_review_bytes(f"rbac-{i}"))
+            for _ in range(threads):  # every thread of the lane holds a judgment
+                assert holding.acquire(timeout=10)
+            with contextlib.closing(connect(served, timeout=10)) as tls:
+                tls.sendall(review_bytes("eviction-1"))
+                eviction = answer(tls)["response"]
+            assert not release.is_set()
+            # judged by the eviction guard (not a driver pod: allowed), not the overload answer
+            assert eviction == {"uid": "eviction-1", "allowed": True}, eviction
+            release.set()
+            answers = [answer(tls)["response"] for tls in rbac]
+        finally:
+            release.set()
+            for tls in rbac:
+                tls.close()
+    assert answers == [{"uid": f"rbac-{i}", "allowed": True} for i in range(threads + queued)], answers

@@ -391,7 +391,7 @@ def test_a_reviews_deadline_counts_from_its_first_byte_however_slowly_the_rest_c
     """A review's deadline (server.reviewDeadlineSeconds) runs from its first byte: one whose bytes
     took longer than that to arrive gets the overload answer unjudged (eviction: 429, retry), and the
     same review sent at once is judged. The front hands the arrival to the app in the WSGI environ
-    (webhook.serve.lanes.ARRIVAL); without it the app would count from when it was called."""
+    (webhook.serve.front.wsgi.ARRIVAL); without it the app would count from when it was called."""
     from tests.serve import DraGuardProcess
 
     proc = DraGuardProcess(tmp_path, "--no-cluster", config="server:\n  reviewDeadlineSeconds: 1\n")

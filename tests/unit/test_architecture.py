@@ -17,13 +17,9 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 MAX_STATEMENTS = 280
 #: lines per function in webhook/policies/ (its docstring not counted): a rule reads on one screen
 MAX_POLICY_FUNCTION_LINES = 80
-#: "module.function" over MAX_POLICY_FUNCTION_LINES today, each to be split into named steps (scope,
-#: rule, wording) as rbac.review is; remove an entry once it fits
-POLICY_FUNCTIONS_OVER_THE_LIMIT: frozenset[str] = frozenset(
-    {
-        "eviction.review",  # to be split
-    }
-)
+#: "module.function" over MAX_POLICY_FUNCTION_LINES, each to be split into named steps (scope, rule,
+#: wording) as rbac.review is; none today: a new one fails the size rule
+POLICY_FUNCTIONS_OVER_THE_LIMIT: frozenset[str] = frozenset()
 
 
 def python_files(folder: str) -> list[pathlib.Path]:

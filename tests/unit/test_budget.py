@@ -1,6 +1,7 @@
 """Every review answered within its budget through the Flask app (no network):
-size limits, selector values held as sets, the per-review deadline, lanes that keep threads for
-evictions, and the overload answer (eviction 429 retry, never an allow).
+size limits, selector values held as sets, the per-review deadline and the gate that decides it
+(webhook.serve.lanes: a short queue for evictions), and the overload answer (eviction 429 retry,
+never an allow).
 
 Times: CPU time of this thread where the claim is about work (robust on a shared 2-core machine),
 wall time only with generous bounds.
@@ -18,11 +19,12 @@ import pytest
 
 from tests.builders import binding, cluster_role, driver_daemonset, eviction_request, review, rule, subject
 from webhook import admission
-from webhook.config import from_mapping
+from webhook.config import ConfigError, from_mapping
 from webhook.kube.state import ClusterState
 from webhook.serve import app as app_module
 from webhook.serve import lanes
 from webhook.serve.app import create_app
+from webhook.serve.front.wsgi import ARRIVAL
 
 VALUES = 500_000
 
@@ -202,64 +204,31 @@ def test_large_reviews_are_judged_one_at_a_time_and_small_ones_never_wait_for_th
     assert small["allowed"] is True, small  # judged (the slow stand-in allows), not shed
 
 
-# ------------------------------------------------------------------ lanes: evictions first, overload shed fast
-def test_heavy_rbac_reviews_never_hold_the_threads_kept_for_evictions(monkeypatch):
-    """threads 4, reservedThreads 2: two RBAC reviews in flight fill their lane; a third is answered
-    "overloaded" at once (not queued), and an eviction is judged meanwhile."""
-    gate = threading.Event()
-    slow_policies(monkeypatch, 10.0, gate=gate)
-    app = create_app(
-        config=from_mapping({"server": {"threads": 4, "reservedThreads": 2, "reviewDeadlineSeconds": 10}}),
-        cluster=ClusterState(None),
-    )
-    rbac_body = review(binding("b", "r0", [subject("Group", "g")]))
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        held = [pool.submit(post, app.test_client(), rbac_body) for _ in range(2)]
-        deadline = time.monotonic() + 5
-        while app_module_lane_free(app) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        try:
-            started = time.monotonic()
-            shed = post(app.test_client(), rbac_body).get_json()["response"]
-            shed_seconds = time.monotonic() - started
-            eviction = post(
-                app.test_client(),
-                {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")},
-                "/validate/evictions",
-            ).get_json()
-        finally:
-            gate.set()
-        assert all(f.result().get_json()["response"]["allowed"] for f in held)
-    assert shed["allowed"] is False and shed["status"]["code"] == 503 and "overloaded" in shed["status"]["message"]
-    assert shed["uid"] == rbac_body["request"]["uid"]
-    assert shed_seconds < 2.0, shed_seconds  # ENTER_WAIT (0.1 s), not the 10 s the held reviews take
-    # judged by the eviction guard itself (no cache: "cannot tell yet"), not "overloaded"
-    assert eviction["response"]["uid"] == "u"
-    assert "did not judge" not in json.dumps(eviction), eviction
+# ------------------------------------------------------------------ the gate: may a review still be judged
+def gate(path: str, **server) -> lanes.Gate:
+    return lanes.gates(from_mapping({"server": {"reviewDeadlineSeconds": 1.0} | server}))[path]
 
 
-def app_module_lane_free(app) -> bool:
-    """Whether the RBAC lane of `app` still has a free slot (peeks at the semaphore's counter)."""
-    view = app.view_functions["review_rbac"]
-    lane = view.lane
-    assert isinstance(lane, lanes.Lane)
-    return lane._free._value > 0
+def test_a_review_is_taken_while_what_is_queued_before_it_ends_by_its_deadline():
+    """Gate.refusal (the front asks it on arrival, with its lane's queue and pace): None while the
+    expected wait is shorter than what is left of the deadline; else the overload answer's cause and
+    why; past its deadline, "deadline" whatever the queue."""
+    rbac = gate("/validate/rbac")
+    assert rbac.refusal(arrival=0.0, now=0.2, wait=0.7, queued=300, threads=8) is None  # a burst taken whole
+    cause, why = rbac.refusal(arrival=0.0, now=0.2, wait=0.8, queued=300, threads=8)
+    assert cause == "overload" and "300 reviews before it" in why and "server.reviewDeadlineSeconds" in why
+    assert rbac.refusal(arrival=0.0, now=1.0)[0] == "deadline"
 
 
-def test_an_overloaded_eviction_is_answered_429():
-    lane = lanes.Lane("first", 1)
-    assert lane.enter(time.monotonic() + 1)
-    started = time.monotonic()
-    assert not lane.enter(time.monotonic() + 1)
-    assert time.monotonic() - started < 1.0
-    settings = from_mapping(None).policy("eviction")
-    answer = admission.overload_answer(
-        {"apiVersion": "admission.k8s.io/v1", "request": {"uid": "x"}},
-        policy="eviction",
-        settings=settings,
-        first=True,
-        why="overloaded",
-    )
+def test_evictions_queue_at_most_a_few_per_thread_then_get_429_at_once():
+    """The eviction guard (Policy.first) is refused early, before its deadline is at risk: a short
+    queue turns the apiserver's connections over fast (drains retry a 429); the other policies are not."""
+    eviction, rbac = gate("/validate/evictions"), gate("/validate/rbac")
+    limit = lanes.SHORT_QUEUE_PER_THREAD * 2
+    assert eviction.refusal(arrival=0.0, now=0.0, queued=limit - 1, threads=2) is None
+    assert eviction.refusal(arrival=0.0, now=0.0, queued=limit, threads=2)[0] == "overload"
+    assert rbac.refusal(arrival=0.0, now=0.0, queued=limit, threads=2) is None
+    answer = eviction.answer({"apiVersion": "admission.k8s.io/v1", "request": {"uid": "x"}}, ("overload", "overloaded"))
     assert answer["response"] == {
         "uid": "x",
         "allowed": False,
@@ -272,22 +241,27 @@ def test_an_overloaded_eviction_is_answered_429():
     }
 
 
-def test_work_whose_deadline_passed_while_queued_is_dropped_not_run():
-    lane = lanes.Lane("x", 1)
+def test_a_judgment_that_ends_past_its_deadline_is_not_the_answer():
+    """Gate.judge judges in the calling thread; a decision reached after the deadline raises
+    NotJudged (the front has answered the review at its deadline already)."""
+    g = gate("/validate/evictions", reviewDeadlineSeconds=0.1)
+    assert g.judge(lambda r: "decision", {}, time.monotonic()) == "decision"
+    with pytest.raises(admission.NotJudged, match="not judged within server.reviewDeadlineSeconds"):
+        g.judge(lambda r: time.sleep(0.2), {}, time.monotonic())
+
+
+def test_work_whose_deadline_passed_before_its_judgment_began_is_not_run():
     ran = []
-    with pytest.raises(admission.NotJudged, match="deadline"):
-        lane.judge(lambda r: ran.append(r), {}, time.monotonic() - 1)
-    time.sleep(0.05)
+    with pytest.raises(admission.NotJudged, match="not judged within server.reviewDeadlineSeconds"):
+        gate("/validate/evictions").judge(ran.append, {}, time.monotonic() - 1.0)
     assert ran == []
 
 
-def test_a_judgment_that_ends_past_its_deadline_is_not_the_answer():
-    """Lane.judge judges in the calling thread; a decision reached after the deadline raises
-    NotJudged (the front has answered the review at its deadline already)."""
-    lane = lanes.Lane("x", 1)
-    assert lane.judge(lambda r: "decision", {}, time.monotonic() + 5) == "decision"
-    with pytest.raises(admission.NotJudged, match="not judged within server.reviewDeadlineSeconds"):
-        lane.judge(lambda r: time.sleep(0.2), {}, time.monotonic() + 0.1)
+def test_server_reserved_threads_is_refused_at_start_up_with_what_became_of_it():
+    """Evictions have threads of their own (the front's eviction lane): server.reservedThreads kept
+    nothing, and a config that still sets it stops start-up naming it, never silently ignored."""
+    with pytest.raises(ConfigError, match=r"server.reservedThreads: no longer a setting: .*remove it"):
+        from_mapping({"server": {"threads": 4, "reservedThreads": 2}})
 
 
 def test_peek_finds_uid_and_version_as_the_apiserver_writes_them_and_defers_otherwise():
@@ -312,7 +286,7 @@ def test_a_review_that_arrives_past_its_deadline_is_answered_at_once_without_bei
 
     monkeypatch.setattr(app_module, "POLICIES", tuple(dataclasses.replace(p, review=policy) for p in app_module.POLICIES))
     c = client(server={"reviewDeadlineSeconds": 1})
-    c.environ_base[lanes.ARRIVAL] = time.monotonic() - 2  # as the front passes a request queued 2 s ago
+    c.environ_base[ARRIVAL] = time.monotonic() - 2  # as the front passes a request queued 2 s ago
     body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")}
     resp = post(c, body, "/validate/evictions").get_json()["response"]
     rbac = post(c, review(binding("b", "r0", [subject("Group", "g")]))).get_json()["response"]
@@ -322,7 +296,7 @@ def test_a_review_that_arrives_past_its_deadline_is_answered_at_once_without_bei
 
 
 def test_the_arrival_in_the_wsgi_environ_starts_the_reviews_deadline(monkeypatch):
-    """The front passes a request's arrival as the WSGI environ key lanes.ARRIVAL (no
+    """The front passes a request's arrival as the WSGI environ key ARRIVAL (no
     thread-local): a review that arrived 2 s before its deadline of 1 s gets the overload answer
     unjudged; the same review arriving now is judged."""
     judged = []
@@ -336,21 +310,21 @@ def test_the_arrival_in_the_wsgi_environ_starts_the_reviews_deadline(monkeypatch
     c = client(server={"reviewDeadlineSeconds": 1})
     body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": eviction_request("p")})
     late = c.post(
-        "/validate/evictions", data=body, content_type="application/json", environ_base={lanes.ARRIVAL: time.monotonic() - 2}
+        "/validate/evictions", data=body, content_type="application/json", environ_base={ARRIVAL: time.monotonic() - 2}
     ).get_json()["response"]
     assert late["allowed"] is False and late["status"]["code"] == 429 and judged == []
     fresh = c.post(
-        "/validate/evictions", data=body, content_type="application/json", environ_base={lanes.ARRIVAL: time.monotonic()}
+        "/validate/evictions", data=body, content_type="application/json", environ_base={ARRIVAL: time.monotonic()}
     ).get_json()["response"]
     assert fresh["allowed"] is True and len(judged) == 1
 
 
 def test_the_fronts_overload_answer_is_made_from_the_bodys_head_without_the_app():
-    """lanes.shedders: the answer the event-loop front gives on its loop to a review past its
-    deadline or whose lane is full: the policy's failure mode (eviction 429 retry, RBAC 503) for
+    """lanes.gates: the answer the event-loop front gives on its loop to a review past its
+    deadline or refused on arrival: the policy's failure mode (eviction 429 retry, RBAC 503) for
     the request's uid, read from the head of a body as the apiserver writes it; None for a body
     that does not start that way (the app answers it, e.g. with a 400)."""
-    shed = lanes.shedders(from_mapping({"server": {"reviewDeadlineSeconds": 1.5}}))
+    shed = lanes.gates(from_mapping({"server": {"reviewDeadlineSeconds": 1.5}}))
     eviction, rbac = shed["/validate/evictions"], shed["/validate/rbac"]
     assert eviction.budget == 1.5 and eviction.budget_key == "server.reviewDeadlineSeconds"
     body = json.dumps(
@@ -360,10 +334,9 @@ def test_the_fronts_overload_answer_is_made_from_the_bodys_head_without_the_app(
             "request": {"uid": "u-1", **{k: v for k, v in eviction_request("p").items() if k != "uid"}},
         }
     ).encode()
-    answer = json.loads(eviction.answer(body, arrival=time.monotonic(), cause="overload", why="overloaded: test"))
+    answer = json.loads(eviction.answer_bytes(body, ("overload", "overloaded: test"), arrival=time.monotonic()))
     assert answer["response"]["uid"] == "u-1" and answer["response"]["allowed"] is False
     assert answer["response"]["status"]["code"] == 429
-    assert json.loads(rbac.answer(body, arrival=time.monotonic(), cause="deadline", why="w"))["response"]["status"]["code"] == 503
-    assert (
-        eviction.answer(b'{"request": {"uid": "x"}, "kind": "AdmissionReview"}', arrival=0.0, cause="overload", why="w") is None
-    )
+    assert json.loads(rbac.answer_bytes(body, ("deadline", "w"), arrival=time.monotonic()))["response"]["status"]["code"] == 503
+    odd = b'{"request": {"uid": "x"}, "kind": "AdmissionReview"}'
+    assert eviction.answer_bytes(odd, ("overload", "w"), arrival=0.0) is None

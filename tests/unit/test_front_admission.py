@@ -1,4 +1,4 @@
-"""Admission by expected wait in the event-loop front (webhook.serve.front.connection.Front): a
+"""Admission by expected wait in the event-loop front (webhook.serve.front.shared.Front): a
 review is taken into its lane only when the reviews before it should be done by its deadline.
 Pure logic: the times are given, no clock is read, no server runs (tests/http/test_overload.py
 has the same rule on the wire)."""
@@ -14,9 +14,8 @@ def front(threads: int = 8) -> Front:
         app=lambda environ, start_response: [],
         table=ConnectionTable(10),
         executors={"reviews": None, "first": None},  # type: ignore[dict-item]  # never used here
-        lane_of=lambda path: "reviews",
         lane_threads={"reviews": threads, "first": threads},
-        shedders={},
+        gates={},
         max_request_bytes=1024,
         drop_after=10.0,
         multiprocess=False,

@@ -126,7 +126,6 @@ Example (all defaults shown)::
       shutdownDelaySeconds: 5     # on SIGTERM: /readyz says no, keep serving this long, then drain
       reviewDeadlineSeconds: 2.5  # every review answered within this (else the overload answer; eviction: 429)
       dropAfterSeconds: 3         # requests queued longer are dropped: the apiserver gave up on them
-      reservedThreads: 2          # threads RBAC and DaemonSet reviews never hold (evictions first)
       clientCAFile: ""            # set: only clients with a certificate of these CAs (the apiserver) are served
       probePort: 0                # a port without client certificates for probes and /metrics (0: off)
       limits:                     # beyond these a review is not judged: its failure mode answers

@@ -31,6 +31,13 @@ from webhook.config.subjects import (
 )
 from webhook.config.types import DNS_LABEL, DNS_SUBDOMAIN, HEADER_KEYS, Config, RbacConfig
 
+#: dotted key -> why it is no longer a setting: a config that still sets it stops start-up with this
+#: (never silently ignored: whoever set it expects something of it)
+REMOVED_KEYS = {
+    "server.reservedThreads": "evictions have server.threads threads of their own, which RBAC and DaemonSet "
+    "reviews never hold (they have as many of their own), so nothing is left to reserve",
+}
+
 
 class _Reader:
     """Walks a mapping, taking typed keys and reporting unknown ones with their dotted path."""
@@ -85,9 +92,13 @@ class _Reader:
         return _Reader(self.data.get(name), self.key(name), self.errors)
 
     def done(self) -> None:
-        """Record every key of the mapping that was not read, each with the closest known key."""
+        """Record every key of the mapping that was not read, each with the closest known key, or
+        what became of it when it was a setting once (REMOVED_KEYS)."""
         known = sorted(self.seen)
         for name in sorted(str(k) for k in self.data if k not in self.seen):
+            if self.key(name) in REMOVED_KEYS:
+                self.errors.append(f"{self.key(name)}: no longer a setting: {REMOVED_KEYS[self.key(name)]}; remove it")
+                continue
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             self.errors.append(f"{self.key(name)}: unknown key{hint} (known here: {', '.join(known)})")

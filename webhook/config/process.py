@@ -173,7 +173,14 @@ class ServerConfig:
         default=1, metadata=key("workers", lo=1, hi=64, help="gunicorn processes; each keeps its own caches")
     )
     threads: int = dataclasses.field(
-        default=8, metadata=key("threads", lo=1, hi=256, help="threads per worker process that run the app and the policies")
+        default=8,
+        metadata=key(
+            "threads",
+            lo=1,
+            hi=256,
+            help="threads per admission lane of a worker process that run the app and the policies: the eviction "
+            "guard has this many of its own, RBAC and DaemonSet reviews share as many",
+        ),
     )
     shutdown_delay_seconds: int = dataclasses.field(
         default=5,
@@ -199,16 +206,6 @@ class ServerConfig:
             lo=0.1,
             hi=30,
             help="a request still queued after this many seconds is dropped unanswered: the apiserver's timeout has passed",
-        ),
-    )
-    reserved_threads: int = dataclasses.field(
-        default=2,
-        metadata=key(
-            "reservedThreads",
-            lo=1,
-            hi=255,
-            below="threads",
-            help="threads per worker that RBAC and DaemonSet reviews never hold: kept for evictions and probes",
         ),
     )
     client_ca_file: str = dataclasses.field(

@@ -79,6 +79,22 @@ def already_stopped(old: Mapping[str, Any]) -> bool:
     )
 
 
+def guarded(request: Mapping[str, Any], config: EvictionConfig) -> bool:
+    """Scope: whether the drain-order guard judges this request at all: a pods/eviction CREATE,
+    or, when config.guard_deletes, a pod DELETE that is neither the garbage collector's (the pods of
+    a deleted owner: removing the driver is its owner's deletion) nor of a pod already Terminating
+    or stopped (already_stopped)."""
+    if as_str(as_map(request.get("resource")).get("resource")) != "pods":
+        return False
+    operation, sub = as_str(request.get("operation")), as_str(request.get("subResource"))
+    if operation == "CREATE" and sub == "eviction":
+        return True
+    if operation != "DELETE" or sub or not config.guard_deletes:
+        return False
+    user = as_str(as_map(request.get("userInfo")).get("username"))
+    return user not in config.garbage_collector_users and not already_stopped(as_map(request.get("oldObject")))
+
+
 def review(
     request: Mapping[str, Any], *, index: ClaimIndex, config: EvictionConfig, synced: tuple[bool, str] = (True, "")
 ) -> Decision:
@@ -94,146 +110,183 @@ def review(
     template is a rolling update: allowed with a warning when a new pod will come back on the node
     (webhook.model.rollout), refused like anyone's DELETE when none will.
     """
-    operation = as_str(request.get("operation"))
-    sub = as_str(request.get("subResource"))
-    resource = as_str(as_map(request.get("resource")).get("resource"))
-    user = as_str(as_map(request.get("userInfo")).get("username"))
-    old = as_map(request.get("oldObject"))
-    if resource != "pods":
-        return ALLOW
-    if operation == "CREATE" and sub == "eviction":
-        pass
-    elif operation == "DELETE" and not sub and config.guard_deletes:
-        if user in config.garbage_collector_users:
-            return ALLOW  # the pods of a deleted owner: removing the driver is its owner's deletion
-        if already_stopped(old):
-            return ALLOW
-    else:
+    if not guarded(request, config):
         return ALLOW
     namespace, name = target(request)
     ok, why = synced
     if not ok:
-        return Decision(
-            findings=(
-                Finding(
-                    policy=POLICY,
-                    kind="Pod",
-                    namespace=namespace,
-                    name=name,
-                    code=429,
-                    reason="TooManyRequests",
-                    check="cache-not-ready",
-                    message=f"dra-guard cannot tell yet whether pod {namespace}/{name} is a DRA driver still needed on its "
-                    f"node ({why}); retry the eviction shortly.",
-                    summary=short(f"dra-guard: caches not ready ({why}); retry"),
-                ),
-            )
-        )
+        return not_ready(namespace, name, why)
     found = index.driver_of_pod(namespace, name)
     if found is None:
         return ALLOW
     pod, driver = found
     if not driver.protects:
-        return Decision(
-            warnings=(
-                short(
-                    f"dra-guard: pod not protected from eviction: {drivers.DRIVER_KEY} on "
-                    f"DaemonSet {pod.daemonset} is trusted only when its ServiceAccount may write "
-                    f"ResourceSlices or a drivers.selectors entry matches"
-                ),
-            )
-        )
+        return Decision(warnings=(unprotected_warning(pod),))
     if not pod.node:
         return ALLOW
     needed = attribution.need(index, pod, driver)
     if not needed.names:
-        return Decision(
-            warnings=(
-                short(
-                    f"dra-guard: cannot tell the driver name of DaemonSet {pod.daemonset} and no "
-                    f"unclaimed driver publishes ResourceSlices on {pod.node}; set the "
-                    f"{drivers.DRIVER_KEY} annotation"
-                ),
-            )
-        )
+        return Decision(warnings=(unnamed_warning(pod),))
     if not needed.holds:
         return ALLOW
-    holds = list(dict.fromkeys(h for _, h in needed.holds))
-    names = ",".join(needed.held_names)
-    learned = {n: how for n, how in needed.names if n in needed.held_names}
-    verb = "evict" if operation == "CREATE" else "delete"
-    message = (
-        f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) is still needed on node {pod.node}: "
-        f"{len(holds)} ResourceClaim(s) allocated to it there are still reserved by pods that have not finished: "
-        f"{describe_holds(holds, config.max_listed_claims)}. Drain the DRA driver last: {verb} those pods "
-        f"first; this {'eviction' if verb == 'evict' else 'deletion'} can be retried once their claims are released."
-    )
-    learned_from = ""
-    if any(how.startswith(("ResourceSlice", "ResourceClaim")) for how in learned.values()):
-        learned_from = " (Driver name learned from: " + "; ".join(f"{n}: {h}" for n, h in learned.items()) + ".)"
+    still = StillNeeded.of(request, pod, needed, max_listed=config.max_listed_claims)
+    if needed.peer:
+        return surge(request, index, pod, still, peer_name=needed.peer)
+    user = as_str(as_map(request.get("userInfo")).get("username"))
+    if still.verb == "delete" and user in config.daemonset_controller_users:
+        return rolling_update(index, pod, as_map(request.get("oldObject")), names=still.names, refusal=still.finding)
+    return Decision(findings=(still.finding(),))
 
-    def refusal(note: str = "") -> Finding:
-        return Finding(
-            policy=POLICY,
-            kind="Pod",
-            namespace=namespace,
-            name=name,
-            code=429,
-            reason="TooManyRequests",
-            check="driver-still-needed",
-            message=message + note + learned_from,
-            summary=short(f"dra-guard: driver pod {name} still needed on {pod.node} by {len(holds)} claim(s)"),
-            details={
-                "driver": names,
-                "drivers": list(needed.held_names),
-                "learned": learned,
-                "node": pod.node,
-                "claims": [h.claim for h in holds],
-            },
-        )
 
-    if not needed.peer:
-        if verb == "delete" and user in config.daemonset_controller_users:
-            return rolling_update(index, pod, old, names=names, refusal=refusal)
-        return Decision(findings=(refusal(),))
-    # find the peer and record this pod as leaving in one step: two evictions of a surge pair
-    # sent together must not each leave on the strength of the other (webhook.model.leaving)
+def surge(request: Mapping[str, Any], index: ClaimIndex, pod: PodInfo, still: StillNeeded, *, peer_name: str) -> Decision:
+    """The rule while another pod of the driver's DaemonSet (`peer_name`) serves the node (a surge
+    rollout): `pod` may go when that peer is Ready and did not itself leave a moment ago, one pod of
+    the pair at a time: within this replica by index.leaving's lock (the peer found and this pod
+    recorded as leaving in one step: two evictions of a pair sent together must not each leave on
+    the strength of the other), across replicas by the shared record the allow carries
+    (Decision.record); a dry run writes no record."""
     with index.leaving.lock:
         peer = attribution.ready_peer(index, pod, leaving=index.leaving.recent())
         if peer and request.get("dryRun") is not True:
-            index.leaving.add(namespace, name)
+            index.leaving.add(still.namespace, still.name)
     if not peer:
         return Decision(
             findings=(
-                refusal(
-                    f" (Its Ready peer {needed.peer} of the same DaemonSet was allowed to leave a "
+                still.finding(
+                    f" (Its Ready peer {peer_name} of the same DaemonSet was allowed to leave a "
                     f"moment ago: one pod of a surge pair goes at a time.)"
                 ),
             )
         )
     warning = short(
-        f"dra-guard: seamless upgrade: Ready pod {peer} of the same DaemonSet serves driver {names} on "
-        f"{pod.node}, so {name} may go"
+        f"dra-guard: seamless upgrade: Ready pod {peer} of the same DaemonSet serves driver {still.names} on "
+        f"{pod.node}, so {still.name} may go"
     )
     if request.get("dryRun") is True:
-        return Decision(warnings=(warning,))  # a dry run writes no record
-    # across replicas: allowed only once this replica owns the shared record of (DaemonSet, node)
-    lease = record_for(pod, peer, ttl=index.leaving.ttl)
-    conflict = refusal(
+        return Decision(warnings=(warning,))
+    conflict = still.finding(
         f" (A pod of the same DaemonSet on {pod.node} was allowed to leave a moment ago: one pod of a surge pair goes at a time.)"
     )
-    failed = dataclasses.replace(
-        refusal(),
-        check="leave-record-failed",
-        message=(
-            f"dra-guard: DRA driver pod {namespace}/{name} (driver {names}) may leave node {pod.node} while "
-            f"{len(holds)} ResourceClaim(s) there still need the driver only once dra-guard has recorded it as leaving "
-            f"(then its Ready peer {peer} stays: one pod of a surge pair goes at a time), and the record could not be "
-            f"written; retry the {'eviction' if verb == 'evict' else 'deletion'} shortly."
-        ),
-        summary=short(f"dra-guard: driver pod {name} may go once recorded as leaving; record failed, retry"),
+    record = Record(lease=record_for(pod, peer, ttl=index.leaving.ttl), conflict=conflict, failed=still.record_failed(peer))
+    return Decision(warnings=(warning,), record=record)
+
+
+# --------------------------------------------------------------------------- wording
+
+
+def not_ready(namespace: str, name: str, why: str) -> Decision:
+    """429 "retry" for an eviction judged while the caches are not ready (`why`)."""
+    finding = Finding(
+        policy=POLICY,
+        kind="Pod",
+        namespace=namespace,
+        name=name,
+        code=429,
+        reason="TooManyRequests",
+        check="cache-not-ready",
+        message=f"dra-guard cannot tell yet whether pod {namespace}/{name} is a DRA driver still needed on its "
+        f"node ({why}); retry the eviction shortly.",
+        summary=short(f"dra-guard: caches not ready ({why}); retry"),
     )
-    return Decision(warnings=(warning,), record=Record(lease=lease, conflict=conflict, failed=failed))
+    return Decision(findings=(finding,))
+
+
+def unprotected_warning(pod: PodInfo) -> str:
+    """The warning for a driver pod whose driver annotation is not trusted."""
+    return short(
+        f"dra-guard: pod not protected from eviction: {drivers.DRIVER_KEY} on "
+        f"DaemonSet {pod.daemonset} is trusted only when its ServiceAccount may write "
+        f"ResourceSlices or a drivers.selectors entry matches"
+    )
+
+
+def unnamed_warning(pod: PodInfo) -> str:
+    """The warning for a driver pod whose driver name dra-guard cannot tell."""
+    return short(
+        f"dra-guard: cannot tell the driver name of DaemonSet {pod.daemonset} and no "
+        f"unclaimed driver publishes ResourceSlices on {pod.node}; set the "
+        f"{drivers.DRIVER_KEY} annotation"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class StillNeeded:
+    """What the refusals of a driver pod still needed on its node say: the pod (namespace, name,
+    node), its drivers with claims held there (names, comma-separated; drivers: each), how each
+    name was learned, the holds, and the request's verb (evict, delete)."""
+
+    namespace: str
+    name: str
+    node: str
+    names: str
+    drivers: tuple[str, ...]
+    learned: Mapping[str, str]
+    holds: tuple[Hold, ...]
+    verb: str
+    max_listed: int
+
+    @classmethod
+    def of(cls, request: Mapping[str, Any], pod: PodInfo, needed: attribution.Need, *, max_listed: int) -> StillNeeded:
+        namespace, name = target(request)
+        return cls(
+            namespace=namespace,
+            name=name,
+            node=pod.node,
+            names=",".join(needed.held_names),
+            drivers=tuple(needed.held_names),
+            learned={n: how for n, how in needed.names if n in needed.held_names},
+            holds=tuple(dict.fromkeys(h for _, h in needed.holds)),
+            verb="evict" if as_str(request.get("operation")) == "CREATE" else "delete",
+            max_listed=max_listed,
+        )
+
+    @property
+    def action(self) -> str:
+        return "eviction" if self.verb == "evict" else "deletion"
+
+    def finding(self, note: str = "") -> Finding:
+        """The 429 driver-still-needed refusal, `note` added to its message."""
+        learned_from = ""
+        if any(how.startswith(("ResourceSlice", "ResourceClaim")) for how in self.learned.values()):
+            learned_from = " (Driver name learned from: " + "; ".join(f"{n}: {h}" for n, h in self.learned.items()) + ".)"
+        message = (
+            f"dra-guard: DRA driver pod {self.namespace}/{self.name} (driver {self.names}) is still needed on node "
+            f"{self.node}: {len(self.holds)} ResourceClaim(s) allocated to it there are still reserved by pods that have "
+            f"not finished: {describe_holds(list(self.holds), self.max_listed)}. Drain the DRA driver last: {self.verb} "
+            f"those pods first; this {self.action} can be retried once their claims are released."
+        )
+        return Finding(
+            policy=POLICY,
+            kind="Pod",
+            namespace=self.namespace,
+            name=self.name,
+            code=429,
+            reason="TooManyRequests",
+            check="driver-still-needed",
+            message=message + note + learned_from,
+            summary=short(f"dra-guard: driver pod {self.name} still needed on {self.node} by {len(self.holds)} claim(s)"),
+            details={
+                "driver": self.names,
+                "drivers": list(self.drivers),
+                "learned": dict(self.learned),
+                "node": self.node,
+                "claims": [h.claim for h in self.holds],
+            },
+        )
+
+    def record_failed(self, peer: str) -> Finding:
+        """The 429 refusal when the shared record of this pod leaving (its Ready `peer` staying) could not be written."""
+        return dataclasses.replace(
+            self.finding(),
+            check="leave-record-failed",
+            message=(
+                f"dra-guard: DRA driver pod {self.namespace}/{self.name} (driver {self.names}) may leave node {self.node} "
+                f"while {len(self.holds)} ResourceClaim(s) there still need the driver only once dra-guard has recorded "
+                f"it as leaving (then its Ready peer {peer} stays: one pod of a surge pair goes at a time), and the "
+                f"record could not be written; retry the {self.action} shortly."
+            ),
+            summary=short(f"dra-guard: driver pod {self.name} may go once recorded as leaving; record failed, retry"),
+        )
 
 
 def rolling_update(

@@ -52,8 +52,8 @@ class Policy:
     source: the section of the source page the policy enforces (a URL).
     review: the decision on one request. audit: findings about existing objects, or None.
     account: what the final answer (once Decision.record is settled) adds to the policy's own metrics, or None.
-    first: served first: its own share of the server's threads (server.reservedThreads),
-    which no other policy's reviews can take, and a review not judged in time (overload, deadline,
+    first: served first: its own lane of the server's threads (server.threads of them), which no
+    other policy's reviews can take, a short queue in it, and a review not judged in time (overload, deadline,
     limits) is answered 429 TooManyRequests "retry" whatever its failureMode, never an allow by
     timeout. The eviction guard: drains retry on 429, and its failurePolicy Ignore would turn a
     timeout into an eviction.

@@ -13,8 +13,9 @@ Routes (the policies' paths come from webhook.policies.registry):
   GET  /metrics           Prometheus metrics
 
 Each route is a small object built by create_app: a PolicyRoute per policy of the registry (its
-lane, deadline, overload answers and judging; its review wrapped in ExceptedReview), NoopRoute,
-Readiness.view; Reader reads and checks the request's body for them.
+review wrapped in ExceptedReview, judged under its gate: webhook.serve.lanes.Gate decides whether
+it may still be judged and builds the overload answer if not), NoopRoute, Readiness.view; Reader
+reads and checks the request's body for them.
 
 A body that is not a usable AdmissionReview gets HTTP 400 with {"error": "..."}; every other
 error is JSON too (404, 405, 500): never an HTML page, never a traceback.
@@ -47,7 +48,8 @@ from webhook.model.limits import over_limit
 from webhook.policies import exceptions
 from webhook.policies.decision import Decision
 from webhook.policies.registry import POLICIES, Review, by_name
-from webhook.serve.lanes import ANSWERED, Lane, arrived, lanes_for
+from webhook.serve.front.wsgi import ANSWERED
+from webhook.serve.lanes import Gate, LargeSlot, Refusal, arrived, gates
 
 log = logging.getLogger("dra_guard.app")
 
@@ -176,94 +178,81 @@ class Reader:
 
 
 class PolicyRoute:
-    """The view of one policy's admission endpoint (POST `path`): the review waits for a slot of
-    its policy's lane (and, when large, for the worker's one large slot) until its deadline, is
-    read, judged by `evaluate` in this thread, its shared record settled and its Tally counted; a
-    review that cannot be judged in time gets the overload answer at once, and one still being
-    judged at its deadline gets it from the front (webhook.serve.lanes.Lane.judge)."""
+    """The view of one policy's admission endpoint (POST `path`): the review is read, judged by
+    `evaluate` in this thread, its shared record settled and its Tally counted, unless its `gate`
+    says it may no longer be judged (its deadline passed while it waited for this thread) or,
+    when large, the worker's one large slot stays taken: then it gets the gate's overload answer.
+    One still being judged at its deadline is answered by the front (webhook.serve.lanes)."""
 
     def __init__(
         self,
         path: str,
-        policy: str,
         evaluate: Callable[[Mapping[str, Any]], Decision],
         *,
-        config: Config,
+        gate: Gate,
         cluster: Facts,
-        lane: Lane,
-        large: Lane,
-        first: bool,
+        large: LargeSlot,
+        limits: Callable[[Mapping[str, Any]], str | None],
         reader: Reader,
         records: Recorder | None,
     ) -> None:
-        self.path, self.policy, self.evaluate = path, policy, evaluate
-        self.cluster, self.records, self.reader = cluster, records, reader
-        #: the lane it enters (tests and debugging read it too)
-        self.lane, self.large, self.first = lane, large, first
-        self.settings = config.policy(policy)
-        self.account = by_name(policy).account
-        # the policy's own deadline (the chart sets it from its webhook's timeoutSeconds), else the server's
-        self.budget = self.settings.review_deadline_seconds or config.server.review_deadline_seconds
-        self.budget_key = self.settings.deadline_key(policy)
-        self.limits = functools.partial(over_limit, limits=config.server)
-        self.age = metrics.REVIEW_AGE.labels(policy=policy)
-        self.__name__ = f"review_{policy}"
+        self.path, self.evaluate, self.gate = path, evaluate, gate
+        self.cluster, self.records, self.reader, self.large, self.limits = cluster, records, reader, large, limits
+        self.policy, self.settings = gate.policy, gate.settings
+        self.account = by_name(gate.policy).account
+        self.age = metrics.REVIEW_AGE.labels(policy=gate.policy)
+        self.__name__ = f"review_{gate.policy}"
 
     def __call__(self) -> Response:
         if self.reader.on_probe_port():
             return _not_here()
         arrival = arrived(request.environ)
         try:
-            return self.answer(arrival + self.budget)
+            return self.answer(arrival)
         finally:
             if not request.environ.get(ANSWERED):  # else the front observed it with its answer at the deadline
                 self.age.observe(time.monotonic() - arrival)
 
-    def shed(self, cause: str, why: str) -> Response:
-        """The overload answer, at once (reading only the body's head): never queue past the timeout."""
+    def shed(self, refusal: Refusal) -> Response:
+        """The gate's overload answer, at once (reading only the body's head): never queue past the timeout."""
         review = self.reader.review(self.path, peek=True)
         if isinstance(review, Response):
             return review
-        return jsonify(
-            admission.overload_answer(review, policy=self.policy, settings=self.settings, first=self.first, cause=cause, why=why)
-        )
+        return jsonify(self.gate.answer(review, refusal))
 
-    def answer(self, deadline: float) -> Response:
-        """The answer to the review, judged in this thread or shed, by `deadline` (time.monotonic())."""
-        if time.monotonic() >= deadline:  # it waited (accept queue, worker queue) past its deadline
-            return self.shed("deadline", f"overloaded: it waited in the queue past {self.budget_key}")
-        if not self.lane.enter(deadline):
-            return self.shed("overload", f"overloaded: its {self.lane.slots} server threads are busy")
+    def answer(self, arrival: float) -> Response:
+        """The answer to the review that arrived at `arrival` (time.monotonic()), judged in this thread or shed."""
+        refusal = self.gate.refusal(arrival=arrival, now=time.monotonic())
+        if refusal is not None:  # it waited (accept queue, its lane's queue) past its deadline
+            return self.shed(refusal)
+        if (request.content_length or 0) <= LARGE_REVIEW_BYTES:
+            return self.judge(arrival)
+        if not self.large.enter(arrival + self.gate.budget):
+            return self.shed(LargeSlot.REFUSAL)
         try:
-            if (request.content_length or 0) > LARGE_REVIEW_BYTES:
-                if not self.large.enter(deadline):
-                    return self.shed("overload", "overloaded: another large review is being judged")
-                try:
-                    return self.judge(deadline)
-                finally:
-                    self.large.leave()
-            return self.judge(deadline)
+            return self.judge(arrival)
         finally:
-            self.lane.leave()
+            self.large.leave()
 
-    def judge(self, deadline: float) -> Response:
-        """The review read, parsed and judged by the policy (in this thread, by `deadline`)."""
+    def judge(self, arrival: float) -> Response:
+        """The review read, parsed and judged by the policy (in this thread, by the gate's deadline)."""
         review = self.reader.review(self.path)
         if isinstance(review, Response):
             return review
+        deadline = arrival + self.gate.budget
 
         def judged(req: Mapping[str, Any]) -> Decision:
-            final = functools.partial(self.final, deadline=deadline)
-            return self.lane.judge(final, req, deadline, deadline_key=self.budget_key)
+            return self.gate.judge(functools.partial(self.final, deadline=deadline), req, arrival)
 
         return jsonify(
             admission.respond(
-                review, policy=self.policy, evaluate=judged, settings=self.settings, first=self.first, limits=self.limits
+                review, policy=self.policy, evaluate=judged, settings=self.settings, first=self.gate.first, limits=self.limits
             )
         )
 
     def final(self, req: Mapping[str, Any], *, deadline: float) -> Decision:
-        """The policy's decision on `req` once its shared record is settled, its Tally counted."""
+        """The policy's decision on `req` once its shared record is settled (by `deadline`,
+        time.monotonic()), its Tally counted."""
         decision = settled(self.evaluate(req), req, records=self.records, deadline=deadline)
         if self.account is not None:
             admission.record_tally(self.account(req, decision, self.cluster, mode=self.settings.mode))
@@ -299,24 +288,12 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
     app = Flask("dra_guard")
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes
     reader = Reader(config)
-    first = {p.name for p in POLICIES if p.first}
-    lanes = lanes_for(config.server.threads, config.server.reserved_threads, first, [p.name for p in POLICIES])
-    # one large review parsed and judged at a time per worker: a body of ~3-byte JSON values ({},{},..)
-    # decodes to ~30x its size, and 8 bodies of 8 MiB at once took a worker past 1 GiB (an OOM kill
-    # lets every eviction in flight through); small ones, evictions among them, never wait for it
-    large = Lane("large", 1)
-    for path, (policy, evaluate) in policy_routes(config, cluster).items():
+    large = LargeSlot()
+    limits = functools.partial(over_limit, limits=config.server)
+    gate_of = gates(config)
+    for path, (_, evaluate) in policy_routes(config, cluster).items():
         route = PolicyRoute(
-            path,
-            policy,
-            evaluate,
-            config=config,
-            cluster=cluster,
-            lane=lanes[policy],
-            large=large,
-            first=policy in first,
-            reader=reader,
-            records=records,
+            path, evaluate, gate=gate_of[path], cluster=cluster, large=large, limits=limits, reader=reader, records=records
         )
         app.add_url_rule(path, endpoint=route.__name__, view_func=route, methods=["POST"])
     app.add_url_rule(NOOP_PATH, endpoint="noop", view_func=NoopRoute(reader), methods=["POST"])

@@ -49,11 +49,10 @@ from webhook.kube.client import api_client
 from webhook.kube.informer import watch_collector_pauses
 from webhook.kube.records import KubeLeases, LeaseRecords
 from webhook.kube.state import ClusterState
-from webhook.policies.registry import POLICIES
 from webhook.serve import front
 from webhook.serve.app import Readiness, create_app
 from webhook.serve.draining import DRAINING, at_exit
-from webhook.serve.lanes import others_slots, shedders
+from webhook.serve.lanes import gates
 
 log = logging.getLogger("dra_guard.server")
 
@@ -194,10 +193,8 @@ def front_settings(config: Config, context_for: Callable[[int], Any], *, gracefu
     server = config.server
     return front.FrontSettings(
         context_for=context_for,
-        first_paths=frozenset(p.path for p in POLICIES if p.first),
-        shedders=shedders(config),
+        gates=gates(config),
         threads=server.threads,
-        reviews_threads=others_slots(server.threads, server.reserved_threads),
         max_connections=server.threads + front.KEEPALIVE_CONNECTIONS,
         max_request_bytes=server.max_request_bytes,
         drop_after_seconds=server.drop_after_seconds,

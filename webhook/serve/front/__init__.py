@@ -5,13 +5,16 @@ FrontWorker is a gunicorn worker on its documented extension point, gunicorn.wor
 (uvloop's) per worker accepts, does the TLS handshakes, reads requests with httptools and writes answers; the Flask
 app (WSGI) runs in threads, one executor per lane (LANES: the eviction guard's paths, the other
 admission paths, and the rest: probes and metrics, never queued behind reviews), so policy code
-never runs on the loop and a slow client costs a coroutine, not a thread.
+never runs on the loop and a slow client costs a coroutine, not a thread. The front judges
+nothing: whether an admission review may still be judged, and its answer when not, it asks the
+ReviewGate of the review's path it was given (webhook.serve.lanes.Gate, wired by the composition
+root); it imports no review logic (an import contract).
 
   listeners.py   accept loops, one SSLContext per listener, handshake timeout, kernel-wait drop
   connection.py  one coroutine per connection: timeouts, keep-alive, pipelining, JSON protocol errors
   http1.py       HTTP/1.1: requests read with httptools (llhttp), limits and refusals, answers as bytes
   capacity.py    connection cap and reclaim order over the front's own connection objects
-  shared.py      what the connections share (Front): lanes, their pace and the admission rule
+  shared.py      what the connections share (Front): lanes, their queue and pace, the review gates
   wsgi.py        whole request -> PEP 3333 environ -> the app in its lane's executor
   kernel.py      what Linux's TCP_INFO tells of a connection's wait and a listener's queue
 
@@ -40,7 +43,7 @@ from webhook import metrics
 from webhook.serve.draining import DRAINING, run_exit_hooks
 from webhook.serve.front.capacity import KEEPALIVE_CONNECTIONS, ConnectionTable, State
 from webhook.serve.front.listeners import Listeners
-from webhook.serve.front.shared import Front, Shedding
+from webhook.serve.front.shared import Front, ReviewGate
 
 log = logging.getLogger("dra_guard.server")
 
@@ -50,7 +53,7 @@ SERVICE_THREADS = 2  # threads of the lane of /readyz, /healthz, /metrics: each 
 #: the lanes, each its own executor: the eviction guard's paths, the other admission paths, the rest
 LANES = ("first", "reviews", "service")
 
-__all__ = ["KEEPALIVE_CONNECTIONS", "FrontSettings", "FrontWorker"]
+__all__ = ["KEEPALIVE_CONNECTIONS", "FrontSettings", "FrontWorker", "ReviewGate"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,20 +61,16 @@ class FrontSettings:
     """What the composition root (webhook.serve.server) gives the front, before the fork.
 
     context_for: listener port -> the SSLContext for a connection accepted there now (called per
-    connection, in the worker: certificates are reloaded without a restart). first_paths: the
-    paths whose requests have the first executor (the eviction guard). shedders: admission path ->
-    its overload answer (webhook.serve.lanes.Shedder), given on the loop to a review the admission
-    rule refuses (webhook.serve.front.shared.Front). threads: the first lane's threads
-    (server.threads); reviews_threads: the other admission paths' (as the app's lane for them:
-    webhook.serve.lanes.others_slots). max_connections: the cap per worker. probe_port:
+    connection, in the worker: certificates are reloaded without a restart). gates: admission path ->
+    what decides whether its review may still be judged and answers it if not (ReviewGate:
+    webhook.serve.lanes.Gate). threads: the threads of each admission lane (server.threads): the
+    eviction guard's and the other admission paths'. max_connections: the cap per worker. probe_port:
     server.probePort (0: none), whose connections are never refused for overload. Times in
     seconds, sizes in bytes."""
 
     context_for: Callable[[int], ssl.SSLContext]
-    first_paths: frozenset[str]
-    shedders: Mapping[str, Shedding]
+    gates: Mapping[str, ReviewGate]
     threads: int
-    reviews_threads: int
     max_connections: int
     max_request_bytes: int
     drop_after_seconds: float
@@ -84,25 +83,18 @@ def make_front(app: Any, s: FrontSettings, *, multiprocess: bool) -> Front:
     """The Front of one worker serving the WSGI `app` with settings `s`: an executor per lane of
     LANES (the eviction guard's paths, the other admission paths, the rest), the connection table
     and the admission rule, before any listener starts (FrontWorker; tests run it in-process)."""
-    lane_threads = {"first": s.threads, "reviews": s.reviews_threads, "service": SERVICE_THREADS}
+    lane_threads = {"first": s.threads, "reviews": s.threads, "service": SERVICE_THREADS}
     executors = {
         name: concurrent.futures.ThreadPoolExecutor(max_workers=lane_threads[name], thread_name_prefix=f"front-{name}")
         for name in LANES
     }
 
-    def lane_of(path: str) -> str:
-        if path in s.first_paths:
-            return "first"
-        return "reviews" if path in s.shedders else "service"
-
     return Front(
         app=app,
         table=ConnectionTable(s.max_connections),
         executors=executors,
-        lane_of=lane_of,
         lane_threads=lane_threads,
-        short_queue=frozenset({"first"}),
-        shedders=s.shedders,
+        gates=s.gates,
         max_request_bytes=s.max_request_bytes,
         drop_after=s.drop_after_seconds,
         multiprocess=multiprocess,

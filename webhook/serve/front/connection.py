@@ -28,8 +28,7 @@ from webhook.serve.front import wsgi
 from webhook.serve.front.capacity import State
 from webhook.serve.front.http1 import MAX_HEAD_BYTES, ProtocolError, Request, RequestReader, answer_bytes, error_bytes
 from webhook.serve.front.kernel import holds_a_request, waited_in_kernel
-from webhook.serve.front.shared import Front, Shedding
-from webhook.serve.lanes import ANSWERED
+from webhook.serve.front.shared import Front, ReviewGate
 
 log = logging.getLogger("dra_guard.server")
 
@@ -200,7 +199,8 @@ class Connection(asyncio.Protocol):
         while True:
             if reader.requests:
                 request = reader.requests.popleft()
-                self.front.table.resume_paused()  # its bytes no longer count as incomplete
+                if self.front.table.paused:  # its bytes no longer count as incomplete
+                    self.front.table.resume_paused()
                 return request
             if reader.error is not None:
                 raise reader.error
@@ -224,14 +224,15 @@ class Connection(asyncio.Protocol):
         self._enter(State.BUSY)
         self.transport.pause_reading()  # a pipelined request waits in the kernel meanwhile
         path = request.target.partition(b"?")[0].decode("latin-1")  # the admission paths need no unquoting
-        lane = self.front.lane_of(path)
-        shedder = self.front.shedders.get(path)  # None: not an admission path
-        answer = self._shed(shedder, lane, request.body) if shedder is not None and request.method == b"POST" else None
+        lane, gate = self.front.route(path)
+        if request.method != b"POST":
+            gate = None  # not an admission review: the app answers it (405)
+        answer = self._refused(gate, lane, request.body) if gate is not None else None
         if answer is None:
             env = wsgi.environ(
                 request, server=self.server, client=self.client, arrival=self._started, multiprocess=self.front.multiprocess
             )
-            deadline = self._started + (shedder.budget if shedder is not None else self.front.drop_after)
+            deadline = self._started + (gate.budget if gate is not None else self.front.drop_after)
             self.front.submitted(lane)
             submitted = time.monotonic()
             judging = asyncio.get_running_loop().run_in_executor(
@@ -239,7 +240,7 @@ class Connection(asyncio.Protocol):
             )
             # the lane's thread is busy until the app is done, even when the front answered first
             judging.add_done_callback(lambda _: self.front.finished(lane, submitted, deadline))
-            answer = await self._by_deadline(judging, env, request.body, shedder, deadline)
+            answer = await self._by_deadline(judging, env, request.body, gate, deadline)
         if answer is None or self._lost:
             return False
         headers = [(k, v) for k, v in answer.headers if k.lower() != b"connection"]
@@ -264,38 +265,35 @@ class Connection(asyncio.Protocol):
         judging: asyncio.Future[wsgi.Answer | None],
         env: dict[str, Any],
         body: bytes,
-        shedder: Shedding | None,
+        gate: ReviewGate | None,
         deadline: float,
     ) -> wsgi.Answer | None:
         """The app's answer; for an admission review still being judged at its `deadline` (arrival +
-        shedder.budget, time.monotonic()), the overload answer then (eviction 429, else the failure mode): the
-        judgment runs on in its thread, which cannot be interrupted, and its answer is dropped
-        (webhook.serve.lanes.ANSWERED). A body the overload answer cannot be made from without the
-        app (not as the kube-apiserver writes it) waits for the app."""
-        if shedder is None or self._started is None:
+        gate.budget, time.monotonic()), the gate's overload answer then (eviction 429, else the
+        failure mode): the judgment runs on in its thread, which cannot be interrupted, and its
+        answer is dropped (wsgi.ANSWERED). A body the overload answer cannot be made from without
+        the app (not as the kube-apiserver writes it) waits for the app."""
+        if gate is None or self._started is None:
             return await judging
         try:
             async with asyncio.timeout_at(deadline):
                 return await asyncio.shield(judging)
         except TimeoutError:
-            why = f"not judged within {shedder.budget_key}"
-            data = shedder.answer(body, arrival=self._started, cause="deadline", why=why, judging=True)
+            data = gate.answer_bytes(body, gate.at_deadline, arrival=self._started, judging=True)
             if data is None:
                 return await judging
-            env[ANSWERED] = True
+            env[wsgi.ANSWERED] = True
             return _json_answer(data)
 
-    def _shed(self, shedder: Shedding, lane: str, body: bytes) -> wsgi.Answer | None:
-        """The overload answer, made here on the loop before any work of the app, for an admission
-        review (of the path of `shedder`) the front's admission rule refuses (Front.shed_cause);
-        None: the app answers."""
+    def _refused(self, gate: ReviewGate, lane: str, body: bytes) -> wsgi.Answer | None:
+        """The gate's overload answer, made here on the loop before any work of the app, for an
+        admission review it refuses on arrival (Front.refusal); None: the app answers."""
         if self._started is None:
             return None
-        shed = self.front.shed_cause(lane, shedder, self._started, time.monotonic())
-        if shed is None:
+        refusal = self.front.refusal(lane, gate, self._started, time.monotonic())
+        if refusal is None:
             return None
-        cause, why = shed
-        data = shedder.answer(body, arrival=self._started, cause=cause, why=why)
+        data = gate.answer_bytes(body, refusal, arrival=self._started)
         return _json_answer(data) if data is not None else None
 
     def _refuse(self, status: int, reason: str, detail: str) -> None:

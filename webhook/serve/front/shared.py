@@ -1,23 +1,18 @@
 """What every connection of one event-loop worker shares (Front): the app, its executors (one per
 lane), each lane's queue and pace, the overload answers of the admission paths, the limits; and
-the admission rule that decides, on the loop, which review is taken and which gets the overload
-answer at once (the why of each rule: docs/reliability.md "Server settings", bench/RESULTS.md)."""
+the facts the review gates judge by on the loop: each lane's queue and pace (the rules themselves
+and the overload answer: webhook.serve.lanes.Gate, given through ReviewGate)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from typing import Protocol
 
 from webhook.serve.front import wsgi
 from webhook.serve.front.capacity import ConnectionTable
 
-#: reviews queued or running per thread of the eviction lane past which a review gets the overload
-#: answer at once (429, the drain retries): a short queue turns the client's connections over in
-#: milliseconds, so under a sustained overload it dials less (bench/RESULTS.md: 8 per thread let the
-#: apiserver-shaped client reach the connection limit and answers came late; 4 held the gate)
-SHORT_QUEUE_PER_THREAD = 4
 #: weight of the newest sample in a lane's pace (seconds between two of its reviews finished while
 #: others waited): about the last 10 reviews count, so the pace follows a change of load within a burst
 PACE_WEIGHT = 0.1
@@ -27,34 +22,36 @@ PACE_WEIGHT = 0.1
 OVERLOAD_HOLD = 1.0
 
 
-class Shedding(Protocol):
-    """The overload answer of one admission path (webhook.serve.lanes.Shedder)."""
+class ReviewGate(Protocol):
+    """May a review of one admission path still be judged, and its overload answer if not: the
+    front asks, it never decides (webhook.serve.lanes.Gate). A refusal is (cause, why)."""
+
+    @property
+    def first(self) -> bool:
+        """Whether its reviews have the "first" lane (the eviction guard's), else "reviews"."""
 
     @property
     def budget(self) -> float: ...
 
     @property
-    def budget_key(self) -> str: ...
+    def at_deadline(self) -> tuple[str, str]: ...
 
-    def answer(self, body: bytes, *, arrival: float, cause: str, why: str, judging: bool = False) -> bytes | None: ...
+    def refusal(
+        self, *, arrival: float, now: float, wait: float = 0.0, queued: int = 0, threads: int = 1
+    ) -> tuple[str, str] | None: ...
+
+    def answer_bytes(self, body: bytes, refusal: tuple[str, str], *, arrival: float, judging: bool = False) -> bytes | None: ...
 
 
 class Front:
     """What every connection of one worker shares: the app, its executors (lanes, by name, with
-    lane_threads[name] threads each), the pace of each lane, the overload answers of the admission paths,
-    the limits.
+    lane_threads[name] threads each), the pace of each lane, the gate of each admission path
+    (`gates`: path -> ReviewGate), the limits.
 
-    Admission: a review is taken into its lane only when the reviews queued or running before it
-    should be done before its deadline (expected_wait < what is left of its review deadline), and
-    in a `short_queue` lane (the eviction guard's) only while it holds fewer than
-    SHORT_QUEUE_PER_THREAD reviews per thread; otherwise it gets the overload answer at once, on the
-    loop (a few hundred bytes of JSON, no thread). The other admission paths take a burst whole when
-    they can judge it in time, however many connections it comes on (the kube-apiserver dials one
-    per review in flight: 200 RBAC objects applied at once are 200 reviews at once, and their
-    answer when shed is a refusal nobody retries); evictions are refused early (429: drains retry),
-    which keeps a sustained overload of them from growing the client's connections. A review taken
-    that is not judged by its deadline is answered then, by the front (Connection._by_deadline),
-    and dropped unjudged if its turn comes after it (webhook.serve.lanes.Lane.judge)."""
+    A review of an admission path is handed to its lane's executor once, unless its gate refuses
+    it on arrival (refusal(): the gate weighs what is queued before it against its deadline) or
+    answers it at its deadline while it is still judged (Connection._by_deadline); the answer is
+    then the gate's overload answer, written on the loop (a few hundred bytes of JSON, no thread)."""
 
     def __init__(
         self,
@@ -62,10 +59,8 @@ class Front:
         app: wsgi.WsgiApp,
         table: ConnectionTable,
         executors: Mapping[str, Executor],
-        lane_of: Callable[[str], str],
         lane_threads: Mapping[str, int],
-        short_queue: frozenset[str] = frozenset(),
-        shedders: Mapping[str, Shedding],
+        gates: Mapping[str, ReviewGate],
         max_request_bytes: int,
         drop_after: float,
         multiprocess: bool,
@@ -73,18 +68,24 @@ class Front:
         self.app = app
         self.table = table
         self.executors = executors
-        self.lane_of = lane_of
         self.threads = dict(lane_threads)  # lane -> its executor's threads
-        self.short_queue = short_queue  # lanes that queue at most SHORT_QUEUE_PER_THREAD reviews per thread
         self.queued = dict.fromkeys(executors, 0)  # reviews submitted to each lane and not finished
         self.pace = dict.fromkeys(executors, 0.0)  # seconds per review finished while others waited (moving average)
         self._finished_at = dict.fromkeys(executors, float("-inf"))
-        self.shedders = shedders
+        self.gates = gates
         self.max_request_bytes = max_request_bytes
         self.drop_after = drop_after
         self.multiprocess = multiprocess
         self.closing = False  # draining: answer with Connection: close, take no new request
         self.shed_at = float("-inf")  # time.monotonic() of the last review shed, or of saturation
+
+    def route(self, path: str) -> tuple[str, ReviewGate | None]:
+        """(lane, gate) of a request for `path`: an admission path's gate and its lane ("first" for
+        the eviction guard's, else "reviews"); any other path ("service": probes, metrics), no gate."""
+        gate = self.gates.get(path)
+        if gate is None:
+            return "service", None
+        return ("first" if gate.first else "reviews"), gate
 
     def expected_wait(self, lane: str) -> float:
         """Seconds a review submitted to `lane` now would wait before its turn: the reviews queued
@@ -92,24 +93,15 @@ class Front:
         was ever busy)."""
         return max(0, self.queued[lane] - self.threads[lane] + 1) * self.pace[lane]
 
-    def shed_cause(self, lane: str, shedder: Shedding, started: float, now: float) -> tuple[str, str] | None:
-        """(cause, why) of the overload answer for a review of `lane` whose first byte arrived at
-        `started` and whose deadline is shedder.budget seconds after it, when the admission rule
-        above refuses it now (and the worker counts as overloaded from `now`); None: take it."""
-        left = shedder.budget - (now - started)
-        wait = self.expected_wait(lane)
-        if left <= 0:
-            found = ("deadline", f"overloaded: it waited in the queue past {shedder.budget_key}")
-        elif wait >= left:
-            found = (
-                "overload",
-                f"overloaded: the {self.queued[lane]} reviews before it take about {wait:.2f} s, past {shedder.budget_key}",
-            )
-        elif lane in self.short_queue and self.queued[lane] >= SHORT_QUEUE_PER_THREAD * self.threads[lane]:
-            found = ("overload", f"overloaded: {self.queued[lane]} reviews wait for the server's threads")
-        else:
-            return None
-        self.shed_at = now
+    def refusal(self, lane: str, gate: ReviewGate, started: float, now: float) -> tuple[str, str] | None:
+        """gate.refusal for a review of `lane` whose first byte arrived at `started`, given the
+        lane's queue and pace now (time.monotonic()); a refusal counts the worker as overloaded
+        from `now` (overloaded())."""
+        found = gate.refusal(
+            arrival=started, now=now, wait=self.expected_wait(lane), queued=self.queued[lane], threads=self.threads[lane]
+        )
+        if found is not None:
+            self.shed_at = now
         return found
 
     def submitted(self, lane: str) -> None:

@@ -1,7 +1,8 @@
 """A whole request -> a PEP 3333 environ -> the Flask app, called in a thread (never on the loop).
 
 The environ carries the request's arrival time (ARRIVAL, time.monotonic() of its first byte) for
-the app's deadlines (webhook.serve.lanes.arrived). A request that has already waited longer than
+the app's deadlines (webhook.serve.lanes.arrived), and ANSWERED once the front has answered it
+itself. A request that has already waited longer than
 server.dropAfterSeconds when its thread takes it up is dropped unjudged: its apiserver has given
 up on it, and serving it would only delay the ones still waited for.
 """
@@ -18,7 +19,14 @@ from typing import Any
 
 from webhook import metrics
 from webhook.serve.front.http1 import Request
-from webhook.serve.lanes import ARRIVAL
+
+#: the WSGI environ key with time.monotonic() (seconds, a float) of the request's arrival in the
+#: worker: its first byte, or its wait in the kernel before it counted (set by environ())
+ARRIVAL = "dra_guard.arrival"
+#: the WSGI environ key the front sets (to True) once it has answered the request itself, at its
+#: deadline, while the app was still judging it: the app's answer is dropped, and its age was
+#: observed with the front's answer (dra_guard_review_age_seconds)
+ANSWERED = "dra_guard.answered"
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
