@@ -28,6 +28,7 @@ is counted (webhook.admission.record_tally).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -45,6 +46,7 @@ from webhook.config import Config
 from webhook.model.facts import Facts
 from webhook.model.leaving import LeaveRecord
 from webhook.model.limits import over_limit
+from webhook.model.pending import PendingFull
 from webhook.policies import exceptions
 from webhook.policies.decision import Decision
 from webhook.policies.registry import POLICIES, Review, by_name
@@ -122,8 +124,10 @@ class ExceptedReview:
             and isinstance(obj, Mapping)
         ):
             # the RBAC guard dropped the object it refused from its pending record; allowed after
-            # all, it goes back, so a concurrent review of its role sees it (webhook.model.pending)
-            self.facts.rbac.pending.add(obj)
+            # all, it goes back, so a concurrent review of its role sees it (webhook.model.pending);
+            # with the records full (a flood), the watch re-judging covers it as it does across replicas
+            with contextlib.suppress(PendingFull):
+                self.facts.rbac.pending.add(obj)
         return excepted
 
 
