@@ -291,6 +291,10 @@ def create_app(*, config: Config, cluster: Facts, readiness: Readiness | None = 
     is written, e.g. --no-cluster; each replica then guards surge pairs on its own)."""
     app = Flask("dra_guard")
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_request_bytes
+    # every answer goes through jsonify: its keys need no sorting (the apiserver reads fields by
+    # name) and no indentation (Flask's public JSON provider settings; its default sorts them)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json.compact = True  # type: ignore[attr-defined]
     reader = Reader(config)
     large = LargeSlot()
     limits = functools.partial(over_limit, limits=config.server)
