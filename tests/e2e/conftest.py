@@ -16,14 +16,29 @@ from tests.e2e.kube import wait_for
 HERE = pathlib.Path(__file__).resolve().parent
 
 
+#: the fixtures below that start a real node (kubelet + containerd, one per machine)
+REAL_NODE_FIXTURES = ("real_node", "real_node_in_cluster")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the items collected from this folder with ``e2e``.
+    """Mark the items collected from this folder with ``e2e``; refuse (a usage error naming them)
+    the tests that use a real node from a module not named ``test_node_*.py``: tests/run's xdist
+    workers run those modules, and only those, one after another in one worker (tests/workers.py),
+    and a node module run beside another would wait for the machine's node lock.
 
     The hook sees every item of the session, not only this folder's, hence the path check.
     """
+    from tests.workers import REAL_NODE_MODULES, is_real_node_module
+
+    misplaced = []
     for item in items:
         if HERE == item.path.parent or HERE in item.path.parents:
             item.add_marker(pytest.mark.e2e)
+        uses_node = any(name in getattr(item, "fixturenames", ()) for name in REAL_NODE_FIXTURES)
+        if uses_node and not is_real_node_module(item.nodeid.split("::", 1)[0]):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError(f"tests that run a real node belong in tests/e2e/{REAL_NODE_MODULES}: {', '.join(misplaced)}")
 
 
 @pytest.fixture(scope="module")

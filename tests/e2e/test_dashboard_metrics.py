@@ -4,7 +4,7 @@ reserved on the node), then allows it, patches a declared driver's DaemonSet, re
 driver without a health port, refuses an RBAC write and reports an RBAC grant a watch event shows.
 Its /metrics, with the labels a Prometheus scrape adds, are the input series of `promtool test
 rules`, and every query of those rows must return at least one series (as
-tests/e2e/test_component_metrics.py does for the components' metrics). tests/chart/test_dashboard.py
+tests/e2e/test_node_component_metrics.py does for the components' metrics). tests/chart/test_dashboard.py
 checks the same queries against webhook/metrics.py; this proves the label values they match on are
 the ones dra-guard really writes.
 """
