@@ -42,18 +42,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
-    """A dra-guard server in enforce mode registered through the chart's webhook configurations,
-    one per test module, unregistered and stopped after the module."""
+def start_guard(control_plane, tmp_path_factory):
+    """The one way a module starts dra-guard on the session's control plane: a function
+    ``start_guard(namespaces=(), register=True, **options) -> Guard`` that creates the namespaces
+    (if missing), starts a real `dra-guard serve` (tests/e2e/guard.py; `options` are Guard.start's:
+    mode, extra_config, driver_service_accounts, declared, ...), waits for /readyz and, with
+    register, applies the chart's webhook configurations and waits until the apiserver calls it.
+    Every Guard it started is unregistered and stopped after the module (last started first; a
+    module that cleans up after its guard calls Guard.stop() itself first: stop is idempotent)."""
     from tests.e2e.guard import Guard
 
-    g = Guard(control_plane, tmp_path_factory.mktemp("dra-guard"))
-    g.start(mode="enforce")
-    g.register()
+    started: list[Guard] = []
+
+    def start(*, namespaces: tuple[str, ...] = (), register: bool = True, **options) -> Guard:
+        for namespace in namespaces:
+            control_plane.kubectl("admin", "create", "namespace", namespace, check=False)
+        g = Guard(control_plane, tmp_path_factory.mktemp("dra-guard"))
+        started.append(g)
+        g.start(**options)
+        if register:
+            g.register()
+        return g
+
     try:
-        yield g
+        yield start
     finally:
-        g.stop()
+        for g in reversed(started):
+            g.stop()
+
+
+@pytest.fixture(scope="module")
+def guard(start_guard):
+    """A dra-guard server in enforce mode registered through the chart's webhook configurations,
+    one per test module (a module overrides it with its own start_guard(...) options)."""
+    return start_guard(mode="enforce")
 
 
 #: the chart's report CRDs: PolicyReport (wgpolicyk8s.io) and OpenReports (openreports.io)

@@ -9,14 +9,17 @@ from typing import Any
 
 
 def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.3) -> Any:
-    """fn()'s first truthy value, polled every `interval` seconds; TimeoutError naming `what` after `timeout`."""
+    """fn()'s first truthy value, polled every `interval` seconds (the one poll of the e2e and chart
+    tests: a real effect is waited for, never slept for); TimeoutError naming `what`, the timeout
+    and fn()'s last value after `timeout` seconds."""
     deadline = time.monotonic() + timeout
+    value = None
     while time.monotonic() < deadline:
         value = fn()
         if value:
             return value
         time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")
+    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what} (last: {value!r})")
 
 
 def get_json(cp: Any, *args: str) -> Any:

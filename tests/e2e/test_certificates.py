@@ -18,6 +18,7 @@ import pytest
 from cryptography import x509
 
 import certs
+from tests.e2e.kube import wait_for
 from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 
@@ -186,16 +187,6 @@ def secret(cp):
 def cluster_bundle(cp):
     out = json.loads(cp.kubectl("admin", "get", "validatingwebhookconfiguration", CONFIG_NAME, "-o", "json").stdout)
     return base64.b64decode(out["webhooks"][0]["clientConfig"]["caBundle"])
-
-
-def wait_for(what, fn, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

@@ -112,13 +112,11 @@ def on_node(ds: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def guard_with_traffic(control_plane, tmp_path_factory):
+def guard_with_traffic(control_plane, start_guard):
     cp = control_plane
     cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE), timeout=10).raise_for_status()
     cp.kubectl("admin", "apply", "-f", "-", input=DRA_OBJECTS)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-dashboard"))
-    g.start(mode="enforce", declared=((DRIVERS, "e2e-dash-driver"),))
-    g.register()
+    g = start_guard(mode="enforce", declared=((DRIVERS, "e2e-dash-driver"),))
     try:
         yield g
     finally:

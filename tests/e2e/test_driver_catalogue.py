@@ -48,16 +48,14 @@ def slug(driver: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
+def guard(control_plane, start_guard):
     cp = control_plane
-    cp.kubectl("admin", "create", "namespace", WORK, check=False)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-catalogue"))
-    g.start(
+    g = start_guard(
+        namespaces=(WORK,),
         mode="enforce",
         driver_service_accounts=DRIVER_SERVICE_ACCOUNTS,
         declared=tuple((e.namespace, e.daemonset["metadata"]["name"]) for e in ENTRIES),
     )
-    g.register()
     try:
         yield g
     finally:

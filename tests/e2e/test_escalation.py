@@ -72,17 +72,11 @@ def refused(out, *words):
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
+def guard(control_plane, start_guard):
     """dra-guard in enforce mode (driver subject dra-system:driver), registered with the chart's
     configurations; active once a probe binding is really refused by it (not only answered)."""
-    from tests.e2e.guard import Guard
-
     cp = control_plane
-    for ns in (NAMESPACE, "dra-system", "team-a"):
-        cp.kubectl("admin", "create", "namespace", ns, check=False)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-escalation"))
-    g.start(mode="enforce")
-    g.register()
+    g = start_guard(namespaces=(NAMESPACE, "dra-system", "team-a"), mode="enforce")
     probe = bind("e2e-esc-probe", "cluster-admin", [{"kind": "Group", "name": "e2e-probe", "apiGroup": RBAC}])
     deadline = time.monotonic() + 30
     while True:

@@ -19,7 +19,7 @@ import yaml
 
 from tests.builders import driver_daemonset
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
-from tests.e2e.guard import EVICTION_REFUSED, Guard
+from tests.e2e.guard import EVICTION_REFUSED
 from tests.e2e.kube import evict, get_json, review_caused, wait_for
 
 NODE = "e2e-node-a"
@@ -77,7 +77,7 @@ def consumer_pod(name):
 
 
 @pytest.fixture(scope="module")
-def scenario(control_plane, tmp_path_factory):
+def scenario(control_plane, start_guard):
     cp = control_plane
     cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE), timeout=10).raise_for_status()
     cp.kubectl("admin", "apply", "-f", "-", input=DRA_OBJECTS)
@@ -87,9 +87,7 @@ def scenario(control_plane, tmp_path_factory):
     # the node has no kubelet: the node lifecycle controller soon taints it unreachable, and a
     # DaemonSet puts pods only where it tolerates every NoSchedule taint
     ds["spec"]["template"]["spec"]["tolerations"] = TOLERATE_ALL
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-eviction"))
-    g.start(mode="enforce", declared=(("gpu", "e2e-gpu-driver"), ("gpu", LONG)))
-    g.register()
+    g = start_guard(mode="enforce", declared=(("gpu", "e2e-gpu-driver"), ("gpu", LONG)))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(ds))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod("consumer")))
     try:

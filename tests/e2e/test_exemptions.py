@@ -51,15 +51,13 @@ def reviews(guard: Guard, policy: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
+def guard(control_plane, start_guard):
     cp = control_plane
-    for ns in (NAMESPACE, "gpu", "work"):
-        cp.kubectl("admin", "create", "namespace", ns, check=False)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-exemptions"))
     # pods named like the DaemonSets' (<name>-<suffix>) are the declared drivers' as far as the
     # chart's fail-closed eviction webhook can tell (namespace and name prefix)
-    g.start(mode="enforce", declared=(("work", "e2e-exempt"), ("kube-system", "e2e-ks")))
-    g.register()
+    g = start_guard(
+        namespaces=(NAMESPACE, "gpu", "work"), mode="enforce", declared=(("work", "e2e-exempt"), ("kube-system", "e2e-ks"))
+    )
     cp.kubectl("admin", "apply", "-f", "-", input=SLICE_WRITER)
     try:
         yield g

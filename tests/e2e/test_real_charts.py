@@ -11,7 +11,6 @@ import json
 
 import pytest
 
-from tests.e2e.guard import Guard
 from tests.rbac_charts import (
     NVIDIA_DAEMON_BINDING,
     NVIDIA_NS,
@@ -41,12 +40,9 @@ def ref(obj):
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
+def guard(control_plane, start_guard):
     cp = control_plane
-    cp.kubectl("admin", "create", "namespace", NVIDIA_NS, check=False)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-real-charts"))
-    g.start(mode="enforce", driver_service_accounts=NVIDIA_SERVICE_ACCOUNTS)
-    g.register()
+    g = start_guard(namespaces=(NVIDIA_NS,), mode="enforce", driver_service_accounts=NVIDIA_SERVICE_ACCOUNTS)
     try:
         yield g
     finally:

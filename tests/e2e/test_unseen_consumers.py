@@ -15,7 +15,7 @@ import yaml
 
 from tests.builders import driver_daemonset
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
-from tests.e2e.guard import EVICTION_REFUSED, Guard
+from tests.e2e.guard import EVICTION_REFUSED
 from tests.e2e.kube import evict, get_json, wait_for
 
 NODE = "e2e-fabric-a"
@@ -73,15 +73,13 @@ CONSUMER = {
 
 
 @pytest.fixture(scope="module")
-def scenario(control_plane, tmp_path_factory):
+def scenario(control_plane, start_guard):
     cp = control_plane
     cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE, labels={RACK: "r1"}), timeout=10).raise_for_status()
     cp.kubectl("admin", "apply", "-f", "-", input=DRA_OBJECTS)
     ds = driver_daemonset(name="e2e-fabric-driver", namespace=DRIVERS, plugin_subdir=DRIVER)
     ds["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-unseen"))
-    g.start(mode="enforce", declared=((DRIVERS, "e2e-fabric-driver"),))
-    g.register()
+    g = start_guard(mode="enforce", declared=((DRIVERS, "e2e-fabric-driver"),))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(ds))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(CONSUMER))
     try:

@@ -7,7 +7,7 @@ is first shown to be a real path where that is cheap to show here (a kubelet cli
 from a CSR writes ResourceSlices for "its" node), then alice's grant of it is refused; an admin's
 grant of it (never sent to dra-guard) is reported by `dra-guard audit --cluster`.
 
-Round 3 (at the end): forged reviews POSTed straight to the webhook port never widen what
+At the end: forged reviews POSTed straight to the webhook port never widen what
 dra-guard allows; the admin-access label through the Namespace subresources; token minting where
 an excepted ServiceAccount lives. dra-guard runs with the documented vendor exception.
 """
@@ -72,17 +72,12 @@ VENDOR_EXCEPTION = f"""exceptions:
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
-    cp = control_plane
-    for ns in (NAMESPACE, "dra-system", "r2-team"):
-        cp.kubectl("admin", "create", "namespace", ns, check=False)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-round2"))
-    g.start(mode="enforce", extra_config="cluster:\n  apiCheckIntervalSeconds: 2\n" + VENDOR_EXCEPTION)
-    g.register()
-    try:
-        yield g
-    finally:
-        g.stop()
+def guard(start_guard):
+    return start_guard(
+        namespaces=(NAMESPACE, "dra-system", "r2-team"),
+        mode="enforce",
+        extra_config="cluster:\n  apiCheckIntervalSeconds: 2\n" + VENDOR_EXCEPTION,
+    )
 
 
 POWERS = [
