@@ -21,7 +21,6 @@ import pathlib
 import re
 import shlex
 import subprocess
-import sys
 import tarfile
 import time
 from typing import Any
@@ -32,7 +31,7 @@ import yaml
 from tests.chart import helm
 from tests.chart.test_cluster import kubeconfig_for_service_account
 from tests.e2e.guard import Guard
-from tests.e2e.kube import wait_for
+from tests.e2e.kube import dra_guard, wait_for
 from webhook.config import from_mapping
 
 pytestmark = pytest.mark.e2e
@@ -304,11 +303,7 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_the_uninst
     assert ["dra-guard", "cleanup"] in commands
     for command in commands:
         if command[0] == "dra-guard":
-            out = subprocess.run(
-                [sys.executable, "-m", "webhook.cli", *command[1:], "--kubeconfig", str(cp.kubeconfig("admin"))],
-                capture_output=True,
-                text=True,
-            )
+            out = dra_guard(cp, *command[1:])
             # nothing left to it here: it removes the reports an uninstall with --cascade orphan leaves
             assert out.returncode == 0 and "0 report(s) deleted" in out.stdout, (command, out.stdout, out.stderr)
             continue

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +22,27 @@ def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: 
             return value
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout:g} s waiting for {what} (last: {value!r})")
+
+
+def dra_guard(cp: Any, *args: str, user: str = "admin", timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The real `dra-guard ARGS --kubeconfig <user's kubeconfig>` (python -m webhook.cli, this
+    checkout's code) against the control plane `cp`: its exit code, stdout and stderr as text;
+    subprocess.TimeoutExpired after `timeout` seconds."""
+    return subprocess.run(
+        [sys.executable, "-m", "webhook.cli", *args, "--kubeconfig", str(cp.kubeconfig(user))],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def audit_findings(cp: Any, *args: str, user: str = "admin") -> list[dict[str, Any]]:
+    """`dra-guard audit --cluster -o json ARGS` as `user`: the AuditResult's findings; fails the
+    test when the audit did not end with exit 0 (clean) or 1 (findings), naming its stderr."""
+    out = dra_guard(cp, "audit", "--cluster", "-o", "json", *args, user=user)
+    assert out.returncode in (0, 1), out.stderr
+    findings: list[dict[str, Any]] = json.loads(out.stdout)["findings"]
+    return findings
 
 
 def get_json(cp: Any, *args: str) -> Any:

@@ -18,7 +18,7 @@ import pytest
 from cryptography import x509
 
 import certs
-from tests.e2e.kube import wait_for
+from tests.e2e.kube import dra_guard, wait_for
 from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 
@@ -268,23 +268,15 @@ def test_stale_ca_bundle_is_corrected_within_a_reconcile_period(control_plane, r
     wait_for("the stale caBundle to be corrected", lambda: cluster_bundle(cp) == wanted, 2 * CHECK + 5)
     assert time.monotonic() - started <= 2 * CHECK + 5
     # certs inspect --cluster agrees
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook.cli",
-            "certs",
-            "inspect",
-            "--url",
-            f"127.0.0.1:{replicas[0].port}",
-            "--cluster",
-            "--kubeconfig",
-            str(cp.kubeconfig("admin")),
-            "--config",
-            str(replicas[0].workdir / "config.yaml"),
-        ],
-        capture_output=True,
-        text=True,
+    out = dra_guard(
+        cp,
+        "certs",
+        "inspect",
+        "--url",
+        f"127.0.0.1:{replicas[0].port}",
+        "--cluster",
+        "--config",
+        str(replicas[0].workdir / "config.yaml"),
     )
     assert out.returncode == 0 and "caBundle trusts" in out.stdout, out.stdout + out.stderr
 

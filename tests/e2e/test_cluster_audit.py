@@ -8,12 +8,11 @@ import pathlib
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.e2e.kube import wait_for
+from tests.e2e.kube import dra_guard, wait_for
 from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 from webhook.serve.periodic import LEASE_POLL_SECONDS
@@ -63,12 +62,7 @@ def kcm_pod(name, qps, burst):
 
 def run_audit(cp, *args: str) -> subprocess.CompletedProcess[str]:
     """`dra-guard audit --cluster ARGS` as admin (text output captured)."""
-    return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig", str(cp.kubeconfig("admin")), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return dra_guard(cp, "audit", "--cluster", *args)
 
 
 def audit_cluster(cp, *args, installed_config=False):
@@ -119,21 +113,7 @@ def test_policyreport_output_is_accepted_by_the_apiserver(report_crds_establishe
     cp = report_crds_established  # the chart's report CRDs, Established
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     try:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "--output",
-                "policyreport",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        out = dra_guard(cp, "audit", "--cluster", "--output", "policyreport")
         assert out.returncode == 1 and "ClusterPolicyReport" in out.stdout
         assert cp.kubectl("admin", "apply", "--dry-run=server", "-f", "-", input=out.stdout).returncode == 0
     finally:
@@ -484,21 +464,7 @@ def test_escalation_paths_1_2_5_are_reported(control_plane):
         assert "pods" in powers["RoleBinding", "kube-system", "e2e-audit-edit"]
         assert "User alice" in ours["RoleBinding", "kube-system", "e2e-audit-edit"]
         assert "validatingwebhookconfigurations" in ours["ClusterRoleBinding", "", "e2e-audit-vwc"]
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "--output",
-                "policyreport",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        out = dra_guard(cp, "audit", "--cluster", "--output", "policyreport")
         assert "e2e-audit-edit" in out.stdout and "e2e-audit-imp" in out.stdout
     finally:
         cp.kubectl("admin", "delete", "-f", "-", input=ESCALATIONS, check=False)
@@ -581,23 +547,7 @@ def test_suggest_values_from_the_live_cluster_clear_its_driver_findings(control_
     try:
         _, before = audit_cluster(cp, "--config", str(config))
         assert ours(before) == [("rbac-write", "e2e-suggest-slices"), ("undeclared-driver", name)], before
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "--config",
-                str(config),
-                "--suggest-values",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        out = dra_guard(cp, "audit", "--cluster", "--config", str(config), "--suggest-values")
         assert out.returncode == 1, out.stderr  # the findings still stand until the values are used
         values = yaml.safe_load(out.stdout)["config"]
         assert f"{ns}:{name}" in values["rbac"]["extraDriverSubjects"]["serviceAccounts"], out.stdout

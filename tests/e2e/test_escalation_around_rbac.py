@@ -17,8 +17,6 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-import subprocess
-import sys
 import time
 
 import pytest
@@ -29,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.e2e.guard import NAMESPACE, Guard
-from tests.e2e.kube import wait_for
+from tests.e2e.kube import audit_findings, wait_for
 
 RBAC = "rbac.authorization.k8s.io"
 DENIED = 'admission webhook "rbac.dra-guard.io" denied the request'
@@ -123,28 +121,8 @@ def test_an_rbac_manager_granting_a_power_around_rbac_is_refused_and_an_admins_g
 
 
 def cluster_audit(cp, guard):
-    """The findings (JSON dicts) of `dra-guard audit --cluster` as an admin with the guard's config;
-    asserts it exits 1 (something found)."""
-    audit = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook.cli",
-            "audit",
-            "--cluster",
-            "--kubeconfig",
-            str(cp.kubeconfig("admin")),
-            "--config",
-            str(guard.workdir / "config.yaml"),
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert audit.returncode == 1, audit.stderr
-    return json.loads(audit.stdout)["findings"]
+    """The findings (JSON dicts) of `dra-guard audit --cluster` as an admin with the guard's config."""
+    return audit_findings(cp, "--config", str(guard.workdir / "config.yaml"))
 
 
 def test_a_rolebinding_that_allocates_devices_in_an_ordinary_namespace_is_refused_and_reported(control_plane, guard):
@@ -282,45 +260,10 @@ def test_only_an_admin_gives_a_namespace_dra_admin_access(control_plane, guard):
         assert cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}=true").returncode == 0
         assert cp.kubectl("bob", "label", "namespace", "r2-team", "team=r2b", "--overwrite").returncode == 0
         assert cp.kubectl("bob", "label", "namespace", "r2-team", f"{LABEL}-").returncode == 0  # taking it away
-        audit = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert not any(
-            f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)["findings"]
-        )
+        assert not any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in audit_findings(cp))
         cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}=true")
-        audit = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert any(
-            f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)["findings"]
-        ), audit.stdout
+        findings = audit_findings(cp)
+        assert any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in findings), findings
     finally:
         cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}-", check=False)
         cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-r2-ns-patch", "--ignore-not-found")

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.chart import helm
+from tests.e2e.kube import dra_guard
 from webhook.config import from_mapping
 from webhook.kube.client import api_client
 from webhook.kube.lists import MAX_SINGLE_ROLE_READS, stream_audit_cluster
@@ -84,12 +85,7 @@ def uid_of(cp, kind: str, namespace: str, name: str) -> str:
 
 
 def cli(cp, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", *args, "--kubeconfig", str(cp.kubeconfig(user))],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return dra_guard(cp, *args, user=user)
 
 
 def write_both(cp) -> None:

@@ -7,8 +7,6 @@ pod's eviction with 429 until it is gone."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
@@ -16,7 +14,7 @@ import yaml
 from tests.builders import driver_daemonset
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED
-from tests.e2e.kube import evict, get_json, wait_for
+from tests.e2e.kube import dra_guard, evict, get_json, wait_for
 
 NODE = "e2e-fabric-a"
 DRIVER = "fabric.example.com"
@@ -123,12 +121,7 @@ def test_an_extended_resource_pod_holds_the_driver(control_plane, scenario):
     terms = status["allocation"]["nodeSelector"]["nodeSelectorTerms"]
     assert any(e["key"] == RACK for t in terms for e in t.get("matchExpressions", [])), terms
 
-    plan = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "drain-plan", NODE, "--kubeconfig", str(cp.kubeconfig("admin")), "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    plan = dra_guard(cp, "drain-plan", NODE, "-o", "json", timeout=60)
     assert plan.returncode == 1, plan.stdout + plan.stderr
     result = json.loads(plan.stdout)
     assert result["evictFirst"] == [f"{WORK}/trainer"]
