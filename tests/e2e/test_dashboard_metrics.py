@@ -24,7 +24,7 @@ from tests.chart.test_dashboard import dashboard, rows, substitute
 from tests.e2e import binaries
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED, Guard
-from tests.e2e.kube import evict, get_json, wait_for
+from tests.e2e.kube import claim_template, consumer, device_class, evict, get_json, manifests, namespace, node_slice, wait_for
 from tests.scrape import metric, scrape
 
 NODE = "e2e-dash-node"
@@ -56,54 +56,15 @@ NOT_PRODUCED = {
 }
 ROWS = ("Eviction guard", "Probe patches", "RBAC")
 
-DRA_OBJECTS = f"""
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {{name: e2e-dash-gpu}}
-spec:
-  selectors:
-    - cel: {{expression: "device.driver == '{DRIVER}'"}}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceSlice
-metadata: {{name: {NODE}-gpu}}
-spec:
-  driver: {DRIVER}
-  nodeName: {NODE}
-  pool: {{name: {NODE}, generation: 1, resourceSliceCount: 1}}
-  devices:
-    - name: gpu-0
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {WORK}}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {DRIVERS}}}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: gpu, namespace: {WORK}}}
-spec:
-  spec:
-    devices:
-      requests:
-        - name: gpu
-          exactly: {{deviceClassName: e2e-dash-gpu}}
-"""
+DRA_OBJECTS = manifests(
+    device_class("e2e-dash-gpu", DRIVER),
+    node_slice(NODE, DRIVER),
+    namespace(WORK),
+    namespace(DRIVERS),
+    claim_template(WORK, "e2e-dash-gpu"),
+)
 
-CONSUMER = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "consumer", "namespace": WORK},
-    "spec": {
-        "nodeSelector": {"kubernetes.io/hostname": NODE},
-        "tolerations": TOLERATE_ALL,
-        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-        "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
-    },
-}
+CONSUMER = consumer("consumer", WORK, NODE, TOLERATE_ALL)
 
 
 def on_node(ds: dict) -> dict:

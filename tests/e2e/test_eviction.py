@@ -20,60 +20,34 @@ import yaml
 from tests.builders import driver_daemonset
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED
-from tests.e2e.kube import evict, get_json, review_caused, wait_for
+from tests.e2e.kube import (
+    claim_template,
+    consumer,
+    device_class,
+    evict,
+    get_json,
+    manifests,
+    namespace,
+    node_slice,
+    review_caused,
+    wait_for,
+)
 
 NODE = "e2e-node-a"
 DRIVER = "gpu.example.com"
 #: a legal DaemonSet name of 63 characters: the apiserver cuts its pods' generated names to 58 + 5
 LONG = "dra-driver-cpu-" + "x" * 48
 
-DRA_OBJECTS = f"""
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {{name: e2e-gpu}}
-spec:
-  selectors:
-    - cel: {{expression: "device.driver == '{DRIVER}'"}}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceSlice
-metadata: {{name: {NODE}-gpu}}
-spec:
-  driver: {DRIVER}
-  nodeName: {NODE}
-  pool: {{name: {NODE}, generation: 1, resourceSliceCount: 1}}
-  devices:
-    - name: gpu-0
-    - name: gpu-1
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: work}}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: gpu, namespace: work}}
-spec:
-  spec:
-    devices:
-      requests:
-        - name: gpu
-          exactly: {{deviceClassName: e2e-gpu}}
-"""
+DRA_OBJECTS = manifests(
+    device_class("e2e-gpu", DRIVER),
+    node_slice(NODE, DRIVER, devices=("gpu-0", "gpu-1")),
+    namespace("work"),
+    claim_template("work", "e2e-gpu"),
+)
 
 
 def consumer_pod(name):
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "work"},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE},
-            "tolerations": TOLERATE_ALL,
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-            "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
-        },
-    }
+    return consumer(name, "work", NODE, TOLERATE_ALL)
 
 
 @pytest.fixture(scope="module")

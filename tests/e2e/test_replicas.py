@@ -27,7 +27,7 @@ import pytest
 from tests.builders import driver_daemonset, eviction_request
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED, NAMESPACE, Guard, chart_namespaced_rbac, webhook_configurations
-from tests.e2e.kube import evict, wait_for
+from tests.e2e.kube import claim_template, consumer, device_class, evict, namespace, node_slice, wait_for
 from tests.scrape import metric, scrape
 from tests.serve import free_port
 
@@ -39,42 +39,12 @@ WORK = "replicas-work"
 TRIALS = 20
 
 DRA_OBJECTS = [
-    {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": "e2e-replicas"},
-        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
-    },
-    {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{NODE}-gpu"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": NODE,
-            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "gpu-0"}],
-        },
-    },
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WORK}},
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NS}},
-    {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "gpu", "namespace": WORK},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "e2e-replicas"}}]}}},
-    },
-    {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "consumer", "namespace": WORK},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE},
-            "tolerations": TOLERATE_ALL,
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-            "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
-        },
-    },
+    device_class("e2e-replicas", DRIVER),
+    node_slice(NODE, DRIVER),
+    namespace(WORK),
+    namespace(DRIVER_NS),
+    claim_template(WORK, "e2e-replicas"),
+    consumer("consumer", WORK, NODE, TOLERATE_ALL),
 ]
 
 

@@ -14,7 +14,7 @@ import yaml
 from tests.builders import driver_daemonset
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED
-from tests.e2e.kube import dra_guard, evict, get_json, wait_for
+from tests.e2e.kube import device_class, dra_guard, evict, get_json, manifests, namespace, wait_for
 
 NODE = "e2e-fabric-a"
 DRIVER = "fabric.example.com"
@@ -22,35 +22,21 @@ RESOURCE = "example.com/fabric-gpu"
 RACK = "topology.example.com/rack"
 WORK, DRIVERS = "fabric-work", "fabric-drivers"
 
-DRA_OBJECTS = f"""
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {{name: e2e-fabric-gpu}}
-spec:
-  selectors:
-    - cel: {{expression: "device.driver == '{DRIVER}'"}}
-  extendedResourceName: {RESOURCE}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceSlice
-metadata: {{name: e2e-fabric-rack-r1}}
-spec:
-  driver: {DRIVER}
-  nodeSelector:
-    nodeSelectorTerms:
-      - matchExpressions: [{{key: {RACK}, operator: In, values: [r1]}}]
-  pool: {{name: rack-r1, generation: 1, resourceSliceCount: 1}}
-  devices:
-    - name: gpu-0
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {WORK}}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {DRIVERS}}}
-"""
+#: the devices of a rack, reachable from the nodes labelled with it (no nodeName)
+RACK_SLICE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": "e2e-fabric-rack-r1"},
+    "spec": {
+        "driver": DRIVER,
+        "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [{"key": RACK, "operator": "In", "values": ["r1"]}]}]},
+        "pool": {"name": "rack-r1", "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": "gpu-0"}],
+    },
+}
+DRA_OBJECTS = manifests(
+    device_class("e2e-fabric-gpu", DRIVER, extendedResourceName=RESOURCE), RACK_SLICE, namespace(WORK), namespace(DRIVERS)
+)
 
 CONSUMER = {
     "apiVersion": "v1",
