@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tests.e2e import objects as objects_module
+
 
 def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.3) -> Any:
     """fn()'s first truthy value, polled every `interval` seconds (the one poll of the e2e and chart
@@ -70,68 +72,23 @@ def review_caused(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [ev for ev in events if ev["verb"] != "watch" and ev.get("objectRef", {}).get("resource") not in OWN_CLOCK_RESOURCES]
 
 
-# The DRA objects of a scenario on a node without a kubelet (DeviceClass, a node's ResourceSlice,
-# namespaces, a claim template and its consumer), as resource.k8s.io/v1 and v1 dicts; manifests()
-# makes the YAML stream `kubectl apply -f -` and `kubectl delete -f -` take.
+def apply_objects(cp: Any, *objects: dict[str, Any], user: str = "admin") -> None:
+    """`kubectl apply -f -` of the objects as `user`; fails the test (CalledProcessError) when kubectl does."""
+    cp.kubectl(user, "apply", "-f", "-", input=objects_module.manifests(*objects))
 
 
-def device_class(name: str, driver: str, **spec: Any) -> dict[str, Any]:
-    """A DeviceClass selecting every device of `driver` (CEL), with extra spec fields."""
-    selectors = [{"cel": {"expression": f"device.driver == '{driver}'"}}]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": name},
-        "spec": {"selectors": selectors, **spec},
-    }
-
-
-def node_slice(node: str, driver: str, devices: tuple[str, ...] = ("gpu-0",)) -> dict[str, Any]:
-    """The ResourceSlice `<node>-gpu` of `driver` on `node` (its own pool, one slice) with `devices`."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-gpu"},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": device} for device in devices],
-        },
-    }
-
-
-def namespace(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
-
-
-def claim_template(namespace: str, device_class: str, name: str = "gpu") -> dict[str, Any]:
-    """A ResourceClaimTemplate `name` asking for exactly one device of `device_class`."""
-    request = {"name": "gpu", "exactly": {"deviceClassName": device_class}}
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"spec": {"devices": {"requests": [request]}}},
-    }
-
-
-def consumer(name: str, namespace: str, node: str, tolerations: list[dict[str, Any]]) -> dict[str, Any]:
-    """A Pod on `node` (nodeSelector; `tolerations`: a node without a kubelet is soon tainted) whose
-    container uses a claim made from the template `gpu`."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "tolerations": tolerations,
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-            "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
-        },
-    }
-
-
-def manifests(*objects: dict[str, Any]) -> str:
-    """The objects as one YAML stream (for kubectl's -f -)."""
-    return "".join(f"---\n{json.dumps(obj)}\n" for obj in objects)
+def create_as_aggregation_controller(cp: Any, obj: dict[str, Any]) -> None:
+    """`kubectl create` of `obj` as kube-controller-manager's ClusterRole aggregation controller
+    (impersonated by admin, with system:masters as the controller has): a write dra-guard lets
+    through as the control plane's own; fails the test, naming kubectl's stderr, when refused."""
+    out = cp.kubectl(
+        "admin",
+        "create",
+        "-f",
+        "-",
+        "--as=system:serviceaccount:kube-system:clusterrole-aggregation-controller",
+        "--as-group=system:masters",
+        input=json.dumps(obj),
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr

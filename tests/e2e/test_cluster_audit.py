@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from tests.e2e.kube import dra_guard, wait_for
+from tests.builders import binding, cluster_role, rule, subject
+from tests.e2e import objects
+from tests.e2e.kube import apply_objects, dra_guard, wait_for
 from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 from webhook.serve.periodic import LEASE_POLL_SECONDS
@@ -315,7 +317,7 @@ def test_the_installed_release_configuration_is_used_by_default(control_plane, t
         },
         "data": {"config.yaml": config},
     }
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(cm))
+    apply_objects(cp, cm)
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     try:
         out = run_audit(cp, "-o", "json", "--release-namespace", ns)
@@ -386,7 +388,7 @@ def test_report_crds_show_the_summary_columns(report_crds_established):
         "summary": {"pass": 3, "fail": 1, "warn": 2, "error": 0, "skip": 0},
         "results": [],
     }
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(report))
+    apply_objects(cp, report)
     try:
         out = cp.kubectl("admin", "get", "clusterpolicyreport", "e2e-columns").stdout.split("\n")
         assert out[0].split()[:6] == ["NAME", "PASS", "FAIL", "WARN", "ERROR", "SKIP"]
@@ -395,57 +397,19 @@ def test_report_crds_show_the_summary_columns(report_crds_established):
         cp.kubectl("admin", "delete", "clusterpolicyreport", "e2e-columns")
 
 
-ESCALATIONS = json.dumps(
-    {
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": [
-            # path 1: impersonation of admins
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": "e2e-audit-imp"},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["system:masters"]}
-                ],
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": "e2e-audit-imp"},
-                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-imp", "apiGroup": "rbac.authorization.k8s.io"},
-            },
-            # path 2: edit in kube-system
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": "e2e-audit-edit", "namespace": "kube-system"},
-                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": "edit", "apiGroup": "rbac.authorization.k8s.io"},
-            },
-            # path 5: write on webhook configurations
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": "e2e-audit-vwc"},
-                "rules": [
-                    {
-                        "apiGroups": ["admissionregistration.k8s.io"],
-                        "resources": ["validatingwebhookconfigurations"],
-                        "verbs": ["update", "patch"],
-                    }
-                ],
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": "e2e-audit-vwc"},
-                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-vwc", "apiGroup": "rbac.authorization.k8s.io"},
-            },
-        ],
-    }
+ALICE = [subject("User", "alice")]
+ESCALATIONS = objects.manifests(
+    # path 1: impersonation of admins
+    cluster_role("e2e-audit-imp", [rule(["groups"], ["impersonate"], [""], resourceNames=["system:masters"])]),
+    binding("e2e-audit-imp", "e2e-audit-imp", ALICE),
+    # path 2: edit in kube-system
+    binding("e2e-audit-edit", "edit", ALICE, kind="RoleBinding", namespace="kube-system"),
+    # path 5: write on webhook configurations
+    cluster_role(
+        "e2e-audit-vwc",
+        [rule(["validatingwebhookconfigurations"], ["update", "patch"], ["admissionregistration.k8s.io"])],
+    ),
+    binding("e2e-audit-vwc", "e2e-audit-vwc", ALICE),
 )
 
 
@@ -582,7 +546,7 @@ def test_declared_drivers_the_webhooks_cannot_keep_on_their_nodes_are_reported(c
             },
         },
     }
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(ds))
+    apply_objects(cp, ds)
     config = tmp_path / "config.yaml"
     config.write_text(
         f"drivers:\n  declared: [{{namespace: {ns}, name: old-driver}}, {{namespace: {ns}, name: renamed-driver}}]\n"

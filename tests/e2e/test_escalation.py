@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.e2e.guard import NAMESPACE
+from tests.e2e.kube import apply_objects, create_as_aggregation_controller
 from tests.scrape import metric, scrape
 
 RBAC = "rbac.authorization.k8s.io"
@@ -317,7 +318,7 @@ def test_path7_stripped_cluster_admin_is_judged_by_its_default_rules(control_pla
             "annotations": original["metadata"]["annotations"],
             "labels": original["metadata"].get("labels", {}),
         }
-        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(restore))
+        apply_objects(cp, restore)
 
 
 # ------------------------------------------------------------------ path 8: DeviceTaintRules
@@ -351,17 +352,7 @@ def test_path9_role_created_by_an_unseen_writer_is_reported_within_30s(control_p
     try:
         out = create(cp, "alice", bind("e2e-esc-early", "e2e-esc-later", ALICE))
         assert out.returncode == 0 and "does not exist yet" in out.stderr, out.stderr
-        out = cp.kubectl(
-            "admin",
-            "create",
-            "-f",
-            "-",
-            "--as=system:serviceaccount:kube-system:clusterrole-aggregation-controller",
-            "--as-group=system:masters",
-            input=json.dumps(writer),
-            check=False,
-        )
-        assert out.returncode == 0, out.stderr
+        create_as_aggregation_controller(cp, writer)
         started = time.monotonic()
         events = ""
         while time.monotonic() - started < 30:

@@ -18,36 +18,26 @@ import pytest
 import yaml
 
 from tests.builders import driver_daemonset
+from tests.e2e import objects
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED
-from tests.e2e.kube import (
-    claim_template,
-    consumer,
-    device_class,
-    evict,
-    get_json,
-    manifests,
-    namespace,
-    node_slice,
-    review_caused,
-    wait_for,
-)
+from tests.e2e.kube import apply_objects, evict, get_json, review_caused, wait_for
 
 NODE = "e2e-node-a"
 DRIVER = "gpu.example.com"
 #: a legal DaemonSet name of 63 characters: the apiserver cuts its pods' generated names to 58 + 5
 LONG = "dra-driver-cpu-" + "x" * 48
 
-DRA_OBJECTS = manifests(
-    device_class("e2e-gpu", DRIVER),
-    node_slice(NODE, DRIVER, devices=("gpu-0", "gpu-1")),
-    namespace("work"),
-    claim_template("work", "e2e-gpu"),
+DRA_OBJECTS = objects.manifests(
+    objects.device_class("e2e-gpu", DRIVER),
+    objects.node_slice(NODE, DRIVER, devices=("gpu-0", "gpu-1")),
+    objects.namespace("work"),
+    objects.claim_template("work", "e2e-gpu"),
 )
 
 
 def consumer_pod(name):
-    return consumer(name, "work", NODE, TOLERATE_ALL)
+    return objects.consumer(name, "work", NODE, TOLERATE_ALL)
 
 
 @pytest.fixture(scope="module")
@@ -285,7 +275,7 @@ def test_a_claim_deleted_under_its_running_pod_still_holds_the_driver(control_pl
         "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
         "roleRef": {"kind": "ClusterRole", "name": "admin", "apiGroup": "rbac.authorization.k8s.io"},
     }
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(binding))
+    apply_objects(cp, binding)
     try:
         claim = reserved_consumer(cp, "held")
         unprotect = cp.kubectl(
@@ -450,19 +440,14 @@ def test_ordinary_pod_eviction_is_untouched(control_plane, scenario):
     """Acceptance 3 end to end: allowed from the cache, and dra-guard makes no API request for it."""
     cp = control_plane
     before = {ev["auditID"] for ev in cp.audit_events("dra-guard", stage=None)}
-    cp.kubectl(
-        "admin",
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "plain", "namespace": "work"},
-                "spec": {"nodeName": NODE, "tolerations": TOLERATE_ALL, "containers": [{"name": "c", "image": "x"}]},
-            }
-        ),
+    apply_objects(
+        cp,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "plain", "namespace": "work"},
+            "spec": {"nodeName": NODE, "tolerations": TOLERATE_ALL, "containers": [{"name": "c", "image": "x"}]},
+        },
     )
     assert evict(cp, "work", "plain", grace=0).status_code in (200, 201)
     time.sleep(0.5)

@@ -15,7 +15,7 @@ import pytest
 
 from bench import eviction_burst as burst
 from tests.e2e.guard import EVICTION_REFUSED, Guard
-from tests.e2e.kube import audit_findings, evict, wait_for
+from tests.e2e.kube import apply_objects, audit_findings, evict, wait_for
 from tests.scrape import metric, scrape
 
 #: how long the acceptance watches a hung or gone dra-guard
@@ -131,7 +131,7 @@ def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(c
     guard, _ = scenario
     ds = driver_daemonset(name="undeclared-driver", namespace="burst-01")
     ds["spec"]["template"]["spec"]["nodeSelector"] = {"dra-guard.test/no-such-node": "x"}  # recognised, no pods
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(ds))
+    apply_objects(cp, ds)
     series = 'dra_guard_undeclared_drivers{daemonset="undeclared-driver",daemonset_namespace="burst-01"} 1.0'
     # the value lists the declared driver first, then every undeclared one (other modules' drivers too)
     declared = """--set-json 'config.drivers.declared=[{"namespace":"burst-driver","name":"burst-driver"},"""

@@ -12,9 +12,10 @@ import pytest
 import yaml
 
 from tests.builders import driver_daemonset
+from tests.e2e import objects
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED
-from tests.e2e.kube import device_class, dra_guard, evict, get_json, manifests, namespace, wait_for
+from tests.e2e.kube import dra_guard, evict, get_json, wait_for
 
 NODE = "e2e-fabric-a"
 DRIVER = "fabric.example.com"
@@ -34,8 +35,11 @@ RACK_SLICE = {
         "devices": [{"name": "gpu-0"}],
     },
 }
-DRA_OBJECTS = manifests(
-    device_class("e2e-fabric-gpu", DRIVER, extendedResourceName=RESOURCE), RACK_SLICE, namespace(WORK), namespace(DRIVERS)
+DRA_OBJECTS = objects.manifests(
+    objects.device_class("e2e-fabric-gpu", DRIVER, extendedResourceName=RESOURCE),
+    RACK_SLICE,
+    objects.namespace(WORK),
+    objects.namespace(DRIVERS),
 )
 
 CONSUMER = {
