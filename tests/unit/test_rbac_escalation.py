@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import binding, cluster_role, review, rule, subject
+from tests.builders import binding, cluster_role, rbac_exception, review, rule, subject
 from webhook.config import from_mapping
 from webhook.model.powers import power_grants
 from webhook.policies import rbac
@@ -434,17 +434,11 @@ WRITERS = from_mapping(
         "rbac": {"driverSubjects": {"serviceAccounts": ["dra-system:driver"]}},
         "drivers": {"declared": [{"namespace": "gpu-driver", "name": "plugin"}]},
         "exceptions": [
-            {
-                "policy": "rbac",
-                "kind": "ClusterRoleBinding",
-                "name": "gpu-inventory",
-                "roleRef": "slice-writer",
-                "subjects": {"serviceAccounts": ["system:serviceaccount:gpu-tools:inventory"]},
-                "resources": ["resourceslices"],
-                "reason": "vendor inventory tool",
-                "owner": "team-gpu",
-                "expires": "2027-06-30T00:00:00Z",
-            },
+            rbac_exception(
+                name="gpu-inventory",
+                subjects={"serviceAccounts": ["system:serviceaccount:gpu-tools:inventory"]},
+                expires="2027-06-30T00:00:00Z",
+            ),
             {
                 "policy": "probes",
                 "kind": "DaemonSet",
