@@ -164,19 +164,25 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
         left = cp.kubectl("admin", "get", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "-o", "name").stdout
         assert f"{release}-dra-guard" not in left, left
     finally:
-        cp.kubectl(
-            "admin",
-            "delete",
-            "validatingwebhookconfiguration,mutatingwebhookconfiguration",
-            f"{release}-dra-guard",
-            "--ignore-not-found",
-        )
-        helm.run("uninstall", release, "-n", ns, "--no-hooks", env=cp.env("admin"), check=False)
+        remove_release(cp, release, ns)
         cp.kubectl(
             "admin", "delete", "clusterrolebinding", "life-while-down", "life-still-down", "life-audit-down", "--ignore-not-found"
         )
         guard.start(mode="enforce")
         _ = ca
+
+
+def remove_release(cp, release: str, namespace: str) -> None:
+    """Whatever a test left of `release`: its webhook configurations first (a Fail webhook whose
+    server is gone would refuse what the uninstall does), then the release without its hooks."""
+    cp.kubectl(
+        "admin",
+        "delete",
+        "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+        f"{release}-dra-guard",
+        "--ignore-not-found",
+    )
+    helm.run("uninstall", release, "-n", namespace, "--no-hooks", env=cp.env("admin"), check=False)
 
 
 def documented_cleanup_commands(namespace: str) -> list[list[str]]:
@@ -345,11 +351,4 @@ def test_an_enabled_pre_delete_hook_that_cannot_run_stops_the_uninstall_and_no_h
             assert time.monotonic() < deadline, "the failed pre-delete Job was left behind"
             time.sleep(1)
     finally:
-        cp.kubectl(
-            "admin",
-            "delete",
-            "validatingwebhookconfiguration,mutatingwebhookconfiguration",
-            f"{release}-dra-guard",
-            "--ignore-not-found",
-        )
-        helm.run("uninstall", release, "-n", ns, "--no-hooks", env=cp.env("admin"), check=False)
+        remove_release(cp, release, ns)
