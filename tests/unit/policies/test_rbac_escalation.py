@@ -573,7 +573,7 @@ def test_the_audit_reports_every_grant_shaped_path(path):
     """What admission refuses for paths 1-5, 7, 8, 10-12, `audit --cluster` and
     the periodic audit (both rbac.audit over the cached objects) report when it is found stored
     (made in warn/audit mode, before dra-guard was installed, or by an admin). Paths 6 and 9 are
-    about who writes and when: admission and the watch re-judging (tests/unit/test_rbac_drift.py)."""
+    about who writes and when: admission and the watch re-judging (tests/unit/kube/test_rbac_drift.py)."""
     roles, bound = PATH_GRANTS[path]
     found = {(f.kind, f.namespace, f.name) for f in rbac.audit(rbac.RbacIndex.from_objects([*roles, bound]), CONFIG)}
     meta = bound["metadata"]

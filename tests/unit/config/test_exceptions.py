@@ -134,7 +134,7 @@ def test_two_entries_for_one_object_and_policy_are_refused():
 
 
 def test_the_chart_schema_takes_an_entry_and_refuses_one_without_expiry():
-    from tests.unit.test_config_schema import validate
+    from tests.unit.config.test_config_schema import validate
 
     assert validate({"exceptions": [rbac_entry()]}, config_schema(chart=True)) == []
     without = {k: v for k, v in rbac_entry().items() if k != "expires"}
