@@ -31,8 +31,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put the tests of the real-node modules (tests/workers.py) first, keeping every other
-    order: with xdist they are one unit of work that a worker should start first; without it they
-    run in the same order either way. Every xdist worker orders the same collection the same way."""
+    order: with xdist they are one unit of work that a worker should start first (without xdist
+    they simply run first). Every xdist worker orders the same collection the same way."""
     from tests.workers import is_real_node_module
 
     items.sort(key=lambda item: not is_real_node_module(item.nodeid.split("::", 1)[0]))

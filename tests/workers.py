@@ -9,8 +9,8 @@ a worker should start before the short ones. Every other module keeps its collec
 
 xdist's own ``--dist loadgroup`` would express this with marks, but it renames items through
 ``Item._nodeid``, which pytest 9.2 no longer reads (``Node.nodeid`` is derived from ``Node._id``):
-its groups are silently ignored. tests/unit/test_test_helpers.py runs a pytester suite through this
-scheduler and fails when the node modules are split or when a module is.
+its groups are silently ignored. tests/unit/test_test_helpers.py runs a small suite in two workers
+through this scheduler and fails when the node modules are split or when a module is.
 """
 
 from __future__ import annotations
