@@ -278,3 +278,30 @@ def index_with(*objects):
     for obj in objects:
         {"Pod": idx.upsert_pod, "ResourceClaim": idx.upsert_claim, "Node": idx.nodes.upsert}[obj["kind"]](obj)
     return idx
+
+
+def rbac_exception(*, expires: str, **overrides: Any) -> dict[str, Any]:
+    """An `exceptions` entry of the configuration (policy rbac: ClusterRoleBinding team-gpu of
+    slice-writer to Group team-a, resourceslices, owner team-gpu) expiring at `expires` (RFC 3339),
+    with any field replaced by `overrides`."""
+    entry = {
+        "policy": "rbac",
+        "kind": "ClusterRoleBinding",
+        "name": "team-gpu",
+        "roleRef": "slice-writer",
+        "subjects": {"groups": ["team-a"]},
+        "resources": ["resourceslices"],
+        "reason": "vendor tool republishes slices until driver 2.1",
+        "owner": "team-gpu",
+        "expires": expires,
+    }
+    return {**entry, **overrides}
+
+
+def finding(message: str = "m", **fields: Any) -> Any:
+    """A policies.decision.Finding (policy rbac, ClusterRoleBinding b, check rbac-write, summary s)
+    with `message` and any field replaced by `fields`."""
+    from webhook.policies.decision import Finding
+
+    base = {"policy": "rbac", "kind": "ClusterRoleBinding", "name": "b", "summary": "s", "check": "rbac-write"}
+    return Finding(**{**base, "message": message, **fields})

@@ -1,4 +1,5 @@
-"""Fixtures shared by every test folder: the real control plane, one per test session.
+"""Fixtures shared by every test folder: the real control plane, one per test session (with
+pytest-xdist, as tests/run runs the suite: one per worker), and how the workers share the tests.
 
 `control_plane` lives here (not in tests/e2e/conftest.py) so that tests/e2e and tests/chart share
 one instance: a fixture defined in two conftest files would start two clusters in one session.
@@ -16,6 +17,25 @@ import pytest
 
 if TYPE_CHECKING:
     from tests.e2e.cluster import ControlPlane
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: no error when xdist is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """With ``-n N`` (tests/run), whole modules go to the workers, the real-node modules together
+    and first (tests/workers.py); the collection order is kept, so they are first."""
+    from tests.workers import ModulesAndOneRealNode
+
+    config.option.loadscopereorder = False
+    return ModulesAndOneRealNode(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put the tests of the real-node modules (tests/workers.py) first, keeping every other
+    order: with xdist they are one unit of work that a worker should start first (without xdist
+    they simply run first). Every xdist worker orders the same collection the same way."""
+    from tests.workers import is_real_node_module
+
+    items.sort(key=lambda item: not is_real_node_module(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture(scope="session")

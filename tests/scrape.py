@@ -6,9 +6,13 @@ with .session() and .url). metric(text, sample) -> one number from it.
 
 from __future__ import annotations
 
+import pathlib
 import re
+import subprocess
+from collections.abc import Iterable
 from typing import Any
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -40,3 +44,26 @@ def metric(text: str, sample: str, *, default: float | None = None, **labels: st
     if default is None:
         raise AssertionError(f"no sample {name}{wanted or ''} in the scrape")
     return default
+
+
+def queries_return_series(
+    queries: Iterable[str], series: list[dict[str, str]], folder: pathlib.Path, *, name: str = "queries-test.yaml"
+) -> subprocess.CompletedProcess[str]:
+    """Whether each PromQL query returns at least one series over `series` (promtool's
+    input_series: {"series": 'name{labels}', "values": "v0 v1 ..."}, one value a minute): a
+    `promtool test rules` file `name` in `folder` expects clamp_max(count(query), 1) == 1 for each at
+    1m. The promtool run (tests/e2e/binaries.py builds it): exit 0 when every query does; else its
+    output names the queries that returned nothing."""
+    from tests.e2e import binaries
+
+    expected = [
+        {"expr": f"clamp_max(count({q}), 1)", "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 1}]} for q in queries
+    ]
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": expected}],
+    }
+    (folder / name).write_text(yaml.safe_dump(tests, sort_keys=False, width=1000))
+    promtool = binaries.promtool_dir() / "promtool"
+    return subprocess.run([str(promtool), "test", "rules", name], cwd=folder, capture_output=True, text=True, timeout=120)

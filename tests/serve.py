@@ -26,6 +26,17 @@ def _ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tu
         return 32768, 60999
 
 
+def _worker_slice(first: int, end: int) -> tuple[int, int]:
+    """The part of the ports [first, end) for this pytest-xdist worker (PYTEST_XDIST_WORKER gwN of
+    PYTEST_XDIST_WORKER_COUNT, set by xdist in each worker); all of them outside xdist."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2:
+        return first, end
+    span = (end - first) // count
+    index = int(worker[2:]) % count
+    return first + index * span, first + (index + 1) * span
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now, for a server the test is about to start.
 
@@ -34,10 +45,13 @@ def free_port() -> int:
     lies inside that range, where every outgoing connection of a busy test (a flood of hundreds)
     also takes its local port, so it could be taken between this call and the server's bind.
     Each candidate is checked by binding it (without SO_REUSEADDR, so ports in TIME_WAIT are
-    skipped), and none is handed out twice by one process. Raises RuntimeError when 200 tries fail.
+    skipped), and none is handed out twice by one process. In a pytest-xdist worker (tests/run runs
+    the suite in two), only the worker's own slice of that range: two workers never hand out the
+    same port. Raises RuntimeError when 200 tries fail.
     """
     low, _ = _ephemeral_range()
     first, end = (10000, min(low, 30000)) if low > 11000 else (1024, low)  # 30000-32767: NodePorts
+    first, end = _worker_slice(first, end)
     for _ in range(200):
         port = random.randrange(first, end)
         if port in _HANDED_OUT:

@@ -21,7 +21,6 @@ import pathlib
 import re
 import shlex
 import subprocess
-import sys
 import tarfile
 import time
 from typing import Any
@@ -32,7 +31,7 @@ import yaml
 from tests.chart import helm
 from tests.chart.test_cluster import kubeconfig_for_service_account
 from tests.e2e.guard import Guard
-from tests.e2e.kube import wait_for
+from tests.e2e.kube import dra_guard, wait_for
 from webhook.config import from_mapping
 
 pytestmark = pytest.mark.e2e
@@ -165,19 +164,25 @@ def test_upgrades_and_rollbacks_as_admin_with_dra_guard_serving_and_down(control
         left = cp.kubectl("admin", "get", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "-o", "name").stdout
         assert f"{release}-dra-guard" not in left, left
     finally:
-        cp.kubectl(
-            "admin",
-            "delete",
-            "validatingwebhookconfiguration,mutatingwebhookconfiguration",
-            f"{release}-dra-guard",
-            "--ignore-not-found",
-        )
-        helm.run("uninstall", release, "-n", ns, "--no-hooks", env=cp.env("admin"), check=False)
+        remove_release(cp, release, ns)
         cp.kubectl(
             "admin", "delete", "clusterrolebinding", "life-while-down", "life-still-down", "life-audit-down", "--ignore-not-found"
         )
         guard.start(mode="enforce")
         _ = ca
+
+
+def remove_release(cp, release: str, namespace: str) -> None:
+    """Whatever a test left of `release`: its webhook configurations first (a Fail webhook whose
+    server is gone would refuse what the uninstall does), then the release without its hooks."""
+    cp.kubectl(
+        "admin",
+        "delete",
+        "validatingwebhookconfiguration,mutatingwebhookconfiguration",
+        f"{release}-dra-guard",
+        "--ignore-not-found",
+    )
+    helm.run("uninstall", release, "-n", namespace, "--no-hooks", env=cp.env("admin"), check=False)
 
 
 def documented_cleanup_commands(namespace: str) -> list[list[str]]:
@@ -304,11 +309,7 @@ def test_uninstall_finishes_when_no_hook_can_run_and_leaves_only_what_the_uninst
     assert ["dra-guard", "cleanup"] in commands
     for command in commands:
         if command[0] == "dra-guard":
-            out = subprocess.run(
-                [sys.executable, "-m", "webhook.cli", *command[1:], "--kubeconfig", str(cp.kubeconfig("admin"))],
-                capture_output=True,
-                text=True,
-            )
+            out = dra_guard(cp, *command[1:])
             # nothing left to it here: it removes the reports an uninstall with --cascade orphan leaves
             assert out.returncode == 0 and "0 report(s) deleted" in out.stdout, (command, out.stdout, out.stderr)
             continue
@@ -350,11 +351,4 @@ def test_an_enabled_pre_delete_hook_that_cannot_run_stops_the_uninstall_and_no_h
             assert time.monotonic() < deadline, "the failed pre-delete Job was left behind"
             time.sleep(1)
     finally:
-        cp.kubectl(
-            "admin",
-            "delete",
-            "validatingwebhookconfiguration,mutatingwebhookconfiguration",
-            f"{release}-dra-guard",
-            "--ignore-not-found",
-        )
-        helm.run("uninstall", release, "-n", ns, "--no-hooks", env=cp.env("admin"), check=False)
+        remove_release(cp, release, ns)

@@ -160,7 +160,7 @@ def test_readme_is_a_landing_page_that_links_the_site():
     ):
         assert section in linked, section
     for kept in ("## Quick start (set up and first run)", "## Run the tests", "## Code checks"):
-        assert kept in text  # CI (.ci/run) and tests/unit/test_quick_start.py follow them
+        assert kept in text  # CI (.ci/run) and tests/unit/cli/test_quick_start.py follow them
 
 
 def test_user_docs_carry_no_development_history():

@@ -228,7 +228,7 @@ class ControlPlane:
         bin_dir: folder with kube-apiserver, kube-controller-manager, kube-scheduler and etcd;
             default `binaries.build_control_plane()` (builds them on the first run, ~12 min).
         tools_dir: folder with kubectl and helm; default `binaries.client_tools_dir()`.
-        in_cluster: for a real node's pods that call the apiserver (tests/e2e/test_chart_in_cluster.py):
+        in_cluster: for a real node's pods that call the apiserver (tests/e2e/test_node_chart_in_cluster.py):
             ServiceAccount tokens mounted in pods, webhooks reached through their Service's endpoints.
 
     After `start()`: `url` (``https://127.0.0.1:PORT``), `ca_file`, `kubeconfig(user)`,

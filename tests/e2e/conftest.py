@@ -16,29 +16,66 @@ from tests.e2e.kube import wait_for
 HERE = pathlib.Path(__file__).resolve().parent
 
 
+#: the fixtures below that start a real node (kubelet + containerd, one per machine)
+REAL_NODE_FIXTURES = ("real_node", "real_node_in_cluster")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the items collected from this folder with ``e2e``.
+    """Mark the items collected from this folder with ``e2e``; refuse (a usage error naming them)
+    the tests that use a real node from a module not named ``test_node_*.py``: tests/run's xdist
+    workers run those modules, and only those, one after another in one worker (tests/workers.py),
+    and a node module run beside another would wait for the machine's node lock.
 
     The hook sees every item of the session, not only this folder's, hence the path check.
     """
+    from tests.workers import REAL_NODE_MODULES, is_real_node_module
+
+    misplaced = []
     for item in items:
         if HERE == item.path.parent or HERE in item.path.parents:
             item.add_marker(pytest.mark.e2e)
+        uses_node = any(name in getattr(item, "fixturenames", ()) for name in REAL_NODE_FIXTURES)
+        if uses_node and not is_real_node_module(item.nodeid.split("::", 1)[0]):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError(f"tests that run a real node belong in tests/e2e/{REAL_NODE_MODULES}: {', '.join(misplaced)}")
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
-    """A dra-guard server in enforce mode registered through the chart's webhook configurations,
-    one per test module, unregistered and stopped after the module."""
+def start_guard(control_plane, tmp_path_factory):
+    """The one way a module starts dra-guard on the session's control plane: a function
+    ``start_guard(namespaces=(), register=True, **options) -> Guard`` that creates the namespaces
+    (if missing), starts a real `dra-guard serve` (tests/e2e/guard.py; `options` are Guard.start's:
+    mode, extra_config, driver_service_accounts, declared, ...), waits for /readyz and, with
+    register, applies the chart's webhook configurations and waits until the apiserver calls it.
+    Every Guard it started is unregistered and stopped after the module (last started first; a
+    module that cleans up after its guard calls Guard.stop() itself first: stop is idempotent)."""
     from tests.e2e.guard import Guard
 
-    g = Guard(control_plane, tmp_path_factory.mktemp("dra-guard"))
-    g.start(mode="enforce")
-    g.register()
+    started: list[Guard] = []
+
+    def start(*, namespaces: tuple[str, ...] = (), register: bool = True, **options) -> Guard:
+        for namespace in namespaces:
+            control_plane.kubectl("admin", "create", "namespace", namespace, check=False)
+        g = Guard(control_plane, tmp_path_factory.mktemp("dra-guard"))
+        started.append(g)
+        g.start(**options)
+        if register:
+            g.register()
+        return g
+
     try:
-        yield g
+        yield start
     finally:
-        g.stop()
+        for g in reversed(started):
+            g.stop()
+
+
+@pytest.fixture(scope="module")
+def guard(start_guard):
+    """A dra-guard server in enforce mode registered through the chart's webhook configurations,
+    one per test module (a module overrides it with its own start_guard(...) options)."""
+    return start_guard(mode="enforce")
 
 
 #: the chart's report CRDs: PolicyReport (wgpolicyk8s.io) and OpenReports (openreports.io)

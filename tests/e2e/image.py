@@ -4,7 +4,7 @@ No registry is reachable here (Docker Hub included), so the Dockerfile's two bas
 arguments BUILD_BASE and BASE, see the Dockerfile) are made locally from Debian 12 packages with
 mmdebstrap, imported into buildah's own storage, and the Dockerfile is built by buildah (daemonless,
 ``--isolation chroot``). The result is written as an OCI archive (``oci-archive`` layout) named
-``localhost/dra-guard:<source hash>``; tests/e2e/test_chart_in_cluster.py pushes it as is to a
+``localhost/dra-guard:<source hash>``; tests/e2e/test_node_chart_in_cluster.py pushes it as is to a
 registry on loopback (tests/e2e/registry.py) from which the real node pulls it by digest.
 
 Caches, under ``$DRA_GUARD_CACHE`` or ``~/.cache/dra-guard`` (tests.e2e.binaries.cache_root):

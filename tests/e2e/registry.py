@@ -9,7 +9,7 @@ Everything it stores is under `workdir`: nothing outside it is written or left.
 
 Pushes: `push_image()` copies the image's OCI archive (tests/e2e/image.py) with ``skopeo copy``,
 byte for byte (the manifest digest in the registry is the archive's), and returns that digest; the
-chart is pushed by ``helm push`` (tests/e2e/test_chart_in_cluster.py). `requests()` reads the access
+chart is pushed by ``helm push`` (tests/e2e/test_node_chart_in_cluster.py). `requests()` reads the access
 log: who fetched what (method, path, status, user agent), to prove a node pulled from here.
 
 Needs the Debian packages docker-registry and skopeo (tests/e2e/hostdeps.py's list, installed by

@@ -18,6 +18,7 @@ import pytest
 from cryptography import x509
 
 import certs
+from tests.e2e.kube import dra_guard, wait_for
 from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 
@@ -184,18 +185,17 @@ def secret(cp):
 
 
 def cluster_bundle(cp):
-    out = json.loads(cp.kubectl("admin", "get", "validatingwebhookconfiguration", CONFIG_NAME, "-o", "json").stdout)
-    return base64.b64decode(out["webhooks"][0]["clientConfig"]["caBundle"])
+    return base64.b64decode(live_validating(cp)["webhooks"][0]["clientConfig"]["caBundle"])
 
 
-def wait_for(what, fn, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+def live_validating(cp):
+    """The ValidatingWebhookConfiguration CONFIG_NAME as the apiserver has it."""
+    return json.loads(cp.kubectl("admin", "get", "validatingwebhookconfiguration", CONFIG_NAME, "-o", "json").stdout)
+
+
+def patch_validating(cp, *operations: dict) -> None:
+    """JSON-patch the ValidatingWebhookConfiguration CONFIG_NAME as admin (as an admin tampering with it would)."""
+    cp.kubectl("admin", "patch", "validatingwebhookconfiguration", CONFIG_NAME, "--type=json", "-p", json.dumps(list(operations)))
 
 
 @pytest.fixture(scope="module")
@@ -264,36 +264,23 @@ def test_stale_ca_bundle_is_corrected_within_a_reconcile_period(control_plane, r
     wanted = secret(cp)["ca-bundle.crt"]
     wait_for("the initial stale caBundle to be replaced", lambda: cluster_bundle(cp) == wanted, 3 * CHECK + 5)
     stale = base64.b64encode(certs.generate_ca(common_name="stale-again").cert_pem()).decode()
-    cp.kubectl(
-        "admin",
-        "patch",
-        "validatingwebhookconfiguration",
-        CONFIG_NAME,
-        "--type=json",
-        "-p",
-        json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": stale}]),
+    patch_validating(
+        cp,
+        {"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": stale},
     )
     started = time.monotonic()
     wait_for("the stale caBundle to be corrected", lambda: cluster_bundle(cp) == wanted, 2 * CHECK + 5)
     assert time.monotonic() - started <= 2 * CHECK + 5
     # certs inspect --cluster agrees
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook.cli",
-            "certs",
-            "inspect",
-            "--url",
-            f"127.0.0.1:{replicas[0].port}",
-            "--cluster",
-            "--kubeconfig",
-            str(cp.kubeconfig("admin")),
-            "--config",
-            str(replicas[0].workdir / "config.yaml"),
-        ],
-        capture_output=True,
-        text=True,
+    out = dra_guard(
+        cp,
+        "certs",
+        "inspect",
+        "--url",
+        f"127.0.0.1:{replicas[0].port}",
+        "--cluster",
+        "--config",
+        str(replicas[0].workdir / "config.yaml"),
     )
     assert out.returncode == 0 and "caBundle trusts" in out.stdout, out.stdout + out.stderr
 
@@ -380,10 +367,6 @@ def test_no_secret_material_in_logs(control_plane, replicas):
         assert token not in log
 
 
-def live_validating(cp):
-    return json.loads(cp.kubectl("admin", "get", "validatingwebhookconfiguration", CONFIG_NAME, "-o", "json").stdout)
-
-
 def test_a_match_condition_added_to_skip_the_guard_is_reported_and_removed(control_plane, replicas):
     """docs/threat-model.md, path 5: a user who can write the ValidatingWebhookConfiguration adds a
     matchCondition that skips her own requests; a replica reports the drift and the Lease holder
@@ -395,14 +378,9 @@ def test_a_match_condition_added_to_skip_the_guard_is_reported_and_removed(contr
         metric(scrape(p), "dra_guard_webhook_configuration_restores_total", kind="validating", default=0.0) for p in replicas
     )
     skip = {"name": "skip-alice", "expression": "request.userInfo.username != 'alice'"}
-    cp.kubectl(
-        "admin",
-        "patch",
-        "validatingwebhookconfiguration",
-        CONFIG_NAME,
-        "--type=json",
-        "-p",
-        json.dumps([{"op": "add", "path": "/webhooks/0/matchConditions/-", "value": skip}]),
+    patch_validating(
+        cp,
+        {"op": "add", "path": "/webhooks/0/matchConditions/-", "value": skip},
     )
     assert "skip-alice" in json.dumps(live_validating(cp))  # the tampering really landed
     started = time.monotonic()

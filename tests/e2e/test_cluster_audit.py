@@ -8,12 +8,13 @@ import pathlib
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.e2e.kube import wait_for
+from tests.builders import binding, cluster_role, rule, subject
+from tests.e2e import objects
+from tests.e2e.kube import apply_objects, dra_guard, wait_for
 from tests.scrape import metric, scrape
 from tests.serve import DraGuardProcess
 from webhook.serve.periodic import LEASE_POLL_SECONDS
@@ -63,12 +64,7 @@ def kcm_pod(name, qps, burst):
 
 def run_audit(cp, *args: str) -> subprocess.CompletedProcess[str]:
     """`dra-guard audit --cluster ARGS` as admin (text output captured)."""
-    return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "audit", "--cluster", "--kubeconfig", str(cp.kubeconfig("admin")), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return dra_guard(cp, "audit", "--cluster", *args)
 
 
 def audit_cluster(cp, *args, installed_config=False):
@@ -119,21 +115,7 @@ def test_policyreport_output_is_accepted_by_the_apiserver(report_crds_establishe
     cp = report_crds_established  # the chart's report CRDs, Established
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     try:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "--output",
-                "policyreport",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        out = dra_guard(cp, "audit", "--cluster", "--output", "policyreport")
         assert out.returncode == 1 and "ClusterPolicyReport" in out.stdout
         assert cp.kubectl("admin", "apply", "--dry-run=server", "-f", "-", input=out.stdout).returncode == 0
     finally:
@@ -335,7 +317,7 @@ def test_the_installed_release_configuration_is_used_by_default(control_plane, t
         },
         "data": {"config.yaml": config},
     }
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(cm))
+    apply_objects(cp, cm)
     cp.kubectl("admin", "apply", "-f", "-", input=BAD_BINDING)
     try:
         out = run_audit(cp, "-o", "json", "--release-namespace", ns)
@@ -406,7 +388,7 @@ def test_report_crds_show_the_summary_columns(report_crds_established):
         "summary": {"pass": 3, "fail": 1, "warn": 2, "error": 0, "skip": 0},
         "results": [],
     }
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(report))
+    apply_objects(cp, report)
     try:
         out = cp.kubectl("admin", "get", "clusterpolicyreport", "e2e-columns").stdout.split("\n")
         assert out[0].split()[:6] == ["NAME", "PASS", "FAIL", "WARN", "ERROR", "SKIP"]
@@ -415,57 +397,19 @@ def test_report_crds_show_the_summary_columns(report_crds_established):
         cp.kubectl("admin", "delete", "clusterpolicyreport", "e2e-columns")
 
 
-ESCALATIONS = json.dumps(
-    {
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": [
-            # path 1: impersonation of admins
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": "e2e-audit-imp"},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"], "resourceNames": ["system:masters"]}
-                ],
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": "e2e-audit-imp"},
-                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-imp", "apiGroup": "rbac.authorization.k8s.io"},
-            },
-            # path 2: edit in kube-system
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": "e2e-audit-edit", "namespace": "kube-system"},
-                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": "edit", "apiGroup": "rbac.authorization.k8s.io"},
-            },
-            # path 5: write on webhook configurations
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": "e2e-audit-vwc"},
-                "rules": [
-                    {
-                        "apiGroups": ["admissionregistration.k8s.io"],
-                        "resources": ["validatingwebhookconfigurations"],
-                        "verbs": ["update", "patch"],
-                    }
-                ],
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": "e2e-audit-vwc"},
-                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": "e2e-audit-vwc", "apiGroup": "rbac.authorization.k8s.io"},
-            },
-        ],
-    }
+ALICE = [subject("User", "alice")]
+ESCALATIONS = objects.manifests(
+    # path 1: impersonation of admins
+    cluster_role("e2e-audit-imp", [rule(["groups"], ["impersonate"], [""], resourceNames=["system:masters"])]),
+    binding("e2e-audit-imp", "e2e-audit-imp", ALICE),
+    # path 2: edit in kube-system
+    binding("e2e-audit-edit", "edit", ALICE, kind="RoleBinding", namespace="kube-system"),
+    # path 5: write on webhook configurations
+    cluster_role(
+        "e2e-audit-vwc",
+        [rule(["validatingwebhookconfigurations"], ["update", "patch"], ["admissionregistration.k8s.io"])],
+    ),
+    binding("e2e-audit-vwc", "e2e-audit-vwc", ALICE),
 )
 
 
@@ -484,21 +428,7 @@ def test_escalation_paths_1_2_5_are_reported(control_plane):
         assert "pods" in powers["RoleBinding", "kube-system", "e2e-audit-edit"]
         assert "User alice" in ours["RoleBinding", "kube-system", "e2e-audit-edit"]
         assert "validatingwebhookconfigurations" in ours["ClusterRoleBinding", "", "e2e-audit-vwc"]
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "--output",
-                "policyreport",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        out = dra_guard(cp, "audit", "--cluster", "--output", "policyreport")
         assert "e2e-audit-edit" in out.stdout and "e2e-audit-imp" in out.stdout
     finally:
         cp.kubectl("admin", "delete", "-f", "-", input=ESCALATIONS, check=False)
@@ -581,23 +511,7 @@ def test_suggest_values_from_the_live_cluster_clear_its_driver_findings(control_
     try:
         _, before = audit_cluster(cp, "--config", str(config))
         assert ours(before) == [("rbac-write", "e2e-suggest-slices"), ("undeclared-driver", name)], before
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "--config",
-                str(config),
-                "--suggest-values",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        out = dra_guard(cp, "audit", "--cluster", "--config", str(config), "--suggest-values")
         assert out.returncode == 1, out.stderr  # the findings still stand until the values are used
         values = yaml.safe_load(out.stdout)["config"]
         assert f"{ns}:{name}" in values["rbac"]["extraDriverSubjects"]["serviceAccounts"], out.stdout
@@ -632,7 +546,7 @@ def test_declared_drivers_the_webhooks_cannot_keep_on_their_nodes_are_reported(c
             },
         },
     }
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(ds))
+    apply_objects(cp, ds)
     config = tmp_path / "config.yaml"
     config.write_text(
         f"drivers:\n  declared: [{{namespace: {ns}, name: old-driver}}, {{namespace: {ns}, name: renamed-driver}}]\n"

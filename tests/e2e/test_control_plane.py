@@ -4,27 +4,13 @@ audits requests, survives an apiserver restart, and cleans up after a failed sta
 from __future__ import annotations
 
 import pathlib
-import time
 import uuid
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from tests.e2e import binaries
 from tests.e2e.cluster import TOLERATE_ALL, ControlPlane, ControlPlaneError, fake_node
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll probe() every 0.2 s until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
+from tests.e2e.kube import wait_for
 
 
 def test_resource_k8s_io_v1_is_served(control_plane: ControlPlane) -> None:

@@ -4,7 +4,7 @@ reserved on the node), then allows it, patches a declared driver's DaemonSet, re
 driver without a health port, refuses an RBAC write and reports an RBAC grant a watch event shows.
 Its /metrics, with the labels a Prometheus scrape adds, are the input series of `promtool test
 rules`, and every query of those rows must return at least one series (as
-tests/e2e/test_component_metrics.py does for the components' metrics). tests/chart/test_dashboard.py
+tests/e2e/test_node_component_metrics.py does for the components' metrics). tests/chart/test_dashboard.py
 checks the same queries against webhook/metrics.py; this proves the label values they match on are
 the ones dra-guard really writes.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 
 import pytest
 import yaml
@@ -21,11 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.builders import driver_daemonset, plugin_container
 from tests.chart.test_dashboard import dashboard, rows, substitute
-from tests.e2e import binaries
+from tests.e2e import objects
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED, Guard
-from tests.e2e.kube import evict, get_json, wait_for
-from tests.scrape import metric, scrape
+from tests.e2e.kube import create_as_aggregation_controller, evict, get_json, wait_for
+from tests.scrape import metric, queries_return_series, scrape
 
 NODE = "e2e-dash-node"
 DRIVER = "dash.example.com"
@@ -56,54 +55,15 @@ NOT_PRODUCED = {
 }
 ROWS = ("Eviction guard", "Probe patches", "RBAC")
 
-DRA_OBJECTS = f"""
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {{name: e2e-dash-gpu}}
-spec:
-  selectors:
-    - cel: {{expression: "device.driver == '{DRIVER}'"}}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceSlice
-metadata: {{name: {NODE}-gpu}}
-spec:
-  driver: {DRIVER}
-  nodeName: {NODE}
-  pool: {{name: {NODE}, generation: 1, resourceSliceCount: 1}}
-  devices:
-    - name: gpu-0
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {WORK}}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {DRIVERS}}}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: gpu, namespace: {WORK}}}
-spec:
-  spec:
-    devices:
-      requests:
-        - name: gpu
-          exactly: {{deviceClassName: e2e-dash-gpu}}
-"""
+DRA_OBJECTS = objects.manifests(
+    objects.device_class("e2e-dash-gpu", DRIVER),
+    objects.node_slice(NODE, DRIVER),
+    objects.namespace(WORK),
+    objects.namespace(DRIVERS),
+    objects.claim_template(WORK, "e2e-dash-gpu"),
+)
 
-CONSUMER = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "consumer", "namespace": WORK},
-    "spec": {
-        "nodeSelector": {"kubernetes.io/hostname": NODE},
-        "tolerations": TOLERATE_ALL,
-        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-        "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
-    },
-}
+CONSUMER = objects.consumer("consumer", WORK, NODE, TOLERATE_ALL)
 
 
 def on_node(ds: dict) -> dict:
@@ -112,13 +72,11 @@ def on_node(ds: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def guard_with_traffic(control_plane, tmp_path_factory):
+def guard_with_traffic(control_plane, start_guard):
     cp = control_plane
     cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE), timeout=10).raise_for_status()
     cp.kubectl("admin", "apply", "-f", "-", input=DRA_OBJECTS)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-dashboard"))
-    g.start(mode="enforce", declared=((DRIVERS, "e2e-dash-driver"),))
-    g.register()
+    g = start_guard(mode="enforce", declared=((DRIVERS, "e2e-dash-driver"),))
     try:
         yield g
     finally:
@@ -201,17 +159,7 @@ def make_traffic(cp, g: Guard) -> None:
     }
     assert cp.kubectl("alice", "create", "-f", "-", input=json.dumps(binding), check=False).returncode == 0
     later = {**writer, "metadata": {"name": "e2e-dash-later"}}
-    out = cp.kubectl(
-        "admin",
-        "create",
-        "-f",
-        "-",
-        "--as=system:serviceaccount:kube-system:clusterrole-aggregation-controller",
-        "--as-group=system:masters",
-        input=json.dumps(later),
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
+    create_as_aggregation_controller(cp, later)
     wait_for(
         "the RBAC drift reported",
         lambda: (
@@ -267,25 +215,7 @@ def test_the_rows_queries_return_series_on_a_real_dra_guards_metrics(control_pla
     assert set(NOT_PRODUCED) <= set(queries), set(NOT_PRODUCED) - set(queries)
     checked = {key: q for key, q in queries.items() if key not in NOT_PRODUCED}
     assert len(checked) >= 12
-    tests = {
-        "rule_files": [],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "promql_expr_test": [
-                    {"expr": f"clamp_max(count({q}), 1)", "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 1}]}
-                    for q in checked.values()
-                ],
-            }
-        ],
-    }
-    (tmp_path / "dashboard-metrics-test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False, width=1000))
-    promtool = binaries.promtool_dir() / "promtool"
-    out = subprocess.run(
-        [str(promtool), "test", "rules", "dashboard-metrics-test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
+    out = queries_return_series(checked.values(), series, tmp_path, name="dashboard-metrics-test.yaml")
     assert out.returncode == 0, (
         f"a dashboard query returned no series on dra-guard's real metrics (files in "
         f"{tmp_path}):\n{out.stdout[-6000:]}\n{out.stderr[-2000:]}"

@@ -24,22 +24,13 @@ import time
 import pytest
 import yaml
 
-from tests.drivers_catalogue import (
-    COMPUTE_DOMAIN_LABEL,
-    CatalogueDriver,
-    catalogue,
-    compute_domain_daemon,
-    compute_domain_daemon_rbac,
-    compute_domain_daemon_slice,
-    nvidia_compute_domain,
-    resource_slice,
-)
+from tests import drivers_catalogue as drivers
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import Guard
 from tests.e2e.kube import evict, get_json, review_caused, wait_for
 
 WORK = "catalogue-work"
-ENTRIES = catalogue()
+ENTRIES = drivers.catalogue()
 DRIVER_SERVICE_ACCOUNTS = tuple(e.service_account for e in ENTRIES)
 
 
@@ -48,16 +39,14 @@ def slug(driver: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
+def guard(control_plane, start_guard):
     cp = control_plane
-    cp.kubectl("admin", "create", "namespace", WORK, check=False)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-catalogue"))
-    g.start(
+    g = start_guard(
+        namespaces=(WORK,),
         mode="enforce",
         driver_service_accounts=DRIVER_SERVICE_ACCOUNTS,
         declared=tuple((e.namespace, e.daemonset["metadata"]["name"]) for e in ENTRIES),
     )
-    g.register()
     try:
         yield g
     finally:
@@ -73,7 +62,7 @@ def configure(guard: Guard, driver_resources: tuple[str, ...] = ()) -> None:
         guard.start(mode="enforce", driver_service_accounts=DRIVER_SERVICE_ACCOUNTS, driver_resources=wanted)
 
 
-def consumer(entry: CatalogueDriver, driver: str, node: str) -> dict:
+def consumer(entry: drivers.CatalogueDriver, driver: str, node: str) -> dict:
     name = f"{entry.key}-{slug(driver)}"
     return {
         "apiVersion": "v1",
@@ -88,7 +77,7 @@ def consumer(entry: CatalogueDriver, driver: str, node: str) -> dict:
     }
 
 
-def dra_objects(entry: CatalogueDriver) -> list[dict]:
+def dra_objects(entry: drivers.CatalogueDriver) -> list[dict]:
     out = []
     for driver in entry.names:
         out.append(
@@ -120,7 +109,7 @@ def within(mine, theirs) -> bool:
     return mine == theirs
 
 
-def reserved_drivers(cp, entry: CatalogueDriver) -> set[str]:
+def reserved_drivers(cp, entry: drivers.CatalogueDriver) -> set[str]:
     claims = get_json(cp, "resourceclaims", "-n", WORK) or {"items": []}
     found = set()
     for c in claims["items"]:
@@ -190,7 +179,7 @@ def test_catalogue_driver_on_the_real_control_plane(control_plane, guard, entry)
                 "-f",
                 "-",
                 f"--as=system:serviceaccount:{ns}:{sa}",
-                input=json.dumps(resource_slice(driver, node)),
+                input=json.dumps(drivers.resource_slice(driver, node)),
             )
         cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all(dra_objects(entry)))
         for driver in entry.names:
@@ -293,13 +282,13 @@ def test_compute_domain_daemon_is_a_consumer_that_holds_the_kubelet_plugin(contr
     the daemon's node while the daemon's claim is reserved there."""
     cp = control_plane
     configure(guard)
-    entry = nvidia_compute_domain()
+    entry = drivers.nvidia_compute_domain()
     ns, domain = entry.namespace, "0f6c3f5e-cd01"
     node = "e2e-cat-cd-daemon"
     plugin_ds = copy.deepcopy(entry.daemonset)
     plugin_ds["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     claim_name = f"computedomain-daemon-{domain}"
-    daemon_claim, daemon_ds = compute_domain_daemon(ns, domain, claim_name)
+    daemon_claim, daemon_ds = drivers.compute_domain_daemon(ns, domain, claim_name)
     daemon_class = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
@@ -315,11 +304,11 @@ def test_compute_domain_daemon_is_a_consumer_that_holds_the_kubelet_plugin(contr
             ]
         },
     }
-    static_slice = compute_domain_daemon_slice()
-    rbac = [o for o in entry.objects if o["kind"] != "DaemonSet"] + compute_domain_daemon_rbac(ns)
+    static_slice = drivers.compute_domain_daemon_slice()
+    rbac = [o for o in entry.objects if o["kind"] != "DaemonSet"] + drivers.compute_domain_daemon_rbac(ns)
     # the plugin labelled the node for the ComputeDomain during a workload's channel Prepare
     cp.session("admin").post(
-        f"{cp.url}/api/v1/nodes", json=fake_node(node, labels={COMPUTE_DOMAIN_LABEL: domain}), timeout=10
+        f"{cp.url}/api/v1/nodes", json=fake_node(node, labels={drivers.COMPUTE_DOMAIN_LABEL: domain}), timeout=10
     ).raise_for_status()
     cp.kubectl("admin", "create", "namespace", ns, check=False)
     # the driver namespace may hold adminAccess claims (an admin's label)
@@ -333,7 +322,7 @@ def test_compute_domain_daemon_is_a_consumer_that_holds_the_kubelet_plugin(contr
             "-f",
             "-",
             f"--as=system:serviceaccount:{sa_ns}:{sa}",
-            input=json.dumps(resource_slice("compute-domain.nvidia.com", node)),
+            input=json.dumps(drivers.resource_slice("compute-domain.nvidia.com", node)),
         )  # its channel devices
         # what the controller creates for the ComputeDomain: untouched by dra-guard
         cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump_all([daemon_claim, daemon_ds]))

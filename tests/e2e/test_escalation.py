@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.e2e.guard import NAMESPACE
+from tests.e2e.kube import apply_objects, create_as_aggregation_controller
 from tests.scrape import metric, scrape
 
 RBAC = "rbac.authorization.k8s.io"
@@ -72,17 +73,11 @@ def refused(out, *words):
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
+def guard(control_plane, start_guard):
     """dra-guard in enforce mode (driver subject dra-system:driver), registered with the chart's
     configurations; active once a probe binding is really refused by it (not only answered)."""
-    from tests.e2e.guard import Guard
-
     cp = control_plane
-    for ns in (NAMESPACE, "dra-system", "team-a"):
-        cp.kubectl("admin", "create", "namespace", ns, check=False)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-escalation"))
-    g.start(mode="enforce")
-    g.register()
+    g = start_guard(namespaces=(NAMESPACE, "dra-system", "team-a"), mode="enforce")
     probe = bind("e2e-esc-probe", "cluster-admin", [{"kind": "Group", "name": "e2e-probe", "apiGroup": RBAC}])
     deadline = time.monotonic() + 30
     while True:
@@ -323,7 +318,7 @@ def test_path7_stripped_cluster_admin_is_judged_by_its_default_rules(control_pla
             "annotations": original["metadata"]["annotations"],
             "labels": original["metadata"].get("labels", {}),
         }
-        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(restore))
+        apply_objects(cp, restore)
 
 
 # ------------------------------------------------------------------ path 8: DeviceTaintRules
@@ -357,17 +352,7 @@ def test_path9_role_created_by_an_unseen_writer_is_reported_within_30s(control_p
     try:
         out = create(cp, "alice", bind("e2e-esc-early", "e2e-esc-later", ALICE))
         assert out.returncode == 0 and "does not exist yet" in out.stderr, out.stderr
-        out = cp.kubectl(
-            "admin",
-            "create",
-            "-f",
-            "-",
-            "--as=system:serviceaccount:kube-system:clusterrole-aggregation-controller",
-            "--as-group=system:masters",
-            input=json.dumps(writer),
-            check=False,
-        )
-        assert out.returncode == 0, out.stderr
+        create_as_aggregation_controller(cp, writer)
         started = time.monotonic()
         events = ""
         while time.monotonic() - started < 30:

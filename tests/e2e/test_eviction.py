@@ -18,66 +18,30 @@ import pytest
 import yaml
 
 from tests.builders import driver_daemonset
+from tests.e2e import objects
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
-from tests.e2e.guard import EVICTION_REFUSED, Guard
-from tests.e2e.kube import evict, get_json, review_caused, wait_for
+from tests.e2e.guard import EVICTION_REFUSED
+from tests.e2e.kube import apply_objects, evict, get_json, review_caused, wait_for
 
 NODE = "e2e-node-a"
 DRIVER = "gpu.example.com"
 #: a legal DaemonSet name of 63 characters: the apiserver cuts its pods' generated names to 58 + 5
 LONG = "dra-driver-cpu-" + "x" * 48
 
-DRA_OBJECTS = f"""
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {{name: e2e-gpu}}
-spec:
-  selectors:
-    - cel: {{expression: "device.driver == '{DRIVER}'"}}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceSlice
-metadata: {{name: {NODE}-gpu}}
-spec:
-  driver: {DRIVER}
-  nodeName: {NODE}
-  pool: {{name: {NODE}, generation: 1, resourceSliceCount: 1}}
-  devices:
-    - name: gpu-0
-    - name: gpu-1
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: work}}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: gpu, namespace: work}}
-spec:
-  spec:
-    devices:
-      requests:
-        - name: gpu
-          exactly: {{deviceClassName: e2e-gpu}}
-"""
+DRA_OBJECTS = objects.manifests(
+    objects.device_class("e2e-gpu", DRIVER),
+    objects.node_slice(NODE, DRIVER, devices=("gpu-0", "gpu-1")),
+    objects.namespace("work"),
+    objects.claim_template("work", "e2e-gpu"),
+)
 
 
 def consumer_pod(name):
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "work"},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE},
-            "tolerations": TOLERATE_ALL,
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-            "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
-        },
-    }
+    return objects.consumer(name, "work", NODE, TOLERATE_ALL)
 
 
 @pytest.fixture(scope="module")
-def scenario(control_plane, tmp_path_factory):
+def scenario(control_plane, start_guard):
     cp = control_plane
     cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE), timeout=10).raise_for_status()
     cp.kubectl("admin", "apply", "-f", "-", input=DRA_OBJECTS)
@@ -87,9 +51,7 @@ def scenario(control_plane, tmp_path_factory):
     # the node has no kubelet: the node lifecycle controller soon taints it unreachable, and a
     # DaemonSet puts pods only where it tolerates every NoSchedule taint
     ds["spec"]["template"]["spec"]["tolerations"] = TOLERATE_ALL
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-eviction"))
-    g.start(mode="enforce", declared=(("gpu", "e2e-gpu-driver"), ("gpu", LONG)))
-    g.register()
+    g = start_guard(mode="enforce", declared=(("gpu", "e2e-gpu-driver"), ("gpu", LONG)))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(ds))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(consumer_pod("consumer")))
     try:
@@ -313,7 +275,7 @@ def test_a_claim_deleted_under_its_running_pod_still_holds_the_driver(control_pl
         "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
         "roleRef": {"kind": "ClusterRole", "name": "admin", "apiGroup": "rbac.authorization.k8s.io"},
     }
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(binding))
+    apply_objects(cp, binding)
     try:
         claim = reserved_consumer(cp, "held")
         unprotect = cp.kubectl(
@@ -478,19 +440,14 @@ def test_ordinary_pod_eviction_is_untouched(control_plane, scenario):
     """Acceptance 3 end to end: allowed from the cache, and dra-guard makes no API request for it."""
     cp = control_plane
     before = {ev["auditID"] for ev in cp.audit_events("dra-guard", stage=None)}
-    cp.kubectl(
-        "admin",
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "plain", "namespace": "work"},
-                "spec": {"nodeName": NODE, "tolerations": TOLERATE_ALL, "containers": [{"name": "c", "image": "x"}]},
-            }
-        ),
+    apply_objects(
+        cp,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "plain", "namespace": "work"},
+            "spec": {"nodeName": NODE, "tolerations": TOLERATE_ALL, "containers": [{"name": "c", "image": "x"}]},
+        },
     )
     assert evict(cp, "work", "plain", grace=0).status_code in (200, 201)
     time.sleep(0.5)

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import subprocess
-import sys
 import time
 
 import yaml
 
 from tests.e2e.guard import DENIED
+from tests.e2e.kube import audit_findings
 from tests.e2e.test_rbac_guard import apply, binding_yaml, exists, role_yaml
 from tests.scrape import metric, scrape
 
@@ -70,26 +69,8 @@ def test_a_binding_refused_without_an_exception_is_admitted_with_one_until_it_ex
         assert wider.returncode != 0 and DENIED in wider.stderr and "Group team-b" in wider.stderr
 
         (tmp_path / "config.yaml").write_text(config)
-        audit = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "--config",
-                str(tmp_path / "config.yaml"),
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        mine = [f for f in json.loads(audit.stdout)["findings"] if f["name"] == BINDING]
-        assert [(f["check"], f["exception"]["owner"]) for f in mine] == [("rbac-write", "team-e2e")], audit.stderr
+        mine = [f for f in audit_findings(cp, "--config", str(tmp_path / "config.yaml")) if f["name"] == BINDING]
+        assert [(f["check"], f["exception"]["owner"]) for f in mine] == [("rbac-write", "team-e2e")], mine
 
         cp.kubectl("admin", "delete", "clusterrolebinding", BINDING)
         time.sleep(max(0.0, (expires - datetime.datetime.now(datetime.UTC)).total_seconds()) + 1)

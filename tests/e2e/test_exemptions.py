@@ -21,6 +21,7 @@ import yaml
 
 from tests.builders import driver_daemonset
 from tests.e2e.guard import NAMESPACE, Guard
+from tests.e2e.kube import apply_objects
 from tests.scrape import metric, scrape
 
 SLICE_WRITER = json.dumps(
@@ -51,15 +52,13 @@ def reviews(guard: Guard, policy: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
+def guard(control_plane, start_guard):
     cp = control_plane
-    for ns in (NAMESPACE, "gpu", "work"):
-        cp.kubectl("admin", "create", "namespace", ns, check=False)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-exemptions"))
     # pods named like the DaemonSets' (<name>-<suffix>) are the declared drivers' as far as the
     # chart's fail-closed eviction webhook can tell (namespace and name prefix)
-    g.start(mode="enforce", declared=(("work", "e2e-exempt"), ("kube-system", "e2e-ks")))
-    g.register()
+    g = start_guard(
+        namespaces=(NAMESPACE, "gpu", "work"), mode="enforce", declared=(("work", "e2e-exempt"), ("kube-system", "e2e-ks"))
+    )
     cp.kubectl("admin", "apply", "-f", "-", input=SLICE_WRITER)
     try:
         yield g
@@ -99,7 +98,7 @@ def test_eviction_in_dra_guards_own_namespace_is_never_sent(control_plane, guard
             "metadata": {"name": "e2e-exempt-pod", "namespace": namespace},
             "spec": {"containers": [{"name": "c", "image": "registry.example/app:v1"}]},
         }
-        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(pod))
+        apply_objects(cp, pod)
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -132,7 +131,7 @@ def test_rbac_write_by_the_aggregation_controller_is_never_sent(control_plane, g
         "subjects": [{"kind": "User", "name": who, "apiGroup": "rbac.authorization.k8s.io"} for who in (other_sa, aggregator)],
         "roleRef": {"kind": "ClusterRole", "name": "e2e-rbac-manager", "apiGroup": "rbac.authorization.k8s.io"},
     }
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(grant))
+    apply_objects(cp, grant)
     # control: the same binding by alice (an RBAC manager, not an admin) is sent and refused
     refused = cp.kubectl("alice", "create", "-f", "-", input=binding("e2e-exempt-by-alice"), check=False)
     assert refused.returncode != 0 and 'admission webhook "rbac.dra-guard.io" denied the request' in refused.stderr
@@ -211,7 +210,7 @@ def test_kube_system_drivers_are_probed_and_their_evictions_reviewed(control_pla
             "metadata": {"name": name, "namespace": "kube-system"},
             "spec": {"containers": [{"name": "c", "image": "registry.example/app:v1"}]},
         }
-        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(pod))
+        apply_objects(cp, pod)
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",

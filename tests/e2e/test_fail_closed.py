@@ -15,7 +15,7 @@ import pytest
 
 from bench import eviction_burst as burst
 from tests.e2e.guard import EVICTION_REFUSED, Guard
-from tests.e2e.kube import evict, wait_for
+from tests.e2e.kube import apply_objects, audit_findings, evict, wait_for
 from tests.scrape import metric, scrape
 
 #: how long the acceptance watches a hung or gone dra-guard
@@ -124,8 +124,6 @@ def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(c
     dra_guard_undeclared_drivers from the server's caches, a finding of `audit --cluster`, each with
     the --set-json value that declares every driver; gone again once the DaemonSet is."""
     import json
-    import subprocess
-    import sys
 
     from tests.builders import driver_daemonset
 
@@ -133,7 +131,7 @@ def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(c
     guard, _ = scenario
     ds = driver_daemonset(name="undeclared-driver", namespace="burst-01")
     ds["spec"]["template"]["spec"]["nodeSelector"] = {"dra-guard.test/no-such-node": "x"}  # recognised, no pods
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(ds))
+    apply_objects(cp, ds)
     series = 'dra_guard_undeclared_drivers{daemonset="undeclared-driver",daemonset_namespace="burst-01"} 1.0'
     # the value lists the declared driver first, then every undeclared one (other modules' drivers too)
     declared = """--set-json 'config.drivers.declared=[{"namespace":"burst-driver","name":"burst-driver"},"""
@@ -144,26 +142,9 @@ def test_a_driver_missing_from_drivers_declared_is_named_with_the_value_to_set(c
         assert any(
             e.get("daemonset") == "undeclared-driver" and e["helm"].startswith(declared) and this in e["helm"] for e in logged
         ), logged
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "--config",
-                str(guard.workdir / "config.yaml"),
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert out.returncode in (0, 1), out.stderr
-        found = [f for f in json.loads(out.stdout)["findings"] if f["check"] == "undeclared-driver"]
+        found = [
+            f for f in audit_findings(cp, "--config", str(guard.workdir / "config.yaml")) if f["check"] == "undeclared-driver"
+        ]
         assert ("burst-01", "undeclared-driver") in {(f["namespace"], f["name"]) for f in found}
         assert ("burst-driver", "burst-driver") not in {(f["namespace"], f["name"]) for f in found}
         assert all(declared in f["message"] and this in f["message"] for f in found)

@@ -11,23 +11,15 @@ import json
 
 import pytest
 
-from tests.e2e.guard import Guard
-from tests.rbac_charts import (
-    NVIDIA_DAEMON_BINDING,
-    NVIDIA_NS,
-    NVIDIA_SERVICE_ACCOUNTS,
-    cluster_autoscaler,
-    karpenter,
-    nvidia_dra_driver_gpu,
-)
+from tests import rbac_charts as charts
 
 DENIED = 'admission webhook "rbac.dra-guard.io" denied the request'
 EXCEPTION = f"""exceptions:
   - policy: rbac
     kind: ClusterRoleBinding
-    name: {NVIDIA_DAEMON_BINDING}
+    name: {charts.NVIDIA_DAEMON_BINDING}
     roleRef: compute-domain-daemon-role
-    subjects: {{serviceAccounts: ["{NVIDIA_NS}:compute-domain-daemon-service-account"]}}
+    subjects: {{serviceAccounts: ["{charts.NVIDIA_NS}:compute-domain-daemon-service-account"]}}
     resources: [pods]
     reason: ComputeDomain daemons patch their own pods
     owner: e2e
@@ -41,17 +33,14 @@ def ref(obj):
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
+def guard(control_plane, start_guard):
     cp = control_plane
-    cp.kubectl("admin", "create", "namespace", NVIDIA_NS, check=False)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-real-charts"))
-    g.start(mode="enforce", driver_service_accounts=NVIDIA_SERVICE_ACCOUNTS)
-    g.register()
+    g = start_guard(namespaces=(charts.NVIDIA_NS,), mode="enforce", driver_service_accounts=charts.NVIDIA_SERVICE_ACCOUNTS)
     try:
         yield g
     finally:
         g.stop()
-        for obj in [*nvidia_dra_driver_gpu(), *cluster_autoscaler(), *karpenter()]:
+        for obj in [*charts.nvidia_dra_driver_gpu(), *charts.cluster_autoscaler(), *charts.karpenter()]:
             ns = obj["metadata"].get("namespace")
             cp.kubectl(
                 "admin", "delete", obj["kind"].lower(), obj["metadata"]["name"], *(["-n", ns] if ns else []), "--ignore-not-found"
@@ -73,16 +62,16 @@ def install(cp, objects):
 
 def test_the_charts_install_but_for_one_grant_each_named_with_its_exception(control_plane, guard):
     cp = control_plane
-    refused = install(cp, nvidia_dra_driver_gpu())
-    assert list(refused) == [f"ClusterRoleBinding {NVIDIA_DAEMON_BINDING}"], refused
-    message = refused[f"ClusterRoleBinding {NVIDIA_DAEMON_BINDING}"]
+    refused = install(cp, charts.nvidia_dra_driver_gpu())
+    assert list(refused) == [f"ClusterRoleBinding {charts.NVIDIA_DAEMON_BINDING}"], refused
+    message = refused[f"ClusterRoleBinding {charts.NVIDIA_DAEMON_BINDING}"]
     assert "only cluster admins may hold pods (core)" in message
-    assert f"subjects: {{serviceAccounts: [{NVIDIA_NS}:compute-domain-daemon-service-account]}}, resources: [pods]" in message, (
-        message
-    )
+    assert (
+        f"subjects: {{serviceAccounts: [{charts.NVIDIA_NS}:compute-domain-daemon-service-account]}}, resources: [pods]" in message
+    ), message
     assert "rbac.driverResources" not in message and ": ;" not in message and "add  to" not in message
-    assert install(cp, cluster_autoscaler()) == {}
-    refused = install(cp, karpenter())
+    assert install(cp, charts.cluster_autoscaler()) == {}
+    refused = install(cp, charts.karpenter())
     # with DRA drivers running (the NVIDIA driver ServiceAccounts above), Karpenter's cluster-wide
     # pods delete reaches their namespaces: it can take a driver off its node (webhook.model.powers
     # DRIVER_NAMESPACE_POWERS); its kube-system RoleBinding reads Secrets there
@@ -90,7 +79,7 @@ def test_the_charts_install_but_for_one_grant_each_named_with_its_exception(cont
     assert "resources: [pods:delete]" in refused["ClusterRoleBinding karpenter-core"], refused
     assert "resources: [secrets]" in refused["RoleBinding kube-system/karpenter"]
     # the setting named admits that binding
-    guard.start(mode="enforce", driver_service_accounts=NVIDIA_SERVICE_ACCOUNTS, extra_config=EXCEPTION)
-    [daemon] = [o for o in nvidia_dra_driver_gpu() if o["metadata"]["name"] == NVIDIA_DAEMON_BINDING]
+    guard.start(mode="enforce", driver_service_accounts=charts.NVIDIA_SERVICE_ACCOUNTS, extra_config=EXCEPTION)
+    [daemon] = [o for o in charts.nvidia_dra_driver_gpu() if o["metadata"]["name"] == charts.NVIDIA_DAEMON_BINDING]
     out = cp.kubectl("alice", "create", "-f", "-", input=json.dumps(daemon), check=False)
     assert out.returncode == 0 and "allowed by exception" in out.stderr, out.stderr

@@ -25,9 +25,10 @@ import time
 import pytest
 
 from tests.builders import driver_daemonset, eviction_request
+from tests.e2e import objects
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
 from tests.e2e.guard import EVICTION_REFUSED, NAMESPACE, Guard, chart_namespaced_rbac, webhook_configurations
-from tests.e2e.kube import evict, wait_for
+from tests.e2e.kube import apply_objects, evict, wait_for
 from tests.scrape import metric, scrape
 from tests.serve import free_port
 
@@ -39,42 +40,12 @@ WORK = "replicas-work"
 TRIALS = 20
 
 DRA_OBJECTS = [
-    {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": "e2e-replicas"},
-        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
-    },
-    {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{NODE}-gpu"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": NODE,
-            "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "gpu-0"}],
-        },
-    },
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WORK}},
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NS}},
-    {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "gpu", "namespace": WORK},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "e2e-replicas"}}]}}},
-    },
-    {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "consumer", "namespace": WORK},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": NODE},
-            "tolerations": TOLERATE_ALL,
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
-            "containers": [{"name": "c", "image": "registry.example/app:v1", "resources": {"claims": [{"name": "gpu"}]}}],
-        },
-    },
+    objects.device_class("e2e-replicas", DRIVER),
+    objects.node_slice(NODE, DRIVER),
+    objects.namespace(WORK),
+    objects.namespace(DRIVER_NS),
+    objects.claim_template(WORK, "e2e-replicas"),
+    objects.consumer("consumer", WORK, NODE, TOLERATE_ALL),
 ]
 
 
@@ -146,7 +117,7 @@ def replicas(control_plane, tmp_path_factory):
     stop = threading.Event()
     cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE), timeout=10).raise_for_status()
     threading.Thread(target=keep_node_ready, args=(cp, stop), daemon=True).start()
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": DRA_OBJECTS}))
+    apply_objects(cp, *DRA_OBJECTS)
     ds = driver_daemonset(
         name=DS,
         namespace=DRIVER_NS,
@@ -170,9 +141,9 @@ def replicas(control_plane, tmp_path_factory):
         )
         url = f"https://127.0.0.1:{proxy.server.server_address[1]}"
         configs = webhook_configurations(url=url, ca_file=one.proc.ca_file, declared=((DRIVER_NS, DS),))
-        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": configs}))
+        apply_objects(cp, *configs)
         one.wait_called()
-        cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(ds))
+        apply_objects(cp, ds)
         yield guards
     finally:
         stop.set()
@@ -337,8 +308,6 @@ def test_a_record_that_cannot_be_written_refuses_in_enforce_mode_and_the_pair_go
             == errors + 1
         )
     finally:
-        cp.kubectl(
-            "admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": chart_namespaced_rbac()})
-        )
+        apply_objects(cp, *chart_namespaced_rbac())
     wait_for("the Lease rights back", may_write_leases, timeout=30)
     assert evict(cp, DRIVER_NS, pair[0], grace=0).status_code == 201

@@ -6,12 +6,11 @@ in both report APIs."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from tests.e2e.kube import wait_for
+from tests.e2e.kube import apply_objects, wait_for
 from tests.e2e.test_reports import FINDINGS, REPORTS, cli, ours, uid_of
 from webhook.config import from_mapping
 from webhook.kube.client import api_client
@@ -58,14 +57,8 @@ def all_ours(cp) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def create_owner(cp) -> str:
-    cp.kubectl(
-        "admin",
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": OWNER}, "rules": []}
-        ),
+    apply_objects(
+        cp, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": OWNER}, "rules": []}
     )
     uid = uid_of(cp, "clusterrole", "", OWNER)
     assert uid
@@ -157,7 +150,7 @@ def test_reports_without_an_owner_are_written_and_stay(report_crds):
     assert not [k for k, r in written.items() if r["metadata"].get("ownerReferences")]
 
     uid = create_owner(cp)
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": canaries(uid)}))
+    apply_objects(cp, *canaries(uid))
     assert len(canaries_left(cp)) == 4
     cp.kubectl("admin", "delete", "clusterrole", OWNER)
     wait_for(

@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+from tests.builders import binding, cluster_role, rule, subject
 from tests.chart import helm
+from tests.e2e import objects
+from tests.e2e.kube import apply_objects, dra_guard
 from webhook.config import from_mapping
 from webhook.kube.client import api_client
 from webhook.kube.lists import MAX_SINGLE_ROLE_READS, stream_audit_cluster
@@ -31,34 +34,11 @@ REPORTS = {
     "openreports.io": (("clusterreports.openreports.io", False), ("reports.openreports.io", True)),
 }
 
-FINDINGS = json.dumps(
-    {
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": [
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": "e2e-reports-writer"},
-                "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}],
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": "e2e-reports-devs"},
-                "subjects": [{"kind": "Group", "name": "devs", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": "e2e-reports-writer", "apiGroup": "rbac.authorization.k8s.io"},
-            },
-            # edit in kube-system: a namespaced finding, so a namespaced report
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": "e2e-reports-edit", "namespace": "kube-system"},
-                "subjects": [{"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}],
-                "roleRef": {"kind": "ClusterRole", "name": "edit", "apiGroup": "rbac.authorization.k8s.io"},
-            },
-        ],
-    }
+FINDINGS = objects.manifests(
+    cluster_role("e2e-reports-writer", [rule(["resourceslices"], ["create"])]),
+    binding("e2e-reports-devs", "e2e-reports-writer", [subject("Group", "devs")]),
+    # edit in kube-system: a namespaced finding, so a namespaced report
+    binding("e2e-reports-edit", "edit", [subject("User", "alice")], kind="RoleBinding", namespace="kube-system"),
 )
 
 
@@ -84,12 +64,7 @@ def uid_of(cp, kind: str, namespace: str, name: str) -> str:
 
 
 def cli(cp, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "webhook.cli", *args, "--kubeconfig", str(cp.kubeconfig(user))],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return dra_guard(cp, *args, user=user)
 
 
 def write_both(cp) -> None:
@@ -152,7 +127,7 @@ class CreatesRoleOnceRolesAreListed(RateLimiter):
 
     def wait(self) -> None:
         if not self.created and self.facts.rbac.role("cluster-admin") is not None:
-            self.cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(self.role))
+            apply_objects(self.cp, self.role)
             self.created = True
         super().wait()
 
@@ -193,7 +168,7 @@ def test_a_role_created_after_its_binding_was_listed_is_not_unresolved(control_p
         ],
     }
     cp.kubectl("admin", "delete", "clusterrole", "e2e-late-role", "--ignore-not-found")
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(bindings))
+    apply_objects(cp, bindings)
     try:
         from webhook import audit
 
@@ -202,10 +177,10 @@ def test_a_role_created_after_its_binding_was_listed_is_not_unresolved(control_p
         facts = StaticFacts(config)
         limiter = CreatesRoleOnceRolesAreListed(cp, facts, role)
         lists_before = clusterrole_lists()
-        objects = stream_audit_cluster(client, facts, limiter=limiter)
+        streamed = stream_audit_cluster(client, facts, limiter=limiter)
         lists = clusterrole_lists() - lists_before
         assert limiter.created  # the role came after the roles' listing
-        result = audit.audit(objects, config, online=True, facts=facts)
+        result = audit.audit(streamed, config, online=True, facts=facts)
         by_name = {(f.name, f.check) for f, _ in result.findings}
         assert ("e2e-late-binding", "unresolved-roleref") not in by_name
         assert ("e2e-late-binding", "rbac-write") in by_name  # judged by the role read once
@@ -230,7 +205,7 @@ def test_cleanup_deletes_dra_guards_reports_of_both_apis_and_nothing_else(report
         "summary": {"pass": 1},
         "results": [],
     }
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps(foreign))
+    apply_objects(cp, foreign)
     cp.kubectl("admin", "apply", "-f", "-", input=FINDINGS)
     try:
         write_both(cp)
@@ -290,7 +265,7 @@ def test_the_charts_pre_delete_hook_deletes_the_reports_with_its_own_rbac(report
         "roleRef": {"kind": "ClusterRole", "name": "e2e-hook-pre-delete", "apiGroup": "rbac.authorization.k8s.io"},
     }
     cp.kubectl("admin", "apply", "-f", "-", input=FINDINGS)
-    cp.kubectl("admin", "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [role, grant]}))
+    apply_objects(cp, *[role, grant])
     try:
         write_both(cp)
         assert ours(cp, "clusterpolicyreports", False) and ours(cp, "reports.openreports.io", True)

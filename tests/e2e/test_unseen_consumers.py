@@ -7,16 +7,15 @@ pod's eviction with 429 until it is gone."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
 
 from tests.builders import driver_daemonset
+from tests.e2e import objects
 from tests.e2e.cluster import TOLERATE_ALL, fake_node
-from tests.e2e.guard import EVICTION_REFUSED, Guard
-from tests.e2e.kube import evict, get_json, wait_for
+from tests.e2e.guard import EVICTION_REFUSED
+from tests.e2e.kube import dra_guard, evict, get_json, wait_for
 
 NODE = "e2e-fabric-a"
 DRIVER = "fabric.example.com"
@@ -24,35 +23,24 @@ RESOURCE = "example.com/fabric-gpu"
 RACK = "topology.example.com/rack"
 WORK, DRIVERS = "fabric-work", "fabric-drivers"
 
-DRA_OBJECTS = f"""
-apiVersion: resource.k8s.io/v1
-kind: DeviceClass
-metadata: {{name: e2e-fabric-gpu}}
-spec:
-  selectors:
-    - cel: {{expression: "device.driver == '{DRIVER}'"}}
-  extendedResourceName: {RESOURCE}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceSlice
-metadata: {{name: e2e-fabric-rack-r1}}
-spec:
-  driver: {DRIVER}
-  nodeSelector:
-    nodeSelectorTerms:
-      - matchExpressions: [{{key: {RACK}, operator: In, values: [r1]}}]
-  pool: {{name: rack-r1, generation: 1, resourceSliceCount: 1}}
-  devices:
-    - name: gpu-0
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {WORK}}}
----
-apiVersion: v1
-kind: Namespace
-metadata: {{name: {DRIVERS}}}
-"""
+#: the devices of a rack, reachable from the nodes labelled with it (no nodeName)
+RACK_SLICE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": "e2e-fabric-rack-r1"},
+    "spec": {
+        "driver": DRIVER,
+        "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [{"key": RACK, "operator": "In", "values": ["r1"]}]}]},
+        "pool": {"name": "rack-r1", "generation": 1, "resourceSliceCount": 1},
+        "devices": [{"name": "gpu-0"}],
+    },
+}
+DRA_OBJECTS = objects.manifests(
+    objects.device_class("e2e-fabric-gpu", DRIVER, extendedResourceName=RESOURCE),
+    RACK_SLICE,
+    objects.namespace(WORK),
+    objects.namespace(DRIVERS),
+)
 
 CONSUMER = {
     "apiVersion": "v1",
@@ -73,15 +61,13 @@ CONSUMER = {
 
 
 @pytest.fixture(scope="module")
-def scenario(control_plane, tmp_path_factory):
+def scenario(control_plane, start_guard):
     cp = control_plane
     cp.session("admin").post(f"{cp.url}/api/v1/nodes", json=fake_node(NODE, labels={RACK: "r1"}), timeout=10).raise_for_status()
     cp.kubectl("admin", "apply", "-f", "-", input=DRA_OBJECTS)
     ds = driver_daemonset(name="e2e-fabric-driver", namespace=DRIVERS, plugin_subdir=DRIVER)
     ds["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-unseen"))
-    g.start(mode="enforce", declared=((DRIVERS, "e2e-fabric-driver"),))
-    g.register()
+    g = start_guard(mode="enforce", declared=((DRIVERS, "e2e-fabric-driver"),))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(ds))
     cp.kubectl("admin", "apply", "-f", "-", input=yaml.safe_dump(CONSUMER))
     try:
@@ -125,12 +111,7 @@ def test_an_extended_resource_pod_holds_the_driver(control_plane, scenario):
     terms = status["allocation"]["nodeSelector"]["nodeSelectorTerms"]
     assert any(e["key"] == RACK for t in terms for e in t.get("matchExpressions", [])), terms
 
-    plan = subprocess.run(
-        [sys.executable, "-m", "webhook.cli", "drain-plan", NODE, "--kubeconfig", str(cp.kubeconfig("admin")), "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    plan = dra_guard(cp, "drain-plan", NODE, "-o", "json", timeout=60)
     assert plan.returncode == 1, plan.stdout + plan.stderr
     result = json.loads(plan.stdout)
     assert result["evictFirst"] == [f"{WORK}/trainer"]

@@ -26,34 +26,23 @@ from tests.serve import DraGuardProcess, free_port
 pytestmark = pytest.mark.http
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """One server for the module (these tests only read from it; conftest's `server` is one per test)."""
-    proc = DraGuardProcess(tmp_path_factory.mktemp("serve"), "--no-cluster")
-    try:
-        proc.wait("/readyz")
-        yield proc
-    finally:
-        proc.stop()
+def test_health_and_readiness(shared_server):
+    s = shared_server.session()
+    assert s.get(shared_server.url + "/healthz").json() == {"status": "ok"}
+    assert s.get(shared_server.url + "/readyz").json()["ready"] is True
 
 
-def test_health_and_readiness(server):
-    s = server.session()
-    assert s.get(server.url + "/healthz").json() == {"status": "ok"}
-    assert s.get(server.url + "/readyz").json()["ready"] is True
-
-
-def test_review_over_tls_refuses_unknown_role_binding_with_warning(server):
+def test_review_over_tls_refuses_unknown_role_binding_with_warning(shared_server):
     # --no-cluster: the role is unknown, so the binding is allowed with a warning naming it
     body = review(binding("b", "missing-role", [subject("Group", "team-a")]))
-    out = server.session().post(server.url + "/validate/rbac", json=body).json()
+    out = shared_server.session().post(shared_server.url + "/validate/rbac", json=body).json()
     assert out["response"]["uid"] == body["request"]["uid"]
     assert out["response"]["allowed"] is True and "missing-role" in out["response"]["warnings"][0]
 
 
-def test_self_signed_ca_is_reused_on_restart(server, tmp_path):
-    first = server.ca_file.read_bytes()
-    again = DraGuardProcess(server.workdir, "--no-cluster")
+def test_self_signed_ca_is_reused_on_restart(shared_server, tmp_path):
+    first = shared_server.ca_file.read_bytes()
+    again = DraGuardProcess(shared_server.workdir, "--no-cluster")
     try:
         again.wait()
         assert again.ca_file.read_bytes() == first
@@ -61,12 +50,12 @@ def test_self_signed_ca_is_reused_on_restart(server, tmp_path):
         again.stop()
 
 
-def test_the_server_sends_no_tls_session_tickets(server):
+def test_the_server_sends_no_tls_session_tickets(shared_server):
     """The kube-apiserver's Go client keeps no TLS session cache: tickets would be made for nothing
     at every handshake (OpenSSL's default is 2 per TLS 1.3 handshake)."""
     from tests.http.clients import connect, get_healthz
 
-    tls = connect(server)
+    tls = connect(shared_server)
     try:
         assert tls.version() == "TLSv1.3"
         assert b"ok" in get_healthz(tls)  # TLS 1.3 tickets come after the handshake, before this answer
@@ -75,37 +64,37 @@ def test_the_server_sends_no_tls_session_tickets(server):
         tls.close()
 
 
-def test_client_not_trusting_the_ca_is_refused(server):
+def test_client_not_trusting_the_ca_is_refused(shared_server):
     with pytest.raises(requests.exceptions.SSLError):
-        requests.get(server.url + "/healthz", timeout=5)
+        requests.get(shared_server.url + "/healthz", timeout=5)
 
 
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1])
-def test_old_tls_versions_are_refused(server, version):
+def test_old_tls_versions_are_refused(shared_server, version):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.load_verify_locations(server.ca_file)
+    ctx.load_verify_locations(shared_server.ca_file)
     try:
         ctx.minimum_version = version
         ctx.maximum_version = version
         ctx.set_ciphers("ALL:@SECLEVEL=0")
     except (ValueError, ssl.SSLError):
         pytest.skip(f"this OpenSSL cannot even offer {version.name}")
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+    with socket.create_connection(("127.0.0.1", shared_server.port), timeout=5) as sock:
         with pytest.raises(ssl.SSLError):
             with ctx.wrap_socket(sock, server_hostname="localhost"):
                 pass
 
 
 @pytest.mark.parametrize("ciphers", ["DES-CBC3-SHA", "RC4-SHA", "NULL-SHA256", "EXP-RC4-MD5"])
-def test_weak_ciphers_are_refused(server, ciphers):
+def test_weak_ciphers_are_refused(shared_server, ciphers):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.load_verify_locations(server.ca_file)
+    ctx.load_verify_locations(shared_server.ca_file)
     ctx.maximum_version = ssl.TLSVersion.TLSv1_2  # TLS 1.3 suites are all strong and not configurable
     try:
         ctx.set_ciphers(f"{ciphers}:@SECLEVEL=0")
     except ssl.SSLError:
         pytest.skip(f"this OpenSSL cannot even offer {ciphers}")
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+    with socket.create_connection(("127.0.0.1", shared_server.port), timeout=5) as sock:
         with pytest.raises(ssl.SSLError):
             with ctx.wrap_socket(sock, server_hostname="localhost"):
                 pass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 
-from tests.builders import binding, cluster_role, rule, subject
+from tests.builders import binding, cluster_role, rbac_exception, rule, subject
 from webhook import metrics
 from webhook.config import from_mapping
 from webhook.kube.state import ClusterState
@@ -59,17 +59,13 @@ def test_a_binding_a_live_exception_covers_is_not_reported_but_an_expired_one_is
         return from_mapping(
             {
                 "exceptions": [
-                    {
-                        "policy": "rbac",
-                        "kind": "ClusterRoleBinding",
-                        "name": "early",
-                        "roleRef": "later",
-                        "subjects": {"users": ["alice"]},
-                        "resources": ["deviceclasses"],
-                        "reason": "r",
-                        "owner": "o",
-                        "expires": (when + datetime.timedelta(days=days)).isoformat(),
-                    }
+                    rbac_exception(
+                        name="early",
+                        roleRef="later",
+                        subjects={"users": ["alice"]},
+                        resources=["deviceclasses"],
+                        expires=(when + datetime.timedelta(days=days)).isoformat(),
+                    )
                 ]
             }
         )
@@ -89,17 +85,11 @@ def test_rolebindings_where_exceptions_and_declared_drivers_run_are_reported():
         {
             "drivers": {"declared": [{"namespace": "gpu-driver", "name": "plugin"}]},
             "exceptions": [
-                {
-                    "policy": "rbac",
-                    "kind": "ClusterRoleBinding",
-                    "name": "gpu-inventory",
-                    "roleRef": "slice-writer",
-                    "subjects": {"serviceAccounts": ["gpu-tools:inventory"]},
-                    "resources": ["resourceslices"],
-                    "reason": "vendor inventory tool",
-                    "owner": "team-gpu",
-                    "expires": (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=30)).isoformat(),
-                }
+                rbac_exception(
+                    name="gpu-inventory",
+                    subjects={"serviceAccounts": ["gpu-tools:inventory"]},
+                    expires=(datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=30)).isoformat(),
+                )
             ],
         }
     )

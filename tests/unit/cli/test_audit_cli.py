@@ -11,7 +11,7 @@ import pytest
 
 from webhook.cli import main
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
 
 

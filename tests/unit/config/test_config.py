@@ -73,7 +73,7 @@ def test_documented_configuration_block_is_valid_and_equals_the_defaults():
 
     import yaml
 
-    readme = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    readme = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
     block = re.search(r"^# Configuration.*?```yaml\n(.*?)```", readme, re.S | re.M).group(1)
     assert from_mapping(yaml.safe_load(block)) == from_mapping(None)
 

@@ -8,7 +8,7 @@ import re
 
 from webhook.cli import main
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 README = (REPO / "README.md").read_text()
 
 

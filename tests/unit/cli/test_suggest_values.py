@@ -11,7 +11,7 @@ import yaml
 
 from webhook.cli import main
 
-DAEMONSET = pathlib.Path(__file__).resolve().parents[2] / "examples" / "non-compliant" / "driver-daemonset.yaml"
+DAEMONSET = pathlib.Path(__file__).resolve().parents[3] / "examples" / "non-compliant" / "driver-daemonset.yaml"
 
 
 def _binding(name: str, role: str, subject: dict[str, str], *, namespace: str = "") -> list[dict[str, Any]]:

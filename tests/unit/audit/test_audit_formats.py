@@ -22,7 +22,7 @@ from webhook.cli import main
 from webhook.config import from_mapping
 from webhook.policies.registry import PAGE
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
 WRITER = cluster_role("slice-writer", [rule(["resourceslices"], ["create"])])
 BAD = binding("team-a-slices", "slice-writer", [subject("Group", "team-a")])

@@ -4,7 +4,7 @@ rbac.driverResources where docs/policies/supported-drivers.md says so) every obj
 the audit finds nothing; not declared, each refusal names the one setting that admits exactly
 that grant (the driver's ServiceAccount in rbac.driverSubjects, with its resources and their API
 group), and with that setting the whole chart is stored. The e2e proof on the real control plane
-is tests/e2e/test_driver_catalogue.py; the NVIDIA chart whole is tests/unit/test_real_charts.py."""
+is tests/e2e/test_driver_catalogue.py; the NVIDIA chart whole is tests/unit/policies/test_real_charts.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from tests.drivers_catalogue import CatalogueDriver, catalogue, intel_gaudi
 from tests.rbac_charts import NVIDIA_DAEMON_BINDING, nvidia_dra_driver_gpu
-from tests.unit.test_real_charts import daemon_exception, install, refused
+from tests.unit.policies.test_real_charts import daemon_exception, install, refused
 from webhook.config import from_mapping
 from webhook.policies import exceptions, rbac
 

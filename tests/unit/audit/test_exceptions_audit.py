@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-from tests.builders import binding, cluster_role, driver_daemonset, rule, subject
+from tests.builders import binding, cluster_role, driver_daemonset, rbac_exception, rule, subject
 
 NOW = datetime.datetime.now(datetime.UTC)
 OBJECTS = [
@@ -23,17 +23,7 @@ OBJECTS = [
 
 
 def entry(days: float) -> dict[str, object]:
-    return {
-        "policy": "rbac",
-        "kind": "ClusterRoleBinding",
-        "name": "team-gpu",
-        "roleRef": "slice-writer",
-        "subjects": {"groups": ["team-a"]},
-        "resources": ["resourceslices"],
-        "reason": "vendor tool republishes slices",
-        "owner": "team-gpu",
-        "expires": (NOW + datetime.timedelta(days=days)).isoformat(),
-    }
+    return rbac_exception(expires=(NOW + datetime.timedelta(days=days)).isoformat())
 
 
 def audit(tmp_path, *args, exceptions=None):
@@ -57,7 +47,10 @@ def test_a_live_exception_makes_it_skip_and_exit_0(tmp_path):
     result = json.loads(done.stdout)
     (finding,) = result["findings"]
     assert finding["check"] == "rbac-write" and finding["enforced"] is False
-    assert finding["exception"]["owner"] == "team-gpu" and finding["exception"]["reason"] == "vendor tool republishes slices"
+    assert (
+        finding["exception"]["owner"] == "team-gpu"
+        and finding["exception"]["reason"] == "vendor tool republishes slices until driver 2.1"
+    )
     assert result["summary"]["results"]["skip"] == 1 and result["summary"]["results"]["refuse"] == 0
 
 

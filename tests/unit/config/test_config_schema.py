@@ -23,7 +23,7 @@ from webhook.config.declare import Entry, entries, group_help
 from webhook.config.schema import CHART_SCHEMA, config_schema, main, write_chart_schema
 from webhook.config.types import HEADER_KEYS
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
 # ---------------------------------------------------------------- helpers

@@ -6,29 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import binding, cluster_role, rule, subject
+from tests.builders import binding, cluster_role, finding, rule, subject
 from webhook import audit
 from webhook.audit import reports
 from webhook.config import from_mapping
 from webhook.kube import reports as kube_reports
 from webhook.policies import controlplane
-from webhook.policies.decision import Finding
 
 WORDS = " ".join(f"word{i:04d}" for i in range(400))  # 3,599 characters, words of 8
-
-
-def finding(message: str = "m", **kw) -> Finding:
-    return Finding(
-        **{
-            "policy": "rbac",
-            "kind": "ClusterRoleBinding",
-            "name": "b",
-            "message": message,
-            "summary": "s",
-            "check": "rbac-write",
-            **kw,
-        }
-    )
 
 
 @pytest.mark.parametrize("limit", [20, 64, 1024])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders import binding, cluster_role, review, rule, subject
+from tests.builders import binding, cluster_role, rbac_exception, review, rule, subject
 from webhook.config import from_mapping
 from webhook.model.powers import power_grants
 from webhook.policies import rbac
@@ -434,17 +434,11 @@ WRITERS = from_mapping(
         "rbac": {"driverSubjects": {"serviceAccounts": ["dra-system:driver"]}},
         "drivers": {"declared": [{"namespace": "gpu-driver", "name": "plugin"}]},
         "exceptions": [
-            {
-                "policy": "rbac",
-                "kind": "ClusterRoleBinding",
-                "name": "gpu-inventory",
-                "roleRef": "slice-writer",
-                "subjects": {"serviceAccounts": ["system:serviceaccount:gpu-tools:inventory"]},
-                "resources": ["resourceslices"],
-                "reason": "vendor inventory tool",
-                "owner": "team-gpu",
-                "expires": "2027-06-30T00:00:00Z",
-            },
+            rbac_exception(
+                name="gpu-inventory",
+                subjects={"serviceAccounts": ["system:serviceaccount:gpu-tools:inventory"]},
+                expires="2027-06-30T00:00:00Z",
+            ),
             {
                 "policy": "probes",
                 "kind": "DaemonSet",
@@ -579,7 +573,7 @@ def test_the_audit_reports_every_grant_shaped_path(path):
     """What admission refuses for paths 1-5, 7, 8, 10-12, `audit --cluster` and
     the periodic audit (both rbac.audit over the cached objects) report when it is found stored
     (made in warn/audit mode, before dra-guard was installed, or by an admin). Paths 6 and 9 are
-    about who writes and when: admission and the watch re-judging (tests/unit/test_rbac_drift.py)."""
+    about who writes and when: admission and the watch re-judging (tests/unit/kube/test_rbac_drift.py)."""
     roles, bound = PATH_GRANTS[path]
     found = {(f.kind, f.namespace, f.name) for f in rbac.audit(rbac.RbacIndex.from_objects([*roles, bound]), CONFIG)}
     meta = bound["metadata"]

@@ -14,7 +14,7 @@ import pytest
 from certs import webhookspec
 from certs.ports import Conflict
 from certs.selfmanaged import Reconciler
-from tests.unit.test_selfmanaged_certs import Clock, FakeCertApi
+from tests.unit.certs.test_selfmanaged_certs import Clock, FakeCertApi
 from webhook.config import from_mapping
 
 RBAC_HOOK = {

@@ -132,7 +132,7 @@ def test_a_file_where_the_folder_should_be_is_refused(tmp_path):
 
 
 def test_self_mode_reconciler_refuses_a_world_writable_dir(tmp_path):
-    from tests.unit.test_selfmanaged_certs import FakeCertApi
+    from tests.unit.certs.test_selfmanaged_certs import FakeCertApi
 
     d = tmp_path / "certs"
     d.mkdir()

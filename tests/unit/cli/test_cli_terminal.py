@@ -19,7 +19,7 @@ from webhook.cli.parser import build_parser
 from webhook.cli.suggest import Parser
 from webhook.config import ConfigError, from_mapping
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
 CLI = [sys.executable, "-m", "webhook.cli"]
 

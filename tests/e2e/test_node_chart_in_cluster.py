@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from tests.chart import helm
+from tests.e2e.kube import wait_for
 from tests.serve import free_port
 
 RELEASE = "dra-guard"
@@ -132,17 +133,6 @@ def server_pods(cp) -> list[dict]:
     ]
 
 
-def wait_for(what, probe, timeout=120.0, interval=1.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
-
-
 def refused_binding(cp, name: str):
     """alice (an RBAC manager, not an admin: sent to the RBAC webhook) binds a ClusterRole that
     writes resourceslices to a group: what the RBAC guard refuses."""
@@ -244,6 +234,7 @@ def test_install_serve_through_the_service_helm_test_upgrade_and_uninstall(insta
             and len(server_pods(cp)) == 1
             and server_pods(cp)
         ),
+        timeout=120,
     )
     assert rolled[0]["metadata"]["name"] != first["metadata"]["name"]
     assert rolled[0]["status"]["containerStatuses"][0]["ready"]

@@ -5,7 +5,7 @@ echoing apiVersion, kind and uid; warnings under 120 characters; patch and patch
 the patch add-only and applicable to the object. No 5xx, no exception, no policy error.
 
 CI runs a short budget; the long run (documented in docs/reliability.md) is
-    DRA_GUARD_FUZZ_EXAMPLES=100000 python -m pytest tests/unit/test_fuzz.py -q
+    DRA_GUARD_FUZZ_EXAMPLES=100000 python -m pytest tests/unit/serve/test_fuzz.py -q
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.builders import binding, cluster_role, driver_daemonset, review, rule, subject
+from tests.builders import binding, cluster_role, driver_daemonset, finding, rbac_exception, review, rule, subject
 from webhook.config import ConfigError, from_mapping
 from webhook.config.schema import config_schema
 from webhook.kube.state import ClusterState
@@ -25,18 +25,7 @@ def stamp(days: float) -> str:
 
 
 def rbac_entry(**overrides):
-    entry = {
-        "policy": "rbac",
-        "kind": "ClusterRoleBinding",
-        "name": "team-gpu",
-        "roleRef": "slice-writer",
-        "subjects": {"groups": ["team-a"]},
-        "resources": ["resourceslices"],
-        "reason": "vendor tool republishes slices until driver 2.1",
-        "owner": "team-gpu",
-        "expires": stamp(30),
-    }
-    return {**entry, **overrides}
+    return rbac_exception(**{"expires": stamp(30), **overrides})
 
 
 def probes_entry(**overrides):
@@ -145,7 +134,7 @@ def test_two_entries_for_one_object_and_policy_are_refused():
 
 
 def test_the_chart_schema_takes_an_entry_and_refuses_one_without_expiry():
-    from tests.unit.test_config_schema import validate
+    from tests.unit.config.test_config_schema import validate
 
     assert validate({"exceptions": [rbac_entry()]}, config_schema(chart=True)) == []
     without = {k: v for k, v in rbac_entry().items() if k != "expires"}
@@ -212,14 +201,12 @@ def test_an_expired_exception_refuses_as_before_and_says_so():
 
 def test_a_probes_exception_drops_the_patch():
     (e,) = config_with(probes_entry()).exceptions
-    f = Finding(
+    f = finding(
         policy="probes",
         kind="DaemonSet",
         namespace="gpu",
         name="gpu-driver",
         check="missing-liveness-probe",
-        message="m",
-        summary="s",
         enforced=False,
         fixed_by_patch=True,
     )
@@ -234,15 +221,8 @@ def test_a_probes_exception_drops_the_patch():
 # ------------------------------------------------------------------ audits (pure)
 def test_audit_results_skip_under_a_live_exception_and_report_an_expired_one():
     live, gone = config_with(rbac_entry(), probes_entry(expires=stamp(1))).exceptions
-    probe = Finding(
-        policy="probes",
-        kind="DaemonSet",
-        namespace="gpu",
-        name="gpu-driver",
-        check="no-healthcheck-port",
-        message="m",
-        summary="s",
-        enforced=False,
+    probe = finding(
+        policy="probes", kind="DaemonSet", namespace="gpu", name="gpu-driver", check="no-healthcheck-port", enforced=False
     )
     later = NOW + datetime.timedelta(days=2)
     out = exceptions.apply([(rbac_finding(), "enforce"), (probe, "enforce")], [live, gone], now=later)

@@ -7,7 +7,7 @@ is first shown to be a real path where that is cheap to show here (a kubelet cli
 from a CSR writes ResourceSlices for "its" node), then alice's grant of it is refused; an admin's
 grant of it (never sent to dra-guard) is reported by `dra-guard audit --cluster`.
 
-Round 3 (at the end): forged reviews POSTed straight to the webhook port never widen what
+At the end: forged reviews POSTed straight to the webhook port never widen what
 dra-guard allows; the admin-access label through the Namespace subresources; token minting where
 an excepted ServiceAccount lives. dra-guard runs with the documented vendor exception.
 """
@@ -17,8 +17,6 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-import subprocess
-import sys
 import time
 
 import pytest
@@ -29,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.e2e.guard import NAMESPACE, Guard
-from tests.e2e.kube import wait_for
+from tests.e2e.kube import audit_findings, wait_for
 
 RBAC = "rbac.authorization.k8s.io"
 DENIED = 'admission webhook "rbac.dra-guard.io" denied the request'
@@ -72,17 +70,12 @@ VENDOR_EXCEPTION = f"""exceptions:
 
 
 @pytest.fixture(scope="module")
-def guard(control_plane, tmp_path_factory):
-    cp = control_plane
-    for ns in (NAMESPACE, "dra-system", "r2-team"):
-        cp.kubectl("admin", "create", "namespace", ns, check=False)
-    g = Guard(cp, tmp_path_factory.mktemp("dra-guard-round2"))
-    g.start(mode="enforce", extra_config="cluster:\n  apiCheckIntervalSeconds: 2\n" + VENDOR_EXCEPTION)
-    g.register()
-    try:
-        yield g
-    finally:
-        g.stop()
+def guard(start_guard):
+    return start_guard(
+        namespaces=(NAMESPACE, "dra-system", "r2-team"),
+        mode="enforce",
+        extra_config="cluster:\n  apiCheckIntervalSeconds: 2\n" + VENDOR_EXCEPTION,
+    )
 
 
 POWERS = [
@@ -128,28 +121,8 @@ def test_an_rbac_manager_granting_a_power_around_rbac_is_refused_and_an_admins_g
 
 
 def cluster_audit(cp, guard):
-    """The findings (JSON dicts) of `dra-guard audit --cluster` as an admin with the guard's config;
-    asserts it exits 1 (something found)."""
-    audit = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook.cli",
-            "audit",
-            "--cluster",
-            "--kubeconfig",
-            str(cp.kubeconfig("admin")),
-            "--config",
-            str(guard.workdir / "config.yaml"),
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert audit.returncode == 1, audit.stderr
-    return json.loads(audit.stdout)["findings"]
+    """The findings (JSON dicts) of `dra-guard audit --cluster` as an admin with the guard's config."""
+    return audit_findings(cp, "--config", str(guard.workdir / "config.yaml"))
 
 
 def test_a_rolebinding_that_allocates_devices_in_an_ordinary_namespace_is_refused_and_reported(control_plane, guard):
@@ -287,45 +260,10 @@ def test_only_an_admin_gives_a_namespace_dra_admin_access(control_plane, guard):
         assert cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}=true").returncode == 0
         assert cp.kubectl("bob", "label", "namespace", "r2-team", "team=r2b", "--overwrite").returncode == 0
         assert cp.kubectl("bob", "label", "namespace", "r2-team", f"{LABEL}-").returncode == 0  # taking it away
-        audit = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert not any(
-            f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)["findings"]
-        )
+        assert not any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in audit_findings(cp))
         cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}=true")
-        audit = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook.cli",
-                "audit",
-                "--cluster",
-                "--kubeconfig",
-                str(cp.kubeconfig("admin")),
-                "-o",
-                "json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert any(
-            f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in json.loads(audit.stdout)["findings"]
-        ), audit.stdout
+        findings = audit_findings(cp)
+        assert any(f["check"] == "admin-access-namespace" and f["name"] == "r2-team" for f in findings), findings
     finally:
         cp.kubectl("admin", "label", "namespace", "r2-team", f"{LABEL}-", check=False)
         cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-r2-ns-patch", "--ignore-not-found")
