@@ -39,7 +39,6 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
@@ -48,6 +47,7 @@ from typing import Any
 import yaml
 
 from bench.common import RESULTS
+from tests.e2e.fakekubelet import NO_KUBELET, FakeKubelet
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -59,12 +59,6 @@ ACCOUNT = "drainer"
 USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
 #: the envelope's objects: namespaces ENVELOPE-<i>, nodes ENVELOPE-node-<i>
 ENVELOPE = "drain-envelope"
-#: the taints the node lifecycle controller puts on a node without kubelet, tolerated by the
-#: drained node's pods (and nothing else: the drain's own taints must still keep them off)
-NO_KUBELET = [
-    {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
-    {"key": "node.kubernetes.io/unreachable", "operator": "Exists"},
-]
 #: what `dra-guard drain` needs (webhook.kube.nodedrain.REQUIRED) and Events on the Node, plus the
 #: RBAC lists it reads once for driver detection (skipped when not allowed; granted here so that
 #: the measurement includes them); no nodes/proxy: a fake node has no kubelet to proxy to
@@ -80,54 +74,6 @@ ROLE_RULES = [
 ]
 
 Wait = Callable[[str, Callable[[], Any], float], Any]
-
-
-class FakeKubelet:
-    """Plays the kubelet for fake node `node` (as admin, every `period` seconds): pods bound there
-    become Running and Ready; a pod with a deletionTimestamp becomes Succeeded and is then deleted
-    (gracePeriodSeconds 0, UID precondition), as the kubelet does once it has unprepared its claims,
-    `hold` seconds after it was first seen Terminating (a slow stop or unprepare)."""
-
-    def __init__(self, cp: Any, node: str, *, period: float = 0.2, hold: float = 0.0) -> None:
-        self.cp, self.node, self.period, self.hold = cp, node, period, hold
-        self.terminating: dict[str, float] = {}  # pod uid -> when first seen Terminating (monotonic)
-        self.sess = cp.session("admin")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> FakeKubelet:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _status(self, base: str, phase: str, ready: bool) -> None:
-        body = {"status": {"phase": phase, "conditions": [{"type": "Ready", "status": str(ready)}]}}
-        self.sess.patch(
-            f"{base}/status", data=json.dumps(body), headers={"Content-Type": "application/merge-patch+json"}, timeout=5
-        )
-
-    def _run(self) -> None:
-        url = self.cp.url
-        while not self._stop.is_set():
-            try:
-                pods = self.sess.get(f"{url}/api/v1/pods?fieldSelector=spec.nodeName={self.node}", timeout=5).json()["items"]
-                for p in pods:
-                    meta = p["metadata"]
-                    base = f"{url}/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
-                    if meta.get("deletionTimestamp"):
-                        if time.monotonic() - self.terminating.setdefault(meta["uid"], time.monotonic()) < self.hold:
-                            continue
-                        if p["status"].get("phase") != "Succeeded":
-                            self._status(base, "Succeeded", False)
-                        self.sess.delete(base, json={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}, timeout=5)
-                    elif p["status"].get("phase") != "Running":
-                        self._status(base, "Running", True)
-            except Exception:  # noqa: BLE001 - the apiserver may be busy; the next round tries again
-                pass
-            self._stop.wait(self.period)
 
 
 def _apply(cp: Any, objects: Sequence[dict[str, Any]]) -> None:
@@ -394,7 +340,7 @@ def drain_once(
     config = shared["workdir"] / f"{node}.yaml"
     config.write_text(yaml.safe_dump({"drivers": {"declared": [{"namespace": NAMESPACE, "name": f"driver-{node}"}]}}))
     try:
-        with FakeKubelet(cp, node, hold=hold):
+        with FakeKubelet(cp, node, hold_seconds=hold):
             _apply(cp, node_objects(node, pods))
             wait(
                 f"the driver and {pods} consumers Running on {node}",
