@@ -47,6 +47,7 @@ from typing import Any
 import yaml
 
 from bench.common import RESULTS
+from tests.e2e import objects
 from tests.e2e.fakekubelet import NO_KUBELET, FakeKubelet
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -96,18 +97,8 @@ def prepare(cp: Any, workdir: pathlib.Path) -> dict[str, Any]:
     _apply(
         cp,
         [
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {"name": DEVICE_CLASS},
-                "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
-            },
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": "gpu", "namespace": NAMESPACE},
-                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}]}}},
-            },
+            objects.device_class(DEVICE_CLASS, DRIVER),
+            objects.claim_template(NAMESPACE, DEVICE_CLASS),
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ACCOUNT, "namespace": NAMESPACE}},
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -33,6 +33,7 @@ from tests.builders import driver_daemonset
 from tests.e2e.cluster import fake_node
 from tests.e2e.fakekubelet import NO_KUBELET, FakeKubelet
 from tests.e2e.kube import get_json, wait_for
+from tests.e2e.objects import claim_template, device_class
 from webhook.model import drain as plan
 
 NAMESPACE = "drain-e2e"
@@ -93,18 +94,8 @@ def shared(control_plane):
         "-",
         input=yaml.safe_dump_all(
             [
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "DeviceClass",
-                    "metadata": {"name": DEVICE_CLASS},
-                    "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
-                },
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": "gpu", "namespace": NAMESPACE},
-                    "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}]}}},
-                },
+                device_class(DEVICE_CLASS, DRIVER),
+                claim_template(NAMESPACE, DEVICE_CLASS),
             ]
         ),
     )
