@@ -39,6 +39,12 @@ INCOMPLETE_SMALL = 64 * 1024  # bytes of an incomplete request any connection ma
 INCOMPLETE_BUDGET_SHARE = 4  # incomplete requests above INCOMPLETE_SMALL: this many maxRequestBytes in all
 
 
+def _time_out(waiter: asyncio.Future[None]) -> None:
+    """The limit of a wait (Connection._wait) passed."""
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
 def _json_answer(data: bytes) -> wsgi.Answer:
     """A 200 answer with the JSON body `data` (an AdmissionReview)."""
     return wsgi.Answer(200, b"OK", [(b"Content-Type", b"application/json"), (b"Content-Length", str(len(data)).encode())], data)
@@ -59,9 +65,11 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.client: tuple[str, int] | None = None
         self._reader = RequestReader(front.max_request_bytes)
-        self._data = asyncio.Event()
-        self._writable = asyncio.Event()
-        self._writable.set()
+        # what serve() waits for (bytes of a request, or the transport writable again): a plain
+        # future of the loop, set by the Protocol callbacks (wake); cheaper per request than an
+        # asyncio.Event and asyncio.timeout, which a review pays on every turn of its connection
+        self._waiter: asyncio.Future[None] | None = None
+        self._writable = True
         self._lost = False
         self._eof = False
         self._wrote = False  # the current request's answer was written: no error answer after it
@@ -105,11 +113,11 @@ class Connection(asyncio.Protocol):
             self.transport.pause_reading()
             self.front.table.paused.add(self)
         self._reader.feed(data)
-        self._data.set()
+        self._wake()
 
     def eof_received(self) -> bool | None:
         self._eof = True
-        self._data.set()
+        self._wake()
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -118,8 +126,8 @@ class Connection(asyncio.Protocol):
             self._socket = None
         self._lost = True
         self.closing = True
-        self._data.set()
-        self._writable.set()
+        self._writable = True
+        self._wake()
         self.front.table.release(self)
 
     def resume(self) -> None:
@@ -128,10 +136,28 @@ class Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def pause_writing(self) -> None:
-        self._writable.clear()
+        self._writable = False
 
     def resume_writing(self) -> None:
-        self._writable.set()
+        self._writable = True
+        self._wake()
+
+    def _wake(self) -> None:
+        """Wake serve() if it waits (_wait)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _wait(self, until: float) -> None:
+        """Wait for _wake(), at most until `until` (time.monotonic(), seconds): TimeoutError then."""
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_at(loop.time() + (until - time.monotonic()), _time_out, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     # ------------------------------------------------------------------ capacity.Held
     def close_now(self) -> None:
@@ -206,14 +232,11 @@ class Connection(asyncio.Protocol):
                 raise reader.error
             if self._lost or self._eof or reader.ended:
                 return None
-            self._data.clear()
             if self.state is State.READING and self._started is not None:
-                async with asyncio.timeout_at(self._started + REQUEST_READ_LIMIT):
-                    await self._data.wait()
+                await self._wait(self._started + REQUEST_READ_LIMIT)
             else:
                 try:
-                    async with asyncio.timeout(KEEPALIVE):
-                        await self._data.wait()
+                    await self._wait(time.monotonic() + KEEPALIVE)
                 except TimeoutError:
                     return None
 
@@ -233,14 +256,7 @@ class Connection(asyncio.Protocol):
                 request, server=self.server, client=self.client, arrival=self._started, multiprocess=self.front.multiprocess
             )
             deadline = self._started + (gate.budget if gate is not None else self.front.drop_after)
-            self.front.submitted(lane)
-            submitted = time.monotonic()
-            judging = asyncio.get_running_loop().run_in_executor(
-                self.front.executors[lane], lambda: wsgi.call(self.front.app, env, drop_after=self.front.drop_after)
-            )
-            # the lane's thread is busy until the app is done, even when the front answered first
-            judging.add_done_callback(lambda _: self.front.finished(lane, submitted, deadline))
-            answer = await self._by_deadline(judging, env, request.body, gate, deadline)
+            answer = await self._judged(lane, env, request.body, gate, deadline)
         if answer is None or self._lost:
             return False
         headers = [(k, v) for k, v in answer.headers if k.lower() != b"connection"]
@@ -249,10 +265,11 @@ class Connection(asyncio.Protocol):
         data = answer_bytes(answer.status, answer.reason, headers, answer.body, head=request.method == b"HEAD")
         self._wrote = True
         self.transport.write(data)
-        if not self._writable.is_set():
+        if not self._writable:
             try:
-                async with asyncio.timeout(CLIENT_SOCKET_TIMEOUT):
-                    await self._writable.wait()
+                until = time.monotonic() + CLIENT_SOCKET_TIMEOUT
+                while not self._writable:
+                    await self._wait(until)
             except TimeoutError:
                 metrics.CLIENT_TIMEOUTS.inc()
                 log.warning("client timed out, connection closed: answer not read within %g s", CLIENT_SOCKET_TIMEOUT)
@@ -260,30 +277,57 @@ class Connection(asyncio.Protocol):
                 return False
         return not self._lost
 
-    async def _by_deadline(
-        self,
-        judging: asyncio.Future[wsgi.Answer | None],
-        env: dict[str, Any],
-        body: bytes,
-        gate: ReviewGate | None,
-        deadline: float,
+    async def _judged(
+        self, lane: str, env: dict[str, Any], body: bytes, gate: ReviewGate | None, deadline: float
     ) -> wsgi.Answer | None:
-        """The app's answer; for an admission review still being judged at its `deadline` (arrival +
-        gate.budget, time.monotonic()), the gate's overload answer then (eviction 429, else the
-        failure mode): the judgment runs on in its thread, which cannot be interrupted, and its
-        answer is dropped (wsgi.ANSWERED). A body the overload answer cannot be made from without
-        the app (not as the kube-apiserver writes it) waits for the app."""
-        if gate is None or self._started is None:
-            return await judging
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await asyncio.shield(judging)
-        except TimeoutError:
+        """The app's answer to the request of `env`, called once in `lane`'s executor; for an
+        admission review still being judged at its `deadline` (arrival + gate.budget,
+        time.monotonic()), the gate's overload answer then (eviction 429, else the failure mode):
+        the judgment runs on in its thread, which cannot be interrupted, and its answer is dropped
+        (wsgi.ANSWERED). A body the overload answer cannot be made from without the app (not as the
+        kube-apiserver writes it) waits for the app.
+
+        The thread hands its answer back with one call_soon_threadsafe onto a plain future of the
+        loop, and the deadline is one timer of the loop: run_in_executor, asyncio.shield and
+        asyncio.timeout_at cost several callbacks and futures more per review."""
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[wsgi.Answer | None] = loop.create_future()
+        front, submitted = self.front, time.monotonic()
+
+        def done(answer: wsgi.Answer | None, error: BaseException | None) -> None:  # on the loop
+            # the lane's thread is busy until the app is done, even when the front answered first
+            front.finished(lane, submitted, deadline)
+            if answered.done():
+                return
+            if error is not None:
+                answered.set_exception(error)
+            else:
+                answered.set_result(answer)
+
+        def call() -> None:  # in the lane's thread
+            try:
+                answer = wsgi.call(front.app, env, drop_after=front.drop_after)
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop, raised in serve()
+                loop.call_soon_threadsafe(done, None, exc)
+            else:
+                loop.call_soon_threadsafe(done, answer, None)
+
+        def at_deadline() -> None:  # on the loop
+            if answered.done() or gate is None or self._started is None:
+                return
             data = gate.answer_bytes(body, gate.at_deadline, arrival=self._started, judging=True)
-            if data is None:
-                return await judging
-            env[wsgi.ANSWERED] = True
-            return _json_answer(data)
+            if data is not None:
+                env[wsgi.ANSWERED] = True
+                answered.set_result(_json_answer(data))
+
+        front.submitted(lane)
+        front.executors[lane].submit(call)
+        timer = loop.call_at(loop.time() + (deadline - time.monotonic()), at_deadline) if gate is not None else None
+        try:
+            return await answered
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def _refused(self, gate: ReviewGate, lane: str, body: bytes) -> wsgi.Answer | None:
         """The gate's overload answer, made here on the loop before any work of the app, for an
