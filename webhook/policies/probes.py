@@ -31,8 +31,6 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import jsonpatch
-
 from webhook.config import Config, DetectionConfig, ProbeConfig
 from webhook.model import drivers as drivers_mod
 from webhook.model import health
@@ -259,22 +257,45 @@ def _copy_for_patch(daemonset: Mapping[str, Any]) -> dict[str, Any]:
 def _patch(daemonset: Mapping[str, Any], modified: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
     """JSON Patch (RFC 6902 dicts) from `daemonset` to `modified`, a _copy_for_patch() copy.
 
-    evaluate() changes only metadata (annotations) and the pod template's containers, so only
-    those subtrees are diffed (jsonpatch.make_patch on each, paths prefixed): diffing the whole
-    DaemonSet was half the policy's CPU per review (py-spy, bench/RESULTS.md).
+    evaluate() only sets keys of the metadata's annotations (or adds the annotations) and of the
+    pod template's containers, so only those maps are compared, one level deep (_shallow_ops):
+    each key added, replaced or removed with its whole value, the operations jsonpatch.make_patch
+    finds for such a change at a fraction of its cost (its recursive diff was most of the policy's
+    CPU per review: bench/RESULTS.md).
     """
     ops: list[dict[str, Any]] = []
     old_meta, new_meta = daemonset.get("metadata"), modified.get("metadata")
-    if isinstance(old_meta, Mapping) and isinstance(new_meta, Mapping) and old_meta != new_meta:
-        ops += [dict(op, path="/metadata" + op["path"]) for op in jsonpatch.make_patch(dict(old_meta), dict(new_meta)).patch]
+    if isinstance(old_meta, Mapping) and isinstance(new_meta, Mapping) and old_meta is not new_meta:
+        old_notes, new_notes = old_meta.get("annotations"), new_meta.get("annotations")
+        if isinstance(old_notes, Mapping) and isinstance(new_notes, Mapping):
+            ops += _shallow_ops(old_notes, new_notes, "/metadata/annotations")
+            old_meta, new_meta = {**old_meta, "annotations": None}, {**new_meta, "annotations": None}
+        ops += _shallow_ops(old_meta, new_meta, "/metadata")
     old_containers = _map(_map(_map(daemonset.get("spec")).get("template")).get("spec")).get("containers")
     new_containers = modified["spec"]["template"]["spec"].get("containers")
     if isinstance(old_containers, list) and isinstance(new_containers, list) and len(old_containers) == len(new_containers):
         for i, (old_c, new_c) in enumerate(zip(old_containers, new_containers, strict=True)):
-            if isinstance(old_c, Mapping) and isinstance(new_c, Mapping) and old_c != new_c:
-                prefix = f"/spec/template/spec/containers/{i}"
-                ops += [dict(op, path=prefix + op["path"]) for op in jsonpatch.make_patch(dict(old_c), dict(new_c)).patch]
+            if isinstance(old_c, Mapping) and isinstance(new_c, Mapping):
+                ops += _shallow_ops(old_c, new_c, f"/spec/template/spec/containers/{i}")
     return tuple(ops)
+
+
+def _shallow_ops(old: Mapping[str, Any], new: Mapping[str, Any], at: str) -> list[dict[str, Any]]:
+    """RFC 6902 operations turning map `old` into map `new`, both at JSON Pointer `at`, one level
+    deep: a remove per key only in `old`, an add per key only in `new`, a replace (whole value) per
+    key whose value differs. Keys are escaped as RFC 6901 says (~ as ~0, / as ~1)."""
+    ops: list[dict[str, Any]] = [{"op": "remove", "path": f"{at}/{_pointer_part(k)}"} for k in old if k not in new]
+    for key, value in new.items():
+        if key not in old:
+            ops.append({"op": "add", "path": f"{at}/{_pointer_part(key)}", "value": value})
+        elif old[key] is not value and old[key] != value:
+            ops.append({"op": "replace", "path": f"{at}/{_pointer_part(key)}", "value": value})
+    return ops
+
+
+def _pointer_part(key: str) -> str:
+    """A map key as one reference token of a JSON Pointer (RFC 6901 section 3)."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def container_name(container: Mapping[str, Any], index: int) -> str:
