@@ -145,31 +145,46 @@ def _names_from_paths(paths: set[str], roots: set[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def plugin_containers(daemonset: Mapping[str, Any], config: DetectionConfig | None = None) -> tuple[int, ...]:
+#: a pod spec's hostPath volumes (host_paths) and the kubelet roots they imply (kubelet_roots)
+Mounts = tuple[dict[str, str], set[str]]
+
+
+def mounts_of(spec: Mapping[str, Any], config: DetectionConfig | None = None) -> Mounts:
+    """(host_paths(spec), kubelet_roots of them) of a PodSpec dict: computed once per detect()."""
+    volumes = host_paths(spec)
+    return volumes, kubelet_roots(set(volumes.values()), config or DetectionConfig())
+
+
+def plugin_containers(
+    daemonset: Mapping[str, Any], config: DetectionConfig | None = None, *, mounts: Mounts | None = None
+) -> tuple[int, ...]:
     """Indexes of the kubelet plugin containers: those named in annotation dra-guard.io/plugin-containers
-    ("a,b"), else those mounting a registration folder, else those mounting the plugins folder."""
+    ("a,b"), else those mounting a registration folder, else those mounting the plugins folder.
+    mounts: mounts_of() the DaemonSet's pod spec, when known already."""
     spec = pod_spec(daemonset)
     containers = [_map(c) for c in _list(spec.get("containers"))]
     named = _str(_map(_map(daemonset.get("metadata")).get("annotations")).get(CONTAINERS_ANNOTATION))
     if named:
         wanted = set(split_names(named))
         return tuple(i for i, c in enumerate(containers) if isinstance(c.get("name"), str) and c["name"] in wanted)
-    volumes = host_paths(spec)
-    roots = kubelet_roots(set(volumes.values()), config or DetectionConfig())
+    volumes, roots = mounts or mounts_of(spec, config)
     mounted = [_mounted_paths(c, volumes) for c in containers]
     registering = tuple(i for i, paths in enumerate(mounted) if any(is_registration(p, roots) for p in paths))
     return registering or tuple(i for i, paths in enumerate(mounted) if any(is_plugins(p, roots) for p in paths))
 
 
 def spec_names(
-    daemonset: Mapping[str, Any], containers: tuple[int, ...], config: DetectionConfig | None = None
+    daemonset: Mapping[str, Any],
+    containers: tuple[int, ...],
+    config: DetectionConfig | None = None,
+    *,
+    mounts: Mounts | None = None,
 ) -> tuple[list[tuple[str, str]], bool]:
     """([(name, how learned)], complete) from the pod template: per plugin container its arguments
     and environment, else a <root>/plugins/<name> folder it mounts; complete when every plugin
-    container (every container when none is one) gave a name."""
+    container (every container when none is one) gave a name. mounts: as plugin_containers."""
     spec = pod_spec(daemonset)
-    volumes = host_paths(spec)
-    roots = kubelet_roots(set(volumes.values()), config or DetectionConfig())
+    volumes, roots = mounts or mounts_of(spec, config)
     all_containers = [_map(c) for c in _list(spec.get("containers"))]
     found: dict[str, str] = {}
     complete = True
@@ -226,9 +241,10 @@ def detect(
     """
     meta = _map(daemonset.get("metadata"))
     labels, annotations = _map(meta.get("labels")), _map(meta.get("annotations"))
-    containers = plugin_containers(daemonset, config)
-    namespace = _str(meta.get("namespace"))
     spec = pod_spec(daemonset)
+    mounts = mounts_of(spec, config)
+    containers = plugin_containers(daemonset, config, mounts=mounts)
+    namespace = _str(meta.get("namespace"))
     sa = _str(spec.get("serviceAccountName")) or _str(spec.get("serviceAccount")) or "default"
     writes = can_write_slices(namespace, sa)
     selector = matching_selector(daemonset, config)
@@ -248,22 +264,22 @@ def detect(
         names = [(n, f"selector in namespace {namespace}") for n in selector.names]
         complete = True
         if not names:
-            names, complete = spec_names(daemonset, containers, config)
+            names, complete = spec_names(daemonset, containers, config, mounts=mounts)
         return _make(names, complete, f"selector in namespace {namespace}", containers)
     if declared:
-        names, complete = spec_names(daemonset, containers, config)
+        names, complete = spec_names(daemonset, containers, config, mounts=mounts)
         return _make(names, complete, DECLARED, containers)
     if config.auto_detect:
-        paths = set(host_paths(spec).values())
-        roots = kubelet_roots(paths, config)
-        mounts = any(is_registration(p, roots) for p in paths) and any(is_plugins(p, roots) for p in paths)
+        paths = set(mounts[0].values())
+        roots = mounts[1]
+        mounted = any(is_registration(p, roots) for p in paths) and any(is_plugins(p, roots) for p in paths)
         sign = ""
         if writes:
             sign = f"ServiceAccount {namespace}/{sa} may write ResourceSlices"
-        elif mounts and any(p in CDI_DIRS for p in paths):
+        elif mounted and any(p in CDI_DIRS for p in paths):
             sign = "kubelet plugin mounts and /var/run/cdi"
         if sign:
-            names, complete = (label_names, True) if label_names else spec_names(daemonset, containers, config)
+            names, complete = (label_names, True) if label_names else spec_names(daemonset, containers, config, mounts=mounts)
             return _make(names, complete, sign, containers)
     if explicit:
         return _make(
