@@ -198,9 +198,9 @@ def respond(
         if decision.findings:
             refused = sum(1 for f in decision.findings if f.enforced)
             if refused:
-                metrics.VIOLATIONS.labels(policy=policy, mode=mode).inc(refused)
+                metrics.child(metrics.VIOLATIONS, policy, mode).inc(refused)
             for f in decision.findings:
-                metrics.FINDINGS.labels(policy=policy, check=f.check, mode=mode).inc()
+                metrics.child(metrics.FINDINGS, policy, f.check, mode).inc()
             log.info(
                 "finding",
                 extra={
@@ -214,8 +214,8 @@ def respond(
                     "findings": [f.as_dict(mode=mode) for f in decision.findings],
                 },
             )
-    metrics.ADMISSION_REQUESTS.labels(policy=policy, operation=operation, decision=outcome, mode=mode).inc()
-    metrics.ADMISSION_DURATION.labels(policy=policy).observe(time.perf_counter() - started)
+    metrics.child(metrics.ADMISSION_REQUESTS, policy, operation, outcome, mode).inc()
+    metrics.child(metrics.ADMISSION_DURATION, policy).observe(time.perf_counter() - started)
     return {"apiVersion": review["apiVersion"], "kind": "AdmissionReview", "response": response}
 
 
@@ -253,7 +253,7 @@ def _apply_mode(decision: Decision, *, mode: str, policy: str, response: dict[st
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(list(decision.patch)).encode()).decode()
             annotations[f"{policy}-patched"] = " | ".join(f.message for f in decision.findings if f.fixed_by_patch)[:4000]
-            metrics.PATCHES.labels(policy=policy).inc()
+            metrics.child(metrics.PATCHES, policy).inc()
             outcome = "patch"
         warnings.extend(f.summary for f in decision.findings if not f.enforced and not (patched and f.fixed_by_patch))
         if patched:
