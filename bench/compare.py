@@ -7,8 +7,9 @@
 Each version is checked out into a temporary git worktree (the working tree itself for the
 default --after), and both servers run at once against the same apiserver filled by
 bench/fill.py, so the cluster, the caches and the machine's state are the same for both. Per
-policy endpoint, `--rounds` constant-rate runs alternate between the versions (before, after,
-then after, before, ...). Reported per endpoint and version: CPU seconds per 1,000 reviews and
+policy endpoint and the no-op floor (/validate/noop with the RBAC endpoint's bodies: TLS, HTTP,
+the front, Flask, no policy), `--rounds` constant-rate runs alternate between the versions
+(before, after, then after, before, ...). Reported per endpoint and version: CPU seconds per 1,000 reviews and
 p50/p99 (median over the rounds), and each worker's RSS at /readyz and after the runs, which is
 where a change to the caches shows. The measurement harness is this tree's; only the server's
 code differs. Exit code 0, or 1 on an error.
@@ -32,6 +33,15 @@ from bench.main import control_plane, log
 from bench.stats import spread
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+FLOOR = "/validate/noop"
+#: URL path -> the endpoint's name in the results: the policies' and the floor's
+ENDPOINTS = {**endpoints.ENDPOINTS, FLOOR: "noop"}
+
+
+def paths(scale: fill.Scale) -> dict[str, list[tuple[dict[str, Any], bool]]]:
+    """URL path -> (AdmissionReview, expected allowed) of each endpoint compared, the floor last."""
+    bodies = endpoints.bodies(scale)
+    return {**bodies, FLOOR: endpoints.as_floor(bodies["/validate/rbac"])}
 
 
 def checkout(ref: str, folder: pathlib.Path) -> pathlib.Path:
@@ -69,8 +79,8 @@ def compare(
                 out["rss_mib"].setdefault(name, {})[at] = round(status["rss_bytes"] / 2**20, 1)
 
         rss("ready")
-        for path, reviews in endpoints.bodies(scale).items():
-            endpoint = endpoints.ENDPOINTS[path]
+        for path, reviews in paths(scale).items():
+            endpoint = ENDPOINTS[path]
             for server in servers.values():
                 endpoints.run_rate(server, path, reviews, rate=200, seconds=3, workdir=workdir / "vegeta")  # warm-up
             for r in range(rounds):
@@ -99,7 +109,7 @@ def compare(
             }
             for name in trees
         }
-        for endpoint in endpoints.ENDPOINTS.values()
+        for endpoint in ENDPOINTS.values()
     }
     return out
 

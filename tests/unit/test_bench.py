@@ -210,6 +210,18 @@ def test_compare_report_gives_each_version_its_cpu_ratio_to_the_first_the_rss_ro
     assert "| rbac | after | 1 |" not in text
 
 
+def test_compare_measures_every_policy_endpoint_and_the_noop_floor_with_the_rbac_bodies_all_allowed():
+    from bench import compare, endpoints, fill
+
+    scale = fill.Scale(roles=30, nodes=5, claims=10)
+    found = compare.paths(scale)
+    assert list(found) == [*endpoints.ENDPOINTS, "/validate/noop"]
+    assert {compare.ENDPOINTS[p] for p in found} == {"rbac", "daemonsets", "evictions", "noop"}
+    rbac = endpoints.bodies(scale)["/validate/rbac"]
+    assert [b["request"]["object"] for b, _ in found["/validate/noop"]] == [b["request"]["object"] for b, _ in rbac]
+    assert all(allowed for _, allowed in found["/validate/noop"])
+
+
 def test_tail_evidence_tells_a_stall_from_a_spread_tail():
     from bench.endpoints import tail_evidence
 
