@@ -21,8 +21,9 @@ protocol (webhook.serve.front.shared), what to do. A Gate per admission path dec
 
 The overload answer is the policy's failure mode for a review not judged (webhook.admission.
 not_judged: eviction 429 retry, else the failureMode; warn and audit allow). One large review is
-judged at a time per worker (LargeSlot). A thread hand-off per review costs ~70 us of CPU on a
-2-core VM (bench/RESULTS.md): a review is judged in the thread the front gave it, never handed on.
+judged at a time per worker (LargeSlot). The thread hand-off is a fifth to a quarter of a cheap
+review's CPU (bench/RESULTS.md, "Where a review's CPU goes"): a review is judged in the thread the
+front gave it, never handed on.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ class Front:
 
     A review of an admission path is handed to its lane's executor once, unless its gate refuses
     it on arrival (refusal(): the gate weighs what is queued before it against its deadline) or
-    answers it at its deadline while it is still judged (Connection._by_deadline); the answer is
+    answers it at its deadline while it is still judged (Connection._judged); the answer is
     then the gate's overload answer, written on the loop (a few hundred bytes of JSON, no thread)."""
 
     def __init__(
