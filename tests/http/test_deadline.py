@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 
 from tests import builders
 from tests.builders import eviction_request
-from tests.http.clients import answer, apiserver_post, connect
+from tests.http.clients import answer, apiserver_post, connect, read_response
 from tests.http.inprocess import serving
 from webhook.config import from_mapping
 from webhook.kube.state import ClusterState
@@ -103,3 +103,29 @@ def test_a_body_the_overload_answer_cannot_be_made_from_waits_for_the_app(tmp_pa
         response = answer(tls)["response"]
     assert ended.is_set()
     assert response["uid"] == "odd" and response["allowed"] is False and response["status"]["code"] == 429, response
+
+
+def test_an_app_that_raises_in_its_thread_gets_a_json_500_and_its_lane_is_freed(tmp_path):
+    """The lane's thread hands an exception back to the loop like an answer: the client gets a JSON
+    500 (never a hang), and the lane counts the review as finished, so the failures do not pile up
+    into a queue that refuses the reviews after them as overload (more failures than the eviction
+    lane's short queue holds, then a review that must be judged)."""
+    config = from_mapping({"server": {"reviewDeadlineSeconds": 5}})
+    flask_app = app_module.create_app(config=config, cluster=ClusterState(None))
+
+    def failing(environ, start_response):
+        if environ.get("HTTP_X_FAIL"):
+            raise RuntimeError("a WSGI app that raises past Flask")
+        return flask_app(environ, start_response)
+
+    failures = 4 * config.server.threads + 8  # past the eviction lane's short queue (lanes.SHORT_QUEUE_PER_THREAD)
+    with serving(failing, config, tmp_path) as served:
+        for i in range(failures):
+            with contextlib.closing(connect(served)) as tls:
+                post = apiserver_post("/validate/evictions", eviction_request("gpu-driver-x"), f"fail-{i}")
+                tls.sendall(post.replace(b"Host: x\r\n", b"Host: x\r\nX-Fail: 1\r\n"))
+                head, body = read_response(tls)
+                assert head.startswith(b"HTTP/1.1 500 ") and "error" in json.loads(body), (head, body)
+        with contextlib.closing(connect(served)) as tls:
+            tls.sendall(apiserver_post("/validate/evictions", eviction_request("gpu-driver-x"), "after"))
+            assert answer(tls)["response"] == {"uid": "after", "allowed": True}
