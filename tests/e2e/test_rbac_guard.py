@@ -62,6 +62,21 @@ def test_binding_with_slice_write_is_refused_and_not_stored(control_plane, enfor
     assert not exists(cp, "clusterrolebinding", "e2e-team-a-slices")
 
 
+def test_a_namespace_written_on_the_cluster_role_binding_does_not_make_it_a_role_binding(control_plane, enforce):
+    """kubectl sends the manifest as written; the apiserver stores a ClusterRoleBinding without the
+    namespace (cluster-wide) whatever the manifest says, and clears it before it calls validating
+    webhooks, so the live review is refused like any other. (dra-guard's own reading by kind, for
+    `dra-guard audit` over such files and for a review that still carries it, is proved in
+    tests/unit/policies/test_rbac_policy.py.)"""
+    cp = control_plane
+    assert apply(cp, "admin", role_yaml("e2e-stray-writer", ["deviceclasses"], ["create"])).returncode == 0
+    doc = json.loads(binding_yaml("e2e-stray-ns", "e2e-stray-writer", "team-a"))
+    doc["metadata"]["namespace"] = "default"
+    out = cp.kubectl("alice", "create", "-f", "-", input=json.dumps(doc), check=False)
+    assert out.returncode != 0 and "denied the request" in out.stderr, out.stderr
+    assert not exists(cp, "clusterrolebinding", "e2e-stray-ns")
+
+
 def test_server_side_dry_run_gets_the_same_refusal(control_plane, enforce):
     cp = control_plane
     apply(cp, "admin", role_yaml("e2e-slice-writer", ["resourceslices"], ["create", "patch"]))
