@@ -617,17 +617,18 @@ class DriverLogs:
 
 
 class DrainRun:
-    """`dra-guard drain NODE ARGS -o json --kubeconfig admin` started in the background; `events`
-    fills as it prints; `kubelet_offset_at_driver_eviction`: the kubelet log's length when the drain
-    said it evicted a driver pod."""
+    """`dra-guard drain NODE ARGS -o json --kubeconfig USER` (admin by default) started in the
+    background; `events` fills as it prints, each with ``_at``: when the test read it (seconds since
+    the epoch, as the CRI log's times); `kubelet_offset_at_driver_eviction`: the kubelet log's
+    length when the drain said it evicted a driver pod."""
 
-    def __init__(self, real_node, *args: str) -> None:
+    def __init__(self, real_node, *args: str, user: str = "admin") -> None:
         import subprocess
         import sys
 
         self.node = real_node.node
         argv = [sys.executable, "-m", "webhook.cli", "drain", self.node.name, *args, "-o", "json"]
-        argv += ["--kubeconfig", str(real_node.cp.kubeconfig("admin"))]
+        argv += ["--kubeconfig", str(real_node.cp.kubeconfig(user))]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.events: list[dict] = []
         self.kubelet_offset_at_driver_eviction: int | None = None
@@ -638,7 +639,7 @@ class DrainRun:
         for line in self.proc.stdout:
             if not line.strip():
                 continue
-            event = json.loads(line)
+            event = {**json.loads(line), "_at": time.time()}
             if event["event"] == "evict" and event["pod"].startswith(f"{testdriver.NAMESPACE}/"):
                 if self.kubelet_offset_at_driver_eviction is None:
                     self.kubelet_offset_at_driver_eviction = len(self.node.kubelet_log_text())
@@ -833,41 +834,111 @@ def test_drain_with_an_unprepare_that_keeps_failing_stops_naming_pod_claim_and_d
     assert_driver_last([first, second], logs, node, offset, [uid])
 
 
-def test_drain_keeps_the_driver_until_the_kubelet_unprepared_a_consumer_force_deleted_mid_drain(drain_scene):
-    """The consumer is force-deleted while the driver is unpreparing its claim (a 6 s unprepare
-    delay): pod and reservation vanish before the node has unprepared. The drain sees the pod leave
-    without a terminal phase and waits before the driver goes: here by the safety period
-    (--unconfirmed-wait 12 s), because the kubelet's dra_resource_claims_in_use cannot be read
-    through nodes/proxy here (the apiserver reaches the kubelet by the node's host name, which
-    resolves to 127.0.0.1 on this machine, and its node proxy refuses loopback: "address not
-    allowed"); the drain says so. Without that wait the driver would be evicted mid-unprepare: no
-    "unprepared claim" line before its "stopping", and the kubelet would miss it."""
+def force_delete_mid_unprepare(drain_scene, name: str, logs: DriverLogs, *args: str, user: str = "admin") -> DrainRun:
+    """Start `dra-guard drain ARGS` as `user` and force-delete consumer `name` while the driver
+    unprepares its claim (the caller has written testdriver.UNPREPARE_DELAY_FILE): pod and
+    reservation vanish before the node has unprepared. Returns the finished run."""
+    run = DrainRun(drain_scene, *args, user=user)
+    try:
+        wait_for("the driver unpreparing", lambda: "unprepare of 1 claim(s) sleeping" in logs.text(), timeout=30, interval=0.1)
+        drain_scene.cp.kubectl("admin", "delete", "pod", "-n", "work", name, "--grace-period=0", "--force")
+    except BaseException:
+        run.kill()
+        raise
+    run.finish(60)
+    return run
+
+
+def unprepared_at(logs: DriverLogs, uid: str) -> float:
+    """When the driver logged that it unprepared claim `uid` (CRI log time)."""
+    return next(t for t, _, msg in logs.lines() if "unprepared claim" in msg and f"uid={uid}" in msg)
+
+
+def test_drain_keeps_the_driver_until_the_kubelets_gauge_says_a_force_deleted_consumers_claim_is_unprepared(drain_scene):
+    """The consumer is force-deleted while the driver unprepares its claim (a 6 s unprepare delay).
+    The drain sees the pod leave without a terminal phase and, allowed `get nodes/proxy` (admin),
+    reads the real kubelet's dra_resource_claims_in_use through the apiserver's node proxy: it
+    waits while the gauge says 1 for the driver, confirms at 0, and only then evicts the driver. The
+    safety period is set to 1 s, so a drain that took it instead of the gauge would evict the
+    driver mid-unprepare (no "unprepared claim" line before its "stopping"; the kubelet missing it)."""
     cp, node = drain_scene.cp, drain_scene.node
     claim, uid = start_consumer(cp, "forced")
     driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
     offset = len(node.kubelet_log_text())
     testdriver.UNPREPARE_DELAY_FILE.write_text("6s")
+    gauge = f"the kubelet's dra_resource_claims_in_use{{driver_name={testdriver.DRIVER}}} is"
     with DriverLogs() as logs:
-        run = DrainRun(drain_scene, "--evict-drivers", "--timeout", "60s", "--unconfirmed-wait", "12")
-        try:
-            wait_for(
-                "the driver unpreparing", lambda: "unprepare of 1 claim(s) sleeping" in logs.text(), timeout=30, interval=0.1
-            )
-            cp.kubectl("admin", "delete", "pod", "-n", "work", "forced", "--grace-period=0", "--force")
-        except BaseException:
-            run.kill()
-            raise
-        rc = run.finish(60)
-        assert rc == 0, run.messages() + [run.stderr()]
+        run = force_delete_mid_unprepare(
+            drain_scene, "forced", logs, "--evict-drivers", "--timeout", "60s", "--unconfirmed-wait", "1"
+        )
+        assert run.proc.returncode == 0, run.messages() + [run.stderr()]
         kinds = [e["event"] for e in run.events]
         unconfirmed, confirmed = kinds.index("unconfirmed"), kinds.index("confirmed")
-        driver_evicted = run.evicted().index(f"{testdriver.NAMESPACE}/{driver_pod}")
-        assert unconfirmed < confirmed < [i for i, e in enumerate(run.events) if e["event"] == "evict"][driver_evicted], kinds
-        how = run.events[confirmed]["message"]
-        assert "dra_resource_claims_in_use" in how or "address not allowed" in how, how  # the gauge, or why not
-        assert "waited the safety period of 12 s" in how or " is 0" in how, how
+        driver_evicted = next(i for i, e in enumerate(run.events) if e["event"] == "evict" and e["pod"].endswith(driver_pod))
+        assert unconfirmed < confirmed < driver_evicted, kinds
+        reasons = [r for e in run.events[unconfirmed:confirmed] for r in [e["message"], *(e.get("reasons") or [])]]
+        assert any(f"driver {testdriver.DRIVER}: {gauge} 1" in r for r in reasons), reasons  # it waited on the gauge
+        assert run.events[confirmed]["message"] == f"driver {testdriver.DRIVER}: {gauge} 0", run.events[confirmed]
+        assert not [m for m in run.messages() if "safety period" in m or "not readable" in m], run.messages()
+        assert run.events[confirmed]["_at"] > unprepared_at(logs, uid), "confirmed before the driver unprepared"
         wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
     assert_driver_last([run], logs, node, offset, [uid])
+
+
+#: what a drain needs (webhook.kube.nodedrain.REQUIRED), Events and the RBAC reads, but not nodes/proxy
+DRAINER_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
+    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]},
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings"], "verbs": ["list"]},
+]
+
+
+def test_a_drain_user_without_nodes_proxy_takes_the_safety_period_and_says_so(drain_scene):
+    """The same force delete mid-unprepare, drained by a user (bob) with every permission the drain
+    needs but not `get nodes/proxy`: the drain cannot read the kubelet's gauge, says so ("no
+    permission to get nodes/proxy"), waits the safety period (--unconfirmed-wait 12 s, longer than
+    the 6 s unprepare) after the consumer left, and only then says done; the driver stays."""
+    cp, node = drain_scene.cp, drain_scene.node
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-drainer"}}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-drainer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-drainer"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}],
+    }
+    testdriver.apply(cp, [{**role, "rules": DRAINER_RULES}, binding])
+    claim, uid = start_consumer(cp, "forced")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    testdriver.UNPREPARE_DELAY_FILE.write_text("6s")
+    try:
+        assert cp.kubectl("bob", "auth", "can-i", "get", "nodes", "--subresource=proxy", check=False).stdout.strip() == "no"
+        with DriverLogs() as logs:
+            run = force_delete_mid_unprepare(
+                drain_scene, "forced", logs, "--timeout", "60s", "--unconfirmed-wait", "12", user="bob"
+            )
+            assert run.proc.returncode == 0, run.messages() + [run.stderr()]
+            kinds = [e["event"] for e in run.events]
+            unconfirmed, confirmed, done = kinds.index("unconfirmed"), kinds.index("confirmed"), kinds.index("done")
+            assert unconfirmed < confirmed < done, kinds
+            said = (
+                f"driver {testdriver.DRIVER}: the kubelet's gauge is not readable (no permission to get nodes/proxy): "
+                "waited the safety period of 12 s"
+            )
+            assert run.events[confirmed]["message"] == said, run.events[confirmed]
+            assert not [m for m in run.messages() if "dra_resource_claims_in_use{" in m], run.messages()
+            assert run.events[done]["_at"] > unprepared_at(logs, uid), "done before the driver unprepared"
+            assert "safe to power off" in run.events[done]["message"]
+        assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
+        assert_driver_last([run], logs, node, offset, [uid])
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-drainer", check=False)
 
 
 def kill_driver_process() -> int:

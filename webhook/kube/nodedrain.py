@@ -336,7 +336,7 @@ class Drain(DryRuns):
             return ()
         try:
             gauge = plan.parse_claims_in_use(self.api.node_metrics())
-        except ClusterError as exc:
+        except (ClusterError, ValueError) as exc:
             self.gauge_allowed, self.gauge_error = False, str(exc)
             self.emit("warning", f"the kubelet's dra_resource_claims_in_use is not readable ({exc}): the API's word is taken")
             return ()
@@ -356,6 +356,9 @@ class Drain(DryRuns):
             try:
                 gauge = plan.parse_claims_in_use(self.api.node_metrics())
             except ClusterError as exc:
+                why = str(exc)  # transient or not, asked again next round
+            except ValueError as exc:  # this kubelet has no such gauge: not asked again
+                self.gauge_allowed, self.gauge_error = False, str(exc)
                 why = str(exc)
         out = {}
         for driver, since in list(unconfirmed_since.items()):
