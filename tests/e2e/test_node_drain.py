@@ -1188,3 +1188,133 @@ def test_drain_of_a_node_sharing_a_claim_with_a_simulated_second_node_finishes_w
         cp.kubectl("admin", "delete", "resourceslice", "e2e-rack-r1", check=False)
         cp.kubectl("admin", "delete", "node", other, check=False)
         cp.kubectl("admin", "label", "node", node.name, "e2e.dra-guard.test/rack-", check=False)
+
+
+def test_drain_evicts_a_daemonset_consumer_after_the_pods_keeps_it_away_and_uncordon_removes_only_its_own(drain_scene):
+    """A monitoring agent: a DaemonSet that is not a driver, whose pod holds a claim of the test
+    driver, beside an ordinary consumer. `drain --evict-drivers`: the ordinary pod first, then the
+    DaemonSet taint and the agent, then the driver taint and the driver; the DaemonSet controller
+    does not put the agent (nor the driver) back; exit 0, both claims unprepared before the driver's
+    SIGTERM, the kubelet never missed the driver. `dra-guard uncordon` then removes the drain's two
+    taints and its cordon and keeps a taint the node had before."""
+    cp, node = drain_scene.cp, drain_scene.node
+    keep = "e2e.dra-guard.test/keep"
+    cp.kubectl("admin", "taint", "node", node.name, f"{keep}=yes:PreferNoSchedule")
+    objs = testdriver.consumer_objects("agent")
+    agent_ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "work"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}}, "spec": objs[2]["spec"]},
+        },
+    }
+    try:
+        _, ordinary_uid = start_consumer(cp, "ordinary")
+        testdriver.apply(cp, [objs[1], agent_ds])
+        agent = wait_for(
+            "the agent Running",
+            lambda: next(
+                (
+                    p
+                    for p in (get_json(cp, "pods", "-n", "work", "-l", "app=agent") or {"items": []})["items"]
+                    if p["status"].get("phase") == "Running"
+                ),
+                None,
+            ),
+            timeout=90,
+        )
+        agent_claim = agent["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        agent_uid = get_json(cp, "resourceclaim", "-n", "work", agent_claim)["metadata"]["uid"]
+        assert testdriver.cdi_file(agent_uid).exists()
+        driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+        offset = len(node.kubelet_log_text())
+        with DriverLogs() as logs:
+            run = drain(drain_scene, "--evict-drivers", "--timeout", "90s")
+            assert run.proc.returncode == 0, run.messages() + [run.stderr()]
+            order = [(e["event"], e.get("pod", e["message"])) for e in run.events if e["event"] in ("evict", "taint")]
+            assert order == [
+                ("evict", "work/ordinary"),
+                ("taint", "tainted drain.dra-guard.io/daemonsets=draining:NoSchedule"),
+                ("evict", f"work/{agent['metadata']['name']}"),
+                ("taint", "tainted drain.dra-guard.io/drivers=draining:NoSchedule"),
+                ("evict", f"{testdriver.NAMESPACE}/{driver_pod}"),
+            ], order
+            wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+            time.sleep(2)  # the DaemonSet controller had its chance to put the agent or the driver back
+            assert not (get_json(cp, "pods", "-n", "work") or {"items": []})["items"], "a pod came back"
+            assert not testdriver.driver_pods(cp, include_terminating=True), "the driver came back"
+        assert_driver_last([run], logs, node, offset, [ordinary_uid, agent_uid])
+
+        out = uncordon(drain_scene)
+        assert out.returncode == 0, out.stdout + out.stderr
+        after = get_json(cp, "node", node.name)
+        assert not after["spec"].get("unschedulable")
+        assert [t["key"] for t in after["spec"].get("taints") or []] == [keep], after["spec"]
+        assert not {STATE, HOLDER, *AUTOSCALER_ANNOTATIONS} & set(after["metadata"].get("annotations") or {})
+        wait_for(
+            "the DaemonSet to put the agent back",
+            lambda: (get_json(cp, "pods", "-n", "work", "-l", "app=agent") or {"items": []})["items"],
+            timeout=30,
+        )
+    finally:
+        cp.kubectl("admin", "delete", "daemonset", "-n", "work", "agent", "--wait=false", check=False)
+        cp.kubectl("admin", "delete", "resourceclaimtemplate", "-n", "work", "agent", "--wait=false", check=False)
+        cp.kubectl("admin", "taint", "node", node.name, f"{keep}-", check=False)
+
+
+def test_drain_with_dra_guard_down_in_the_release_phase_keeps_its_order_and_says_why_the_driver_waits(drain_scene, guard):
+    """dra-guard's server is stopped (its webhook configuration in place, the eviction webhook's
+    failurePolicy Fail as the chart sets it) while the drain waits for the consumer's claim to be
+    unprepared (a 6 s unprepare delay). The drain does not lean on the webhook's 429: it asks for
+    the driver's eviction only after the driver unprepared; the apiserver then refuses it (500,
+    "failed calling webhook"), which `kubectl drain` would give up on; the drain says so, retries,
+    and evicts the driver once dra-guard is back: exit 0, the driver last."""
+    cp, node = drain_scene.cp, drain_scene.node
+    _, uid = start_consumer(cp, "held")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    testdriver.UNPREPARE_DELAY_FILE.write_text("6s")
+    restarted = False
+    try:
+        with DriverLogs() as logs:
+            run = DrainRun(drain_scene, "--evict-drivers", "--timeout", "120s")
+            try:
+                run.wait_event("the consumer's eviction", lambda e: e["event"] == "evict", timeout=30)
+                guard.stop_server()
+                refused = run.wait_event(
+                    "the driver's eviction refused while dra-guard is down",
+                    lambda e: e["event"] == "refused" and e["pod"].endswith(driver_pod),
+                    timeout=60,
+                )
+                assert refused["status"] == 500, refused
+                assert 'failed calling webhook "driver-evictions.dra-guard.io"' in refused["message"], refused
+                assert refused["message"].endswith("; retrying"), refused
+                first_try = refused["_at"]
+                assert first_try > unprepared_at(logs, uid), "the drain asked for the driver before its claim was unprepared"
+                time.sleep(2)  # it keeps waiting: the driver stays while dra-guard is down
+                assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
+                guard.start(
+                    mode="enforce",
+                    extra_config=PROBES,
+                    driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",),
+                )
+                restarted = True
+            except BaseException:
+                run.kill()
+                raise
+            rc = run.finish(90)
+            assert rc == 0, run.messages() + [run.stderr()]
+            assert run.evicted() == ["work/held", f"{testdriver.NAMESPACE}/{driver_pod}"], run.evicted()
+            waiting = [r for e in run.events if e["event"] == "waiting" for r in e.get("reasons") or []]
+            assert any(r.startswith(f"eviction of pod {testdriver.NAMESPACE}/{driver_pod} refused: ") for r in waiting), waiting
+            wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+        assert_driver_last([run], logs, node, offset, [uid])
+    finally:
+        if not restarted:
+            guard.start(
+                mode="enforce",
+                extra_config=PROBES,
+                driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",),
+            )
