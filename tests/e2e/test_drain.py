@@ -9,7 +9,8 @@ a pod it is told to hold stays Terminating (an unprepare that keeps failing).
 
 What runs here is what the real node (test_node_drain.py: the real kubelet, containerd and the
 test driver) does not cover: Events, taint order and uncordon on the happy path; the client dry
-run read in the audit log (the real node's control plane keeps none); preflight; a driver pod
+run read in the audit log (also on the real node, but here with a pod the PDB guards and the
+server run's dryRun=All writes); preflight; a driver pod
 deleted while a DaemonSet consumer holds a claim (the DaemonSet taint lifted). A blocking PDB, an
 unprepare that keeps failing, a force-deleted consumer (the kubelet's gauge, or the safety period
 without nodes/proxy), a driver crash, two drains at once, a killed drain rerun, both dry runs,

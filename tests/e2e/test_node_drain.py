@@ -20,6 +20,8 @@ from tests.e2e.guard import EVICTION_REFUSED, Guard
 from tests.e2e.kube import evict, get_json, wait_for
 from webhook.model.drain import AUTOSCALER_ANNOTATIONS, HOLDER, STATE
 
+#: the control plane keeps an audit log (tests/e2e/conftest.py real_node): what a drain wrote, read
+REAL_NODE_AUDIT_LOG = True
 TAINT = "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule"
 GUARD_REFUSAL = EVICTION_REFUSED
 #: the startupProbe dra-guard adds to the driver, probed every second: with the default 10 s, each new
@@ -683,8 +685,8 @@ class DrainRun:
         )
 
 
-def drain(real_node, *args: str, timeout: float = 120) -> DrainRun:
-    run = DrainRun(real_node, *args)
+def drain(real_node, *args: str, timeout: float = 120, user: str = "admin") -> DrainRun:
+    run = DrainRun(real_node, *args, user=user)
     run.finish(timeout)
     return run
 
@@ -849,13 +851,20 @@ def force_delete_mid_unprepare(drain_scene, name: str, logs: DriverLogs, *args: 
     return run
 
 
+def audit_time(event: dict) -> float:
+    """Seconds since the epoch of an audit event's requestReceivedTimestamp (RFC 3339, microseconds)."""
+    import datetime
+
+    return datetime.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+
+
 def unprepared_at(logs: DriverLogs, uid: str) -> float:
     """When the driver logged that it unprepared claim `uid` (CRI log time)."""
     return next(t for t, _, msg in logs.lines() if "unprepared claim" in msg and f"uid={uid}" in msg)
 
 
 def test_drain_keeps_the_driver_until_the_kubelets_gauge_says_a_force_deleted_consumers_claim_is_unprepared(drain_scene):
-    """The consumer is force-deleted while the driver unprepares its claim (a 6 s unprepare delay).
+    """The consumer is force-deleted while the driver unprepares its claim (a 4 s unprepare delay).
     The drain sees the pod leave without a terminal phase and, allowed `get nodes/proxy` (admin),
     reads the real kubelet's dra_resource_claims_in_use through the apiserver's node proxy: it
     waits while the gauge says 1 for the driver, confirms at 0, and only then evicts the driver. The
@@ -865,7 +874,7 @@ def test_drain_keeps_the_driver_until_the_kubelets_gauge_says_a_force_deleted_co
     claim, uid = start_consumer(cp, "forced")
     driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
     offset = len(node.kubelet_log_text())
-    testdriver.UNPREPARE_DELAY_FILE.write_text("6s")
+    testdriver.UNPREPARE_DELAY_FILE.write_text("4s")
     gauge = f"the kubelet's dra_resource_claims_in_use{{driver_name={testdriver.DRIVER}}} is"
     with DriverLogs() as logs:
         run = force_delete_mid_unprepare(
@@ -898,12 +907,11 @@ DRAINER_RULES = [
 ]
 
 
-def test_a_drain_user_without_nodes_proxy_takes_the_safety_period_and_says_so(drain_scene):
-    """The same force delete mid-unprepare, drained by a user (bob) with every permission the drain
-    needs but not `get nodes/proxy`: the drain cannot read the kubelet's gauge, says so ("no
-    permission to get nodes/proxy"), waits the safety period (--unconfirmed-wait 12 s, longer than
-    the 6 s unprepare) after the consumer left, and only then says done; the driver stays."""
-    cp, node = drain_scene.cp, drain_scene.node
+@pytest.fixture()
+def drainer(real_node):
+    """User "bob" bound to a ClusterRole of DRAINER_RULES (removed after the test): a drain user
+    without nodes/proxy, whose requests are its own in the audit log."""
+    cp = real_node.cp
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-drainer"}}
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -913,32 +921,37 @@ def test_a_drain_user_without_nodes_proxy_takes_the_safety_period_and_says_so(dr
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}],
     }
     testdriver.apply(cp, [{**role, "rules": DRAINER_RULES}, binding])
+    yield "bob"
+    cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-drainer", check=False)
+
+
+def test_a_drain_user_without_nodes_proxy_takes_the_safety_period_and_says_so(drain_scene, drainer):
+    """The same force delete mid-unprepare, drained by a user (bob) with every permission the drain
+    needs but not `get nodes/proxy`: the drain cannot read the kubelet's gauge, says so ("no
+    permission to get nodes/proxy"), waits the safety period (--unconfirmed-wait 8 s, longer than
+    the 4 s unprepare) after the consumer left, and only then says done; the driver stays."""
+    cp, node = drain_scene.cp, drain_scene.node
     claim, uid = start_consumer(cp, "forced")
     driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
     offset = len(node.kubelet_log_text())
-    testdriver.UNPREPARE_DELAY_FILE.write_text("6s")
-    try:
-        assert cp.kubectl("bob", "auth", "can-i", "get", "nodes", "--subresource=proxy", check=False).stdout.strip() == "no"
-        with DriverLogs() as logs:
-            run = force_delete_mid_unprepare(
-                drain_scene, "forced", logs, "--timeout", "60s", "--unconfirmed-wait", "12", user="bob"
-            )
-            assert run.proc.returncode == 0, run.messages() + [run.stderr()]
-            kinds = [e["event"] for e in run.events]
-            unconfirmed, confirmed, done = kinds.index("unconfirmed"), kinds.index("confirmed"), kinds.index("done")
-            assert unconfirmed < confirmed < done, kinds
-            said = (
-                f"driver {testdriver.DRIVER}: the kubelet's gauge is not readable (no permission to get nodes/proxy): "
-                "waited the safety period of 12 s"
-            )
-            assert run.events[confirmed]["message"] == said, run.events[confirmed]
-            assert not [m for m in run.messages() if "dra_resource_claims_in_use{" in m], run.messages()
-            assert run.events[done]["_at"] > unprepared_at(logs, uid), "done before the driver unprepared"
-            assert "safe to power off" in run.events[done]["message"]
-        assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
-        assert_driver_last([run], logs, node, offset, [uid])
-    finally:
-        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-drainer", check=False)
+    testdriver.UNPREPARE_DELAY_FILE.write_text("4s")
+    assert cp.kubectl(drainer, "auth", "can-i", "get", "nodes", "--subresource=proxy", check=False).stdout.strip() == "no"
+    with DriverLogs() as logs:
+        run = force_delete_mid_unprepare(drain_scene, "forced", logs, "--timeout", "60s", "--unconfirmed-wait", "8", user=drainer)
+        assert run.proc.returncode == 0, run.messages() + [run.stderr()]
+        kinds = [e["event"] for e in run.events]
+        unconfirmed, confirmed, done = kinds.index("unconfirmed"), kinds.index("confirmed"), kinds.index("done")
+        assert unconfirmed < confirmed < done, kinds
+        said = (
+            f"driver {testdriver.DRIVER}: the kubelet's gauge is not readable (no permission to get nodes/proxy): "
+            "waited the safety period of 8 s"
+        )
+        assert run.events[confirmed]["message"] == said, run.events[confirmed]
+        assert not [m for m in run.messages() if "dra_resource_claims_in_use{" in m], run.messages()
+        assert run.events[done]["_at"] > unprepared_at(logs, uid), "done before the driver unprepared"
+        assert "safe to power off" in run.events[done]["message"]
+    assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
+    assert_driver_last([run], logs, node, offset, [uid])
 
 
 def kill_driver_process() -> int:
@@ -1066,23 +1079,41 @@ def uncordon(real_node):
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
-def test_drain_dry_runs_change_nothing_and_the_server_one_reports_dra_guards_refusal_of_the_driver(drain_scene):
-    """--dry-run=client prints the plan (cordon, the consumer, the release wait, the driver last)
-    and changes nothing; --dry-run=server sends the cordon and the evictions with dryRun=All: the
-    consumer's is accepted, the driver's refused by dra-guard's real webhook (its claim is held),
-    and nothing changes either. (That the client run writes nothing at all is read in the audit log
-    on a fake node, test_drain.py: the real node's control plane keeps none.)"""
+def test_drain_dry_runs_change_nothing_and_the_server_one_reports_dra_guards_refusal_of_the_driver(drain_scene, drainer):
+    """--dry-run=client (run by the drainer user) prints the plan (cordon, the consumer, the release
+    wait, the driver last) and writes nothing: the control plane's audit log holds reads of that
+    user only, no create/update/patch/delete (an eviction is a create). --dry-run=server sends the
+    cordon and the evictions with dryRun=All: the consumer's is accepted, the driver's refused by
+    dra-guard's real webhook (its claim is held), and nothing changes either."""
     cp, node = drain_scene.cp, drain_scene.node
     claim, uid = start_consumer(cp, "planned")
     driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
     offset = len(node.kubelet_log_text())
     with DriverLogs() as logs:
-        client = drain(drain_scene, "--evict-drivers", "--dry-run=client", timeout=60)
+        started = time.time()
+        client = drain(drain_scene, "--evict-drivers", "--dry-run=client", timeout=60, user=drainer)
         assert client.proc.returncode == 0, client.messages() + [client.stderr()]
         text = "\n".join(client.messages())
         assert "would cordon the node" in text and "would evict work/planned" in text, text
         assert f"would wait until driver {testdriver.DRIVER} is not needed (work/{claim} -> work/planned" in text, text
         assert f"then evict {testdriver.NAMESPACE}/{driver_pod}" in text, text
+        # a ResponseComplete event may land just after its answer: once a later request of the same
+        # user (kubectl's) is in the log, the drain's are too
+        cp.kubectl(drainer, "get", "node", node.name, "-o", "name")
+        mine = wait_for(
+            "the drainer's kubectl request in the audit log",
+            lambda: (ev := cp.audit_events(drainer)) and any("kubectl" in e.get("userAgent", "") for e in ev) and ev,
+            timeout=10,
+        )
+        mine = [e for e in mine if "kubectl" not in e.get("userAgent", "") and audit_time(e) >= started]
+        assert len(mine) >= 4, [(e["verb"], e["requestURI"]) for e in mine]  # node, pods, claim, slices, ...
+        # a SelfSubjectAccessReview is a create that stores nothing (the RBAC reads ask first)
+        writes = [
+            e
+            for e in mine
+            if e["verb"] not in ("get", "list", "watch") and e["objectRef"]["resource"] != "selfsubjectaccessreviews"
+        ]
+        assert not writes, [(e["verb"], e["requestURI"]) for e in writes]
 
         server = drain(drain_scene, "--evict-drivers", "--dry-run=server", timeout=60)
         assert server.proc.returncode == 0, server.messages() + [server.stderr()]

@@ -330,40 +330,54 @@ class Drain(DryRuns):
     def in_use(self, drivers: list[plan.DriverState]) -> tuple[str, ...]:
         """Before the driver pods go: what the kubelet's dra_resource_claims_in_use says is still in
         use by the node's drivers, when it can be read (KEP-4381's check before removing a driver;
-        it also sees what the API cannot, e.g. a force delete while no drain ran). Unreadable: ()
-        and, said once, the API's word is taken."""
+        it also sees what the API cannot, e.g. a force delete while no drain ran). A read that
+        fails for a moment (ClusterError.transient: a timeout, 5xx, 429) holds the drivers this
+        round and is asked again; a gauge that cannot be had (no permission, refused by the node
+        proxy, a kubelet without it) is said once and the API's word is taken from then on."""
         if not self.gauge_allowed:
             return ()
-        try:
-            gauge = plan.parse_claims_in_use(self.api.node_metrics())
-        except (ClusterError, ValueError) as exc:
-            self.gauge_allowed, self.gauge_error = False, str(exc)
-            self.emit("warning", f"the kubelet's dra_resource_claims_in_use is not readable ({exc}): the API's word is taken")
-            return ()
+        gauge, failed = self.read_gauge()
+        if gauge is None:
+            return (failed,) if failed else ()
         return tuple(
             f"the kubelet's dra_resource_claims_in_use{{driver_name={d.name}}} is {gauge[d.name]:g}"
             for d in drivers
             if gauge.get(d.name, 0) > 0
         )
 
+    def read_gauge(self) -> tuple[dict[str, float] | None, str]:
+        """(the node's dra_resource_claims_in_use by driver, "") or, when it cannot be read now,
+        (None, why it waits) for a transient failure and (None, "") for a lasting one, which also
+        turns the gauge off for the rest of the run (gauge_allowed, gauge_error; said once)."""
+        try:
+            return plan.parse_claims_in_use(self.api.node_metrics()), ""
+        except ClusterError as exc:
+            if exc.transient:
+                return None, f"the kubelet's dra_resource_claims_in_use is not readable now ({exc}): asking again"
+            error = str(exc)
+        except ValueError as exc:
+            error = str(exc)
+        self.gauge_allowed, self.gauge_error = False, error
+        self.emit("warning", f"the kubelet's dra_resource_claims_in_use is not readable ({error}): not asked again")
+        return None, ""
+
     def confirm(self, unconfirmed_since: dict[str, float], now: float) -> dict[str, str]:
         """Driver name -> why it is not yet confirmed that it unprepared what a force-deleted
-        consumer held (webhook.model.drain.confirm); confirmed drivers leave `unconfirmed_since`."""
+        consumer held (webhook.model.drain.confirm); confirmed drivers leave `unconfirmed_since`.
+        The gauge when it can be had; a moment's failure to read it confirms nothing this round
+        (the safety period is for a drain that cannot read the gauge at all, not a way around
+        a gauge that said "in use" a second ago)."""
         if not unconfirmed_since:
             return {}
-        gauge, why = None, self.gauge_error
+        gauge = None
         if self.gauge_allowed:
-            try:
-                gauge = plan.parse_claims_in_use(self.api.node_metrics())
-            except ClusterError as exc:
-                why = str(exc)  # transient or not, asked again next round
-            except ValueError as exc:  # this kubelet has no such gauge: not asked again
-                self.gauge_allowed, self.gauge_error = False, str(exc)
-                why = str(exc)
+            gauge, failed = self.read_gauge()
+            if failed:
+                return {driver: failed for driver in unconfirmed_since}
         out = {}
         for driver, since in list(unconfirmed_since.items()):
             ok, how = plan.confirm(
-                driver, since=since, now=now, gauge=gauge, gauge_error=why, safety_seconds=self.opts.safety_seconds
+                driver, since=since, now=now, gauge=gauge, gauge_error=self.gauge_error, safety_seconds=self.opts.safety_seconds
             )
             if ok:
                 del unconfirmed_since[driver]
