@@ -17,7 +17,9 @@ Users (random tokens per run, see `USERS`):
 Files under the work folder::
 
     etcd/                  etcd data (kept across restart_apiserver())
-    pki/                   ca.crt, ca.key, tls.crt, tls.key (apiserver), sa.key, sa.pub
+    pki/                   ca.crt, ca.key, tls.crt, tls.key (apiserver), sa.key, sa.pub,
+                           apiserver-kubelet-client.crt/.key (the apiserver's client certificate
+                           for a real node's kubelet, tests/e2e/node.py)
     kubeconfigs/<user>.kubeconfig   ':' in a user name becomes '-' (KUBECONFIG splits on ':')
     logs/<component>.log   stdout+stderr of each process
     tokens.csv, audit-policy.yaml, audit.log (with audit_log=True)

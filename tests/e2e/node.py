@@ -535,11 +535,6 @@ class Node:
                     text.append(log.read_text(errors="replace"))
         return "".join(text)
 
-    @property
-    def kubelet_url(self) -> str:
-        """``https://ADDRESS:10250``: the kubelet's API (its own certificate, not the cluster CA's)."""
-        return f"https://{self.address}:10250"
-
     def kubelet_log_text(self) -> str:
         """The kubelet's log so far."""
         return self.kubelet_log.read_text(errors="replace") if self.kubelet_log.exists() else ""
