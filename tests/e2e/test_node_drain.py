@@ -1338,6 +1338,10 @@ def test_drain_with_dra_guard_down_in_the_release_phase_keeps_its_order_and_says
             rc = run.finish(90)
             assert rc == 0, run.messages() + [run.stderr()]
             assert run.evicted() == ["work/held", f"{testdriver.NAMESPACE}/{driver_pod}"], run.evicted()
+            # the retried phase puts its taint on once and says so once (no line, no Event each round)
+            assert [e["message"] for e in run.events if e["event"] == "taint"] == [
+                "tainted drain.dra-guard.io/drivers=draining:NoSchedule"
+            ], run.messages()
             waiting = [r for e in run.events if e["event"] == "waiting" for r in e.get("reasons") or []]
             assert any(r.startswith(f"eviction of pod {testdriver.NAMESPACE}/{driver_pod} refused: ") for r in waiting), waiting
             wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
