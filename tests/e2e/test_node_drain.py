@@ -1221,6 +1221,10 @@ def test_drain_of_a_node_sharing_a_claim_with_a_simulated_second_node_finishes_w
         cp.kubectl("admin", "label", "node", node.name, "e2e.dra-guard.test/rack-", check=False)
 
 
+#: the taint the node lifecycle controller mirrors a cordon with (removed by it, a moment after an uncordon)
+CORDON_TAINT = "node.kubernetes.io/unschedulable"
+
+
 def test_drain_evicts_a_daemonset_consumer_after_the_pods_keeps_it_away_and_uncordon_removes_only_its_own(drain_scene):
     """A monitoring agent: a DaemonSet that is not a driver, whose pod holds a claim of the test
     driver, beside an ordinary consumer. `drain --evict-drivers`: the ordinary pod first, then the
@@ -1277,12 +1281,20 @@ def test_drain_evicts_a_daemonset_consumer_after_the_pods_keeps_it_away_and_unco
             assert not (get_json(cp, "pods", "-n", "work") or {"items": []})["items"], "a pod came back"
             assert not testdriver.driver_pods(cp, include_terminating=True), "the driver came back"
         assert_driver_last([run], logs, node, offset, [ordinary_uid, agent_uid])
+        # (the node lifecycle controller's node.kubernetes.io/unschedulable follows the cordon: not the drain's)
+        drained = get_json(cp, "node", node.name)["spec"]
+        assert drained.get("unschedulable") is True
+        assert sorted(t["key"] for t in drained.get("taints") or [] if t["key"] != CORDON_TAINT) == [
+            "drain.dra-guard.io/daemonsets",
+            "drain.dra-guard.io/drivers",
+            keep,
+        ], drained
 
         out = uncordon(drain_scene)
         assert out.returncode == 0, out.stdout + out.stderr
         after = get_json(cp, "node", node.name)
         assert not after["spec"].get("unschedulable")
-        assert [t["key"] for t in after["spec"].get("taints") or []] == [keep], after["spec"]
+        assert [t["key"] for t in after["spec"].get("taints") or [] if t["key"] != CORDON_TAINT] == [keep], after["spec"]
         assert not {STATE, HOLDER, *AUTOSCALER_ANNOTATIONS} & set(after["metadata"].get("annotations") or {})
         wait_for(
             "the DaemonSet to put the agent back",
