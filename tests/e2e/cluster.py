@@ -17,7 +17,9 @@ Users (random tokens per run, see `USERS`):
 Files under the work folder::
 
     etcd/                  etcd data (kept across restart_apiserver())
-    pki/                   ca.crt, ca.key, tls.crt, tls.key (apiserver), sa.key, sa.pub
+    pki/                   ca.crt, ca.key, tls.crt, tls.key (apiserver), sa.key, sa.pub,
+                           apiserver-kubelet-client.crt/.key (the apiserver's client certificate
+                           for a real node's kubelet, tests/e2e/node.py)
     kubeconfigs/<user>.kubeconfig   ':' in a user name becomes '-' (KUBECONFIG splits on ':')
     logs/<component>.log   stdout+stderr of each process
     tokens.csv, audit-policy.yaml, audit.log (with audit_log=True)
@@ -470,6 +472,9 @@ class ControlPlane:
         ca = certs.generate_ca(common_name="dra-guard-e2e-ca")
         serving = certs.generate_serving(ca, dns_names=["localhost"], ip_addresses=["127.0.0.1"])
         certs.write_bundle(self.pki_dir, ca=ca, serving=serving)
+        kubelet_client = _kubelet_client_cert(ca)
+        self._write(self.pki_dir / "apiserver-kubelet-client.crt", kubelet_client.cert_pem())
+        self._write(self.pki_dir / "apiserver-kubelet-client.key", kubelet_client.key_pem(), private=True)
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self._write(
             self.pki_dir / "sa.key",
@@ -552,6 +557,14 @@ class ControlPlane:
             # EndpointSlice addresses instead of the ClusterIP (which nothing routes without kube-proxy)
             *(("--enable-aggregator-routing=true",) if self.in_cluster else ()),
             "--allow-privileged=true",
+            # kubeadm's defaults for reaching a kubelet (node proxy, logs, exec): a client certificate
+            # of the cluster CA (the kubelet's authentication.x509.clientCAFile; group system:masters,
+            # so its SubjectAccessReviews allow it), and the Node's InternalIP before its Hostname.
+            # The default order (Hostname first) dials this machine's host name, which resolves to
+            # 127.0.0.1 here, and the node proxy refuses loopback ("address not allowed").
+            f"--kubelet-client-certificate={self.pki_dir / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={self.pki_dir / 'apiserver-kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
             # Required with --advertise-address=127.0.0.1: otherwise the apiserver exits with "cannot
             # use public IP 127.0.0.1 with endpoint reconciler: ... may not be in the loopback range".
             # (Without --advertise-address it would advertise the host's first non-loopback address.)
@@ -666,6 +679,39 @@ class ControlPlane:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+
+
+def _kubelet_client_cert(ca: certs.KeyPair) -> certs.KeyPair:
+    """The apiserver's client certificate for kubelets, as kubeadm's ``apiserver-kubelet-client``:
+    signed by `ca`, clientAuth, CN kube-apiserver-kubelet-client in group system:masters."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client"),
+        ]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
+    return certs.KeyPair(cert=cert, key=key)
 
 
 def _session() -> requests.Session:

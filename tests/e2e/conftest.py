@@ -154,15 +154,17 @@ class RealNode:
 
 
 @pytest.fixture(scope="module")
-def real_node(tmp_path_factory):
+def real_node(tmp_path_factory, request):
     """A real node (kubelet + containerd, tests/e2e/node.py) joined to a control plane of its own,
     one per test module; stopped after the module, and the module then fails (teardown error) if
     anything of the node is left on the host (mounts, kubepods cgroups, bridge, sysctls, folders).
+    A module with ``REAL_NODE_AUDIT_LOG = True`` gets the control plane's audit log
+    (ControlPlane(audit_log=True): `cp.audit_events()`).
 
     Never skips: without root/Linux, the Debian packages or the binaries, the test fails and says
     what is missing (see README "Run the tests").
     """
-    yield from _real_node(tmp_path_factory)
+    yield from _real_node(tmp_path_factory, audit_log=bool(getattr(request.module, "REAL_NODE_AUDIT_LOG", False)))
 
 
 @pytest.fixture(scope="module")

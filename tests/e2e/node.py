@@ -1,7 +1,9 @@
 """A real Kubernetes node for the end-to-end tests: kubelet v1.37.2 + containerd 2.x + runc + CNI.
 
 `Node(cp, workdir).start()` joins this machine to a ControlPlane (tests/e2e/cluster.py) as a real,
-Ready node named after the host (its name resolves to 127.0.0.1 here). Pods run for real from
+Ready node named after the host (its name resolves to 127.0.0.1 here). The kubelet serves on the
+machine's own address (`node_address()`, the Node's InternalIP), as on a real node, so that the
+apiserver's node proxy reaches it (it refuses loopback). Pods run for real from
 locally built one-layer images (`PAUSE_IMAGE`, `DRIVER_IMAGE`, `APP_IMAGE`, imported with
 ``ctr -n k8s.io images import``; pods use ``imagePullPolicy: Never``); other images are pulled by
 the kubelet from a registry on loopback over plain HTTP (`Node.trust_plain_http_registry`, containerd's
@@ -109,6 +111,31 @@ class NodeError(RuntimeError):
 def node_name() -> str:
     """The Node's name: this machine's host name (the kubelet's default), lower-cased."""
     return socket.gethostname().lower()
+
+
+def node_address() -> str:
+    """The IPv4 address the kubelet serves on and the Node's InternalIP: the first global address
+    of the interface of the default route (the kubelet's own choice without ``--node-ip``; on the
+    CI machine eth0's). The apiserver's node proxy (``nodes/NAME/proxy``: the kubelet's /metrics
+    for `dra-guard drain`, logs, exec) dials it; it refuses loopback and link-local addresses.
+    NodeError when there is no default route or its interface has no global IPv4 address."""
+    routes = json.loads(
+        subprocess.run(["ip", "-j", "-4", "route", "show", "default"], capture_output=True, text=True).stdout or "[]"
+    )
+    device = next((r.get("dev") for r in routes if r.get("dev")), None)
+    if device is None:
+        raise NodeError("no IPv4 default route: the kubelet needs a non-loopback address for the apiserver to reach it")
+    links = json.loads(
+        subprocess.run(
+            ["ip", "-j", "-4", "addr", "show", "dev", device, "scope", "global"], capture_output=True, text=True
+        ).stdout
+        or "[]"
+    )
+    for link in links:
+        for info in link.get("addr_info", []):
+            if info.get("family") == "inet" and info.get("local"):
+                return str(info["local"])
+    raise NodeError(f"interface {device} of the default route has no global IPv4 address for the kubelet")
 
 
 # ---------------------------------------------------------------------------------- host helpers
@@ -406,6 +433,8 @@ class Node:
         self.bins = dict(bins) if bins is not None else binaries.node_binaries()
         self.lock_timeout = lock_timeout
         self.name = node_name()
+        #: the kubelet's serving address and the Node's InternalIP (node_address(), set by start())
+        self.address = ""
         self.kubelet_log = self.workdir / "logs" / "kubelet.log"
         self.containerd_log = self.workdir / "logs" / "containerd.log"
         #: SYSCTLS as they were before start() (what stop() restores and leftovers() compares with)
@@ -438,6 +467,7 @@ class Node:
         atexit.register(self.stop)
         try:
             cleanup()
+            self.address = node_address()
             self._prepare_host()
             self._start_containerd()
             self._import_images()
@@ -606,7 +636,10 @@ state = "{RUN_DIR / "containerd"}"
             "kind": "KubeletConfiguration",
             "failCgroupV1": False,  # this host has cgroup v1 only (real-node.md, setting 1)
             "cgroupDriver": "cgroupfs",
-            "address": "127.0.0.1",
+            # the machine's own address, as on a real node: the apiserver's node proxy (the drain's
+            # gauge, kubectl logs) refuses loopback. Reaching it needs a client the kubelet
+            # authenticates (cluster CA certificate or token) and authorizes (SubjectAccessReview).
+            "address": self.address,
             "healthzBindAddress": "127.0.0.1",
             "readOnlyPort": 0,
             "failSwapOn": False,
@@ -622,7 +655,11 @@ state = "{RUN_DIR / "containerd"}"
             "volumePluginDir": str(STATE_DIR / "volume-plugins"),
             "containerRuntimeEndpoint": endpoint,
             "imageServiceEndpoint": endpoint,
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True}},
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(self.cp.ca_file)},  # the apiserver's kubelet client certificate
+            },
             "authorization": {"mode": "Webhook"},
             "nodeStatusUpdateFrequency": "5s",
             "syncFrequency": "10s",
@@ -639,6 +676,7 @@ state = "{RUN_DIR / "containerd"}"
                 f"--config={config}",
                 f"--kubeconfig={kubeconfig}",
                 f"--hostname-override={self.name}",
+                f"--node-ip={self.address}",
                 "--v=2",
             ],
             {},

@@ -25,6 +25,7 @@ from tests.chart import helm
 from tests.chart.test_promtool import alerts, norm, rule_groups
 from tests.e2e import testdriver
 from tests.e2e.kube import get_json, wait_for
+from tests.e2e.node import node_address
 from tests.scrape import queries_return_series
 
 METRIC = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?=[{\[])")
@@ -50,7 +51,7 @@ def scrape(cp) -> dict[str, str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
         for job, url in (
-            ("kubelet", "https://127.0.0.1:10250"),
+            ("kubelet", f"https://{node_address()}:10250"),
             ("kube-scheduler", cp.scheduler_url),
             ("kube-controller-manager", cp.controller_manager_url),
         ):

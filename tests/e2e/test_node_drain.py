@@ -20,6 +20,8 @@ from tests.e2e.guard import EVICTION_REFUSED, Guard
 from tests.e2e.kube import evict, get_json, wait_for
 from webhook.model.drain import AUTOSCALER_ANNOTATIONS, HOLDER, STATE
 
+#: the control plane keeps an audit log (tests/e2e/conftest.py real_node): what a drain wrote, read
+REAL_NODE_AUDIT_LOG = True
 TAINT = "ToBeDeletedByClusterAutoscaler=1700000000:NoSchedule"
 GUARD_REFUSAL = EVICTION_REFUSED
 #: the startupProbe dra-guard adds to the driver, probed every second: with the default 10 s, each new
@@ -617,17 +619,18 @@ class DriverLogs:
 
 
 class DrainRun:
-    """`dra-guard drain NODE ARGS -o json --kubeconfig admin` started in the background; `events`
-    fills as it prints; `kubelet_offset_at_driver_eviction`: the kubelet log's length when the drain
-    said it evicted a driver pod."""
+    """`dra-guard drain NODE ARGS -o json --kubeconfig USER` (admin by default) started in the
+    background; `events` fills as it prints, each with ``_at``: when the test read it (seconds since
+    the epoch, as the CRI log's times); `kubelet_offset_at_driver_eviction`: the kubelet log's
+    length when the drain said it evicted a driver pod."""
 
-    def __init__(self, real_node, *args: str) -> None:
+    def __init__(self, real_node, *args: str, user: str = "admin") -> None:
         import subprocess
         import sys
 
         self.node = real_node.node
         argv = [sys.executable, "-m", "webhook.cli", "drain", self.node.name, *args, "-o", "json"]
-        argv += ["--kubeconfig", str(real_node.cp.kubeconfig("admin"))]
+        argv += ["--kubeconfig", str(real_node.cp.kubeconfig(user))]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.events: list[dict] = []
         self.kubelet_offset_at_driver_eviction: int | None = None
@@ -638,7 +641,7 @@ class DrainRun:
         for line in self.proc.stdout:
             if not line.strip():
                 continue
-            event = json.loads(line)
+            event = {**json.loads(line), "_at": time.time()}
             if event["event"] == "evict" and event["pod"].startswith(f"{testdriver.NAMESPACE}/"):
                 if self.kubelet_offset_at_driver_eviction is None:
                     self.kubelet_offset_at_driver_eviction = len(self.node.kubelet_log_text())
@@ -682,8 +685,8 @@ class DrainRun:
         )
 
 
-def drain(real_node, *args: str, timeout: float = 120) -> DrainRun:
-    run = DrainRun(real_node, *args)
+def drain(real_node, *args: str, timeout: float = 120, user: str = "admin") -> DrainRun:
+    run = DrainRun(real_node, *args, user=user)
     run.finish(timeout)
     return run
 
@@ -833,40 +836,121 @@ def test_drain_with_an_unprepare_that_keeps_failing_stops_naming_pod_claim_and_d
     assert_driver_last([first, second], logs, node, offset, [uid])
 
 
-def test_drain_keeps_the_driver_until_the_kubelet_unprepared_a_consumer_force_deleted_mid_drain(drain_scene):
-    """The consumer is force-deleted while the driver is unpreparing its claim (a 6 s unprepare
-    delay): pod and reservation vanish before the node has unprepared. The drain sees the pod leave
-    without a terminal phase and waits before the driver goes: here by the safety period
-    (--unconfirmed-wait 12 s), because the kubelet's dra_resource_claims_in_use cannot be read
-    through nodes/proxy here (the apiserver reaches the kubelet by the node's host name, which
-    resolves to 127.0.0.1 on this machine, and its node proxy refuses loopback: "address not
-    allowed"); the drain says so. Without that wait the driver would be evicted mid-unprepare: no
-    "unprepared claim" line before its "stopping", and the kubelet would miss it."""
+def force_delete_mid_unprepare(drain_scene, name: str, logs: DriverLogs, *args: str, user: str = "admin") -> DrainRun:
+    """Start `dra-guard drain ARGS` as `user` and force-delete consumer `name` while the driver
+    unprepares its claim (the caller has written testdriver.UNPREPARE_DELAY_FILE): pod and
+    reservation vanish before the node has unprepared. Returns the finished run."""
+    run = DrainRun(drain_scene, *args, user=user)
+    try:
+        wait_for("the driver unpreparing", lambda: "unprepare of 1 claim(s) sleeping" in logs.text(), timeout=30, interval=0.1)
+        drain_scene.cp.kubectl("admin", "delete", "pod", "-n", "work", name, "--grace-period=0", "--force")
+    except BaseException:
+        run.kill()
+        raise
+    run.finish(60)
+    return run
+
+
+def audit_time(event: dict) -> float:
+    """Seconds since the epoch of an audit event's requestReceivedTimestamp (RFC 3339, microseconds)."""
+    import datetime
+
+    return datetime.datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def unprepared_at(logs: DriverLogs, uid: str) -> float:
+    """When the driver logged that it unprepared claim `uid` (CRI log time)."""
+    return next(t for t, _, msg in logs.lines() if "unprepared claim" in msg and f"uid={uid}" in msg)
+
+
+def test_drain_keeps_the_driver_until_the_kubelets_gauge_says_a_force_deleted_consumers_claim_is_unprepared(drain_scene):
+    """The consumer is force-deleted while the driver unprepares its claim (a 4 s unprepare delay).
+    The drain sees the pod leave without a terminal phase and, allowed `get nodes/proxy` (admin),
+    reads the real kubelet's dra_resource_claims_in_use through the apiserver's node proxy: it
+    waits while the gauge says 1 for the driver, confirms at 0, and only then evicts the driver. The
+    safety period is set to 1 s, so a drain that took it instead of the gauge would evict the
+    driver mid-unprepare (no "unprepared claim" line before its "stopping"; the kubelet missing it)."""
     cp, node = drain_scene.cp, drain_scene.node
     claim, uid = start_consumer(cp, "forced")
     driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
     offset = len(node.kubelet_log_text())
-    testdriver.UNPREPARE_DELAY_FILE.write_text("6s")
+    testdriver.UNPREPARE_DELAY_FILE.write_text("4s")
+    gauge = f"the kubelet's dra_resource_claims_in_use{{driver_name={testdriver.DRIVER}}} is"
     with DriverLogs() as logs:
-        run = DrainRun(drain_scene, "--evict-drivers", "--timeout", "60s", "--unconfirmed-wait", "12")
-        try:
-            wait_for(
-                "the driver unpreparing", lambda: "unprepare of 1 claim(s) sleeping" in logs.text(), timeout=30, interval=0.1
-            )
-            cp.kubectl("admin", "delete", "pod", "-n", "work", "forced", "--grace-period=0", "--force")
-        except BaseException:
-            run.kill()
-            raise
-        rc = run.finish(60)
-        assert rc == 0, run.messages() + [run.stderr()]
+        run = force_delete_mid_unprepare(
+            drain_scene, "forced", logs, "--evict-drivers", "--timeout", "60s", "--unconfirmed-wait", "1"
+        )
+        assert run.proc.returncode == 0, run.messages() + [run.stderr()]
         kinds = [e["event"] for e in run.events]
         unconfirmed, confirmed = kinds.index("unconfirmed"), kinds.index("confirmed")
-        driver_evicted = run.evicted().index(f"{testdriver.NAMESPACE}/{driver_pod}")
-        assert unconfirmed < confirmed < [i for i, e in enumerate(run.events) if e["event"] == "evict"][driver_evicted], kinds
-        how = run.events[confirmed]["message"]
-        assert "dra_resource_claims_in_use" in how or "address not allowed" in how, how  # the gauge, or why not
-        assert "waited the safety period of 12 s" in how or " is 0" in how, how
+        driver_evicted = next(i for i, e in enumerate(run.events) if e["event"] == "evict" and e["pod"].endswith(driver_pod))
+        assert unconfirmed < confirmed < driver_evicted, kinds
+        reasons = [r for e in run.events[unconfirmed:confirmed] for r in [e["message"], *(e.get("reasons") or [])]]
+        assert any(f"driver {testdriver.DRIVER}: {gauge} 1" in r for r in reasons), reasons  # it waited on the gauge
+        assert run.events[confirmed]["message"] == f"driver {testdriver.DRIVER}: {gauge} 0", run.events[confirmed]
+        assert not [m for m in run.messages() if "safety period" in m or "not readable" in m], run.messages()
+        assert run.events[confirmed]["_at"] > unprepared_at(logs, uid), "confirmed before the driver unprepared"
         wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+    assert_driver_last([run], logs, node, offset, [uid])
+
+
+#: what a drain needs (webhook.kube.nodedrain.REQUIRED), Events and the RBAC reads, but not nodes/proxy
+DRAINER_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
+    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]},
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings"], "verbs": ["list"]},
+]
+
+
+@pytest.fixture()
+def drainer(real_node):
+    """User "bob" bound to a ClusterRole of DRAINER_RULES (removed after the test): a drain user
+    without nodes/proxy, whose requests are its own in the audit log."""
+    cp = real_node.cp
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-drainer"}}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-drainer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-drainer"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}],
+    }
+    testdriver.apply(cp, [{**role, "rules": DRAINER_RULES}, binding])
+    yield "bob"
+    cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-drainer", check=False)
+
+
+def test_a_drain_user_without_nodes_proxy_takes_the_safety_period_and_says_so(drain_scene, drainer):
+    """The same force delete mid-unprepare, drained by a user (bob) with every permission the drain
+    needs but not `get nodes/proxy`: the drain cannot read the kubelet's gauge, says so ("no
+    permission to get nodes/proxy"), waits the safety period (--unconfirmed-wait 8 s, longer than
+    the 4 s unprepare) after the consumer left, and only then says done; the driver stays."""
+    cp, node = drain_scene.cp, drain_scene.node
+    claim, uid = start_consumer(cp, "forced")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    testdriver.UNPREPARE_DELAY_FILE.write_text("4s")
+    assert cp.kubectl(drainer, "auth", "can-i", "get", "nodes", "--subresource=proxy", check=False).stdout.strip() == "no"
+    with DriverLogs() as logs:
+        run = force_delete_mid_unprepare(drain_scene, "forced", logs, "--timeout", "60s", "--unconfirmed-wait", "8", user=drainer)
+        assert run.proc.returncode == 0, run.messages() + [run.stderr()]
+        kinds = [e["event"] for e in run.events]
+        unconfirmed, confirmed, done = kinds.index("unconfirmed"), kinds.index("confirmed"), kinds.index("done")
+        assert unconfirmed < confirmed < done, kinds
+        said = (
+            f"driver {testdriver.DRIVER}: the kubelet's gauge is not readable (no permission to get nodes/proxy): "
+            "waited the safety period of 8 s"
+        )
+        assert run.events[confirmed]["message"] == said, run.events[confirmed]
+        assert not [m for m in run.messages() if "dra_resource_claims_in_use{" in m], run.messages()
+        assert run.events[done]["_at"] > unprepared_at(logs, uid), "done before the driver unprepared"
+        assert "safe to power off" in run.events[done]["message"]
+    assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
     assert_driver_last([run], logs, node, offset, [uid])
 
 
@@ -995,23 +1079,41 @@ def uncordon(real_node):
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
-def test_drain_dry_runs_change_nothing_and_the_server_one_reports_dra_guards_refusal_of_the_driver(drain_scene):
-    """--dry-run=client prints the plan (cordon, the consumer, the release wait, the driver last)
-    and changes nothing; --dry-run=server sends the cordon and the evictions with dryRun=All: the
-    consumer's is accepted, the driver's refused by dra-guard's real webhook (its claim is held),
-    and nothing changes either. (That the client run writes nothing at all is read in the audit log
-    on a fake node, test_drain.py: the real node's control plane keeps none.)"""
+def test_drain_dry_runs_change_nothing_and_the_server_one_reports_dra_guards_refusal_of_the_driver(drain_scene, drainer):
+    """--dry-run=client (run by the drainer user) prints the plan (cordon, the consumer, the release
+    wait, the driver last) and writes nothing: the control plane's audit log holds reads of that
+    user only, no create/update/patch/delete (an eviction is a create). --dry-run=server sends the
+    cordon and the evictions with dryRun=All: the consumer's is accepted, the driver's refused by
+    dra-guard's real webhook (its claim is held), and nothing changes either."""
     cp, node = drain_scene.cp, drain_scene.node
     claim, uid = start_consumer(cp, "planned")
     driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
     offset = len(node.kubelet_log_text())
     with DriverLogs() as logs:
-        client = drain(drain_scene, "--evict-drivers", "--dry-run=client", timeout=60)
+        started = time.time()
+        client = drain(drain_scene, "--evict-drivers", "--dry-run=client", timeout=60, user=drainer)
         assert client.proc.returncode == 0, client.messages() + [client.stderr()]
         text = "\n".join(client.messages())
         assert "would cordon the node" in text and "would evict work/planned" in text, text
         assert f"would wait until driver {testdriver.DRIVER} is not needed (work/{claim} -> work/planned" in text, text
         assert f"then evict {testdriver.NAMESPACE}/{driver_pod}" in text, text
+        # a ResponseComplete event may land just after its answer: once a later request of the same
+        # user (kubectl's) is in the log, the drain's are too
+        cp.kubectl(drainer, "get", "node", node.name, "-o", "name")
+        mine = wait_for(
+            "the drainer's kubectl request in the audit log",
+            lambda: (ev := cp.audit_events(drainer)) and any("kubectl" in e.get("userAgent", "") for e in ev) and ev,
+            timeout=10,
+        )
+        mine = [e for e in mine if "kubectl" not in e.get("userAgent", "") and audit_time(e) >= started]
+        assert len(mine) >= 4, [(e["verb"], e["requestURI"]) for e in mine]  # node, pods, claim, slices, ...
+        # a SelfSubjectAccessReview is a create that stores nothing (the RBAC reads ask first)
+        writes = [
+            e
+            for e in mine
+            if e["verb"] not in ("get", "list", "watch") and e["objectRef"]["resource"] != "selfsubjectaccessreviews"
+        ]
+        assert not writes, [(e["verb"], e["requestURI"]) for e in writes]
 
         server = drain(drain_scene, "--evict-drivers", "--dry-run=server", timeout=60)
         assert server.proc.returncode == 0, server.messages() + [server.stderr()]
@@ -1117,3 +1219,149 @@ def test_drain_of_a_node_sharing_a_claim_with_a_simulated_second_node_finishes_w
         cp.kubectl("admin", "delete", "resourceslice", "e2e-rack-r1", check=False)
         cp.kubectl("admin", "delete", "node", other, check=False)
         cp.kubectl("admin", "label", "node", node.name, "e2e.dra-guard.test/rack-", check=False)
+
+
+#: the taint the node lifecycle controller mirrors a cordon with (removed by it, a moment after an uncordon)
+CORDON_TAINT = "node.kubernetes.io/unschedulable"
+
+
+def test_drain_evicts_a_daemonset_consumer_after_the_pods_keeps_it_away_and_uncordon_removes_only_its_own(drain_scene):
+    """A monitoring agent: a DaemonSet that is not a driver, whose pod holds a claim of the test
+    driver, beside an ordinary consumer. `drain --evict-drivers`: the ordinary pod first, then the
+    DaemonSet taint and the agent, then the driver taint and the driver; the DaemonSet controller
+    does not put the agent (nor the driver) back; exit 0, both claims unprepared before the driver's
+    SIGTERM, the kubelet never missed the driver. `dra-guard uncordon` then removes the drain's two
+    taints and its cordon and keeps a taint the node had before."""
+    cp, node = drain_scene.cp, drain_scene.node
+    keep = "e2e.dra-guard.test/keep"
+    cp.kubectl("admin", "taint", "node", node.name, f"{keep}=yes:PreferNoSchedule")
+    objs = testdriver.consumer_objects("agent")
+    agent_ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "work"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}}, "spec": objs[2]["spec"]},
+        },
+    }
+    try:
+        _, ordinary_uid = start_consumer(cp, "ordinary")
+        testdriver.apply(cp, [objs[1], agent_ds])
+        agent = wait_for(
+            "the agent Running",
+            lambda: next(
+                (
+                    p
+                    for p in (get_json(cp, "pods", "-n", "work", "-l", "app=agent") or {"items": []})["items"]
+                    if p["status"].get("phase") == "Running"
+                ),
+                None,
+            ),
+            timeout=90,
+        )
+        agent_claim = agent["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        agent_uid = get_json(cp, "resourceclaim", "-n", "work", agent_claim)["metadata"]["uid"]
+        assert testdriver.cdi_file(agent_uid).exists()
+        driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+        offset = len(node.kubelet_log_text())
+        with DriverLogs() as logs:
+            run = drain(drain_scene, "--evict-drivers", "--timeout", "90s")
+            assert run.proc.returncode == 0, run.messages() + [run.stderr()]
+            order = [(e["event"], e.get("pod", e["message"])) for e in run.events if e["event"] in ("evict", "taint")]
+            assert order == [
+                ("evict", "work/ordinary"),
+                ("taint", "tainted drain.dra-guard.io/daemonsets=draining:NoSchedule"),
+                ("evict", f"work/{agent['metadata']['name']}"),
+                ("taint", "tainted drain.dra-guard.io/drivers=draining:NoSchedule"),
+                ("evict", f"{testdriver.NAMESPACE}/{driver_pod}"),
+            ], order
+            wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+            time.sleep(2)  # the DaemonSet controller had its chance to put the agent or the driver back
+            assert not (get_json(cp, "pods", "-n", "work") or {"items": []})["items"], "a pod came back"
+            assert not testdriver.driver_pods(cp, include_terminating=True), "the driver came back"
+        assert_driver_last([run], logs, node, offset, [ordinary_uid, agent_uid])
+        # (the node lifecycle controller's node.kubernetes.io/unschedulable follows the cordon: not the drain's)
+        drained = get_json(cp, "node", node.name)["spec"]
+        assert drained.get("unschedulable") is True
+        assert sorted(t["key"] for t in drained.get("taints") or [] if t["key"] != CORDON_TAINT) == [
+            "drain.dra-guard.io/daemonsets",
+            "drain.dra-guard.io/drivers",
+            keep,
+        ], drained
+
+        out = uncordon(drain_scene)
+        assert out.returncode == 0, out.stdout + out.stderr
+        after = get_json(cp, "node", node.name)
+        assert not after["spec"].get("unschedulable")
+        assert [t["key"] for t in after["spec"].get("taints") or [] if t["key"] != CORDON_TAINT] == [keep], after["spec"]
+        assert not {STATE, HOLDER, *AUTOSCALER_ANNOTATIONS} & set(after["metadata"].get("annotations") or {})
+        wait_for(
+            "the DaemonSet to put the agent back",
+            lambda: (get_json(cp, "pods", "-n", "work", "-l", "app=agent") or {"items": []})["items"],
+            timeout=30,
+        )
+    finally:
+        cp.kubectl("admin", "delete", "daemonset", "-n", "work", "agent", "--wait=false", check=False)
+        cp.kubectl("admin", "delete", "resourceclaimtemplate", "-n", "work", "agent", "--wait=false", check=False)
+        cp.kubectl("admin", "taint", "node", node.name, f"{keep}-", check=False)
+
+
+def test_drain_with_dra_guard_down_in_the_release_phase_keeps_its_order_and_says_why_the_driver_waits(drain_scene, guard):
+    """dra-guard's server is stopped (its webhook configuration in place, the eviction webhook's
+    failurePolicy Fail as the chart sets it) while the drain waits for the consumer's claim to be
+    unprepared (a 6 s unprepare delay). The drain does not lean on the webhook's 429: it asks for
+    the driver's eviction only after the driver unprepared; the apiserver then refuses it (500,
+    "failed calling webhook"), which `kubectl drain` would give up on; the drain says so, retries,
+    and evicts the driver once dra-guard is back: exit 0, the driver last."""
+    cp, node = drain_scene.cp, drain_scene.node
+    _, uid = start_consumer(cp, "held")
+    driver_pod = testdriver.driver_pods(cp)[0]["metadata"]["name"]
+    offset = len(node.kubelet_log_text())
+    testdriver.UNPREPARE_DELAY_FILE.write_text("6s")
+    restarted = False
+    try:
+        with DriverLogs() as logs:
+            run = DrainRun(drain_scene, "--evict-drivers", "--timeout", "120s")
+            try:
+                run.wait_event("the consumer's eviction", lambda e: e["event"] == "evict", timeout=30)
+                guard.stop_server()
+                refused = run.wait_event(
+                    "the driver's eviction refused while dra-guard is down",
+                    lambda e: e["event"] == "refused" and e["pod"].endswith(driver_pod),
+                    timeout=60,
+                )
+                assert refused["status"] == 500, refused
+                assert 'failed calling webhook "driver-evictions.dra-guard.io"' in refused["message"], refused
+                assert refused["message"].endswith("; retrying"), refused
+                first_try = refused["_at"]
+                assert first_try > unprepared_at(logs, uid), "the drain asked for the driver before its claim was unprepared"
+                time.sleep(2)  # it keeps waiting: the driver stays while dra-guard is down
+                assert [p["metadata"]["name"] for p in testdriver.driver_pods(cp, include_terminating=True)] == [driver_pod]
+                guard.start(
+                    mode="enforce",
+                    extra_config=PROBES,
+                    driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",),
+                )
+                restarted = True
+            except BaseException:
+                run.kill()
+                raise
+            rc = run.finish(90)
+            assert rc == 0, run.messages() + [run.stderr()]
+            assert run.evicted() == ["work/held", f"{testdriver.NAMESPACE}/{driver_pod}"], run.evicted()
+            # the retried phase puts its taint on once and says so once (no line, no Event each round)
+            assert [e["message"] for e in run.events if e["event"] == "taint"] == [
+                "tainted drain.dra-guard.io/drivers=draining:NoSchedule"
+            ], run.messages()
+            waiting = [r for e in run.events if e["event"] == "waiting" for r in e.get("reasons") or []]
+            assert any(r.startswith(f"eviction of pod {testdriver.NAMESPACE}/{driver_pod} refused: ") for r in waiting), waiting
+            wait_for("the driver pod gone", lambda: not testdriver.driver_pods(cp, include_terminating=True), timeout=30)
+        assert_driver_last([run], logs, node, offset, [uid])
+    finally:
+        if not restarted:
+            guard.start(
+                mode="enforce",
+                extra_config=PROBES,
+                driver_service_accounts=(f"{testdriver.NAMESPACE}:{testdriver.SERVICE_ACCOUNT}",),
+            )

@@ -217,16 +217,18 @@ def ready(pod: dict[str, Any] | None) -> bool:
 
 def kubelet_probe_counts(cp: Any, pod: str, probe_type: str = "Liveness") -> dict[str, float]:
     """The kubelet's own prober_probe_total for container "plugin" of `pod` (result -> count), read
-    from the real kubelet's /metrics/probes on 127.0.0.1:10250 with the admin token (the kubelet
-    authenticates it with a TokenReview and authorizes it with a SubjectAccessReview)."""
+    from the real kubelet's /metrics/probes on the node's address (port 10250) with the admin token
+    (the kubelet authenticates it with a TokenReview and authorizes it with a SubjectAccessReview)."""
     import warnings
 
     import urllib3
 
+    from tests.e2e.node import node_address
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
         sess = cp.session("admin")
-        text = sess.get("https://127.0.0.1:10250/metrics/probes", verify=False, timeout=10).text
+        text = sess.get(f"https://{node_address()}:10250/metrics/probes", verify=False, timeout=10).text
     counts: dict[str, float] = {}
     for line in text.splitlines():
         if (

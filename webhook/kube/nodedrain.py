@@ -71,6 +71,8 @@ class Drain(DryRuns):
         self.me = identity()
         self.gauge_allowed = False
         self.gauge_error = "no permission to get nodes/proxy"
+        #: whether the gauge has been read in this run (a failure after that is a moment's)
+        self.gauge_seen = False
         self.events_allowed = False
         self._renewed = 0.0
 
@@ -164,10 +166,14 @@ class Drain(DryRuns):
         return node
 
     def taint(self, taint: Mapping[str, str]) -> None:
-        """Put `taint` on the node (recorded in STATE for uncordon) unless it is there."""
+        """Put `taint` on the node (recorded in STATE for uncordon) unless it is there; said (and
+        an Event written) only when this call put it there: a phase whose evictions are retried
+        calls this each round."""
+        added: list[bool] = []
 
         def change(node: dict[str, Any]) -> dict[str, Any] | None:
-            if plan.has_taint(node, taint):
+            added[:] = [not plan.has_taint(node, taint)]
+            if not added[0]:
                 return None
             state = plan.read_state(node)
             state["taints"] = sorted(set(state.get("taints", [])) | {taint["key"]})
@@ -175,8 +181,9 @@ class Drain(DryRuns):
             return {"metadata": {"annotations": {plan.STATE: json.dumps(state, sort_keys=True)}}, "spec": {"taints": taints}}
 
         node = self.api.update(change)
-        self.emit("taint", f"tainted {taint['key']}={taint['value']}:{taint['effect']}")
-        self.note(node, "DraGuardDrainTaint", f"taint {taint['key']}:{taint['effect']}")
+        if added and added[0]:
+            self.emit("taint", f"tainted {taint['key']}={taint['value']}:{taint['effect']}")
+            self.note(node, "DraGuardDrainTaint", f"taint {taint['key']}:{taint['effect']}")
 
     def untaint(self, taint: Mapping[str, str], why: str) -> None:
         """Take `taint` off the node (STATE keeps its key: uncordon has nothing left to remove)."""
@@ -274,7 +281,7 @@ class Drain(DryRuns):
             evict = () if stranded and step.taint is plan.DAEMONSET_TAINT else step.evict
             in_use = self.in_use(drivers) if step.phase == "drivers" and evict else ()
             evict = () if in_use else evict
-            if step.taint is not None and evict:
+            if step.taint is not None and evict and not plan.has_taint(node, step.taint):
                 self.taint(step.taint)
             for key in evict:
                 at, delay = retry.get(key, (0.0, 0.5))
@@ -330,37 +337,59 @@ class Drain(DryRuns):
     def in_use(self, drivers: list[plan.DriverState]) -> tuple[str, ...]:
         """Before the driver pods go: what the kubelet's dra_resource_claims_in_use says is still in
         use by the node's drivers, when it can be read (KEP-4381's check before removing a driver;
-        it also sees what the API cannot, e.g. a force delete while no drain ran). Unreadable: ()
-        and, said once, the API's word is taken."""
+        it also sees what the API cannot, e.g. a force delete while no drain ran). A read that
+        fails for a moment after the gauge was read (read_gauge) holds the drivers this round and
+        is asked again; a gauge that cannot be had (no permission, refused by the node proxy, a
+        kubelet without it or not answering) is said once and the API's word is taken from then on."""
         if not self.gauge_allowed:
             return ()
-        try:
-            gauge = plan.parse_claims_in_use(self.api.node_metrics())
-        except ClusterError as exc:
-            self.gauge_allowed, self.gauge_error = False, str(exc)
-            self.emit("warning", f"the kubelet's dra_resource_claims_in_use is not readable ({exc}): the API's word is taken")
-            return ()
+        gauge, failed = self.read_gauge()
+        if gauge is None:
+            return (failed,) if failed else ()
         return tuple(
             f"the kubelet's dra_resource_claims_in_use{{driver_name={d.name}}} is {gauge[d.name]:g}"
             for d in drivers
             if gauge.get(d.name, 0) > 0
         )
 
+    def read_gauge(self) -> tuple[dict[str, float] | None, str]:
+        """(the node's dra_resource_claims_in_use by driver, "") or, when it cannot be read now,
+        (None, why it waits) for a transient failure (ClusterError.transient) of a gauge read
+        before in this run, and (None, "") otherwise, which also turns the gauge off for the rest
+        of the run (gauge_allowed, gauge_error; said once). A gauge never read in this run is not
+        waited for: a node whose kubelet is gone or has no address (the node proxy answers 5xx)
+        would hold every drain of it; a rerun after a kubelet died mid-run starts that way."""
+        try:
+            gauge = plan.parse_claims_in_use(self.api.node_metrics())
+            self.gauge_seen = True
+            return gauge, ""
+        except ClusterError as exc:
+            if exc.transient and self.gauge_seen:
+                return None, f"the kubelet's dra_resource_claims_in_use is not readable now ({exc}): asking again"
+            error = str(exc)
+        except ValueError as exc:
+            error = str(exc)
+        self.gauge_allowed, self.gauge_error = False, error
+        self.emit("warning", f"the kubelet's dra_resource_claims_in_use is not readable ({error}): not asked again")
+        return None, ""
+
     def confirm(self, unconfirmed_since: dict[str, float], now: float) -> dict[str, str]:
         """Driver name -> why it is not yet confirmed that it unprepared what a force-deleted
-        consumer held (webhook.model.drain.confirm); confirmed drivers leave `unconfirmed_since`."""
+        consumer held (webhook.model.drain.confirm); confirmed drivers leave `unconfirmed_since`.
+        The gauge when it can be had; a moment's failure to read it confirms nothing this round
+        (the safety period is for a drain that cannot read the gauge at all, not a way around
+        a gauge that said "in use" a second ago)."""
         if not unconfirmed_since:
             return {}
-        gauge, why = None, self.gauge_error
+        gauge = None
         if self.gauge_allowed:
-            try:
-                gauge = plan.parse_claims_in_use(self.api.node_metrics())
-            except ClusterError as exc:
-                why = str(exc)
+            gauge, failed = self.read_gauge()
+            if failed:
+                return {driver: failed for driver in unconfirmed_since}
         out = {}
         for driver, since in list(unconfirmed_since.items()):
             ok, how = plan.confirm(
-                driver, since=since, now=now, gauge=gauge, gauge_error=why, safety_seconds=self.opts.safety_seconds
+                driver, since=since, now=now, gauge=gauge, gauge_error=self.gauge_error, safety_seconds=self.opts.safety_seconds
             )
             if ok:
                 del unconfirmed_since[driver]

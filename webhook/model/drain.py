@@ -68,9 +68,6 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 #: roles of pods this drain never evicts, and why (for messages)
 UNEVICTED = {"static": "a static pod", "unselected": "not selected by --pod-selector", "daemonset": "a DaemonSet pod"}
 
-#: roles of pods this drain never evicts, and why (for messages)
-UNEVICTED = {"static": "a static pod", "unselected": "not selected by --pod-selector", "daemonset": "a DaemonSet pod"}
-
 PHASES = ("pods", "daemonset-consumers", "release", "drivers", "done")
 
 
@@ -327,20 +324,40 @@ def left_unseen(last_seen: Mapping[str, Any]) -> bool:
     return as_str(as_map(last_seen.get("status")).get("phase")) not in ("Succeeded", "Failed")
 
 
+#: the kubelet's gauge of prepared ResourceClaims by driver (k8s.io/kubernetes pkg/kubelet/cm/dra,
+#: claimInfoCollector; since v1.34): one sample per driver with a claim prepared on the node (a
+#: driver with none is left out) and the total under driver_name "<any>", always present
+CLAIMS_IN_USE = "dra_resource_claims_in_use"
+ANY_DRIVER = "<any>"
+
+
 def parse_claims_in_use(metrics_text: str) -> dict[str, float]:
-    """The kubelet gauge ``dra_resource_claims_in_use{driver_name="D"} N`` from a Prometheus text
-    exposition: driver name -> N (the "<any>" total left out)."""
+    """The kubelet gauge ``dra_resource_claims_in_use{driver_name="D"} N`` from the kubelet's
+    /metrics (Prometheus text exposition): driver name -> N, the "<any>" total left out; a driver
+    absent from it has no claim prepared on the node.
+
+    Raises ValueError when the text has no "<any>" sample: not the gauge of a kubelet that exports
+    it (older than v1.34, the metric disabled, or not a kubelet's /metrics), whose silence must not
+    be read as "nothing prepared"."""
     out: dict[str, float] = {}
+    total = False
     for line in metrics_text.splitlines():
-        if not line.startswith("dra_resource_claims_in_use{"):
+        if not line.startswith(CLAIMS_IN_USE + "{"):
             continue
         labels, _, value = line.rpartition("}")
         name = labels.split('driver_name="', 1)[1].split('"', 1)[0] if 'driver_name="' in labels else ""
-        if name and name != "<any>":
-            try:
-                out[name] = float(value.split()[0])
-            except (ValueError, IndexError):
-                continue
+        try:
+            number = float(value.split()[0])
+        except (ValueError, IndexError):
+            continue
+        if name == ANY_DRIVER:
+            total = True
+        elif name:
+            out[name] = number
+    if not total:
+        raise ValueError(
+            f'no {CLAIMS_IN_USE}{{driver_name="{ANY_DRIVER}"}} sample in the kubelet\'s /metrics (kubelet older than v1.34, or the metric disabled)'
+        )
     return out
 
 

@@ -1,0 +1,87 @@
+"""How `dra-guard drain` uses the kubelet's dra_resource_claims_in_use (webhook.kube.nodedrain.Drain):
+a consumer that left without the kubelet's word (force-deleted) is confirmed by the gauge when it
+can be read, by the safety period only when it cannot be had at all; a moment's failure to read it
+(a timeout, a 5xx through the node proxy) confirms nothing and evicts no driver. The API here is a
+stand-in for webhook.kube.nodeapi.NodeApi.node_metrics (pure decisions, no timing). A gauge never read in this run is not waited for (a node whose kubelet
+is gone would hold every drain of it): any failure then turns to the safety period."""
+
+from __future__ import annotations
+
+import pytest
+
+from webhook.config import from_mapping
+from webhook.kube.errors import ClusterError
+from webhook.kube.nodedrain import Drain, DrainOptions
+from webhook.model.drain import DriverState
+
+DRIVER = "gpu.example.com"
+IN_USE = f'dra_resource_claims_in_use{{driver_name="<any>"}} 1\ndra_resource_claims_in_use{{driver_name="{DRIVER}"}} 1\n'
+NONE_IN_USE = 'dra_resource_claims_in_use{driver_name="<any>"} 0\n'
+
+
+class Metrics:
+    """NodeApi.node_metrics answering from a list: text, or a ClusterError to raise."""
+
+    node = "node-a"
+
+    def __init__(self, *answers):
+        self.answers, self.asked = list(answers), 0
+
+    def node_metrics(self):
+        self.asked += 1
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def make(api, *, safety=90.0):
+    said = []
+    d = Drain(api, from_mapping(None), DrainOptions(safety_seconds=safety), said.append)
+    d.gauge_allowed = True
+    return d, said
+
+
+def test_a_moments_failure_to_read_the_gauge_confirms_nothing_even_after_the_safety_period():
+    api = Metrics(IN_USE, ClusterError("get nodes/proxy: 503 Service Unavailable", transient=True), NONE_IN_USE)
+    d, said = make(api, safety=10.0)
+    since = {DRIVER: 0.0}
+    assert "is 1" in d.confirm(since, now=1.0)[DRIVER]
+    waiting = d.confirm(since, now=1000.0)  # long after the safety period: still not confirmed
+    assert "not readable now" in waiting[DRIVER] and "asking again" in waiting[DRIVER]
+    assert d.gauge_allowed
+    assert d.confirm(since, now=1001.0) == {} and since == {}
+    assert said[-1]["event"] == "confirmed" and said[-1]["message"].endswith(
+        "dra_resource_claims_in_use{driver_name=gpu.example.com} is 0"
+    )
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ClusterError("get nodes/proxy: 400 Bad Request (address not allowed)"),
+        ClusterError("get nodes/proxy: 403 Forbidden"),
+        "kubelet_running_pods 3\n",  # a kubelet without the gauge
+        # never read in this run: a node without addresses, or whose kubelet is gone
+        ClusterError("get nodes/proxy: 500 Internal Server Error (no preferred addresses found)", transient=True),
+    ],
+)
+def test_a_gauge_that_cannot_be_had_is_said_once_and_the_safety_period_taken(failure):
+    api = Metrics(failure)
+    d, said = make(api, safety=10.0)
+    since = {DRIVER: 0.0}
+    assert "waiting the safety period of 10 s" in d.confirm(since, now=5.0)[DRIVER]
+    assert not d.gauge_allowed and api.asked == 1
+    assert d.confirm(since, now=11.0) == {} and api.asked == 1
+    assert [e["event"] for e in said] == ["warning", "confirmed"]
+    assert "waited the safety period of 10 s" in said[-1]["message"]
+
+
+def test_the_drivers_wait_while_the_gauge_says_in_use_or_cannot_be_read_for_a_moment():
+    drivers = [DriverState(name=DRIVER, pods=("dra/driver-x",), available=True, holds=())]
+    d, _ = make(Metrics(IN_USE, ClusterError("timed out", transient=True), NONE_IN_USE))
+    assert d.in_use(drivers) == (f"the kubelet's dra_resource_claims_in_use{{driver_name={DRIVER}}} is 1",)
+    assert "not readable now" in d.in_use(drivers)[0]
+    assert d.in_use(drivers) == ()
+    d, said = make(Metrics(ClusterError("403 Forbidden")))
+    assert d.in_use(drivers) == () and not d.gauge_allowed and said[0]["event"] == "warning"
