@@ -21,6 +21,9 @@ from webhook.model.readers import as_list, as_map, as_stored, as_str, labels_of,
 from webhook.model.release import release_gradually
 from webhook.model.slim import slim_binding, slim_role
 
+#: role dicts outside the index whose grants are kept (the ones being reviewed, a few at a time)
+REVIEWED_MEMO = 64
+
 Key = tuple[str, str]  # (namespace, name); "" for ClusterRoles and ClusterRoleBindings
 
 
@@ -55,6 +58,9 @@ class RbacIndex:
         # can be that ServiceAccount (service_account_may_write reads these, not all bindings)
         self._sa_reach: dict[tuple[str, str], set[Key]] = {}
         self._grants_memo: dict[tuple[Key, int], tuple[Grant, ...]] = {}  # (role key, id(config)) -> grants
+        # a role dict not in the index (the one a review judges): id(role) -> (role, id(config),
+        # grants); the role is held, so its id is not reused while it is here (REVIEWED_MEMO entries)
+        self._reviewed_memo: dict[int, tuple[Mapping[str, Any], int, tuple[Grant, ...]]] = {}
         self._visiting: set[Key] = set()
         self._sa_memo: dict[tuple[str, str, str], bool] = {}  # (namespace, name, resource) -> may write
         self.pending = Pending()  # objects this replica allowed that the watch has not delivered yet
@@ -76,6 +82,7 @@ class RbacIndex:
     def _changed(self) -> None:
         """Drop memoised answers after any RBAC change (caller holds the lock)."""
         self._grants_memo.clear()
+        self._reviewed_memo.clear()
         self._sa_memo.clear()
         self._matchers.clear()
 
@@ -293,6 +300,9 @@ class RbacIndex:
             indexed = self._roles.get(key) is role
             if indexed and (key, id(config)) in self._grants_memo:
                 return self._grants_memo[key, id(config)]
+            reviewed = None if indexed else self._reviewed_memo.get(id(role))
+            if reviewed is not None and reviewed[0] is role and reviewed[1] == id(config):
+                return reviewed[2]
             self._visiting.add(key)
             try:
                 grants = self._own_grants(role, config)
@@ -313,6 +323,11 @@ class RbacIndex:
             result = tuple(sorted(grants))
             if indexed:
                 self._grants_memo[key, id(config)] = result
+            else:
+                # the RBAC guard asks for a reviewed role's grants three times in one review
+                if len(self._reviewed_memo) >= REVIEWED_MEMO:
+                    del self._reviewed_memo[next(iter(self._reviewed_memo))]
+                self._reviewed_memo[id(role)] = (role, id(config), result)
             return result
 
     def service_account_may_write(self, namespace: str, name: str, resource: str, config: RbacConfig) -> bool:
