@@ -912,17 +912,57 @@ def drainer(real_node):
     """User "bob" bound to a ClusterRole of DRAINER_RULES (removed after the test): a drain user
     without nodes/proxy, whose requests are its own in the audit log."""
     cp = real_node.cp
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-drainer"}}
+    bind_user(cp, "e2e-drainer", "bob", DRAINER_RULES)
+    yield "bob"
+    cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-drainer", check=False)
+
+
+def bind_user(cp, name: str, user: str, rules: list[dict]) -> None:
+    """ClusterRole `name` of `rules` and a ClusterRoleBinding `name` of it to User `user`."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name}, "rules": rules}
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
-        "metadata": {"name": "e2e-drainer"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-drainer"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}],
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }
-    testdriver.apply(cp, [{**role, "rules": DRAINER_RULES}, binding])
-    yield "bob"
-    cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-drainer", check=False)
+    testdriver.apply(cp, [role, binding])
+
+
+def test_preflight_on_the_real_node_exits_2_naming_what_is_missing_before_anything_changes(real_node, clean_node):
+    """The preflight (SelfSubjectAccessReviews) before any write: a node that does not exist, and a
+    user (alice) with every permission the drain needs but `patch nodes` (exit 2, one line naming the verb,
+    the node neither cordoned nor marked as held)."""
+    import subprocess
+    import sys
+
+    cp, node = real_node.cp, real_node.node
+    out = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "drain", "no-such-node-e2e", "--kubeconfig", str(cp.kubeconfig("admin"))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.strip().splitlines() == [f"dra-guard: error: node no-such-node-e2e not found in {cp.url}"]
+
+    rules = [dict(r, verbs=["get"]) if r["resources"] == ["nodes"] else r for r in DRAINER_RULES]
+    bind_user(cp, "e2e-no-patch", "alice", rules)
+    try:
+        assert cp.kubectl("alice", "auth", "can-i", "patch", "nodes", check=False).stdout.strip() == "no"
+        assert (
+            cp.kubectl("alice", "auth", "can-i", "create", "pods", "--subresource=eviction", check=False).stdout.strip() == "yes"
+        )
+        run = drain(real_node, "--timeout", "30s", user="alice", timeout=60)
+        assert run.proc.returncode == 2, run.messages()
+        err = run.stderr().strip().splitlines()
+        assert len(err) == 1 and "missing permission to patch nodes" in err[0], err
+        after = get_json(cp, "node", node.name)
+        assert not after["spec"].get("unschedulable")
+        assert not {HOLDER, STATE} & set(after["metadata"].get("annotations") or {})
+    finally:
+        cp.kubectl("admin", "delete", "clusterrolebinding,clusterrole", "e2e-no-patch", check=False)
 
 
 def test_a_drain_user_without_nodes_proxy_takes_the_safety_period_and_says_so(drain_scene, drainer):
