@@ -7,24 +7,7 @@ dra_guard_admission_violations_total{policy,mode}, cache and Kubernetes API coun
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import Counter, Gauge, Histogram
-
-_children: dict[tuple[int, tuple[str, ...]], Any] = {}
-
-
-def child(metric: Any, *values: str) -> Any:
-    """metric.labels(*values), the label values in the metric's label order, kept after the first
-    call: labels() validates and looks the values up under a lock each time (~3 us, four times in
-    every review). Only for metrics whose children are never removed and whose label values come
-    from small fixed sets (policy, operation, decision, mode, check): the cache is never emptied."""
-    key = (id(metric), values)
-    found = _children.get(key)
-    if found is None:
-        found = _children[key] = metric.labels(*values)
-    return found
-
 
 ADMISSION_REQUESTS = Counter(
     "dra_guard_admission_requests_total",
