@@ -65,9 +65,8 @@ def test_binding_with_slice_write_is_refused_and_not_stored(control_plane, enfor
 def test_a_namespace_written_on_the_cluster_role_binding_does_not_make_it_a_role_binding(control_plane, enforce):
     """kubectl sends the manifest as written; the apiserver stores a ClusterRoleBinding without the
     namespace (cluster-wide) whatever the manifest says, and clears it before it calls validating
-    webhooks, so the live review is refused like any other. (dra-guard's own reading by kind, for
-    `dra-guard audit` over such files and for a review that still carries it, is proved in
-    tests/unit/policies/test_rbac_policy.py.)"""
+    webhooks, so the live review is judged cluster-wide and refused like any other (`dra-guard
+    audit -f` drops it when it reads the file: webhook.audit.load)."""
     cp = control_plane
     assert apply(cp, "admin", role_yaml("e2e-stray-writer", ["deviceclasses"], ["create"])).returncode == 0
     doc = json.loads(binding_yaml("e2e-stray-ns", "e2e-stray-writer", "team-a"))

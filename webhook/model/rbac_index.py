@@ -17,7 +17,7 @@ from webhook.model.bootstrap import default_rules, with_defaults
 from webhook.model.pending import Pending
 from webhook.model.powers import power_grants, privileged
 from webhook.model.rbac import Grant, LabelMatcher, aggregation_matcher, protected_grants, service_account_reach
-from webhook.model.readers import as_list, as_map, as_stored, as_str, labels_of, name_of, namespace_of
+from webhook.model.readers import as_list, as_map, as_str, labels_of, name_of, namespace_of
 from webhook.model.release import release_gradually
 from webhook.model.slim import slim_binding, slim_role
 
@@ -370,7 +370,6 @@ class RbacIndex:
         """upsert_role or upsert_binding by the object's `kind`; whether it was an RBAC kind
         (ClusterRole, Role, ClusterRoleBinding, RoleBinding: others are left alone)."""
         kind = obj.get("kind")
-        obj = as_stored(obj)
         if kind in ("ClusterRole", "Role"):
             self.upsert_role(obj)
         elif kind in ("ClusterRoleBinding", "RoleBinding"):

@@ -64,19 +64,3 @@ def short(text: str, limit: int = WARNING_LIMIT) -> str:
     """Cut `text` to at most `limit` characters, ending with "..." when cut (for kubectl warnings)."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
-
-
-#: RBAC kinds that have no namespace: the apiserver clears a metadata.namespace sent with one
-#: before it stores it (apiserver rest.EnsureObjectNamespaceMatchesRequestNamespace)
-CLUSTER_SCOPED_RBAC = ("ClusterRole", "ClusterRoleBinding")
-
-
-def as_stored(obj: Mapping[str, Any], kind: str | None = None) -> Mapping[str, Any]:
-    """`obj` as the apiserver stores it as far as its scope goes: a ClusterRole or
-    ClusterRoleBinding (by `kind`, else the object's own kind) without metadata.namespace (a copy
-    when it had one), anything else unchanged. A manifest may carry a namespace on a cluster-scoped
-    object; `kubectl apply` still makes it cluster-wide, so it must be judged as such."""
-    meta = obj.get("metadata")
-    if (kind or obj.get("kind")) not in CLUSTER_SCOPED_RBAC or not isinstance(meta, Mapping) or not meta.get("namespace"):
-        return obj
-    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "namespace"}}

@@ -27,7 +27,7 @@ from webhook.config import Config, RbacConfig, SubjectSet
 from webhook.model.facts import Facts
 from webhook.model.pending import PendingFull
 from webhook.model.rbac_index import RbacIndex, ref_key
-from webhook.model.readers import annotations_of, as_map, as_stored, as_str, labels_of, name_of, namespace_of, strings
+from webhook.model.readers import annotations_of, as_map, as_str, labels_of, name_of, namespace_of, strings
 from webhook.model.slim import BREAK_GLASS_ANNOTATION
 from webhook.policies import admin_access
 from webhook.policies.decision import ALLOW, Decision, Finding, short
@@ -103,10 +103,6 @@ def review(
     old = request.get("oldObject") if operation == "UPDATE" else None
     old = old if isinstance(old, Mapping) else None
     kind = as_str(as_map(request.get("kind")).get("kind")) or as_str(obj.get("kind"))
-    # judged by its kind's scope, as stored: a namespace on a ClusterRoleBinding (a manifest's, or
-    # a request not cleaned as the apiserver does) must not make it read as a RoleBinding
-    obj = as_stored(obj, kind)
-    old = as_stored(old, kind) if old is not None else None
     namespace = as_str(request.get("namespace")) or namespace_of(obj)
     requester = _Requester.from_request(request)
     own = _guards_own(kind, as_str(request.get("name")) or name_of(obj), namespace, config)

@@ -470,28 +470,3 @@ def test_a_flood_of_reviews_cannot_grow_the_pending_records_without_bound(monkey
     monkeypatch.setattr("webhook.model.pending.time.monotonic", lambda: later)
     assert decide(dict(role, metadata={"name": "r4"}), index=idx).allowed
     assert len(idx.pending) == 1
-
-
-# ------------------------------------------------------------------ scope by kind, as stored
-def test_a_cluster_role_binding_carrying_a_namespace_is_judged_cluster_wide_as_the_apiserver_stores_it():
-    """The apiserver clears metadata.namespace of a cluster-scoped object before storing it, so a
-    ClusterRoleBinding sent (or written in a manifest) with one still grants cluster-wide: judged by
-    its namespace it would read as a RoleBinding, which grants nothing on DeviceClasses."""
-    writer = cluster_role("slice-writer", [rule(["deviceclasses"], ["create"])])
-    crb = binding("b", "slice-writer", [subject("User", "mallory")])
-    stray = {**crb, "metadata": {**crb["metadata"], "namespace": "tenant"}}
-    index = index_of(writer)
-    clean = decide(crb, index=index, user="mallory", groups=["team"])
-    assert not clean.allowed
-    found = decide(stray, index=index, user="mallory", groups=["team"])
-    assert not found.allowed and found.findings[0].message == clean.findings[0].message
-
-
-def test_the_index_keeps_a_cluster_role_binding_with_a_stray_namespace_as_cluster_wide():
-    from webhook.audit.run import run
-
-    config = from_mapping(None)
-    writer = cluster_role("slice-writer", [rule(["deviceclasses"], ["create"])])
-    crb = binding("b", "slice-writer", [subject("User", "mallory")])
-    stray = {**crb, "metadata": {**crb["metadata"], "namespace": "tenant"}}
-    assert [f.message for f, _ in run([writer, stray], config)] == [f.message for f, _ in run([writer, crb], config)] != []
