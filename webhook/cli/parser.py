@@ -64,6 +64,14 @@ DRAIN_RUN_EXAMPLES = textwrap.dedent("""\
     leave: each named with its reason; another drain of the node running), 2 usage and API errors,
     a node that does not exist, and a missing permission (checked before anything changes).
     Run it again after 1 (or after killing it): it continues where the node is.
+
+    RBAC the drain's user needs (each checked before anything changes; a missing one is exit 2
+    naming it): get, patch nodes; list, watch, get pods; create pods/eviction; get resourceclaims,
+    list resourceslices (resource.k8s.io); get daemonsets (apps). Optional: get nodes/proxy, to
+    read the kubelet's dra_resource_claims_in_use gauge, which confirms that a force-deleted
+    consumer's driver has unprepared (without it the drain waits --unconfirmed-wait instead);
+    create events (Events on the Node, namespace default); list clusterroles, clusterrolebindings
+    (which ServiceAccounts write ResourceSlices: driver detection). More: docs/operations/draining.md
     """)
 
 SERVE_EXAMPLES = textwrap.dedent("""\

@@ -10,6 +10,7 @@ import pytest
 
 from webhook.cli.drain_command import Printer
 from webhook.cli.parser import build_parser, duration
+from webhook.kube.nodedrain import REQUIRED
 
 
 @pytest.mark.parametrize(
@@ -33,6 +34,23 @@ def test_flags_in_kubectl_spelling():
     assert (args.timeout, args.grace_period, args.dry_run, args.pod_selector) == (120.0, 30, "server", "app=x")
     assert args.evict_drivers and args.output == "json" and args.context == "prod"
     assert build_parser().parse_args(["uncordon", "node-a"]).command == "uncordon"
+
+
+def test_help_names_every_permission_the_preflight_checks_and_the_optional_ones(capsys):
+    """`drain --help` is where an admin learns the RBAC to grant: each verb and resource of the
+    preflight (REQUIRED), and the optional nodes/proxy (the kubelet's gauge) beside the safety
+    period it spares."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["drain", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    rbac = text[text.index("RBAC the drain's user needs") :]
+    for verb, resource, group, sub, _ in REQUIRED:
+        name = f"{resource}/{sub}" if sub else resource
+        clause = next((c for c in rbac.split(";") if f" {name}" in c or c.strip().startswith(name)), "")
+        assert verb in clause, (verb, name, rbac)
+        assert not group or f"({group})" in rbac, group
+    assert "Optional: get nodes/proxy, to read the kubelet's dra_resource_claims_in_use gauge" in rbac
+    assert "--unconfirmed-wait" in rbac and "create events" in rbac
 
 
 EVENTS = [
