@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -80,3 +81,23 @@ def test_json_is_one_event_a_line(capsys):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [e["event"] for e in lines] == ["cordon", "waiting", "stopped"]
     assert all(e["node"] == "node-a" and e["time"].endswith("Z") for e in lines)
+
+
+def _helps(parser, path=()):
+    yield path, parser.format_help()
+    for name, child in parser.commands.items():
+        yield from _helps(child, (*path, name))
+
+
+def test_the_kubectl_plugins_help_spells_its_examples_as_kubectl_dra_guard():
+    """krew installs only kubectl-dra_guard: an example spelled `dra-guard drain ...` in `kubectl
+    dra-guard drain --help` is a command its user does not have."""
+    for path, text in _helps(build_parser("kubectl dra-guard")):
+        for line in text.splitlines():
+            assert not re.search(r"(^ +|\| |<\(|`)dra-guard ", line), (path, line)
+    drain = dict(_helps(build_parser("kubectl dra-guard")))[("drain",)]
+    first, continued = (line for line in drain.splitlines() if "every claim on node-a" in line or "consumers out" in line)
+    assert first.startswith("  kubectl dra-guard drain node-a ")
+    assert first.index("consumers out") == len(continued) - len(continued.lstrip())  # the comment column holds
+    plain = dict(_helps(build_parser()))[("drain",)]
+    assert "\n  dra-guard drain node-a " in plain and "kubectl dra-guard" not in plain
