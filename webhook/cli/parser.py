@@ -495,7 +495,8 @@ def _add_uncordon(sub: Subcommands, connection: argparse.ArgumentParser) -> None
         description="Remove the taints and annotations the drains of NODE added and uncordon it, "
         "unless it was cordoned before the first drain (as recorded in the annotation "
         "drain.dra-guard.io/state). Exit 0 done (nothing recorded included), 1 while a drain of "
-        "the node runs, 2 on errors.",
+        "the node runs, 2 on errors (one line naming the server and the cause). Needs get and patch "
+        "on nodes.",
     )
     unc.add_argument("node", metavar="NODE", help="the node's name")
     unc.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")

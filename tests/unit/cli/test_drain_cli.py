@@ -101,3 +101,9 @@ def test_the_kubectl_plugins_help_spells_its_examples_as_kubectl_dra_guard():
     assert first.index("consumers out") == len(continued) - len(continued.lstrip())  # the comment column holds
     plain = dict(_helps(build_parser()))[("drain",)]
     assert "\n  dra-guard drain node-a " in plain and "kubectl dra-guard" not in plain
+
+
+def test_uncordon_help_names_its_permissions(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["uncordon", "--help"])
+    assert "Needs get and patch on nodes." in " ".join(capsys.readouterr().out.split())
