@@ -18,7 +18,10 @@ from collections.abc import Sequence
 #: subcommand -> (module of bench/, what it measures: the line `python -m bench --help` prints)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "suite": ("bench.main", "endpoints, through the apiserver, scale (and --only envelope): bench/run's runs and report"),
-    "compare": ("bench.compare", "two or more versions side by side on one filled cluster: CPU per review, p50/p99, RSS"),
+    "compare": (
+        "bench.compare",
+        "two or more versions side by side on one filled cluster: CPU per review, p50/p99 (each endpoint and the no-op floor), RSS",
+    ),
     "profile": ("bench.profile", "where one review's CPU goes on the real server (py-spy), by component, per endpoint"),
     "recovery": ("bench.recovery", "one worker at 2x its capacity: goodput, late answers, recovery after the overload"),
     "flood": ("bench.flood", "forged, heavy and parallel reviews, bursts and overload, as ratios to the floor"),

@@ -144,12 +144,21 @@ def _expand(doc: Any, *, where: str, out: Manifests) -> list[dict[str, Any]]:
     return [doc]
 
 
+#: what an input that is not UTF-8 text is called (manifests are YAML or JSON, both UTF-8 here)
+NOT_TEXT = "not UTF-8 text (a binary file?)"
+
+
 def read_text(source: str, text: str, out: Manifests) -> None:
     """Parse one file's (or stdin's) text into `out`."""
     out.files += 1
     out.bytes += len(text)
     try:
         docs = list(yaml.load_all(text, Loader=LOADER))
+    except UnicodeEncodeError:
+        # binary bytes on stdin arrive as lone surrogates (Python reads stdin with
+        # surrogateescape), which the C parser cannot encode back to UTF-8
+        out.problems.append(f"{source}: cannot read: {NOT_TEXT}")
+        return
     except RecursionError:
         out.problems.append(f"{source}: invalid YAML: nested too deeply")
         return
@@ -195,8 +204,11 @@ def read(
         else:
             try:
                 content = pathlib.Path(source).read_text()
-            except (OSError, UnicodeDecodeError) as exc:
-                out.problems.append(f"{source}: cannot read: {exc}")
+            except UnicodeDecodeError:
+                out.problems.append(f"{source}: cannot read: {NOT_TEXT}")
+                continue
+            except OSError as exc:
+                out.problems.append(f"{source}: cannot read: {exc.strerror or exc}")
                 continue
             read_text(source, content, out)
         now = time.monotonic()

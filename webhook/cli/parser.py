@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import textwrap
 from typing import TYPE_CHECKING
 
@@ -64,6 +65,14 @@ DRAIN_RUN_EXAMPLES = textwrap.dedent("""\
     leave: each named with its reason; another drain of the node running), 2 usage and API errors,
     a node that does not exist, and a missing permission (checked before anything changes).
     Run it again after 1 (or after killing it): it continues where the node is.
+
+    RBAC the drain's user needs (each checked before anything changes; a missing one is exit 2
+    naming it): get, patch nodes; list, watch, get pods; create pods/eviction; get resourceclaims,
+    list resourceslices (resource.k8s.io); get daemonsets (apps). Optional: get nodes/proxy, to
+    read the kubelet's dra_resource_claims_in_use gauge, which confirms that a force-deleted
+    consumer's driver has unprepared (without it the drain waits --unconfirmed-wait instead);
+    create events (Events on the Node, namespace default); list clusterroles, clusterrolebindings
+    (which ServiceAccounts write ResourceSlices: driver detection). More: docs/operations/draining.md
     """)
 
 SERVE_EXAMPLES = textwrap.dedent("""\
@@ -202,7 +211,30 @@ def build_parser(prog: str = "dra-guard") -> argparse.ArgumentParser:
     _add_config(sub)
     _add_cleanup(sub, connection)
     _add_completion(sub)
+    if prog != "dra-guard":
+        _examples_as(parser, prog)
     return parser
+
+
+def _examples_as(parser: argparse.ArgumentParser, prog: str) -> None:
+    """Spell the examples and command names of `parser`'s texts (and its subcommands') as `prog`:
+    a kubectl plugin installed by krew has no `dra-guard` on PATH, so `kubectl dra-guard drain
+    --help` shows `kubectl dra-guard drain node-a`. An example's comment column moves right by
+    the longer name, its continuation lines with it."""
+    # the command where it starts a line, follows a pipe or a process substitution, or is quoted
+    command = re.compile(r"(^ +|\| |<\(|`)dra-guard ")
+    shift = " " * (len(prog) - len("dra-guard"))
+    lines = []
+    for line in (parser.epilog or "").split("\n"):
+        spelled = command.sub(rf"\1{prog} ", line)
+        if spelled == line and len(line) - len(line.lstrip(" ")) >= 20:
+            spelled = shift + line  # the continuation of an example's comment
+        lines.append(spelled)
+    parser.epilog = "\n".join(lines) if parser.epilog is not None else None
+    if parser.description:
+        parser.description = command.sub(rf"\1{prog} ", parser.description)
+    for child in getattr(parser, "commands", {}).values():
+        _examples_as(child, prog)
 
 
 def _add_serve(sub: Subcommands) -> None:
@@ -459,11 +491,12 @@ def _add_uncordon(sub: Subcommands, connection: argparse.ArgumentParser) -> None
     unc = sub.add_parser(
         "uncordon",
         parents=[connection],
-        help="undo what `dra-guard drain NODE` changed",
+        help="undo what a drain of NODE changed",
         description="Remove the taints and annotations the drains of NODE added and uncordon it, "
         "unless it was cordoned before the first drain (as recorded in the annotation "
         "drain.dra-guard.io/state). Exit 0 done (nothing recorded included), 1 while a drain of "
-        "the node runs, 2 on errors.",
+        "the node runs, 2 on errors (one line naming the server and the cause). Needs get and patch "
+        "on nodes.",
     )
     unc.add_argument("node", metavar="NODE", help="the node's name")
     unc.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")
@@ -551,7 +584,7 @@ def _add_hook_pre_delete(hook_sub: Subcommands) -> None:
         "--delete-reports",
         action="store_true",
         default=os.environ.get("DELETE_REPORTS", "") == "true",
-        help="then delete dra-guard's reports, as `dra-guard cleanup` ($DELETE_REPORTS=true); a failure "
+        help="then delete dra-guard's reports, as the cleanup command does ($DELETE_REPORTS=true); a failure "
         "there is printed and does not change the exit code",
     )
     pre.add_argument(

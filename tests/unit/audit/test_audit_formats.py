@@ -90,6 +90,19 @@ def clean_reading(output: str, text: str) -> bool:
     return not any((r or {}).get("summary", {}).get("error") for r in reports)
 
 
+def test_a_binary_input_is_one_line_saying_it_is_not_text(tmp_path, capsys, monkeypatch):
+    """A binary file, or binary bytes on stdin (read with surrogateescape, as Python reads a
+    POSIX stdin), is named as not UTF-8 text: not a codec's message, never a traceback."""
+    binary = b"\x7fELF\x02\x01\x01\x00\xd0\xff\xfe\x00 not text"
+    (tmp_path / "tool").write_bytes(binary)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(binary.decode("utf-8", "surrogateescape")))
+    code, _, err = run_cli(capsys, "audit", "-f", str(tmp_path / "tool"), "-f", "-")
+    assert code == 2
+    assert f"{tmp_path / 'tool'}: cannot read: not UTF-8 text (a binary file?)" in err, err
+    assert "<stdin>: cannot read: not UTF-8 text (a binary file?)" in err, err
+    assert "codec" not in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("output", ["table", "json", "yaml", "sarif", "junit", "policyreport", "openreports"])
 def test_stdout_never_reads_clean_when_an_input_failed(tmp_path, capsys, output):
     """The error is on stderr and the exit code is 2; stdout, which CI steps and scripts often read

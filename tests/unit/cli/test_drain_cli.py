@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
 from webhook.cli.drain_command import Printer
 from webhook.cli.parser import build_parser, duration
+from webhook.kube.nodedrain import REQUIRED
 
 
 @pytest.mark.parametrize(
@@ -33,6 +35,23 @@ def test_flags_in_kubectl_spelling():
     assert (args.timeout, args.grace_period, args.dry_run, args.pod_selector) == (120.0, 30, "server", "app=x")
     assert args.evict_drivers and args.output == "json" and args.context == "prod"
     assert build_parser().parse_args(["uncordon", "node-a"]).command == "uncordon"
+
+
+def test_help_names_every_permission_the_preflight_checks_and_the_optional_ones(capsys):
+    """`drain --help` is where an admin learns the RBAC to grant: each verb and resource of the
+    preflight (REQUIRED), and the optional nodes/proxy (the kubelet's gauge) beside the safety
+    period it spares."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["drain", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    rbac = text[text.index("RBAC the drain's user needs") :]
+    for verb, resource, group, sub, _ in REQUIRED:
+        name = f"{resource}/{sub}" if sub else resource
+        clause = next((c for c in rbac.split(";") if f" {name}" in c or c.strip().startswith(name)), "")
+        assert verb in clause, (verb, name, rbac)
+        assert not group or f"({group})" in rbac, group
+    assert "Optional: get nodes/proxy, to read the kubelet's dra_resource_claims_in_use gauge" in rbac
+    assert "--unconfirmed-wait" in rbac and "create events" in rbac
 
 
 EVENTS = [
@@ -62,3 +81,29 @@ def test_json_is_one_event_a_line(capsys):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [e["event"] for e in lines] == ["cordon", "waiting", "stopped"]
     assert all(e["node"] == "node-a" and e["time"].endswith("Z") for e in lines)
+
+
+def _helps(parser, path=()):
+    yield path, parser.format_help()
+    for name, child in parser.commands.items():
+        yield from _helps(child, (*path, name))
+
+
+def test_the_kubectl_plugins_help_spells_its_examples_as_kubectl_dra_guard():
+    """krew installs only kubectl-dra_guard: an example spelled `dra-guard drain ...` in `kubectl
+    dra-guard drain --help` is a command its user does not have."""
+    for path, text in _helps(build_parser("kubectl dra-guard")):
+        for line in text.splitlines():
+            assert not re.search(r"(^ +|\| |<\(|`)dra-guard ", line), (path, line)
+    drain = dict(_helps(build_parser("kubectl dra-guard")))[("drain",)]
+    first, continued = (line for line in drain.splitlines() if "every claim on node-a" in line or "consumers out" in line)
+    assert first.startswith("  kubectl dra-guard drain node-a ")
+    assert first.index("consumers out") == len(continued) - len(continued.lstrip())  # the comment column holds
+    plain = dict(_helps(build_parser()))[("drain",)]
+    assert "\n  dra-guard drain node-a " in plain and "kubectl dra-guard" not in plain
+
+
+def test_uncordon_help_names_its_permissions(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["uncordon", "--help"])
+    assert "Needs get and patch on nodes." in " ".join(capsys.readouterr().out.split())
