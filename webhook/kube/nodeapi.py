@@ -19,6 +19,7 @@ from typing import Any
 
 import kubernetes
 from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_resource_versions, server_of
 from webhook.kube.errors import api_failure, calling, cause
@@ -48,6 +49,40 @@ def holder_alive(holder: str) -> bool:
 def now_text() -> str:
     """Now, as RFC 3339 in UTC to the second (an annotation's timestamp)."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: the kubelet's gauge of prepared ResourceClaims by driver (k8s.io/kubernetes pkg/kubelet/cm/dra,
+#: claimInfoCollector; since v1.34): one sample per driver with a claim prepared on the node (a
+#: driver with none is left out) and the total under driver_name "<any>", always present
+CLAIMS_IN_USE = "dra_resource_claims_in_use"
+ANY_DRIVER = "<any>"
+
+
+def parse_claims_in_use(metrics_text: str) -> dict[str, float]:
+    """The kubelet gauge ``dra_resource_claims_in_use{driver_name="D"} N`` from the kubelet's
+    /metrics (Prometheus text exposition): driver name -> N, the "<any>" total left out; a driver
+    absent from it has no claim prepared on the node.
+
+    Raises ValueError when the text is not a Prometheus text exposition (prometheus_client's
+    parser), and when it has no "<any>" sample: not the gauge of a kubelet that exports
+    it (older than v1.34, the metric disabled, or not a kubelet's /metrics), whose silence must not
+    be read as "nothing prepared"."""
+    out: dict[str, float] = {}
+    total = False
+    for family in text_string_to_metric_families(metrics_text):  # ValueError on a malformed exposition
+        if family.name != CLAIMS_IN_USE:
+            continue
+        for sample in family.samples:
+            name = sample.labels.get("driver_name", "")
+            if name == ANY_DRIVER:
+                total = True
+            elif name:
+                out[name] = float(sample.value)
+    if not total:
+        raise ValueError(
+            f'no {CLAIMS_IN_USE}{{driver_name="{ANY_DRIVER}"}} sample in the kubelet\'s /metrics (kubelet older than v1.34, or the metric disabled)'
+        )
+    return out
 
 
 class NodeApi:

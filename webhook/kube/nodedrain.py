@@ -22,7 +22,7 @@ from typing import Any
 
 from webhook.config import Config
 from webhook.kube.client import RESOURCE_GROUP, ClusterError
-from webhook.kube.nodeapi import NodeApi, holder_alive, identity, now_text
+from webhook.kube.nodeapi import NodeApi, holder_alive, identity, now_text, parse_claims_in_use
 from webhook.kube.nodeview import DryRuns, Emit, PodTracker, Reader, uncordon
 from webhook.model import drain as plan
 from webhook.model.readers import annotations_of, as_list, as_map, as_str
@@ -360,7 +360,7 @@ class Drain(DryRuns):
         waited for: a node whose kubelet is gone or has no address (the node proxy answers 5xx)
         would hold every drain of it; a rerun after a kubelet died mid-run starts that way."""
         try:
-            gauge = plan.parse_claims_in_use(self.api.node_metrics())
+            gauge = parse_claims_in_use(self.api.node_metrics())
             self.gauge_seen = True
             return gauge, ""
         except ClusterError as exc:

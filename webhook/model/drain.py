@@ -324,50 +324,13 @@ def left_unseen(last_seen: Mapping[str, Any]) -> bool:
     return as_str(as_map(last_seen.get("status")).get("phase")) not in ("Succeeded", "Failed")
 
 
-#: the kubelet's gauge of prepared ResourceClaims by driver (k8s.io/kubernetes pkg/kubelet/cm/dra,
-#: claimInfoCollector; since v1.34): one sample per driver with a claim prepared on the node (a
-#: driver with none is left out) and the total under driver_name "<any>", always present
-CLAIMS_IN_USE = "dra_resource_claims_in_use"
-ANY_DRIVER = "<any>"
-
-
-def parse_claims_in_use(metrics_text: str) -> dict[str, float]:
-    """The kubelet gauge ``dra_resource_claims_in_use{driver_name="D"} N`` from the kubelet's
-    /metrics (Prometheus text exposition): driver name -> N, the "<any>" total left out; a driver
-    absent from it has no claim prepared on the node.
-
-    Raises ValueError when the text has no "<any>" sample: not the gauge of a kubelet that exports
-    it (older than v1.34, the metric disabled, or not a kubelet's /metrics), whose silence must not
-    be read as "nothing prepared"."""
-    out: dict[str, float] = {}
-    total = False
-    for line in metrics_text.splitlines():
-        if not line.startswith(CLAIMS_IN_USE + "{"):
-            continue
-        labels, _, value = line.rpartition("}")
-        name = labels.split('driver_name="', 1)[1].split('"', 1)[0] if 'driver_name="' in labels else ""
-        try:
-            number = float(value.split()[0])
-        except (ValueError, IndexError):
-            continue
-        if name == ANY_DRIVER:
-            total = True
-        elif name:
-            out[name] = number
-    if not total:
-        raise ValueError(
-            f'no {CLAIMS_IN_USE}{{driver_name="{ANY_DRIVER}"}} sample in the kubelet\'s /metrics (kubelet older than v1.34, or the metric disabled)'
-        )
-    return out
-
-
 def confirm(
     driver: str, *, since: float, now: float, gauge: Mapping[str, float] | None, gauge_error: str, safety_seconds: float
 ) -> tuple[bool, str]:
     """Whether driver `driver` has unprepared what consumers that left without the kubelet's word
     (left_unseen) held, and how that was decided: (confirmed, how).
 
-    gauge: the node's dra_resource_claims_in_use by driver (parse_claims_in_use), None when it could
+    gauge: the node's dra_resource_claims_in_use by driver (webhook.kube.nodeapi.parse_claims_in_use), None when it could
     not be read (gauge_error says why): then `safety_seconds` must have passed since `since`
     (monotonic seconds, the last such departure while the driver was available)."""
     if gauge is not None:

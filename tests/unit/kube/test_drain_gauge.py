@@ -11,7 +11,9 @@ import pytest
 
 from webhook.config import from_mapping
 from webhook.kube.errors import ClusterError
+from webhook.kube.nodeapi import parse_claims_in_use
 from webhook.kube.nodedrain import Drain, DrainOptions
+from webhook.model import drain
 from webhook.model.drain import DriverState
 
 DRIVER = "gpu.example.com"
@@ -85,3 +87,66 @@ def test_the_drivers_wait_while_the_gauge_says_in_use_or_cannot_be_read_for_a_mo
     assert d.in_use(drivers) == ()
     d, said = make(Metrics(ClusterError("403 Forbidden")))
     assert d.in_use(drivers) == () and not d.gauge_allowed and said[0]["event"] == "warning"
+
+
+# ------------------------------------------------------------------ the kubelet's text, parsed
+METRICS = """# HELP dra_resource_claims_in_use ...
+# TYPE dra_resource_claims_in_use gauge
+dra_resource_claims_in_use{driver_name="<any>"} 3
+dra_resource_claims_in_use{driver_name="gpu.example.com"} 2
+dra_resource_claims_in_use{driver_name="net.example.com"} 0
+"""
+
+
+def test_parse_claims_in_use():
+    assert parse_claims_in_use(METRICS) == {"gpu.example.com": 2.0, "net.example.com": 0.0}
+
+
+#: what the real kubelet v1.37.2 served on the e2e node (GET /api/v1/nodes/NODE/proxy/metrics, as
+#: admin) with one claim of the test driver prepared: the gauge with its neighbours, whose
+#: driver_name labels must not be read as the gauge's
+REAL_KUBELET_ONE_PREPARED = """\
+# HELP dra_grpc_operations_duration_seconds [ALPHA] Duration in seconds of the DRA gRPC operations
+# TYPE dra_grpc_operations_duration_seconds histogram
+dra_grpc_operations_duration_seconds_bucket{driver_name="gpu.e2e.dra-guard.test",grpc_status_code="OK",method_name="/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",le="0.1"} 1
+dra_grpc_operations_duration_seconds_sum{driver_name="gpu.e2e.dra-guard.test",grpc_status_code="OK",method_name="/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"} 0.005719707
+dra_grpc_operations_duration_seconds_count{driver_name="gpu.e2e.dra-guard.test",grpc_status_code="OK",method_name="/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"} 1
+# HELP dra_resource_claims_in_use [ALPHA] The number of ResourceClaims that are currently in use on the node, by driver name (driver_name label value) and across all drivers (special value <any> for driver_name). Note that the sum of all by-driver counts is not the total number of in-use ResourceClaims because the same ResourceClaim might use devices from different drivers. Instead, use the count for the <any> driver_name.
+# TYPE dra_resource_claims_in_use gauge
+dra_resource_claims_in_use{driver_name="<any>"} 1
+dra_resource_claims_in_use{driver_name="gpu.e2e.dra-guard.test"} 1
+"""
+
+
+def test_parse_claims_in_use_reads_the_real_kubelets_exposition():
+    assert parse_claims_in_use(REAL_KUBELET_ONE_PREPARED) == {"gpu.e2e.dra-guard.test": 1.0}
+    # once unprepared the kubelet leaves the driver out and keeps the total (pkg/kubelet/cm/dra claimsInUse)
+    after = REAL_KUBELET_ONE_PREPARED.replace('"<any>"} 1', '"<any>"} 0').replace(
+        'dra_resource_claims_in_use{driver_name="gpu.e2e.dra-guard.test"} 1\n', ""
+    )
+    assert parse_claims_in_use(after) == {}
+    ok, how = drain.confirm(
+        "gpu.e2e.dra-guard.test", since=0.0, now=0.0, gauge=parse_claims_in_use(after), gauge_error="", safety_seconds=90
+    )
+    assert ok and "is 0" in how
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",  # an empty answer
+        "# HELP kubelet_running_pods [ALPHA] Number of pods\nkubelet_running_pods 3\n",  # a kubelet without the gauge
+        REAL_KUBELET_ONE_PREPARED.replace('dra_resource_claims_in_use{driver_name="<any>"} 1\n', ""),  # no total
+    ],
+)
+def test_a_metrics_text_without_the_gauges_total_is_not_read_as_nothing_prepared(text):
+    """A kubelet older than v1.34 (or with the metric disabled) never says a claim is prepared:
+    its silence is no proof that a force-deleted consumer's claims were unprepared."""
+    with pytest.raises(ValueError, match="dra_resource_claims_in_use"):
+        parse_claims_in_use(text)
+
+
+def test_a_text_that_is_no_exposition_is_an_error_not_a_reading():
+    """prometheus_client's parser refuses what the hand-rolled line matching read as samples."""
+    with pytest.raises(ValueError):
+        parse_claims_in_use('dra_resource_claims_in_use{driver_name="<any>" 1\ndra_resource_claims_in_use{driver_name="gpu"} 1\n')
