@@ -25,6 +25,10 @@ from webhook.kube.client import RESOURCE_GROUP, ClusterError, count, served_reso
 from webhook.kube.errors import api_failure, calling, cause
 from webhook.model.readers import as_list, as_map, as_str
 
+#: where the drain's Events on the Node go (a Node has no namespace; kubectl describe node finds
+#: them in any namespace, and the kubelet's own go to default)
+EVENTS_NAMESPACE = "default"
+
 
 def identity() -> str:
     """Who drains: "<local user>@<host>/<pid>" (HOLDER's value)."""
@@ -150,13 +154,20 @@ class NodeApi:
                 continue
         raise ClusterError(f"node {self.node} changed under every one of 10 updates; try again")
 
-    def can_i(self, verb: str, resource: str, group: str = "", subresource: str = "", name: str = "") -> bool:
-        """A SelfSubjectAccessReview: may the caller `verb` `resource` (cluster-wide)?"""
+    def can_i(
+        self, verb: str, resource: str, group: str = "", subresource: str = "", name: str = "", namespace: str = ""
+    ) -> bool:
+        """A SelfSubjectAccessReview: may the caller `verb` `resource` (in `namespace`; "" cluster-wide)?"""
         count("create", "selfsubjectaccessreviews")
         review = kubernetes.client.V1SelfSubjectAccessReview(
             spec=kubernetes.client.V1SelfSubjectAccessReviewSpec(
                 resource_attributes=kubernetes.client.V1ResourceAttributes(
-                    verb=verb, resource=resource, group=group, subresource=subresource or None, name=name or None
+                    verb=verb,
+                    resource=resource,
+                    group=group,
+                    subresource=subresource or None,
+                    name=name or None,
+                    namespace=namespace or None,
                 )
             )
         )
@@ -317,7 +328,7 @@ class NodeApi:
             return str(self.core.connect_get_node_proxy_with_path(self.node, "metrics", _request_timeout=self.timeout))
 
     def event(self, node: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
-        """A core/v1 Event on the Node (namespace default, source dra-guard-drain)."""
+        """A core/v1 Event on the Node (namespace EVENTS_NAMESPACE, source dra-guard-drain)."""
         count("create", "events")
         now = datetime.datetime.now(datetime.UTC)
         meta = as_map(node.get("metadata"))
@@ -335,4 +346,4 @@ class NodeApi:
             count=1,
         )
         with calling(self.server, "create events", timeout_seconds=self.timeout):
-            self.core.create_namespaced_event("default", event, _request_timeout=self.timeout)
+            self.core.create_namespaced_event(EVENTS_NAMESPACE, event, _request_timeout=self.timeout)

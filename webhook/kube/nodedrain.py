@@ -22,7 +22,7 @@ from typing import Any
 
 from webhook.config import Config
 from webhook.kube.client import RESOURCE_GROUP, ClusterError
-from webhook.kube.nodeapi import NodeApi, holder_alive, identity, now_text, parse_claims_in_use
+from webhook.kube.nodeapi import EVENTS_NAMESPACE, NodeApi, holder_alive, identity, now_text, parse_claims_in_use
 from webhook.kube.nodeview import DryRuns, Emit, PodTracker, Reader, uncordon
 from webhook.model import drain as plan
 from webhook.model.readers import annotations_of, as_list, as_map, as_str
@@ -103,7 +103,8 @@ class Drain(DryRuns):
         if missing:
             raise ClusterError(f"cannot drain node {self.node}: missing permission to " + "; ".join(missing))
         self.gauge_allowed = self.api.can_i("get", "nodes", "", "proxy")
-        self.events_allowed = self.api.can_i("create", "events")
+        # the Events go to namespace default (NodeApi.event), where a user may be allowed them alone
+        self.events_allowed = self.api.can_i("create", "events", namespace=EVENTS_NAMESPACE)
 
     # ---------------------------------------------------------------- the node's own changes
 

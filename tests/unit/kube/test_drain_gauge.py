@@ -150,3 +150,29 @@ def test_a_text_that_is_no_exposition_is_an_error_not_a_reading():
     """prometheus_client's parser refuses what the hand-rolled line matching read as samples."""
     with pytest.raises(ValueError):
         parse_claims_in_use('dra_resource_claims_in_use{driver_name="<any>" 1\ndra_resource_claims_in_use{driver_name="gpu"} 1\n')
+
+
+class Access:
+    """NodeApi.can_i answering from `allowed`: (verb, resource, subresource, namespace) tuples."""
+
+    node = "node-a"
+
+    def __init__(self, allowed):
+        self.allowed = allowed
+
+    def can_i(self, verb, resource, group="", subresource="", name="", namespace=""):
+        return (verb, resource, subresource, namespace) in self.allowed
+
+
+def test_events_are_asked_for_in_the_namespace_they_are_written_to():
+    """A drain user allowed Events only in `default` (where NodeApi.event writes them) gets them."""
+    from webhook.kube.nodeapi import EVENTS_NAMESPACE
+    from webhook.kube.nodedrain import REQUIRED
+
+    allowed = {(verb, resource, sub, "") for verb, resource, _group, sub, _why in REQUIRED}
+    d = Drain(Access(allowed | {("create", "events", "", EVENTS_NAMESPACE)}), from_mapping(None), DrainOptions(), [].append)
+    d.preflight()
+    assert d.events_allowed and not d.gauge_allowed
+    d = Drain(Access(allowed), from_mapping(None), DrainOptions(), [].append)
+    d.preflight()
+    assert not d.events_allowed
