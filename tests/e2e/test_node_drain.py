@@ -589,7 +589,14 @@ class DriverLogs:
     def _read(self) -> None:
         for pod_dir in self.root.glob(f"{testdriver.NAMESPACE}_{testdriver.NAME}-*"):
             parts = []
-            for log in sorted((pod_dir / "plugin").glob("*.log"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
+            try:
+                # a pod's folder may go between the two globs (the kubelet removing a deleted pod's
+                # logs), and Path.glob raises FileNotFoundError then: that would end this thread
+                # and lose every later line
+                logs = sorted((pod_dir / "plugin").glob("*.log"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0)
+            except OSError:
+                continue
+            for log in logs:
                 try:
                     parts.append(log.read_text(errors="replace"))
                 except OSError:
@@ -599,7 +606,10 @@ class DriverLogs:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._read()
+            try:
+                self._read()
+            except OSError:
+                pass  # a log folder removed while read: the next round reads what is left
             self._stop.wait(0.2)
 
     def lines(self) -> list[tuple[float, str, str]]:
