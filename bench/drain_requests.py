@@ -63,16 +63,7 @@ ENVELOPE = "drain-envelope"
 #: what `dra-guard drain` needs (webhook.kube.nodedrain.REQUIRED) and Events on the Node, plus the
 #: RBAC lists it reads once for driver detection (skipped when not allowed; granted here so that
 #: the measurement includes them); no nodes/proxy: a fake node has no kubelet to proxy to
-ROLE_RULES = [
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
-    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]},
-    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings"], "verbs": ["list"]},
-]
+ROLE_RULES = objects.DRAIN_USER_RULES
 
 Wait = Callable[[str, Callable[[], Any], float], Any]
 

@@ -12,6 +12,12 @@ import sys
 import time
 
 import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+import certs
 
 #: ports this process has handed out: never handed out twice (two servers of one test, etcd's pair)
 _HANDED_OUT: set[int] = set()
@@ -141,3 +147,31 @@ class DraGuardProcess:
             except ProcessLookupError:
                 pass
         self._log.close()
+
+
+def client_certificate(
+    ca: certs.KeyPair, name: str = "kube-apiserver", *, groups: tuple[str, ...] = (), days: int = 1
+) -> certs.KeyPair:
+    """A client certificate (clientAuth EKU) signed by `ca`, like the one an apiserver is given:
+    CN `name`, an O per group in `groups` (Kubernetes reads them as the user's groups), valid
+    `days` days (and 5 minutes before now)."""
+    import datetime
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name(
+        [*(x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups), x509.NameAttribute(NameOID.COMMON_NAME, name)]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
+    return certs.KeyPair(cert=cert, key=key)

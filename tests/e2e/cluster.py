@@ -61,7 +61,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 import certs
 from tests.e2e import binaries
-from tests.serve import free_port
+from tests.serve import client_certificate, free_port
 
 #: user name -> groups, written to tokens.csv. Order is the order of the file.
 USERS: Mapping[str, tuple[str, ...]] = {
@@ -684,34 +684,7 @@ class ControlPlane:
 def _kubelet_client_cert(ca: certs.KeyPair) -> certs.KeyPair:
     """The apiserver's client certificate for kubelets, as kubeadm's ``apiserver-kubelet-client``:
     signed by `ca`, clientAuth, CN kube-apiserver-kubelet-client in group system:masters."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-            x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client"),
-        ]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
-    return certs.KeyPair(cert=cert, key=key)
+    return client_certificate(ca, "kube-apiserver-kubelet-client", groups=("system:masters",), days=30)
 
 
 def _session() -> requests.Session:

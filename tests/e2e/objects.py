@@ -68,3 +68,17 @@ def consumer(name: str, namespace: str, node: str, tolerations: list[dict[str, A
 def manifests(*objects: dict[str, Any]) -> str:
     """The objects as one YAML stream (for kubectl's -f -)."""
     return "".join(f"---\n{json.dumps(obj)}\n" for obj in objects)
+
+
+#: the RBAC a `dra-guard drain` user needs (webhook.kube.nodedrain.REQUIRED), Events on the Node
+#: and the RBAC lists it reads once for driver detection; no nodes/proxy (the kubelet's gauge)
+DRAIN_USER_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
+    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]},
+    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings"], "verbs": ["list"]},
+]

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.e2e import testdriver
+from tests.e2e import objects, testdriver
 from tests.e2e.guard import EVICTION_REFUSED, Guard
 from tests.e2e.kube import evict, get_json, wait_for
 from webhook.model.drain import AUTOSCALER_ANNOTATIONS, HOLDER, STATE
@@ -905,16 +905,7 @@ def test_drain_keeps_the_driver_until_the_kubelets_gauge_says_a_force_deleted_co
 
 
 #: what a drain needs (webhook.kube.nodedrain.REQUIRED), Events and the RBAC reads, but not nodes/proxy
-DRAINER_RULES = [
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]},
-    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]},
-    {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "clusterrolebindings"], "verbs": ["list"]},
-]
+DRAINER_RULES = objects.DRAIN_USER_RULES
 
 
 @pytest.fixture()

@@ -4,7 +4,6 @@ worker's process facts (/proc). Plain functions: the fixtures are in conftest.py
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import pathlib
@@ -15,15 +14,10 @@ import ssl
 import threading
 import time
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
 import certs
 from tests import builders
 from tests.builders import eviction_request
-from tests.serve import DraGuardProcess, free_port
+from tests.serve import DraGuardProcess, client_certificate, free_port
 from webhook.serve.front.capacity import KEEPALIVE_CONNECTIONS
 
 THREADS = 8  # server.threads default
@@ -252,25 +246,6 @@ def client_auth_server(tmp_path):
         tmp_path, "--no-cluster", config=(f"server:\n  clientCAFile: {tmp_path / 'client-ca.crt'}\n  probePort: {probe_port}\n")
     )
     return proc, probe_port, good
-
-
-def client_certificate(ca: certs.KeyPair, name: str = "kube-apiserver") -> certs.KeyPair:
-    """A client certificate (clientAuth EKU) signed by `ca`, like the one an apiserver is given."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
-    return certs.KeyPair(cert=cert, key=key)
 
 
 def write_pair(folder, name, pair):
